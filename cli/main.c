@@ -1,0 +1,41 @@
+/* cli/main.c: the `sluice` binary's entry point: dispatches subcommands.
+ * Each subcommand lives in its own file (cli/<name>.c) and has the signature
+ * int sl_cli_<name>(int argc, char **argv). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"generate", sl_cli_generate, "run a model on a prompt and stream the continuation"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: sluice COMMAND [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n`sluice COMMAND --help` describes a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "sluice: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs every test: the criterion unit tests under ASan+UBSan, then the Python
+# reference and integration tests against the release build. Prints the time
+# each stage took. Run tools/setup.sh first (the README's first command).
+# Usage: tools/test.sh [pytest -k expression]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+t_all=$(date +%s)
+stage() { echo "== $1"; t_stage=$(date +%s); }
+done_stage() { echo "== $1: $(( $(date +%s) - t_stage ))s"; }
+
+stage "build (release)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs" >/dev/null
+done_stage "build (release)"
+
+stage "build (asan+ubsan)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs" >/dev/null
+done_stage "build (asan+ubsan)"
+
+stage "unit tests (criterion, asan+ubsan)"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure
+done_stage "unit tests (criterion, asan+ubsan)"
+
+stage "reference and integration tests (pytest)"
+SLUICE_BUILD_DIR=$PWD/build .venv/bin/python -m pytest -q tests/reference tests/integration ${1:+-k "$1"}
+done_stage "reference and integration tests (pytest)"
+
+echo "== all tests: $(( $(date +%s) - t_all ))s"
