@@ -1,9 +1,9 @@
 /* gpu-worker/sampler.c: the CPU reference sampler (worker and `sluice generate`).
  * Runs in the worker process, on whichever thread owns the scratch.
- * Trade-off: the vocabulary is never fully sorted unless top-p needs an order
- * over all of it; even then a histogram of probability mass first cuts the
- * row down to the few buckets that can hold the nucleus, so a peaked
- * 150k-entry row sorts a few hundred candidates, not 150k. */
+ * Trade-off: the vocabulary is never sorted. Top-k is a heap selection;
+ * top-p over the whole row builds a histogram of probability mass and sorts
+ * only the one bucket where the nucleus ends, so the kept set is exact but
+ * unordered (the draw needs no order, only a fixed one for determinism). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +21,7 @@ typedef struct {
 struct sl_sampler_scratch {
     int32_t n_vocab;
     cand *cand;        /* (n_vocab) candidates of the current row */
+    float *prob;       /* (n_vocab) exp((logit - max) / T) by token id */
     float *raw;        /* (n_vocab) raw row kept for the chosen token's logprob */
     uint32_t *count;   /* (n_vocab) penalty counts; all zero between calls */
 };
@@ -33,9 +34,10 @@ sl_status sl_sampler_scratch_create(int32_t n_vocab, sl_sampler_scratch **out)
     if (!s) return SL_ENOMEM;
     s->n_vocab = n_vocab;
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    s->prob = malloc((size_t)n_vocab * sizeof *s->prob);
     s->raw = malloc((size_t)n_vocab * sizeof *s->raw);
     s->count = calloc((size_t)n_vocab, sizeof *s->count);
-    if (!s->cand || !s->raw || !s->count) {
+    if (!s->cand || !s->prob || !s->raw || !s->count) {
         sl_sampler_scratch_destroy(s);
         return SL_ENOMEM;
     }
@@ -47,6 +49,7 @@ void sl_sampler_scratch_destroy(sl_sampler_scratch *s)
 {
     if (!s) return;
     free(s->cand);
+    free(s->prob);
     free(s->raw);
     free(s->count);
     free(s);
@@ -123,37 +126,56 @@ static void select_top_k(const float *l, int32_t n, int32_t k, cand *c)
     qsort(c, (size_t)k, sizeof *c, cand_cmp_desc);
 }
 
-/* ---------------------------------------------------------------- top-p prefilter */
+/* ---------------------------------------------------------------- top-p without a full sort */
 
-/* Buckets of half a nat of x = (logit - max) / T; the last one takes
- * everything below -31.5 (p < 2e-14 of the top token). */
-#define NUCLEUS_BUCKETS 64
+/* Buckets of 1/8 nat of x = (logit - max) / T; the last one takes
+ * everything below -31.9 (p < 1.4e-14 of the top token). Bucket order is
+ * the sort order: a lower bucket holds strictly larger x. */
+#define NUCLEUS_BUCKETS 256
+#define NUCLEUS_PER_NAT 8.0f
 
 static int32_t nucleus_bucket(float x)
 {
-    float d = -2.0f * x;   /* x <= 0, so d >= 0; +inf for -inf logits */
+    float d = -NUCLEUS_PER_NAT * x;   /* x <= 0, so d >= 0; +inf for -inf logits */
     return d < (float)(NUCLEUS_BUCKETS - 1) ? (int32_t)d : NUCLEUS_BUCKETS - 1;
 }
 
-/* Keeps (unordered) only the candidates of the highest buckets whose mass
- * reaches `target`. Tokens of one bucket are never split, and bucket order
- * is the sort order, so the kept set is a prefix of the sorted row that
- * holds the nucleus. Returns the new count. */
-static int32_t nucleus_prefilter(cand *c, int32_t n, double target)
+/* Top-p over the whole row. `mass` is the histogram of prob[] by bucket
+ * (built in the softmax pass), `target` the mass to reach. Buckets above the
+ * crossing bucket are kept whole and unsorted, buckets below it dropped, and
+ * only the crossing bucket is sorted to find the exact cut. The kept set,
+ * written to c, is exactly the smallest sorted prefix with mass >= target,
+ * though not in sorted order (the draw needs none). Returns its size. */
+static int32_t nucleus_cut(const float *l, const float *prob, int32_t n, float lmax, float temp,
+                           const double *mass, double target, cand *c)
 {
-    double mass[NUCLEUS_BUCKETS] = { 0 };
-    for (int32_t i = 0; i < n; i++) mass[nucleus_bucket(c[i].x)] += c[i].p;
-    double cum = 0.0;
-    int32_t last = NUCLEUS_BUCKETS - 1;
+    double above = 0.0;   /* mass of the buckets kept whole */
+    int32_t cut = NUCLEUS_BUCKETS - 1;
     for (int32_t b = 0; b < NUCLEUS_BUCKETS; b++) {
-        cum += mass[b];
-        if (cum >= target) { last = b; break; }
+        if (above + mass[b] >= target) { cut = b; break; }
+        above += mass[b];
     }
-    if (last == NUCLEUS_BUCKETS - 1) return n;
+    /* x is recomputed by the very expression of the softmax pass, so each
+     * token lands in the bucket its mass was counted in. */
     int32_t m = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (nucleus_bucket(c[i].x) <= last) c[m++] = c[i];
-    return m;
+    for (int32_t i = 0; i < n; i++) {
+        float x = (l[i] - lmax) / temp;
+        if (nucleus_bucket(x) <= cut) c[m++] = (cand){ x, prob[i], i };
+    }
+    int32_t lo = 0;   /* whole buckets to the front: a fixed swap partition */
+    for (int32_t i = 0; i < m; i++) {
+        if (nucleus_bucket(c[i].x) < cut) {
+            cand t = c[lo]; c[lo] = c[i]; c[i] = t;
+            lo++;
+        }
+    }
+    qsort(c + lo, (size_t)(m - lo), sizeof *c, cand_cmp_desc);
+    double cum = above;
+    for (int32_t i = lo; i < m; i++) {
+        cum += c[i].p;
+        if (cum >= target) return i + 1;
+    }
+    return m;   /* rounding left the set a hair short of target: keep it all */
 }
 
 /* ---------------------------------------------------------------- steps */
@@ -234,43 +256,97 @@ static void apply_penalties(const sl_sampling_params *p, float *l, int32_t n_voc
     }
 }
 
-/* Steps 6 of the header: the row already carries bias and penalties. */
-static int32_t sample_tempered(const sl_sampling_params *p, const float *l, int32_t n,
-                               uint64_t draw_index, cand *c)
+/* One draw from unnormalised weights: the first index whose running sum
+ * passes u * total. Renormalising is folded in here. */
+static int32_t draw_weighted(const cand *c, int32_t n, double u)
 {
-    int32_t nc = n, sorted = 0;
+    double total = 0.0;
+    for (int32_t i = 0; i < n; i++) total += c[i].p;
+    double target = u * total, cum = 0.0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (c[i].p <= 0.0f) continue;
+        cum += c[i].p;
+        last = i;
+        if (cum > target) return c[i].id;
+    }
+    return c[last].id;   /* u * total rounded up to the full sum */
+}
+
+static int32_t draw_weighted_row(const float *prob, int32_t n, double total, double u)
+{
+    double target = u * total, cum = 0.0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (prob[i] <= 0.0f) continue;
+        cum += prob[i];
+        last = i;
+        if (cum > target) return i;
+    }
+    return last;
+}
+
+/* Step 6 of the header; the row already carries bias and penalties.
+ * Softmax numerators are exp((l - max) / T): shifted before dividing so a
+ * tiny temperature gives 0 / T = 0 and -d / T = -inf, never NaN (a multiply
+ * by 1/T would make 0 * inf). The max token's numerator is exactly 1. */
+static int32_t sample_tempered(const sl_sampling_params *p, const float *l, int32_t n,
+                               uint64_t draw_index, sl_sampler_scratch *s)
+{
+    cand *c = s->cand;
+    float temp = p->temperature;
+    double u = sl_sampler_uniform(p->seed, draw_index);
+    int32_t nc;
+
     if (p->top_k > 0 && p->top_k < n) {
-        select_top_k(l, n, p->top_k, c);
+        /* top-k: k candidates, sorted, so top-p is a prefix walk */
         nc = p->top_k;
-        sorted = 1;
-    } else {
-        for (int32_t i = 0; i < n; i++) c[i] = (cand){ l[i], 0.0f, i };
-    }
-    float lmax = c[0].x;
-    for (int32_t i = 1; i < nc; i++) if (c[i].x > lmax) lmax = c[i].x;
-    if (!isfinite(lmax)) return argmax(l, n);   /* all -inf, or +inf: softmax undefined */
-
-    /* Softmax numerators, shifted by the max before dividing so a tiny
-     * temperature gives 0 / T = 0 and -x / T = -inf, never inf - inf (a
-     * multiply by 1/T would make 0 * inf = NaN). */
-    double z = 0.0;
-    for (int32_t i = 0; i < nc; i++) {
-        c[i].x = (c[i].x - lmax) / p->temperature;
-        c[i].p = expf(c[i].x);
-        z += c[i].p;
-    }
-
-    if (p->top_p < 1.0f) {
-        double target = (double)p->top_p * z;
-        if (!sorted) {
-            nc = nucleus_prefilter(c, nc, target);
-            qsort(c, (size_t)nc, sizeof *c, cand_cmp_desc);
-        }
-        double cum = 0.0;
+        select_top_k(l, n, nc, c);
+        float lmax = c[0].x;
+        if (!isfinite(lmax)) return argmax(l, n);   /* all -inf, or +inf: no softmax */
+        double z = 0.0;
         for (int32_t i = 0; i < nc; i++) {
-            cum += c[i].p;
-            if (cum >= target) { nc = i + 1; break; }
-        }   /* no break: rounding left the kept set a hair short; keep it all */
+            c[i].x = (c[i].x - lmax) / temp;
+            c[i].p = expf(c[i].x);
+            z += c[i].p;
+        }
+        if (p->top_p < 1.0f) {
+            double target = (double)p->top_p * z, cum = 0.0;
+            for (int32_t i = 0; i < nc; i++) {
+                cum += c[i].p;
+                if (cum >= target) { nc = i + 1; break; }
+            }   /* no break: rounding left the set a hair short; keep it all */
+        }
+    } else {
+        /* whole row: one fused softmax pass into prob[], then filters
+         * materialise only the candidates they keep */
+        float *prob = s->prob;
+        float lmax = l[0];
+        for (int32_t i = 1; i < n; i++) lmax = l[i] > lmax ? l[i] : lmax;
+        if (!isfinite(lmax)) return argmax(l, n);
+        double z = 0.0;
+        if (p->top_p < 1.0f) {
+            double mass[NUCLEUS_BUCKETS] = { 0 };
+            for (int32_t i = 0; i < n; i++) {
+                float x = (l[i] - lmax) / temp;
+                prob[i] = expf(x);
+                z += prob[i];
+                mass[nucleus_bucket(x)] += prob[i];
+            }
+            nc = nucleus_cut(l, prob, n, lmax, temp, mass, (double)p->top_p * z, c);
+        } else {
+            for (int32_t i = 0; i < n; i++) {
+                prob[i] = expf((l[i] - lmax) / temp);
+                z += prob[i];
+            }
+            if (!(p->min_p > 0.0f)) return draw_weighted_row(prob, n, z, u);
+            /* min-p alone: p_max is exactly 1, so keep p >= min_p (at
+             * most 1, so the max token stays even when min_p is not validated) */
+            float thr = p->min_p < 1.0f ? p->min_p : 1.0f;
+            nc = 0;
+            for (int32_t i = 0; i < n; i++)
+                if (prob[i] >= thr) c[nc++] = (cand){ 0.0f, prob[i], i };
+        }
     }
 
     if (p->min_p > 0.0f) {
@@ -284,20 +360,7 @@ static int32_t sample_tempered(const sl_sampling_params *p, const float *l, int3
         if (m == 0) { c[0] = top; m = 1; }   /* min_p > 1 (unvalidated) keeps the top */
         nc = m;
     }
-
-    /* Renormalising is folded into the draw: u scales the kept mass. */
-    double kept = 0.0;
-    for (int32_t i = 0; i < nc; i++) kept += c[i].p;
-    double target = sl_sampler_uniform(p->seed, draw_index) * kept;
-    double cum = 0.0;
-    int32_t last = 0;
-    for (int32_t i = 0; i < nc; i++) {
-        if (c[i].p <= 0.0f) continue;
-        cum += c[i].p;
-        last = i;
-        if (cum > target) return c[i].id;
-    }
-    return c[last].id;   /* u * kept rounded up to the full sum */
+    return draw_weighted(c, nc, u);
 }
 
 /* ---------------------------------------------------------------- entry */
@@ -327,9 +390,11 @@ sl_status sl_sampler_sample(const sl_sampling_params *p, float *logits, int32_t 
     apply_logit_bias(p, logits, n_vocab);
     apply_penalties(p, logits, n_vocab, history, n_history, s->count);
 
-    int32_t tok = p->temperature > 0.0f
-                      ? sample_tempered(p, logits, n_vocab, draw_index, s->cand)
-                      : argmax(logits, n_vocab);   /* also NaN or negative temperature */
+    /* Greedy also for a NaN, negative or infinite temperature (unvalidated
+     * params), which keeps NaN out of every later comparison. */
+    int32_t tok = p->temperature > 0.0f && isfinite(p->temperature)
+                      ? sample_tempered(p, logits, n_vocab, draw_index, s)
+                      : argmax(logits, n_vocab);
 
     if (want_lp) {
         record->token = tok;

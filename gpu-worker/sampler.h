@@ -8,7 +8,8 @@
  *            4. penalties over the window (the last penalty_last_n tokens of
  *               history): repetition (l > 0 ? l / r : l * r) and presence once
  *               per distinct token, frequency times its count;
- *            5. temperature == 0: argmax, ties to the lowest id; else
+ *            5. temperature == 0 (or not a finite positive number): argmax,
+ *               ties to the lowest id; else
  *               6. top-k (partial selection), softmax of logits / temperature,
  *               top-p (smallest prefix by descending probability with mass
  *               >= top_p, at least one token), min-p (drop p < min_p * p_max),

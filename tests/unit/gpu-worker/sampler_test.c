@@ -2,6 +2,7 @@
  * float64 reference written here (full sort, no shortcuts). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,6 +221,43 @@ Test(sampler, same_seed_and_index_same_token)
     sl_sampler_scratch_destroy(s2);
 }
 
+/* Each thread its own scratch: the same inputs give the same tokens. */
+enum { THREAD_V = 20000, THREAD_DRAWS = 50 };
+
+static void *thread_draws(void *arg)
+{
+    int32_t *out = arg;
+    float *l = malloc(THREAD_V * sizeof *l), *w = malloc(THREAD_V * sizeof *w);
+    for (int32_t i = 0; i < THREAD_V; i++) l[i] = (float)((i * 7919) % 1000) * 0.01f;
+    sl_sampler_scratch *s;
+    if (sl_sampler_scratch_create(THREAD_V, &s) != SL_OK) abort();
+    sl_sampling_params p;
+    sl_sampling_params_default(&p);
+    p.seed = 5;
+    p.top_p = 0.9f;
+    p.frequency_penalty = 0.5f;
+    int32_t h[3] = { 1, 2, 3 };
+    for (uint64_t d = 0; d < THREAD_DRAWS; d++) {
+        memcpy(w, l, THREAD_V * sizeof *l);
+        if (sl_sampler_sample(&p, w, THREAD_V, h, 3, d, s, &out[d], NULL) != SL_OK) abort();
+    }
+    sl_sampler_scratch_destroy(s);
+    free(l);
+    free(w);
+    return NULL;
+}
+
+Test(sampler, threads_agree)
+{
+    int32_t a[THREAD_DRAWS], b[THREAD_DRAWS];
+    pthread_t ta, tb;
+    cr_assert_eq(pthread_create(&ta, NULL, thread_draws, a), 0);
+    cr_assert_eq(pthread_create(&tb, NULL, thread_draws, b), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    cr_assert_arr_eq(a, b, sizeof a);
+}
+
 Test(sampler, uniform_in_unit_interval)
 {
     double sum = 0;
@@ -268,6 +306,27 @@ Test(sampler, distribution_top_p_whole_vocab)
     p.top_p = 0.3f;
     p.temperature = 0.7f;
     check_distribution(&p, l, V);
+    p.top_p = 0.9f;
+    p.min_p = 0.01f;
+    check_distribution(&p, l, V);
+}
+
+/* Ten equal logits: the nucleus of 0.35 is 4 tokens, and ties go to the
+ * lower ids, so exactly tokens 0..3 (the cut falls inside one bucket). */
+Test(sampler, top_p_cut_inside_ties_keeps_lowest_ids)
+{
+    float l[10] = { 0 }, w[10];
+    sl_sampler_scratch *s;
+    cr_assert_eq(sl_sampler_scratch_create(10, &s), SL_OK);
+    sl_sampling_params p = params();
+    p.top_p = 0.35f;
+    uint32_t seen[10] = { 0 };
+    for (uint64_t d = 0; d < 2000; d++) seen[draw(&p, l, 10, NULL, 0, d, s, w, NULL)]++;
+    for (int i = 0; i < 10; i++) {
+        if (i < 4) cr_assert_gt(seen[i], 400, "token %d seen %u", i, seen[i]);
+        else cr_assert_eq(seen[i], 0, "token %d seen %u", i, seen[i]);
+    }
+    sl_sampler_scratch_destroy(s);
 }
 
 Test(sampler, distribution_min_p)
