@@ -1,0 +1,79 @@
+/* kernels/backend.h: the one interface between the scheduler and compute.
+ * Where:     the worker process (and `sluice generate`, the tools, tests).
+ * Who:       one thread drives a backend; the backend may use its own threads.
+ * Model:     a forward pass over a batch of sequences, each contributing
+ *            n_tokens new tokens at positions [pos, pos + n_tokens): a prefill
+ *            chunk, or 1 token for decode, mixed freely in one batch. Each
+ *            sequence's KV cache lives in fixed-size blocks owned by the
+ *            backend and addressed by the sequence's block table (the block
+ *            ids the scheduler's KV manager gave it, in position order).
+ * Guarantee: a sequence's logits are bitwise identical whatever else is in
+ *            the batch and whatever the thread count (no reduction order
+ *            depends on batch composition).
+ * Errors:    SL_OK; SL_EINVAL for a malformed batch (nothing computed);
+ *            SL_EBACKEND when a step fails as a whole (the caller fails every
+ *            sequence of the step; the backend stays usable). */
+#ifndef SL_BACKEND_H
+#define SL_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "shared/status.h"
+
+typedef struct {
+    const int32_t *tokens;    /* n_tokens token ids, each in [0, n_vocab) */
+    int32_t n_tokens;         /* >= 1 */
+    int32_t pos;              /* position of tokens[0]; KV holds [0, pos) from earlier calls */
+    const int32_t *blocks;    /* block table covering positions [0, pos + n_tokens) */
+    int32_t n_blocks;
+    bool logits_all;          /* true: a logits row per new token; false: only the last */
+} sl_batch_seq;
+
+typedef struct {
+    const char *device;       /* "cpu", "cuda" or "auto" */
+    int n_threads;            /* CPU threads (>= 1) */
+    uint32_t kv_block_size;   /* token positions per KV block (e.g. 16) */
+    uint32_t n_kv_blocks;     /* KV blocks to allocate */
+    int32_t max_batch_tokens; /* most new tokens in one forward call */
+    int32_t max_ctx;          /* longest sequence (positions) a call may reach */
+} sl_backend_config;
+
+typedef struct sl_backend sl_backend;
+
+/* The vtable a backend implements. All slots required. */
+typedef struct {
+    const char *name;
+    /* logits: OUT, one row of n_vocab floats per requested position, in
+     * batch order (all rows of seqs[0], then seqs[1], ...). */
+    sl_status (*forward)(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits);
+    void (*destroy)(sl_backend *b);
+} sl_backend_ops;
+
+struct sl_backend {
+    const sl_backend_ops *ops;
+    const sl_model *model;
+    sl_backend_config cfg;
+    uint64_t kv_bytes;        /* bytes the KV cache takes */
+};
+
+/* Bytes one KV block takes for this model (K and V, every layer) on the CPU
+ * backend (float32 entries). */
+uint64_t sl_backend_kv_block_bytes(const sl_model *m, uint32_t block_size);
+
+/* Creates the backend named by cfg->device. The model must outlive it. On
+ * failure *out is NULL and err says what did not fit or is missing. */
+sl_status sl_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backend **out,
+                            char err[SL_ERR_LEN]);
+
+/* Validates the batch against the config (token ids, block ids, table
+ * length, token counts) and runs the forward pass. */
+sl_status sl_backend_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits);
+
+void sl_backend_destroy(sl_backend *b);
+
+/* Rows of logits a batch produces. */
+int64_t sl_batch_logit_rows(const sl_batch_seq *seqs, int32_t n_seqs);
+
+#endif

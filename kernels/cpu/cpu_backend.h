@@ -1,0 +1,13 @@
+/* kernels/cpu/cpu_backend.h: the CPU implementation of kernels/backend.h.
+ * Threads from a sleeping pool, weights read in their GGUF types through
+ * kernels/cpu/vec_dot.h (AVX2+FMA or portable, chosen at run time), float32
+ * activations and a float32 paged KV cache. */
+#ifndef SL_CPU_BACKEND_H
+#define SL_CPU_BACKEND_H
+
+#include "kernels/backend.h"
+
+sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backend **out,
+                                char err[SL_ERR_LEN]);
+
+#endif

@@ -1,0 +1,367 @@
+/* kernels/cpu/forward.c: the CPU backend's forward pass for the llama, qwen2
+ * and qwen3 architectures over a batch of sequences with paged KV caches.
+ * Runs in the worker process (and `sluice generate`) on the scheduler thread,
+ * fanning work out to a sleeping thread pool.
+ *
+ * The batch is flattened into T token rows. Each matmul reads every weight
+ * row once per step and dots it with all T activation rows (vec_dot_multi),
+ * so a step's cost is dominated by one pass over the weights whatever T is:
+ * that is what makes batching pay on a memory-bound machine. Work is split
+ * over weight rows and (token, head) pairs only, never inside a dot product,
+ * so every output value is computed by the same instructions in the same
+ * order whatever else is batched and however many threads run: a sequence's
+ * logits are bitwise identical alone or in any batch.
+ *
+ * KV cache: float32, per layer, per block [n_head_kv][block_size][head_dim],
+ * so one head's keys for consecutive positions are contiguous. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/threadpool.h"
+#include "kernels/cpu/vec_dot.h"
+#include "model/quant.h"
+
+#define ROWS_PER_TASK 16   /* weight rows per matmul task: small enough to balance 2-16 threads */
+#define TOKEN_TILE 16      /* activation rows dotted per decoded weight block; 16 rows of x stay in L2 */
+#define MAX_FUSED 3        /* matmuls sharing one input in one job (q,k,v / gate,up) */
+
+typedef struct {
+    sl_backend base;
+    sl_threadpool *pool;
+    int n_threads;
+    int64_t block_floats;     /* floats of one layer's K (or V) in one block */
+    float *kv;                /* (n_layer, 2, n_kv_blocks, n_head_kv, block_size, head_dim) */
+
+    /* scratch sized once for max_batch_tokens rows (T) */
+    float *x;                 /* (T, n_embd) residual stream */
+    float *xn;                /* (T, max(n_embd, q_dim)) normed input / projection output */
+    float *q;                 /* (T, q_dim) */
+    float *k, *v;             /* (T, kv_dim) */
+    float *att;               /* (T, q_dim) attention output */
+    float *gate, *up;         /* (T, n_ff) */
+    float *cos_t, *sin_t;     /* (T, n_rot/2) */
+    int32_t *tok_seq;         /* (T) batch index of each token row */
+    int32_t *tok_pos;         /* (T) position of each token row */
+    int32_t *out_rows;        /* (T) token rows whose logits are asked */
+    float *scores;            /* (n_threads, max_ctx) attention scores */
+    float *tmp;               /* (n_threads, TOKEN_TILE) dot results */
+    double *inv_freq;         /* (n_rot/2) rope inverse frequencies */
+} cpu_backend;
+
+/* ------------------------------------------------------------------------ */
+/* matmul: Y[t, r] = dot(W row r, X[t]) for up to MAX_FUSED weights        */
+
+typedef struct {
+    const sl_weight *w[MAX_FUSED];
+    float *y[MAX_FUSED];
+    int64_t ldy[MAX_FUSED];
+    int64_t first_task[MAX_FUSED + 1];
+    int n;
+    const float *x;
+    int64_t ldx, T;
+    cpu_backend *cb;
+} matmul_job;
+
+static void matmul_task(void *ctx, int64_t task, int thread)
+{
+    matmul_job *j = ctx;
+    int m = 0;
+    while (task >= j->first_task[m + 1])
+        m++;
+    const sl_weight *w = j->w[m];
+    int64_t r0 = (task - j->first_task[m]) * ROWS_PER_TASK;
+    int64_t r1 = r0 + ROWS_PER_TASK < w->ne1 ? r0 + ROWS_PER_TASK : w->ne1;
+    float *tmp = j->cb->tmp + (int64_t)thread * TOKEN_TILE;
+    for (int64_t t0 = 0; t0 < j->T; t0 += TOKEN_TILE) {
+        int mt = (int)(j->T - t0 < TOKEN_TILE ? j->T - t0 : TOKEN_TILE);
+        for (int64_t r = r0; r < r1; r++) {
+            const void *row = (const char *)w->data + r * w->row_bytes;
+            sl_vec_dot_multi(w->type, row, j->x + t0 * j->ldx, j->ldx, mt, tmp, w->ne0);
+            for (int t = 0; t < mt; t++)
+                j->y[m][(t0 + t) * j->ldy[m] + r] = tmp[t];
+        }
+    }
+}
+
+static void matmul(cpu_backend *cb, const float *x, int64_t ldx, int64_t T, int n, const sl_weight *const *w,
+                   float *const *y, const int64_t *ldy)
+{
+    matmul_job j = {.n = n, .x = x, .ldx = ldx, .T = T, .cb = cb};
+    j.first_task[0] = 0;
+    for (int i = 0; i < n; i++) {
+        j.w[i] = w[i];
+        j.y[i] = y[i];
+        j.ldy[i] = ldy[i];
+        j.first_task[i + 1] = j.first_task[i] + (w[i]->ne1 + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+    }
+    sl_threadpool_run(cb->pool, matmul_task, &j, j.first_task[n]);
+}
+
+static void matmul1(cpu_backend *cb, const float *x, int64_t ldx, int64_t T, const sl_weight *w, float *y,
+                    int64_t ldy)
+{
+    matmul(cb, x, ldx, T, 1, &w, &y, &ldy);
+}
+
+/* ------------------------------------------------------------------------ */
+/* attention: one task per (token row, query head)                          */
+
+typedef struct {
+    cpu_backend *cb;
+    const sl_batch_seq *seqs;
+    int layer;
+} attn_job;
+
+static void attn_task(void *ctx, int64_t task, int thread)
+{
+    attn_job *j = ctx;
+    cpu_backend *cb = j->cb;
+    const sl_hparams *hp = &cb->base.model->hp;
+    int n_head = hp->n_head, hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    int64_t t = task / n_head;
+    int h = (int)(task % n_head), kvh = h / group;
+    int64_t q_dim = (int64_t)n_head * hd;
+    const sl_batch_seq *s = &j->seqs[cb->tok_seq[t]];
+    int32_t n_pos = cb->tok_pos[t] + 1;   /* causal: positions [0, pos] */
+    uint32_t bs = cb->base.cfg.kv_block_size;
+    const float *q = cb->q + t * q_dim + (int64_t)h * hd;
+    float *scores = cb->scores + (int64_t)thread * cb->base.cfg.max_ctx;
+    const float *kbase = cb->kv + (int64_t)j->layer * 2 * cb->base.cfg.n_kv_blocks * cb->block_floats;
+    const float *vbase = kbase + (int64_t)cb->base.cfg.n_kv_blocks * cb->block_floats;
+    float scale = 1.0f / sqrtf((float)hd);
+
+    float mx = -INFINITY;
+    for (int32_t p = 0; p < n_pos; p++) {
+        const float *kp = kbase + (int64_t)s->blocks[p / bs] * cb->block_floats +
+                          ((int64_t)kvh * bs + p % bs) * hd;
+        float d = 0.0f;
+        for (int i = 0; i < hd; i++)
+            d += q[i] * kp[i];
+        scores[p] = d * scale;
+        if (scores[p] > mx)
+            mx = scores[p];
+    }
+    double sum = 0.0;
+    for (int32_t p = 0; p < n_pos; p++) {
+        scores[p] = expf(scores[p] - mx);
+        sum += scores[p];
+    }
+    float inv = (float)(1.0 / sum);
+    float *out = cb->att + t * q_dim + (int64_t)h * hd;
+    memset(out, 0, (size_t)hd * sizeof *out);
+    for (int32_t p = 0; p < n_pos; p++) {
+        const float *vp = vbase + (int64_t)s->blocks[p / bs] * cb->block_floats +
+                          ((int64_t)kvh * bs + p % bs) * hd;
+        float a = scores[p] * inv;
+        for (int i = 0; i < hd; i++)
+            out[i] += a * vp[i];
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* element-wise jobs over token rows                                         */
+
+typedef struct {
+    cpu_backend *cb;
+    int64_t n_ff;
+} swiglu_job;
+
+static void swiglu_task(void *ctx, int64_t t, int thread)
+{
+    (void)thread;
+    swiglu_job *j = ctx;
+    sl_cpu_swiglu(j->cb->gate + t * j->n_ff, j->cb->gate + t * j->n_ff, j->cb->up + t * j->n_ff, j->n_ff);
+}
+
+/* Biases, per-head q/k norms and rope for token row t, then its K/V into the cache. */
+static void qkv_post(cpu_backend *cb, const sl_layer *L, const sl_batch_seq *seqs, int layer, int64_t t)
+{
+    const sl_model *m = cb->base.model;
+    const sl_hparams *hp = &m->hp;
+    int hd = hp->head_dim;
+    int64_t q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv * hd;
+    float *q = cb->q + t * q_dim, *k = cb->k + t * kv_dim, *v = cb->v + t * kv_dim;
+    if (L->bq) {
+        sl_cpu_add(q, L->bq, q_dim);
+        sl_cpu_add(k, L->bk, kv_dim);
+        sl_cpu_add(v, L->bv, kv_dim);
+    }
+    if (L->q_norm) {
+        for (int h = 0; h < hp->n_head; h++)
+            sl_cpu_rmsnorm(q + (int64_t)h * hd, q + (int64_t)h * hd, L->q_norm, hd, hp->norm_eps);
+        for (int h = 0; h < hp->n_head_kv; h++)
+            sl_cpu_rmsnorm(k + (int64_t)h * hd, k + (int64_t)h * hd, L->k_norm, hd, hp->norm_eps);
+    }
+    int half = hp->n_rot / 2, neox = hp->rope_style == SL_ROPE_NEOX;
+    sl_cpu_rope(q, hp->n_head, hd, hp->n_rot, cb->cos_t + t * half, cb->sin_t + t * half, neox);
+    sl_cpu_rope(k, hp->n_head_kv, hd, hp->n_rot, cb->cos_t + t * half, cb->sin_t + t * half, neox);
+
+    const sl_batch_seq *s = &seqs[cb->tok_seq[t]];
+    uint32_t bs = cb->base.cfg.kv_block_size;
+    int32_t pos = cb->tok_pos[t];
+    float *kbase = cb->kv + (int64_t)layer * 2 * cb->base.cfg.n_kv_blocks * cb->block_floats;
+    float *vbase = kbase + (int64_t)cb->base.cfg.n_kv_blocks * cb->block_floats;
+    int64_t block_off = (int64_t)s->blocks[pos / bs] * cb->block_floats;
+    for (int h = 0; h < hp->n_head_kv; h++) {
+        int64_t off = block_off + ((int64_t)h * bs + pos % bs) * hd;
+        memcpy(kbase + off, k + (int64_t)h * hd, (size_t)hd * sizeof(float));
+        memcpy(vbase + off, v + (int64_t)h * hd, (size_t)hd * sizeof(float));
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+
+static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
+{
+    cpu_backend *cb = (cpu_backend *)b;
+    const sl_model *m = b->model;
+    const sl_hparams *hp = &m->hp;
+    int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
+    int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
+    int half = hp->n_rot / 2;
+
+    /* flatten the batch; embeddings; rope angles */
+    int64_t T = 0, n_out = 0;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        for (int32_t j = 0; j < seqs[i].n_tokens; j++, T++) {
+            cb->tok_seq[T] = i;
+            cb->tok_pos[T] = seqs[i].pos + j;
+            if (seqs[i].logits_all || j == seqs[i].n_tokens - 1)
+                cb->out_rows[n_out++] = (int32_t)T;
+            const void *row = (const char *)m->tok_embd.data + (int64_t)seqs[i].tokens[j] * m->tok_embd.row_bytes;
+            if (sl_quant_dequantize_row(m->tok_embd.type, row, cb->x + T * E, E) < 0)
+                return SL_EBACKEND;
+            for (int r = 0; r < half; r++) {
+                double theta = (double)cb->tok_pos[T] * hp->rope_freq_scale * cb->inv_freq[r];
+                cb->cos_t[T * half + r] = (float)cos(theta);
+                cb->sin_t[T * half + r] = (float)sin(theta);
+            }
+        }
+    }
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const sl_layer *L = &m->layers[l];
+        for (int64_t t = 0; t < T; t++)
+            sl_cpu_rmsnorm(cb->xn + t * E, cb->x + t * E, L->attn_norm, E, hp->norm_eps);
+        const sl_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *yqkv[3] = {cb->q, cb->k, cb->v};
+        int64_t ldqkv[3] = {q_dim, kv_dim, kv_dim};
+        matmul(cb, cb->xn, E, T, 3, wqkv, yqkv, ldqkv);
+        for (int64_t t = 0; t < T; t++)
+            qkv_post(cb, L, seqs, l, t);
+
+        attn_job aj = {.cb = cb, .seqs = seqs, .layer = l};
+        sl_threadpool_run(cb->pool, attn_task, &aj, T * hp->n_head);
+
+        matmul1(cb, cb->att, q_dim, T, &L->wo, cb->xn, E);
+        sl_cpu_add(cb->x, cb->xn, T * E);
+
+        for (int64_t t = 0; t < T; t++)
+            sl_cpu_rmsnorm(cb->xn + t * E, cb->x + t * E, L->ffn_norm, E, hp->norm_eps);
+        const sl_weight *wgu[2] = {&L->w_gate, &L->w_up};
+        float *ygu[2] = {cb->gate, cb->up};
+        int64_t ldgu[2] = {F, F};
+        matmul(cb, cb->xn, E, T, 2, wgu, ygu, ldgu);
+        swiglu_job sj = {.cb = cb, .n_ff = F};
+        sl_threadpool_run(cb->pool, swiglu_task, &sj, T);
+        matmul1(cb, cb->gate, F, T, &L->w_down, cb->xn, E);
+        sl_cpu_add(cb->x, cb->xn, T * E);
+    }
+
+    /* the rows whose logits are asked: final norm, output projection */
+    for (int64_t i = 0; i < n_out; i++)
+        sl_cpu_rmsnorm(cb->xn + i * E, cb->x + (int64_t)cb->out_rows[i] * E, m->output_norm, E, hp->norm_eps);
+    matmul1(cb, cb->xn, E, n_out, &m->output, logits, hp->n_vocab);
+    return SL_OK;
+}
+
+static void cpu_destroy(sl_backend *b)
+{
+    cpu_backend *cb = (cpu_backend *)b;
+    sl_threadpool_destroy(cb->pool);
+    free(cb->kv);
+    free(cb->x);
+    free(cb->xn);
+    free(cb->q);
+    free(cb->k);
+    free(cb->v);
+    free(cb->att);
+    free(cb->gate);
+    free(cb->up);
+    free(cb->cos_t);
+    free(cb->sin_t);
+    free(cb->tok_seq);
+    free(cb->tok_pos);
+    free(cb->out_rows);
+    free(cb->scores);
+    free(cb->tmp);
+    free(cb->inv_freq);
+    free(cb);
+}
+
+static const sl_backend_ops cpu_ops = {
+    .name = "cpu",
+    .forward = cpu_forward,
+    .destroy = cpu_destroy,
+};
+
+sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backend **out,
+                                char err[SL_ERR_LEN])
+{
+    *out = NULL;
+    const sl_hparams *hp = &m->hp;
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) {
+        snprintf(err, SL_ERR_LEN, "cpu backend: out of memory");
+        return SL_ENOMEM;
+    }
+    cb->base.ops = &cpu_ops;
+    cb->base.model = m;
+    cb->base.cfg = *cfg;
+    cb->base.cfg.device = "cpu";
+    cb->n_threads = cfg->n_threads;
+    cb->block_floats = (int64_t)hp->n_head_kv * cfg->kv_block_size * hp->head_dim;
+    cb->base.kv_bytes = (uint64_t)cfg->n_kv_blocks * sl_backend_kv_block_bytes(m, cfg->kv_block_size);
+
+    int64_t T = cfg->max_batch_tokens, E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
+    int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim, half = hp->n_rot / 2;
+    int64_t xn_dim = E > q_dim ? E : q_dim;
+    bool ok = sl_threadpool_create(cfg->n_threads, &cb->pool) == SL_OK;
+    ok = ok && (cb->kv = calloc(cb->base.kv_bytes / sizeof(float), sizeof(float)));
+#define ALLOC(p, n) (ok = ok && ((p) = malloc((size_t)(n) * sizeof *(p))) != NULL)
+    ALLOC(cb->x, T * E);
+    ALLOC(cb->xn, T * xn_dim);
+    ALLOC(cb->q, T * q_dim);
+    ALLOC(cb->k, T * kv_dim);
+    ALLOC(cb->v, T * kv_dim);
+    ALLOC(cb->att, T * q_dim);
+    ALLOC(cb->gate, T * hp->n_ff);
+    ALLOC(cb->up, T * hp->n_ff);
+    ALLOC(cb->cos_t, T * half);
+    ALLOC(cb->sin_t, T * half);
+    ALLOC(cb->tok_seq, T);
+    ALLOC(cb->tok_pos, T);
+    ALLOC(cb->out_rows, T);
+    ALLOC(cb->scores, (int64_t)cfg->n_threads * cfg->max_ctx);
+    ALLOC(cb->tmp, (int64_t)cfg->n_threads * TOKEN_TILE);
+    ALLOC(cb->inv_freq, half);
+#undef ALLOC
+    if (!ok) {
+        snprintf(err, SL_ERR_LEN, "cpu backend: out of memory (KV cache %llu MiB for %u blocks, "
+                 "scratch for %d tokens)", (unsigned long long)(cb->base.kv_bytes >> 20), cfg->n_kv_blocks,
+                 cfg->max_batch_tokens);
+        cpu_destroy(&cb->base);
+        return SL_ENOMEM;
+    }
+    for (int64_t i = 0; i < half; i++) {
+        cb->inv_freq[i] = pow((double)hp->rope_freq_base, -2.0 * (double)i / (double)hp->n_rot);
+        if (m->rope_freqs)
+            cb->inv_freq[i] /= m->rope_freqs[i];
+    }
+    *out = &cb->base;
+    return SL_OK;
+}

@@ -1,0 +1,43 @@
+/* kernels/cpu/ops.c: row operations of the forward pass (see ops.h).
+ * Sums of squares run in double: it costs nothing next to the matmuls and
+ * keeps the result independent of vector width. */
+#include <math.h>
+
+#include "kernels/cpu/ops.h"
+
+void sl_cpu_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
+{
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * scale * (w ? w[i] : 1.0f);
+}
+
+void sl_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_t, const float *sin_t,
+                 int neox)
+{
+    int half = n_rot / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (int64_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            float x0 = v[a], x1 = v[b];
+            v[a] = x0 * cos_t[i] - x1 * sin_t[i];
+            v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+        }
+    }
+}
+
+void sl_cpu_swiglu(float *out, const float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+void sl_cpu_add(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
+}

@@ -1,0 +1,24 @@
+/* kernels/cpu/ops.h: the element-wise and row operations of the forward
+ * pass on the CPU, in plain C (the readable reference). Each is a pure
+ * function of its inputs: no state, no allocation. */
+#ifndef SL_CPU_OPS_H
+#define SL_CPU_OPS_H
+
+#include <stdint.h>
+
+/* y = x / sqrt(mean(x^2) + eps) * w  (w may be NULL: no scale). y may be x. */
+void sl_cpu_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
+
+/* Rotates the first n_rot dims of each of n_heads heads (head_dim apart) by
+ * the angles whose cos/sin are given per pair (n_rot/2 each). neox: pairs are
+ * (i, i + n_rot/2), else (2i, 2i+1). */
+void sl_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, const float *cos_t, const float *sin_t,
+                 int neox);
+
+/* out[i] = silu(gate[i]) * up[i] */
+void sl_cpu_swiglu(float *out, const float *gate, const float *up, int64_t n);
+
+/* y[i] += x[i] */
+void sl_cpu_add(float *y, const float *x, int64_t n);
+
+#endif

@@ -1,0 +1,229 @@
+/* kernels/cpu/vec_dot.c: the portable (C17, any CPU) weight-row dot products
+ * and the run-time choice between them and the AVX2 ones.
+ * Runs in the CPU backend's threads. This is the readable reference the AVX2
+ * path is tested against, so it favours clarity over speed.
+ * Trade-off: each block is first decoded into integer codes plus per
+ * sub-block scale and min (once per group of vectors), and the dot product
+ * works on sub-block sums: sum(w*x) = d*sum(q*x) - dmin*sum(x), so a K-quant
+ * min costs one multiply per sub-block instead of one per element. */
+#include "kernels/cpu/vec_dot.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/ggml_types.h"
+#include "model/quant.h"
+
+/* A decoded block: `nsub` sub-blocks of `sub` elements; element k is
+ * ds[k/sub]*q[k] - dm[k/sub]. Floats hold the codes exactly (|q| < 2^24);
+ * for F32/F16/BF16 the "codes" are the weights themselves with ds = 1. */
+struct decoded {
+    int n, sub, nsub;
+    bool has_min;
+    float q[SL_QK_K];
+    float ds[SL_QK_K / 16];
+    float dm[SL_QK_K / 16];
+};
+
+enum { CHUNK_PLAIN = 256, GROUP = 32 };
+
+/* Decodes block `b` of a row (for plain float types, the 256-element chunk
+ * starting at element 256*b, shortened to what remains of n). */
+static void decode_block(uint32_t type, const void *w, int64_t b, int64_t n, struct decoded *d)
+{
+    d->has_min = false;
+    switch (type) {
+    case SL_GGML_TYPE_F32: case SL_GGML_TYPE_F16: case SL_GGML_TYPE_BF16: {
+        int64_t start = b * CHUNK_PLAIN;
+        int len = (int)(n - start < CHUNK_PLAIN ? n - start : CHUNK_PLAIN);
+        d->n = d->sub = len;
+        d->nsub = 1;
+        d->ds[0] = 1.0f;
+        if (type == SL_GGML_TYPE_F32)
+            memcpy(d->q, (const float *)w + start, (size_t)len * sizeof(float));
+        else if (type == SL_GGML_TYPE_F16)
+            for (int i = 0; i < len; i++)
+                d->q[i] = sl_fp16_to_fp32(((const uint16_t *)w)[start + i]);
+        else
+            for (int i = 0; i < len; i++)
+                d->q[i] = sl_bf16_to_fp32(((const uint16_t *)w)[start + i]);
+        break;
+    }
+    case SL_GGML_TYPE_Q8_0: {
+        const sl_block_q8_0 *blk = (const sl_block_q8_0 *)w + b;
+        d->n = d->sub = SL_QK8_0;
+        d->nsub = 1;
+        d->ds[0] = sl_fp16_to_fp32(blk->d);
+        for (int i = 0; i < SL_QK8_0; i++)
+            d->q[i] = (float)blk->qs[i];
+        break;
+    }
+    case SL_GGML_TYPE_Q4_0: {
+        const sl_block_q4_0 *blk = (const sl_block_q4_0 *)w + b;
+        d->n = d->sub = SL_QK4_0;
+        d->nsub = 1;
+        d->ds[0] = sl_fp16_to_fp32(blk->d);
+        for (int i = 0; i < 16; i++) {
+            d->q[i] = (float)((blk->qs[i] & 0xF) - 8);
+            d->q[i + 16] = (float)((blk->qs[i] >> 4) - 8);
+        }
+        break;
+    }
+    case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K: {
+        /* Q5_K is Q4_K with a fifth bit; the two share scales and nibbles */
+        const uint8_t *scales, *qs, *qh = NULL;
+        uint16_t hd, hdmin;
+        if (type == SL_GGML_TYPE_Q4_K) {
+            const sl_block_q4_K *blk = (const sl_block_q4_K *)w + b;
+            scales = blk->scales; qs = blk->qs; hd = blk->d; hdmin = blk->dmin;
+        } else {
+            const sl_block_q5_K *blk = (const sl_block_q5_K *)w + b;
+            scales = blk->scales; qs = blk->qs; qh = blk->qh; hd = blk->d; hdmin = blk->dmin;
+        }
+        float dd = sl_fp16_to_fp32(hd), dmin = sl_fp16_to_fp32(hdmin);
+        d->n = SL_QK_K;
+        d->sub = 32;
+        d->nsub = 8;
+        d->has_min = true;
+        for (int s = 0; s < 8; s++) {
+            uint8_t sc, m;
+            sl_quant_get_scale_min_k4(s, scales, &sc, &m);
+            d->ds[s] = dd * (float)sc;
+            d->dm[s] = dmin * (float)m;
+            const uint8_t *q = qs + 32 * (s / 2);
+            int shift = 4 * (s & 1);
+            for (int l = 0; l < 32; l++) {
+                int v = (q[l] >> shift) & 0xF;
+                if (qh)
+                    v |= ((qh[l] >> s) & 1) << 4;
+                d->q[32 * s + l] = (float)v;
+            }
+        }
+        break;
+    }
+    case SL_GGML_TYPE_Q6_K: {
+        const sl_block_q6_K *blk = (const sl_block_q6_K *)w + b;
+        float dd = sl_fp16_to_fp32(blk->d);
+        d->n = SL_QK_K;
+        d->sub = 16;
+        d->nsub = 16;
+        for (int s = 0; s < 16; s++)
+            d->ds[s] = dd * (float)blk->scales[s];
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = blk->ql + 64 * h, *qh = blk->qh + 32 * h;
+            float *y = d->q + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                y[l]      = (float)(((ql[l] & 0xF)      | (((qh[l] >> 0) & 3) << 4)) - 32);
+                y[l + 32] = (float)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                y[l + 64] = (float)(((ql[l] >> 4)       | (((qh[l] >> 4) & 3) << 4)) - 32);
+                y[l + 96] = (float)(((ql[l + 32] >> 4)  | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+        }
+        break;
+    }
+    default:
+        assert(!"vec_dot: unsupported type");
+    }
+}
+
+/* The block's contribution to one dot product. Four partial sums per
+ * sub-block give the CPU independent add chains; their order is fixed. */
+static float block_dot(const struct decoded *d, const float *x)
+{
+    float total = 0.0f;
+    for (int s = 0; s < d->nsub; s++) {
+        const float *q = d->q + s * d->sub, *xs = x + s * d->sub;
+        float p[4] = {0, 0, 0, 0}, sx[4] = {0, 0, 0, 0};
+        int i = 0;
+        for (; i + 4 <= d->sub; i += 4)
+            for (int k = 0; k < 4; k++) {
+                p[k] += q[i + k] * xs[i + k];
+                sx[k] += xs[i + k];
+            }
+        for (; i < d->sub; i++) {    /* tail of a short F32/F16/BF16 chunk */
+            p[0] += q[i] * xs[i];
+            sx[0] += xs[i];
+        }
+        float sq = (p[0] + p[1]) + (p[2] + p[3]);
+        total += d->ds[s] * sq;
+        if (d->has_min)
+            total -= d->dm[s] * ((sx[0] + sx[1]) + (sx[2] + sx[3]));
+    }
+    return total;
+}
+
+void sl_vec_dot_multi_portable(uint32_t type, const void *w_row, const float *x, int64_t ldx,
+                               int m, float *out, int64_t n)
+{
+    assert(sl_ggml_type_supported(type) && n % sl_ggml_block_elems(type) == 0);
+    int64_t be = sl_ggml_block_elems(type) == 1 ? CHUNK_PLAIN : sl_ggml_block_elems(type);
+    int64_t nb = (n + be - 1) / be;
+    struct decoded d;
+    for (int j0 = 0; j0 < m; j0 += GROUP) {
+        int mt = m - j0 < GROUP ? m - j0 : GROUP;
+        float acc[GROUP] = {0};
+        for (int64_t b = 0; b < nb; b++) {
+            decode_block(type, w_row, b, n, &d);
+            for (int j = 0; j < mt; j++)
+                acc[j] += block_dot(&d, x + (int64_t)(j0 + j) * ldx + b * be);
+        }
+        for (int j = 0; j < mt; j++)
+            out[j0 + j] = acc[j];
+    }
+}
+
+/* ======================================================================
+ * Run-time dispatch
+ * ====================================================================== */
+
+typedef void (*multi_fn)(uint32_t, const void *, const float *, int64_t, int, float *, int64_t);
+
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+static multi_fn isa_multi = sl_vec_dot_multi_portable;
+static const char *isa_name = "portable";
+
+bool sl_vec_dot_avx2_available(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+        && __builtin_cpu_supports("f16c");
+#else
+    return false;
+#endif
+}
+
+static void isa_choose(void)
+{
+    const char *env = getenv("SLUICE_CPU_ISA");
+    if (env && strcmp(env, "portable") == 0)
+        return;
+    if (sl_vec_dot_avx2_available()) {
+        isa_multi = sl_vec_dot_multi_avx2;
+        isa_name = "avx2";
+    }
+}
+
+const char *sl_vec_dot_isa(void)
+{
+    pthread_once(&isa_once, isa_choose);
+    return isa_name;
+}
+
+void sl_vec_dot_multi(uint32_t type, const void *w_row, const float *x, int64_t ldx, int m,
+                      float *out, int64_t n)
+{
+    pthread_once(&isa_once, isa_choose);
+    isa_multi(type, w_row, x, ldx, m, out, n);
+}
+
+float sl_vec_dot(uint32_t type, const void *w_row, const float *x, int64_t n)
+{
+    /* one vector through the batched path: bitwise equality by construction */
+    float r;
+    pthread_once(&isa_once, isa_choose);
+    isa_multi(type, w_row, x, 0, 1, &r, n);
+    return r;
+}

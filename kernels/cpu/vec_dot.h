@@ -1,0 +1,46 @@
+/* kernels/cpu/vec_dot.h: dot products of one weight row, kept in its GGUF
+ * type, with float32 activations (the CPU matmul inner loop).
+ * Where:     CPU backend threads; tools/quantdump (benchmark); tests.
+ * Who:       any thread, concurrently; the ISA is chosen once, on first use
+ *            (pthread_once), and never changes afterwards.
+ * ISA:       AVX2+FMA+F16C when the CPU has them (vec_dot_avx2.c), else the
+ *            portable C reference (vec_dot.c). Env SLUICE_CPU_ISA=portable
+ *            forces the portable path.
+ * Determinism: a dot product's reduction order depends only on (type, n),
+ *            never on m or on the other vectors of a batch, so
+ *            sl_vec_dot_multi(...)[j] == sl_vec_dot(..., x + j*ldx, n) bit
+ *            for bit (the engine promises batch-independent logits).
+ * Memory:    no allocation; each weight block is decoded into a small stack
+ *            buffer, never a whole row or matrix.
+ * Types:     F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. Preconditions
+ *            (checked by assert only; this is the hot path): the type is one
+ *            of these and n is a multiple of its block size. */
+#ifndef SL_VEC_DOT_H
+#define SL_VEC_DOT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* sum_i w_row[i] * x[i] over n elements; w_row holds n elements of `type`. */
+float sl_vec_dot(uint32_t type, const void *w_row, const float *x, int64_t n);
+
+/* out[j] = sl_vec_dot(type, w_row, x + j*ldx, n) for 0 <= j < m, bitwise,
+ * decoding each weight block once per group of up to 32 vectors (prefill).
+ * out: m floats (OUT). m <= 0 does nothing. Note n comes last: the brief's
+ * signature had no n, and ldx >= n need not equal it. */
+void sl_vec_dot_multi(uint32_t type, const void *w_row, const float *x, int64_t ldx, int m,
+                      float *out /* OUT */, int64_t n);
+
+/* "avx2" or "portable": the path sl_vec_dot uses in this process. */
+const char *sl_vec_dot_isa(void);
+
+/* ---- the two implementations, for tests and the benchmark ---------------
+ * Same contracts as sl_vec_dot_multi. The avx2 one may be called only when
+ * sl_vec_dot_avx2_available() (CPU support, whatever SLUICE_CPU_ISA says). */
+void sl_vec_dot_multi_portable(uint32_t type, const void *w_row, const float *x, int64_t ldx,
+                               int m, float *out /* OUT */, int64_t n);
+void sl_vec_dot_multi_avx2(uint32_t type, const void *w_row, const float *x, int64_t ldx, int m,
+                           float *out /* OUT */, int64_t n);
+bool sl_vec_dot_avx2_available(void);
+
+#endif

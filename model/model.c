@@ -1,0 +1,315 @@
+/* model/model.c: binds a GGUF file's hyperparameters and tensors into an
+ * sl_model for the llama, qwen2 and qwen3 architectures.
+ * Every hyperparameter comes from metadata and is range-checked; every tensor
+ * is checked for presence, exact shape and a supported type before any
+ * backend sees it, so compute code never validates. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/ggml_types.h"
+#include "model/model.h"
+
+typedef struct {
+    const sl_gguf *g;
+    const char *arch;
+    char *err;
+} binder;
+
+__attribute__((format(printf, 2, 3)))
+static sl_status fail(binder *b, const char *fmt, ...)
+{
+    char what[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(b->err, SL_ERR_LEN, "%s: %s", sl_gguf_path(b->g), what);
+    return SL_EFORMAT;
+}
+
+/* {arch}.suffix as an integer in [lo, hi]; *out keeps def if absent and !required. */
+static sl_status get_int(binder *b, const char *suffix, bool required, int64_t lo, int64_t hi,
+                         int32_t def, int32_t *out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
+    int64_t v = def;
+    sl_status rc = sl_gguf_get_int(b->g, key, &v);
+    if (rc == SL_EINVAL && sl_gguf_find_key(b->g, key) >= 0)
+        return fail(b, "key %s must be an integer", key);
+    if (rc < 0 && sl_gguf_find_key(b->g, key) >= 0)
+        return fail(b, "key %s is out of range", key);
+    if (rc < 0 && required)
+        return fail(b, "missing required key %s", key);
+    if (v < lo || v > hi)
+        return fail(b, "key %s = %lld is out of range", key, (long long)v);
+    *out = (int32_t)v;
+    return SL_OK;
+}
+
+static sl_status get_float(binder *b, const char *suffix, bool required, double lo, double hi,
+                           float def, float *out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
+    double v = def;
+    sl_status rc = sl_gguf_get_float(b->g, key, &v);
+    if (rc < 0 && sl_gguf_find_key(b->g, key) >= 0)
+        return fail(b, "key %s must be a float", key);
+    if (rc < 0 && required)
+        return fail(b, "missing required key %s", key);
+    if (!isfinite(v) || v < lo || v > hi) {
+        return fail(b, "key %s = %g is out of range", key, v);
+    }
+    *out = (float)v;
+    return SL_OK;
+}
+
+static sl_status bind_hparams(binder *b, sl_hparams *hp)
+{
+    sl_status rc;
+    if ((rc = get_int(b, "context_length", true, 1, 1 << 24, 0, &hp->n_ctx_train)) < 0 ||
+        (rc = get_int(b, "embedding_length", true, 1, 65536, 0, &hp->n_embd)) < 0 ||
+        (rc = get_int(b, "block_count", true, 1, 1024, 0, &hp->n_layer)) < 0 ||
+        (rc = get_int(b, "feed_forward_length", true, 1, 1 << 20, 0, &hp->n_ff)) < 0 ||
+        (rc = get_int(b, "attention.head_count", true, 1, 4096, 0, &hp->n_head)) < 0 ||
+        (rc = get_int(b, "attention.head_count_kv", false, 1, 4096, hp->n_head, &hp->n_head_kv)) < 0)
+        return rc;
+    if (hp->n_head % hp->n_head_kv != 0)
+        return fail(b, "%s.attention.head_count is not a multiple of head_count_kv (%d)", b->arch,
+                    hp->n_head_kv);
+    int32_t def_head_dim = hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : 0;
+    int32_t v_dim = 0;
+    if ((rc = get_int(b, "attention.key_length", def_head_dim == 0, 2, 1024, def_head_dim, &hp->head_dim)) < 0 ||
+        (rc = get_int(b, "attention.value_length", false, 2, 1024, hp->head_dim, &v_dim)) < 0)
+        return rc;
+    if (v_dim != hp->head_dim || hp->head_dim % 2 != 0)
+        return fail(b, "%s: key_length and value_length must be equal and even (value_length %d)", b->arch,
+                    v_dim);
+    if ((rc = get_int(b, "rope.dimension_count", false, 2, hp->head_dim, hp->head_dim, &hp->n_rot)) < 0)
+        return rc;
+    if (hp->n_rot % 2 != 0)
+        return fail(b, "%s.rope.dimension_count must be even (%d)", b->arch, hp->n_rot);
+    if ((rc = get_float(b, "attention.layer_norm_rms_epsilon", true, 1e-12, 0.1, 0, &hp->norm_eps)) < 0 ||
+        (rc = get_float(b, "rope.freq_base", false, 1.0, 1e12, 10000.0f, &hp->rope_freq_base)) < 0)
+        return rc;
+
+    /* Rope scaling: none or linear; llama3-style scaling arrives as the
+     * rope_freqs tensor, which the forward pass applies whatever the type. */
+    hp->rope_freq_scale = 1.0f;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", b->arch);
+    sl_gguf_str type;
+    float factor = 1.0f;
+    if (sl_gguf_get_str(b->g, key, &type) == SL_OK) {
+        if (sl_gguf_str_eq(type, "linear")) {
+            if ((rc = get_float(b, "rope.scaling.factor", true, 1e-3, 1e3, 1.0f, &factor)) < 0)
+                return rc;
+        } else if (!sl_gguf_str_eq(type, "none") && !sl_gguf_str_eq(type, "llama3")) {
+            char t[32];
+            snprintf(t, sizeof t, "%.*s", (int)(type.len < 31 ? type.len : 31), type.ptr);
+            snprintf(b->err, SL_ERR_LEN, "%s: %s = '%s' is not supported (none, linear, llama3 are)",
+                     sl_gguf_path(b->g), key, t);
+            return SL_EUNSUPPORTED;
+        }
+    } else if ((rc = get_float(b, "rope.scale_linear", false, 1e-3, 1e3, 1.0f, &factor)) < 0) {
+        return rc;
+    }
+    hp->rope_freq_scale = 1.0f / factor;
+    return SL_OK;
+}
+
+/* Finds `name`, checks its shape (ne1 = 0 for a 1-D tensor) and type. */
+static sl_status bind_tensor(binder *b, const char *name, int64_t ne0, int64_t ne1, bool required,
+                             bool f32_only, const sl_gguf_tensor **out)
+{
+    *out = NULL;
+    const sl_gguf_tensor *t = sl_gguf_find_tensor(b->g, name);
+    if (!t) {
+        if (required)
+            return fail(b, "missing tensor '%s'", name);
+        return SL_OK;
+    }
+    uint32_t want_dims = ne1 ? 2 : 1;
+    bool shape_ok = t->n_dims == want_dims && (int64_t)t->ne[0] == ne0 && (ne1 == 0 || (int64_t)t->ne[1] == ne1);
+    if (!shape_ok) {
+        return fail(b, "tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]", name,
+                    (unsigned long long)t->ne[0], (unsigned long long)(t->n_dims > 1 ? t->ne[1] : 1),
+                    (long long)ne0, (long long)(ne1 ? ne1 : 1));
+    }
+    if (f32_only ? t->type != SL_GGML_TYPE_F32 : !sl_ggml_type_supported(t->type)) {
+        const char *tn = sl_ggml_type_name(t->type);
+        snprintf(b->err, SL_ERR_LEN, "%s: tensor '%s' has type %s, which sluice does not support here (%s)",
+                 sl_gguf_path(b->g), name, tn ? tn : "?",
+                 f32_only ? "F32 expected" : "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K are supported");
+        return SL_EUNSUPPORTED;
+    }
+    *out = t;
+    return SL_OK;
+}
+
+static sl_status bind_weight(binder *b, const char *name, int64_t ne0, int64_t ne1, bool required,
+                             sl_weight *w, uint64_t *bytes)
+{
+    const sl_gguf_tensor *t;
+    sl_status rc = bind_tensor(b, name, ne0, ne1, required, false, &t);
+    memset(w, 0, sizeof *w);
+    if (rc < 0 || !t)
+        return rc;
+    *w = (sl_weight){.type = t->type, .ne0 = ne0, .ne1 = ne1,
+                     .row_bytes = sl_ggml_row_bytes(t->type, (uint64_t)ne0), .data = t->data};
+    *bytes += t->nbytes;
+    return SL_OK;
+}
+
+static sl_status bind_vector(binder *b, const char *name, int64_t n, bool required, const float **v,
+                             uint64_t *bytes)
+{
+    const sl_gguf_tensor *t;
+    sl_status rc = bind_tensor(b, name, n, 0, required, true, &t);
+    *v = t ? (const float *)t->data : NULL;
+    if (t)
+        *bytes += t->nbytes;
+    return rc;
+}
+
+static sl_status bind_layers(binder *b, sl_model *m)
+{
+    const sl_hparams *hp = &m->hp;
+    int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    bool biases = hp->arch == SL_ARCH_QWEN2, qk_norm = hp->arch == SL_ARCH_QWEN3;
+    uint64_t *B = &m->weight_bytes;
+    for (int32_t i = 0; i < hp->n_layer; i++) {
+        sl_layer *L = &m->layers[i];
+        char n[96];
+        sl_status rc;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, i), n)
+        if ((rc = bind_vector(b, NAME("attn_norm.weight"), hp->n_embd, true, &L->attn_norm, B)) < 0 ||
+            (rc = bind_weight(b, NAME("attn_q.weight"), hp->n_embd, q_dim, true, &L->wq, B)) < 0 ||
+            (rc = bind_weight(b, NAME("attn_k.weight"), hp->n_embd, kv_dim, true, &L->wk, B)) < 0 ||
+            (rc = bind_weight(b, NAME("attn_v.weight"), hp->n_embd, kv_dim, true, &L->wv, B)) < 0 ||
+            (rc = bind_weight(b, NAME("attn_output.weight"), q_dim, hp->n_embd, true, &L->wo, B)) < 0 ||
+            (rc = bind_vector(b, NAME("ffn_norm.weight"), hp->n_embd, true, &L->ffn_norm, B)) < 0 ||
+            (rc = bind_weight(b, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, true, &L->w_gate, B)) < 0 ||
+            (rc = bind_weight(b, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, true, &L->w_up, B)) < 0 ||
+            (rc = bind_weight(b, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, true, &L->w_down, B)) < 0 ||
+            (rc = bind_vector(b, NAME("attn_q.bias"), q_dim, biases, &L->bq, B)) < 0 ||
+            (rc = bind_vector(b, NAME("attn_k.bias"), kv_dim, biases, &L->bk, B)) < 0 ||
+            (rc = bind_vector(b, NAME("attn_v.bias"), kv_dim, biases, &L->bv, B)) < 0 ||
+            (rc = bind_vector(b, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm, B)) < 0 ||
+            (rc = bind_vector(b, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm, B)) < 0)
+            return rc;
+#undef NAME
+    }
+    return SL_OK;
+}
+
+sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN])
+{
+    *out = NULL;
+    binder b = {.g = g, .err = err};
+    sl_gguf_str arch;
+    if (sl_gguf_get_str(g, "general.architecture", &arch) < 0)
+        return fail(&b, "missing required key %s", "general.architecture");
+    sl_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, SL_ERR_LEN, "%s: out of memory", sl_gguf_path(g));
+        return SL_ENOMEM;
+    }
+    sl_hparams *hp = &m->hp;
+    if (sl_gguf_str_eq(arch, "llama")) {
+        hp->arch = SL_ARCH_LLAMA;
+        hp->rope_style = SL_ROPE_ADJACENT;
+    } else if (sl_gguf_str_eq(arch, "qwen2")) {
+        hp->arch = SL_ARCH_QWEN2;
+        hp->rope_style = SL_ROPE_NEOX;
+    } else if (sl_gguf_str_eq(arch, "qwen3")) {
+        hp->arch = SL_ARCH_QWEN3;
+        hp->rope_style = SL_ROPE_NEOX;
+    } else {
+        snprintf(err, SL_ERR_LEN, "%s: architecture '%.*s' is not supported (llama, qwen2, qwen3 are)",
+                 sl_gguf_path(g), (int)(arch.len < 32 ? arch.len : 32), arch.ptr);
+        free(m);
+        return SL_EUNSUPPORTED;
+    }
+    snprintf(m->arch_name, sizeof m->arch_name, "%.*s", (int)arch.len, arch.ptr);
+    b.arch = m->arch_name;
+
+    sl_status rc = bind_hparams(&b, hp);
+    const sl_gguf_tensor *emb = NULL;
+    if (rc == SL_OK && !(emb = sl_gguf_find_tensor(g, "token_embd.weight")))
+        rc = fail(&b, "missing tensor '%s'", "token_embd.weight");
+    if (rc == SL_OK) {
+        if (emb->n_dims != 2 || emb->ne[1] > (1u << 24) || (int64_t)emb->ne[0] != hp->n_embd)
+            rc = fail(&b, "tensor 'token_embd.weight' does not have shape [n_embd=%d, n_vocab]",
+                      hp->n_embd);
+        else
+            hp->n_vocab = (int32_t)emb->ne[1];
+    }
+    if (rc == SL_OK)
+        rc = bind_weight(&b, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd, &m->weight_bytes);
+    if (rc == SL_OK)
+        rc = bind_vector(&b, "output_norm.weight", hp->n_embd, true, &m->output_norm, &m->weight_bytes);
+    if (rc == SL_OK)
+        rc = bind_weight(&b, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output, &m->weight_bytes);
+    if (rc == SL_OK && !m->output.data) {
+        m->output = m->tok_embd;
+        m->tied_output = true;
+    }
+    if (rc == SL_OK)
+        rc = bind_vector(&b, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, &m->weight_bytes);
+    if (rc == SL_OK && !(m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers))) {
+        snprintf(err, SL_ERR_LEN, "%s: out of memory", sl_gguf_path(g));
+        rc = SL_ENOMEM;
+    }
+    if (rc == SL_OK)
+        rc = bind_layers(&b, m);
+    if (rc < 0) {
+        free(m->layers);
+        free(m);
+        return rc;
+    }
+    sl_gguf_str name;
+    if (sl_gguf_get_str(g, "general.name", &name) == SL_OK && name.len > 0) {
+        snprintf(m->name, sizeof m->name, "%.*s", (int)(name.len < 127 ? name.len : 127), name.ptr);
+    } else {
+        const char *p = strrchr(sl_gguf_path(g), '/');
+        snprintf(m->name, sizeof m->name, "%s", p ? p + 1 : sl_gguf_path(g));
+    }
+    m->gguf = g;
+    *out = m;
+    return SL_OK;
+}
+
+sl_status sl_model_load(const char *path, sl_model **out, char err[SL_ERR_LEN])
+{
+    *out = NULL;
+    sl_gguf *g;
+    sl_status rc = sl_gguf_open(path, &g, err);
+    if (rc < 0)
+        return rc;
+    rc = sl_model_from_gguf(g, out, err);
+    if (rc < 0)
+        sl_gguf_close(g);
+    return rc;
+}
+
+void sl_model_destroy(sl_model *m)
+{
+    if (!m)
+        return;
+    sl_gguf_close(m->gguf);
+    free(m->layers);
+    free(m);
+}
+
+uint64_t sl_model_flops_per_token(const sl_model *m)
+{
+    const sl_hparams *hp = &m->hp;
+    uint64_t q = (uint64_t)hp->n_head * hp->head_dim, kv = (uint64_t)hp->n_head_kv * hp->head_dim;
+    uint64_t per_layer = (uint64_t)hp->n_embd * (q + 2 * kv) + q * hp->n_embd + 3ull * hp->n_embd * hp->n_ff;
+    return per_layer * hp->n_layer + (uint64_t)hp->n_embd * hp->n_vocab;
+}

@@ -1,0 +1,94 @@
+/* model/model.h: a model description: hyperparameters and weight views bound
+ * from a GGUF file, for the architectures sluice computes.
+ * Where:     the worker and `sluice generate` load one; backends read it.
+ * Ownership: weights point into the GGUF mapping, which the model owns: it
+ *            lives until sl_model_destroy(). Read-only after load, so backend
+ *            threads share it freely.
+ * Errors:    sl_model_load() fills err with one line naming the file and the
+ *            key or tensor at fault. */
+#ifndef SL_MODEL_H
+#define SL_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gguf.h"
+#include "shared/status.h"
+
+enum sl_arch {
+    SL_ARCH_LLAMA,   /* Llama 2/3.x, Mistral, TinyLlama, SmolLM: adjacent-pair rope */
+    SL_ARCH_QWEN2,   /* QKV biases, NEOX-style (half-split) rope */
+    SL_ARCH_QWEN3,   /* per-head q/k RMS norms, NEOX-style rope, no biases */
+};
+
+enum sl_rope_style {
+    SL_ROPE_ADJACENT,   /* rotate (x[2i], x[2i+1]): ggml's "normal" mode, as llama GGUFs are stored */
+    SL_ROPE_NEOX,       /* rotate (x[i], x[i + d/2]) */
+};
+
+/* A weight matrix stored row-major in its GGUF type: ne1 rows of ne0
+ * elements, each row `row_bytes` bytes. y = W x means y[r] = dot(row r, x). */
+typedef struct {
+    uint32_t type;          /* enum sl_ggml_type */
+    int64_t ne0, ne1;       /* (in, out) */
+    size_t row_bytes;
+    const void *data;       /* NULL when the model has no such tensor */
+} sl_weight;
+
+typedef struct {
+    const float *attn_norm;          /* (n_embd) */
+    sl_weight wq, wk, wv;            /* (n_embd -> n_head*head_dim), (n_embd -> n_head_kv*head_dim) x2 */
+    const float *bq, *bk, *bv;       /* qwen2 biases, NULL otherwise */
+    const float *q_norm, *k_norm;    /* qwen3 per-head RMS norm weights (head_dim), NULL otherwise */
+    sl_weight wo;                    /* (n_head*head_dim -> n_embd) */
+    const float *ffn_norm;           /* (n_embd) */
+    sl_weight w_gate, w_up;          /* (n_embd -> n_ff) */
+    sl_weight w_down;                /* (n_ff -> n_embd) */
+} sl_layer;
+
+typedef struct {
+    enum sl_arch arch;
+    enum sl_rope_style rope_style;
+    int32_t n_vocab;
+    int32_t n_ctx_train;    /* context length the model was trained for */
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;       /* per-head size of q and k (and v) */
+    int32_t n_ff;
+    int32_t n_rot;          /* rotated dims per head (rope.dimension_count), <= head_dim */
+    float norm_eps;
+    float rope_freq_base;
+    float rope_freq_scale; /* 1/factor for linear rope scaling, else 1 */
+} sl_hparams;
+
+typedef struct sl_model {
+    sl_hparams hp;
+    char name[128];                  /* general.name or the file's base name */
+    char arch_name[16];
+    const float *rope_freqs;         /* (n_rot/2) llama3 frequency divisors, or NULL */
+    sl_weight tok_embd;              /* (n_embd, n_vocab): rows are embeddings */
+    const float *output_norm;        /* (n_embd) */
+    sl_weight output;                /* (n_embd -> n_vocab); same as tok_embd when tied */
+    bool tied_output;
+    sl_layer *layers;                /* n_layer */
+    sl_gguf *gguf;                   /* owned */
+    uint64_t weight_bytes;           /* all tensor data the forward pass reads */
+} sl_model;
+
+/* Opens `path` and binds an architecture. On failure *out is NULL and err
+ * says what is wrong (unknown architecture, a missing key or tensor, a shape
+ * mismatch, an unsupported tensor type with the tensor's name). */
+sl_status sl_model_load(const char *path, sl_model **out, char err[SL_ERR_LEN]);
+
+/* Binds an already opened file; takes ownership of g on success only. */
+sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN]);
+
+void sl_model_destroy(sl_model *m);
+
+/* Multiply-accumulate count per token (for tok/s vs roofline figures). */
+uint64_t sl_model_flops_per_token(const sl_model *m);
+
+#endif
