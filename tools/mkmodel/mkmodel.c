@@ -19,16 +19,7 @@
 #include "model/ggml_types.h"
 #include "model/gguf.h"
 #include "model/quant.h"
-#if __has_include("model/vocab_json.h")
 #include "model/vocab_json.h"
-#else
-static sl_status sl_vocab_json_to_gguf(const char *a, const char *b, sl_gguf_writer *w, char err[SL_ERR_LEN])
-{
-    (void)a; (void)b; (void)w;
-    snprintf(err, SL_ERR_LEN, "this build has no tokenizer.json support yet");
-    return SL_EUNSUPPORTED;
-}
-#endif
 
 typedef struct {
     const char *name, *arch;
