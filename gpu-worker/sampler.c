@@ -241,7 +241,8 @@ static void apply_logit_bias(const sl_sampling_params *p, float *l, int32_t n_vo
     if (n > SL_LOGIT_BIAS_MAX) n = SL_LOGIT_BIAS_MAX;
     for (int32_t i = 0; i < n; i++) {
         int32_t t = p->logit_bias[i].token;
-        if (t >= 0 && t < n_vocab) l[t] += p->logit_bias[i].bias;
+        float b = p->logit_bias[i].bias;
+        if (t >= 0 && t < n_vocab && isfinite(b)) l[t] += b;   /* inf bias + -inf logit = NaN */
     }
 }
 
@@ -251,9 +252,12 @@ static void apply_logit_bias(const sl_sampling_params *p, float *l, int32_t n_vo
 static void apply_penalties(const sl_sampling_params *p, float *l, int32_t n_vocab,
                             const int32_t *hist, int32_t n_hist, uint32_t *count)
 {
+    /* Unvalidated values that could flip signs or make NaN are ignored. */
     float r = p->repetition_penalty;
-    int use_r = r > 0.0f && r != 1.0f;   /* r <= 0 would flip signs: skip (unvalidated) */
-    if (!use_r && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) return;
+    float pres = isfinite(p->presence_penalty) ? p->presence_penalty : 0.0f;
+    float freq = isfinite(p->frequency_penalty) ? p->frequency_penalty : 0.0f;
+    int use_r = r > 0.0f && r != 1.0f && isfinite(r);
+    if (!use_r && pres == 0.0f && freq == 0.0f) return;
     if (p->penalty_last_n == 0 || !hist || n_hist <= 0) return;
     int32_t start = (p->penalty_last_n < 0 || p->penalty_last_n >= n_hist)
                         ? 0 : n_hist - p->penalty_last_n;
@@ -266,7 +270,7 @@ static void apply_penalties(const sl_sampling_params *p, float *l, int32_t n_voc
         if (t < 0 || t >= n_vocab || count[t] == 0) continue;
         float v = l[t];
         if (use_r) v = v > 0.0f ? v / r : v * r;
-        v -= p->presence_penalty + (float)count[t] * p->frequency_penalty;
+        v -= pres + (float)count[t] * freq;
         l[t] = v;
         count[t] = 0;
     }
