@@ -89,12 +89,29 @@ static int cand_cmp_desc(const void *pa, const void *pb)
     return 0;
 }
 
+/* Max of a row. Eight running maxima: gcc will not turn `a > b ? a : b`
+ * into vector max without -ffinite-math-only, but independent chains still
+ * overlap (about 3x on a 150k row). NaN-free rows only (the entry point
+ * clears NaN first). */
+static float row_max(const float *l, int32_t n)
+{
+    float m[8];
+    for (int k = 0; k < 8; k++) m[k] = l[0];
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) m[k] = l[i + k] > m[k] ? l[i + k] : m[k];
+    for (; i < n; i++) m[0] = l[i] > m[0] ? l[i] : m[0];
+    for (int k = 1; k < 8; k++) m[0] = m[k] > m[0] ? m[k] : m[0];
+    return m[0];
+}
+
+/* The lowest id holding the row's max. */
 static int32_t argmax(const float *l, int32_t n)
 {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (l[i] > l[best]) best = i;   /* strict: ties keep the lowest id */
-    return best;
+    float v = row_max(l, n);
+    for (int32_t i = 0; i < n; i++)
+        if (l[i] == v) return i;
+    return 0;   /* not reached on a NaN-free row */
 }
 
 /* Min-heap on the order above (root = worst kept) for top-k selection. */
@@ -184,8 +201,7 @@ static int32_t nucleus_cut(const float *l, const float *prob, int32_t n, float l
  * or a +inf logit); logprob_of handles those. */
 static double log_normaliser(const float *l, int32_t n)
 {
-    float m = l[0];
-    for (int32_t i = 1; i < n; i++) if (l[i] > m) m = l[i];
+    float m = row_max(l, n);
     if (!isfinite(m)) return m;
     double s = 0.0;
     for (int32_t i = 0; i < n; i++) s += exp((double)l[i] - (double)m);
@@ -225,7 +241,8 @@ static void apply_logit_bias(const sl_sampling_params *p, float *l, int32_t n_vo
     if (n > SL_LOGIT_BIAS_MAX) n = SL_LOGIT_BIAS_MAX;
     for (int32_t i = 0; i < n; i++) {
         int32_t t = p->logit_bias[i].token;
-        if (t >= 0 && t < n_vocab) l[t] += p->logit_bias[i].bias;
+        float b = p->logit_bias[i].bias;
+        if (t >= 0 && t < n_vocab && isfinite(b)) l[t] += b;   /* inf bias + -inf logit = NaN */
     }
 }
 
@@ -235,9 +252,12 @@ static void apply_logit_bias(const sl_sampling_params *p, float *l, int32_t n_vo
 static void apply_penalties(const sl_sampling_params *p, float *l, int32_t n_vocab,
                             const int32_t *hist, int32_t n_hist, uint32_t *count)
 {
+    /* Unvalidated values that could flip signs or make NaN are ignored. */
     float r = p->repetition_penalty;
-    int use_r = r > 0.0f && r != 1.0f;   /* r <= 0 would flip signs: skip (unvalidated) */
-    if (!use_r && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) return;
+    float pres = isfinite(p->presence_penalty) ? p->presence_penalty : 0.0f;
+    float freq = isfinite(p->frequency_penalty) ? p->frequency_penalty : 0.0f;
+    int use_r = r > 0.0f && r != 1.0f && isfinite(r);
+    if (!use_r && pres == 0.0f && freq == 0.0f) return;
     if (p->penalty_last_n == 0 || !hist || n_hist <= 0) return;
     int32_t start = (p->penalty_last_n < 0 || p->penalty_last_n >= n_hist)
                         ? 0 : n_hist - p->penalty_last_n;
@@ -250,7 +270,7 @@ static void apply_penalties(const sl_sampling_params *p, float *l, int32_t n_voc
         if (t < 0 || t >= n_vocab || count[t] == 0) continue;
         float v = l[t];
         if (use_r) v = v > 0.0f ? v / r : v * r;
-        v -= p->presence_penalty + (float)count[t] * p->frequency_penalty;
+        v -= pres + (float)count[t] * freq;
         l[t] = v;
         count[t] = 0;
     }
@@ -321,8 +341,7 @@ static int32_t sample_tempered(const sl_sampling_params *p, const float *l, int3
         /* whole row: one fused softmax pass into prob[], then filters
          * materialise only the candidates they keep */
         float *prob = s->prob;
-        float lmax = l[0];
-        for (int32_t i = 1; i < n; i++) lmax = l[i] > lmax ? l[i] : lmax;
+        float lmax = row_max(l, n);
         if (!isfinite(lmax)) return argmax(l, n);
         double z = 0.0;
         if (p->top_p < 1.0f) {
@@ -375,8 +394,8 @@ sl_status sl_sampler_sample(const sl_sampling_params *p, float *logits, int32_t 
     int want_lp = p->n_logprobs >= 0;
     if (want_lp && !record) return SL_EINVAL;
 
-    for (int32_t i = 0; i < n_vocab; i++)
-        if (isnan(logits[i])) logits[i] = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++)   /* branch-free form: gcc vectorises it */
+        logits[i] = isnan(logits[i]) ? -INFINITY : logits[i];
 
     double log_z = 0.0;
     if (want_lp) {

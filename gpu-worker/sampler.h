@@ -21,7 +21,9 @@
  *            an order matters, so the result is identical on any thread.
  * Safety:    params are validated by the caller (sl_sampling_validate); the
  *            sampler still never reads or writes out of bounds on bad params
- *            (out-of-range tokens are skipped, counts are clamped).
+ *            (out-of-range tokens are skipped, counts are clamped, non-finite
+ *            biases and penalties ignored), so after step 1 no NaN ever
+ *            reaches a comparison.
  * Errors:    SL_OK; SL_EINVAL for NULL pointers or n_vocab beyond the scratch. */
 #ifndef SL_SAMPLER_H
 #define SL_SAMPLER_H

@@ -594,6 +594,14 @@ Test(sampler, unvalidated_params_stay_in_bounds)
     draw(&p, l, 16, h, 4, 0, s, w, NULL);
     p.temperature = NAN;
     draw(&p, l, 16, h, 4, 0, s, w, NULL);
+    p.temperature = 1;
+    p.top_k = 4;
+    p.n_logit_bias = 2;
+    p.logit_bias[1] = (sl_logit_bias){ 3, INFINITY };
+    p.presence_penalty = NAN;
+    l[5] = -INFINITY;
+    p.logit_bias[0] = (sl_logit_bias){ 5, -INFINITY };
+    draw(&p, l, 16, h, 4, 0, s, w, NULL);
     p.temperature = INFINITY;
     draw(&p, l, 16, h, 4, 0, s, w, NULL);
     p.temperature = 1e-30f;
