@@ -42,7 +42,10 @@ if [ $want_python = 1 ]; then
   if [ ! -f "$stamp" ]; then
     echo "setup: installing Python test tools into .venv"
     .venv/bin/pip install -q --upgrade pip
-    .venv/bin/pip install -q -r "$req"
+    # llama-cpp-python builds llama.cpp from source (minutes); pip keeps the
+    # built wheel in its cache, and a wheel in ~/.cache/sluice-wheels is used first.
+    mkdir -p ~/.cache/sluice-wheels
+    CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) .venv/bin/pip install -q --find-links ~/.cache/sluice-wheels -r "$req"
     rm -f .venv/.req-*; touch "$stamp"
   fi
 fi
