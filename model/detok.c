@@ -9,9 +9,9 @@
  *     or the flush; U+2581 is a space, and with add_space_prefix one leading
  *     space of the output is dropped (HF's Strip decoder).
  * Runs in: front ends, per request; the state lives in the request.
- * Trade-off: a byte run longer than the hold buffer (64 bytes, 16 emoji) is
- * decoded in parts; the reference would decode it in one piece, which
- * differs only for invalid sequences that straddle the cut. */
+ * Trade-off: a byte run longer than the hold buffer (64 bytes) is emitted
+ * by complete characters as the buffer fills; the reference decodes the run
+ * in one piece, which differs only when such a long run is invalid. */
 #include <string.h>
 
 #include "model/tokenizer_internal.h"
@@ -125,6 +125,32 @@ static void flush_group(sl_detok *d, const sl_tokenizer *t, dt_out *o)
     d->_held_bytes_tok = false;
 }
 
+/* The hold is full in the middle of a byte run: emit its complete
+ * characters and keep an unfinished tail, so long valid runs (emoji, CJK
+ * spelled in bytes) decode as the reference does. Only an invalid run
+ * longer than the hold can differ (the reference would make every byte of
+ * the whole run U+FFFD; here only the part from the last cut). */
+static void flush_full_group(sl_detok *d, const sl_tokenizer *t, dt_out *o)
+{
+    uint32_t keep = 0;
+    for (uint32_t back = 1; back <= 3 && back <= d->_n_held; back++) {
+        unsigned l = seq_len(d->_held[d->_n_held - back]);
+        if (l > 1) {
+            if (l > back)
+                keep = back;
+            break;
+        }
+    }
+    uint32_t cut = d->_n_held - keep;
+    if (!valid_utf8(d->_held, cut)) {
+        flush_group(d, t, o);
+        return;
+    }
+    put(d, t, o, (const char *)d->_held, cut);
+    memmove(d->_held, d->_held + cut, keep);
+    d->_n_held = keep;
+}
+
 void sl_detok_init(sl_detok *d)
 {
     memset(d, 0, sizeof *d);
@@ -151,7 +177,7 @@ static void push_into(sl_detok *d, const sl_tokenizer *t, int32_t id, bool show_
     }
     if (a == SL_TOKEN_ATTR_BYTE && n == 1) {
         if (d->_n_held == HOLD_MAX)
-            flush_group(d, t, o);
+            flush_full_group(d, t, o);
         d->_held[d->_n_held++] = (uint8_t)p[0];
         d->_held_bytes_tok = true;
         return;
