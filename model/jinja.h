@@ -60,6 +60,7 @@ typedef struct {
     const char *p;
     const uint8_t *t;
     size_t n;
+    bool safe;  /* markupsafe.Markup (from |safe or |escape): `+` escapes the other side */
 } jj_str;
 
 typedef struct jj_val jj_val;
@@ -81,7 +82,9 @@ struct jj_val {
     };
 };
 
-struct jj_list { jj_val *v; size_t n, cap; };
+/* gen: the list stands for a Python generator (what map/select/... return):
+ * always truthy, and length/tojson/str refuse it, as in jinja2. */
+struct jj_list { jj_val *v; size_t n, cap; bool gen; };
 struct jj_dict { jj_val *keys, *vals; size_t n, cap; };
 
 /* ---- render context ------------------------------------------------------ */

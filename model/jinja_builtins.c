@@ -23,6 +23,8 @@
 /* Argument i, or the keyword `kw`, or NULL. */
 static const jj_val *arg(const jj_args *a, size_t i, const char *kw)
 {
+    if (!a)
+        return NULL;
     if (kw)
         for (size_t k = 0; k < a->n_kw; k++)
             if (jj_str_eqc(a->kw_names[k], kw))
@@ -52,7 +54,7 @@ static jj_val list_val(jj_list *l) { return (jj_val){.k = JJ_LIST, .l = l}; }
 
 static jj_str sub(jj_str s, size_t from, size_t to)
 {
-    jj_str r = {s.p + from, s.t ? s.t + from : NULL, to - from};
+    jj_str r = {.p = s.p + from, .t = s.t ? s.t + from : NULL, .n = to - from};
     return r;
 }
 
@@ -285,7 +287,7 @@ static jj_val attr_path(jj_val v, jj_str path)
         size_t e = i;
         while (e < path.n && path.p[e] != '.')
             e++;
-        jj_str key = {path.p + i, NULL, e - i};
+        jj_str key = {.p = path.p + i, .n = e - i};
         jj_val *x = NULL;
         if (v.k == JJ_DICT || v.k == JJ_NS)
             x = jj_dict_get(v.d, jj_strv(key));
@@ -411,8 +413,9 @@ static int select_items(jj_ctx *c, jj_val v, const jj_args *a, bool by_attr, boo
                         jj_val *out)
 {
     jj_list *src, *l = jj_list_new(c, 0);
-    if (!l || to_list(c, v, &src) < 0)
+    if (!l || to_list(c, jj_truthy(v) ? v : jj_undef(), &src) < 0) /* jinja2: `if value:` */
         return -1;
+    l->gen = true;
     size_t first = 0;
     jj_str attr = {0};
     if (by_attr) {
@@ -515,8 +518,9 @@ static int f_indent(jj_ctx *c, jj_str s, const jj_args *a, jj_val *out)
 static int f_map(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
 {
     jj_list *src, *l = jj_list_new(c, 0);
-    if (!l || to_list(c, v, &src) < 0)
+    if (!l || to_list(c, jj_truthy(v) ? v : jj_undef(), &src) < 0) /* jinja2: `if value:` */
         return -1;
+    l->gen = true;
     const jj_val *attr = arg(a, 99, "attribute");
     const jj_val *def = arg(a, 99, "default");
     const jj_val *fname = arg(a, 0, NULL);
@@ -545,7 +549,11 @@ static int f_length(jj_ctx *c, jj_val v, jj_val *out)
 {
     switch (v.k) {
     case JJ_STR: *out = jj_int((int64_t)jj_utf8_len(v.s.p, v.s.n)); return 0;
-    case JJ_LIST: *out = jj_int((int64_t)v.l->n); return 0;
+    case JJ_LIST:
+        if (v.l->gen)
+            return jj_fail(c, SL_EINVAL, "object of type 'generator' has no len()");
+        *out = jj_int((int64_t)v.l->n);
+        return 0;
     case JJ_DICT: *out = jj_int((int64_t)v.d->n); return 0;
     case JJ_UNDEF: *out = jj_int(0); return 0;
     default: return jj_fail(c, SL_EINVAL, "object of type %s has no length", jj_kind_name(v.k));
@@ -554,6 +562,10 @@ static int f_length(jj_ctx *c, jj_val v, jj_val *out)
 
 static int f_escape(jj_ctx *c, jj_str s, jj_val *out)
 {
+    if (s.safe) {
+        *out = jj_strv(s);
+        return 0;
+    }
     jj_buf b = {0};
     for (size_t i = 0; i < s.n; i++) {
         const char *e = NULL;
@@ -569,6 +581,7 @@ static int f_escape(jj_ctx *c, jj_str s, jj_val *out)
             return -1;
     }
     *out = jj_strv(jj_buf_str(&b));
+    out->s.safe = true;
     return 0;
 }
 
@@ -624,7 +637,11 @@ int jj_filter(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, jj_val *out)
     if (jj_str_eqc(name, "tojson"))
         return f_tojson(c, v, a, out);
     if (jj_str_eqc(name, "safe")) {
-        *out = v;
+        jj_str s;
+        if (jj_stringify(c, v, &s) < 0)
+            return -1;
+        s.safe = true;
+        *out = jj_strv(s);
         return 0;
     }
     if (jj_str_eqc(name, "length") || jj_str_eqc(name, "count"))
@@ -642,6 +659,14 @@ int jj_filter(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, jj_val *out)
         jj_list *l;
         if (to_list(c, v, &l) < 0)
             return -1;
+        if (l->gen) {
+            jj_list *copy = jj_list_new(c, l->n);
+            if (!copy)
+                return -1;
+            memcpy(copy->v, l->v, l->n * sizeof(jj_val));
+            copy->n = l->n;
+            l = copy;
+        }
         *out = list_val(l);
         return 0;
     }

@@ -90,7 +90,7 @@ static int cp_offsets(jj_ctx *c, jj_str s, size_t **offs, size_t *n_cp)
 
 static jj_str substr(jj_str s, size_t from, size_t to)
 {
-    jj_str r = {s.p + from, s.t ? s.t + from : NULL, to - from};
+    jj_str r = {.p = s.p + from, .t = s.t ? s.t + from : NULL, .n = to - from};
     return r;
 }
 
@@ -109,6 +109,8 @@ static int get_item(jj_ctx *c, jj_val obj, jj_val key, jj_val *out)
         return 0;
     }
     case JJ_LIST:
+        if (obj.l->gen) /* generators are not subscriptable: jinja2 yields Undefined */
+            return 0;
         if (key.k == JJ_INT || key.k == JJ_BOOL) {
             int64_t i = key.k == JJ_INT ? key.i : key.b;
             if (i < 0)
@@ -180,6 +182,8 @@ static int do_slice(jj_ctx *c, jj_val obj, jj_val *bv, jj_val *ev, jj_val *sv, j
         if (x->k != JJ_INT && x->k != JJ_NONE && x->k != JJ_UNDEF)
             return jj_fail(c, SL_EINVAL, "slice indices must be integers");
     int64_t b, e;
+    if (obj.k == JJ_LIST && obj.l->gen)
+        return jj_fail(c, SL_EINVAL, "cannot slice a generator");
     if (obj.k == JJ_LIST) {
         slice_range((int64_t)obj.l->n, bv, ev, step, &b, &e);
         jj_list *l = jj_list_new(c, 0);
@@ -258,9 +262,22 @@ static int binop(jj_ctx *c, int op, jj_val a, jj_val b, jj_val *out)
             return -1;
         return concat(c, sa, sb, out);
     }
-    if (op == JJ_OP_ADD && a.k == JJ_STR && b.k == JJ_STR)
-        return concat(c, a.s, b.s, out);
-    if (op == JJ_OP_ADD && a.k == JJ_LIST && b.k == JJ_LIST) {
+    if (op == JJ_OP_ADD && a.k == JJ_STR && b.k == JJ_STR) {
+        if (a.s.safe != b.s.safe) { /* Markup + str escapes the str, either order */
+            jj_val e;
+            if (jj_filter(c, jj_lit("escape"), a.s.safe ? b : a, NULL, &e) < 0)
+                return -1;
+            if (a.s.safe)
+                b = e;
+            else
+                a = e;
+        }
+        if (concat(c, a.s, b.s, out) < 0)
+            return -1;
+        out->s.safe = a.s.safe || b.s.safe;
+        return 0;
+    }
+    if (op == JJ_OP_ADD && a.k == JJ_LIST && b.k == JJ_LIST && !a.l->gen && !b.l->gen) {
         jj_list *l = jj_list_new(c, a.l->n + b.l->n);
         if (!l)
             return -1;

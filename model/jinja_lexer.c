@@ -121,7 +121,7 @@ static int lex_string(toks *t, const char *s, size_t n, size_t *i, int line)
             on += put_utf8(o + on, v); /* never longer than its escape */
         }
     }
-    jj_tok tok = {.t = JJ_T_STR, .line = line, .s = {o, NULL, on}};
+    jj_tok tok = {.t = JJ_T_STR, .line = line, .s = {.p = o, .n = on}};
     *i = j;
     return push(t, tok);
 }
@@ -165,7 +165,7 @@ static int lex_tag(toks *t, const char *s, size_t n, size_t *i, int *line, char 
             while (k < n && (is_name0(s[k]) || is_digit(s[k])))
                 k++;
             tok.t = JJ_T_NAME;
-            tok.s = (jj_str){s + j, NULL, k - j};
+            tok.s = (jj_str){.p = s + j, .n = k - j};
             j = k;
         } else if (is_digit(ch)) {
             size_t k = j;
@@ -224,7 +224,7 @@ static int lex_tag(toks *t, const char *s, size_t n, size_t *i, int *line, char 
             if ((ch == ')' || ch == ']' || ch == '}') && depth > 0)
                 depth--;
             tok.t = JJ_T_OP;
-            tok.s = (jj_str){s + j, NULL, len};
+            tok.s = (jj_str){.p = s + j, .n = len};
             j += len;
         }
         if (push(t, tok) < 0)

@@ -332,7 +332,7 @@ static jj_node *primary(P *p)
             memcpy(buf + o, cur(p)->s.p, cur(p)->s.n);
             o += cur(p)->s.n;
         }
-        x->lit = jj_strv((jj_str){buf, NULL, o});
+        x->lit = jj_strv((jj_str){.p = buf, .n = o});
     } else if (t->t == JJ_T_INT || t->t == JJ_T_FLOAT) {
         x = node(p, JJ_N_LIT);
         if (!x)

@@ -103,7 +103,7 @@ jj_val jj_strv(jj_str s) { jj_val v = {.k = JJ_STR, .s = s}; return v; }
 
 jj_str jj_lit(const char *cstr)
 {
-    jj_str s = {cstr, NULL, strlen(cstr)};
+    jj_str s = {.p = cstr, .n = strlen(cstr)};
     return s;
 }
 
@@ -114,9 +114,7 @@ int jj_str_make(jj_ctx *c, const char *p, size_t n, bool untrusted, jj_str *out)
         return -1;
     if (n)
         memcpy(q, p, n);
-    out->p = q;
-    out->n = n;
-    out->t = NULL;
+    *out = (jj_str){.p = q, .n = n};
     if (untrusted && n) {
         uint8_t *t = alloc_or_fail(c, n);
         if (!t)
@@ -275,7 +273,7 @@ int jj_buf_putc(jj_ctx *c, jj_buf *b, const char *cstr)
 
 jj_str jj_buf_str(const jj_buf *b)
 {
-    jj_str s = {b->p ? b->p : "", NULL, b->n};
+    jj_str s = {.p = b->p ? b->p : "", .n = b->n};
     for (size_t i = 0; i < b->n; i++)
         if (b->t[i]) {
             s.t = b->t;
@@ -303,7 +301,7 @@ bool jj_truthy(jj_val v)
     case JJ_INT: return v.i != 0;
     case JJ_FLOAT: return v.f != 0.0;
     case JJ_STR: return v.s.n != 0;
-    case JJ_LIST: return v.l->n != 0;
+    case JJ_LIST: return v.l->gen || v.l->n != 0;
     case JJ_DICT: return v.d->n != 0;
     default: return true;
     }
@@ -559,7 +557,11 @@ int jj_to_str(jj_ctx *c, jj_buf *b, jj_val v)
     case JJ_BOOL: return jj_buf_putc(c, b, v.b ? "True" : "False");
     case JJ_INT: case JJ_FLOAT: return put_num(c, b, v);
     case JJ_STR: return jj_buf_puts(c, b, v.s);
-    case JJ_LIST: case JJ_DICT: return jj_repr(c, b, v, 0);
+    case JJ_LIST:
+        if (v.l->gen) /* Python prints an address here; nothing to match */
+            return jj_fail(c, SL_EUNSUPPORTED, "cannot print a generator (add |list)");
+        return jj_repr(c, b, v, 0);
+    case JJ_DICT: return jj_repr(c, b, v, 0);
     case JJ_NS: return jj_buf_putc(c, b, "<Namespace>");
     case JJ_MACRO: return jj_buf_putc(c, b, "<Macro>");
     case JJ_FUNC: return jj_buf_putc(c, b, "<function>");
@@ -656,6 +658,8 @@ int jj_tojson(jj_ctx *c, jj_buf *b, jj_val v, int indent, jj_str item_sep, jj_st
         return put_num(c, b, v);
     case JJ_STR: return json_str(c, b, v.s);
     case JJ_LIST:
+        if (v.l->gen)
+            return jj_fail(c, SL_EINVAL, "tojson: object of type generator is not JSON serializable");
         if (v.l->n == 0)
             return jj_buf_putc(c, b, "[]");
         if (jj_buf_putc(c, b, "[") < 0)
