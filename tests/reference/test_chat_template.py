@@ -24,6 +24,7 @@ NOW = 1721952000  # 2024-07-26 00:00:00 UTC
 # Templates that need variables the API does not provide, with the reason
 # (also listed in docs/CHAT_TEMPLATES.md).
 UNSUPPORTED = {
+    "fireworks-ai-llama-3-firefunction-v2": "reads `functions` (its own tool list variable), which the API does not have",
 }
 
 WEATHER_TOOL = {
@@ -47,6 +48,21 @@ TOOL_CALL = {
     "id": "call12345",
     "type": "function",
     "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}},
+}
+
+TOOL_CALL_STR = {
+    "id": "call12345",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 2}"},
+}
+
+COHERE_TOOL = {
+    "name": "get_weather",
+    "description": "Get the current weather in a city.",
+    "parameter_definitions": {
+        "city": {"description": "City name", "type": "str", "required": True},
+        "days": {"description": "Forecast days", "type": "int", "required": False},
+    },
 }
 
 CONVERSATIONS = {
@@ -88,6 +104,19 @@ CONVERSATIONS = {
         {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL]},
         {"role": "tool", "tool_call_id": "call12345", "name": "get_weather", "content": "{\"temp\": 21, \"sky\": \"clear\"}"},
     ], [WEATHER_TOOL]),
+    "tool_call_string_args": ([
+        {"role": "system", "content": "Use tools when needed."},
+        {"role": "user", "content": "Weather in Paris for 2 days?"},
+        {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL_STR, TOOL_CALL_STR]},
+        {"role": "tool", "tool_call_id": "call12345", "name": "get_weather", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "call12345", "name": "get_weather", "content": "rainy"},
+        {"role": "assistant", "content": "Sunny, then rainy."},
+        {"role": "user", "content": "Thanks!"},
+    ], [WEATHER_TOOL]),
+    "cohere_tools": ([
+        {"role": "system", "content": "Answer with tools."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ], [COHERE_TOOL]),
     "thinking": ([
         {"role": "user", "content": "Solve x+1=2"},
         {"role": "assistant", "content": "<think>\nx = 1\n</think>\n\nx is 1."},
@@ -118,18 +147,20 @@ def template_sources():
 TEMPLATES = template_sources()
 
 
-def reference(src, messages, tools, add_gen, bos, eos):
+def reference(src, messages, tools, add_gen, bos, eos, extra=None):
     from transformers.utils.chat_template_utils import _compile_jinja_template
 
     tmpl = _compile_jinja_template(src)
     tmpl.globals["strftime_now"] = lambda fmt: datetime.datetime.fromtimestamp(NOW).strftime(fmt)
     return tmpl.render(messages=messages, tools=tools, documents=None,
-                       add_generation_prompt=add_gen, bos_token=bos, eos_token=eos)
+                       add_generation_prompt=add_gen, bos_token=bos, eos_token=eos, **(extra or {}))
 
 
-def ours(src_path, messages, tools, add_gen, bos, eos, ranges=None, builtin=None):
+def ours(src_path, messages, tools, add_gen, bos, eos, ranges=None, builtin=None, extra=None):
     ctx = {"messages": messages, "tools": tools, "add_generation_prompt": add_gen,
            "bos_token": bos, "eos_token": eos, "now": NOW}
+    if extra:
+        ctx["extra"] = extra
     cmd = [str(TOOL)]
     if ranges:
         cmd += ["--ranges", str(ranges)]
@@ -163,6 +194,28 @@ def test_render_matches_reference(tname, conv, add_gen, tmp_path):
     if want_err is not None:
         assert got.returncode == 3, f"reference raised {want_err!r}; ours exit {got.returncode}: {got.stderr!r}"
         return
+    assert got.returncode == 0, got.stderr.decode(errors="replace")
+    assert got.stdout.decode() == want
+
+
+EXTRA_CASES = [
+    ("tokenizer-qwen3", {"enable_thinking": False}),
+    ("tokenizer-qwen3", {"enable_thinking": True}),
+    ("meta-llama-Llama-3.1-8B-Instruct", {"tools_in_user_message": False}),
+    ("meta-llama-Llama-3.1-8B-Instruct", {"date_string": "01 Jan 2025", "builtin_tools": ["brave_search", "wolfram_alpha"]}),
+    ("meta-llama-Llama-3.2-3B-Instruct", {"tools_in_user_message": False}),
+]
+
+
+@pytest.mark.parametrize("tname,extra", EXTRA_CASES)
+@pytest.mark.parametrize("conv", ["system_user", "tools_question", "tool_call_roundtrip", "thinking"])
+def test_render_with_extra_variables(tname, extra, conv, tmp_path):
+    src, bos, eos = TEMPLATES[tname]
+    messages, tools = CONVERSATIONS[conv]
+    want = reference(src, messages, tools, True, bos, eos, extra)
+    path = tmp_path / "t.jinja"
+    path.write_text(src)
+    got = ours(path, messages, tools, True, bos, eos, extra=extra)
     assert got.returncode == 0, got.stderr.decode(errors="replace")
     assert got.stdout.decode() == want
 
