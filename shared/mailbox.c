@@ -363,8 +363,8 @@ static sl_status worker_word(const sl_shm_t *w, sl_shm_ticket t, uint64_t *wd)
     if (!worker_current(w))
         return SL_ESTALE;
     *wd = atomic_load_explicit(&sl_shm_mb(w, t.index)->word, memory_order_acquire);
-    if (sl_word_incarnation(*wd) != t.incarnation)
-        return SL_ESTALE;
+    if (sl_word_incarnation(*wd) != t.incarnation || sl_word_state(*wd) == SL_MAILBOX_STATE_FREE)
+        return SL_ESTALE; /* recycled, or released and not yet recycled */
     if (sl_word_state(*wd) != SL_MAILBOX_STATE_RUNNING)
         return SL_ESTATE;
     return SL_OK;
