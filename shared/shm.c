@@ -117,6 +117,8 @@ static int name_ok(const char *name)
 
 /* ---- create / attach / destroy ------------------------------------------------------ */
 
+static void handle_take_role(sl_shm_t *h, sl_shm_role role, uint32_t slot);
+
 /* A segment left by an earlier instance: ours if its header carries our magic and
  * its creator is alive (kill(pid, 0) works or says EPERM). A header we cannot read
  * or of another magic counts as stale too: the name is ours to use. The wart: a
@@ -198,6 +200,7 @@ sl_shm_t *sl_shm_create(const char *name, const sl_shm_limits *limits, char err[
     }
     h->hdr = p;
     h->size = lay.size;
+    h->owns_mapping = 1;
     h->role = SL_SHM_ROLE_MASTER;
     h->limits = *limits;
     snprintf(h->name, sizeof(h->name), "%s", name);
@@ -302,10 +305,44 @@ sl_shm_t *sl_shm_attach(const char *name, sl_shm_role role, uint32_t slot, char 
     }
     h->hdr = hdr;
     h->size = (size_t)st.st_size;
+    h->owns_mapping = 1;
     h->role = role;
     h->limits = hdr->limits;
     snprintf(h->name, sizeof(h->name), "%s", name);
     handle_point(h, &lay);
+    handle_take_role(h, role, slot);
+    return h;
+}
+
+sl_shm_t *sl_shm_attach_shared(const sl_shm_t *base, sl_shm_role role, uint32_t slot, char err[SL_ERR_LEN])
+{
+    if (role != SL_SHM_ROLE_FRONTEND && role != SL_SHM_ROLE_WORKER && role != SL_SHM_ROLE_MASTER) {
+        snprintf(err, SL_ERR_LEN, "shm attach: unknown role %d", (int)role);
+        return NULL;
+    }
+    if (role == SL_SHM_ROLE_FRONTEND && slot >= base->limits.n_slots) {
+        snprintf(err, SL_ERR_LEN, "front-end slot %u out of range (n_slots %u)", slot, base->limits.n_slots);
+        return NULL;
+    }
+    sl_shm_t *h = malloc(sizeof(*h));
+    if (h == NULL) {
+        snprintf(err, SL_ERR_LEN, "out of memory for the shm handle");
+        return NULL;
+    }
+    *h = *base;
+    h->owns_mapping = 0;
+    h->pop_cursor = 0;
+    memset(h->dirty, 0, sizeof(h->dirty));
+    for (int i = 0; i < SL_SHM_SLOTS_MAX; i++)
+        h->eventfds[i] = -1;
+    handle_take_role(h, role, slot);
+    return h;
+}
+
+static void handle_take_role(sl_shm_t *h, sl_shm_role role, uint32_t slot)
+{
+    sl_header_shm *hdr = h->hdr;
+    h->role = role;
     if (role == SL_SHM_ROLE_FRONTEND) {
         h->slot = slot;
         h->slot_generation = atomic_load(&h->slots[slot].generation);
@@ -314,14 +351,14 @@ sl_shm_t *sl_shm_attach(const char *name, sl_shm_role role, uint32_t slot, char 
         h->worker_generation = atomic_load(&hdr->worker_generation);
         atomic_store(&hdr->worker_pid, (int32_t)getpid());
     }
-    return h;
 }
 
 void sl_shm_detach(sl_shm_t *h)
 {
     if (h == NULL)
         return;
-    munmap(h->hdr, h->size);
+    if (h->owns_mapping)
+        munmap(h->hdr, h->size);
     free(h);
 }
 
@@ -329,7 +366,7 @@ void sl_shm_destroy(sl_shm_t *h)
 {
     if (h == NULL)
         return;
-    if (h->role == SL_SHM_ROLE_MASTER)
+    if (h->role == SL_SHM_ROLE_MASTER && h->owns_mapping)
         shm_unlink(h->name);
     sl_shm_detach(h);
 }

@@ -140,6 +140,12 @@ sl_shm_t *sl_shm_create(const char *name, const sl_shm_limits *limits, char err[
  * Returns the handle or NULL. Free with sl_shm_detach. */
 sl_shm_t *sl_shm_attach(const char *name, sl_shm_role role, uint32_t slot, char err[SL_ERR_LEN]);
 
+/* A second handle over the mapping of `h`, for another thread of the same process
+ * (a threaded front end or test harness): same checks and generation rules as
+ * sl_shm_attach, no new mapping. Free it with sl_shm_detach before `h`.
+ * Returns NULL with `err` filled on a bad role or slot. */
+sl_shm_t *sl_shm_attach_shared(const sl_shm_t *h, sl_shm_role role, uint32_t slot, char err[SL_ERR_LEN]);
+
 /* Unmaps; for the master's handle also unlinks the segment. NULL is a no-op. */
 void sl_shm_destroy(sl_shm_t *h);
 void sl_shm_detach(sl_shm_t *h);

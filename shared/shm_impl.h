@@ -15,6 +15,7 @@
 struct sl_shm {
     sl_header_shm *hdr;               /* the mapping starts here */
     size_t size;
+    int owns_mapping;                 /* 0 for sl_shm_attach_shared handles */
     sl_shm_role role;
     uint32_t slot;                    /* front end: its slot */
     uint32_t slot_generation;         /* front end: generation at attach */
