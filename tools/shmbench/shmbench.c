@@ -9,7 +9,7 @@
  *      consumers sleep in poll and drain. Reports tokens/s delivered.
  *   3. wakeup latency: the worker asleep on the doorbell (submit -> pop), and 4
  *      consumers asleep in poll on their eventfds (push+flush -> read). p50/p99.
- * Usage: shmbench [seconds per token phase, default 3] */
+ * Usage: shmbench [seconds per token phase, default 3] [latency: only phase 3] */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -288,11 +288,12 @@ static void lat_eventfd_fe(uint32_t slot)
         struct pollfd p = {.fd = efds[slot], .events = POLLIN};
         if (poll(&p, 1, 200) <= 0)
             continue;
-        uint64_t now = sl_shm_now_ns(), v;
+        uint64_t v;
         (void)!read(efds[slot], &v, 8);
         uint32_t n;
         do {
             sl_shm_read_tokens(fe, t, tok, rec, 8, &n, &st);
+            uint64_t now = sl_shm_now_ns(); /* when the consumer holds the token */
             for (uint32_t i = 0; i < n && got < LAT_ROUNDS; i++) {
                 /* the push time travels in the record: top[0..1] hold its two halves */
                 uint64_t sent = (uint64_t)(uint32_t)rec[i].top[0].token | ((uint64_t)(uint32_t)rec[i].top[1].token << 32);
@@ -411,10 +412,14 @@ int main(int argc, char **argv)
     for (int i = 0; i < FES; i++)
         efds[i] = eventfd(0, EFD_NONBLOCK);
     printf("shmbench: %ld cores online\n", sysconf(_SC_NPROCESSORS_ONLN));
+    int only_latency = argc > 2 && strcmp(argv[2], "latency") == 0;
+    sl_shm_t *m;
+    if (only_latency)
+        goto latency;
 
     /* 1. submission */
     reset();
-    sl_shm_t *m = segment(0);
+    m = segment(0);
     const uint64_t per_fe = 100000;
     if (fork() == 0)
         submit_worker();
@@ -437,6 +442,7 @@ int main(int argc, char **argv)
     phase_tokens(0, seconds);
     phase_tokens(1, seconds);
 
+latency:
     /* 3. latency: doorbell */
     reset();
     m = segment(1);
