@@ -4,6 +4,8 @@
  * Trade-off: recovery scans the whole mailbox pool and prompt arena (a few
  * thousand words) instead of keeping per-owner lists; a death is rare, and a list
  * would itself be shared state a dying process could leave half updated. */
+#include <assert.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -53,6 +55,10 @@ sl_status sl_shm_recover_worker_death(sl_shm_t *m, uint32_t *n_failed)
     for (uint32_t s = 0; s < m->limits.n_slots; s++)
         if (m->eventfds[s] >= 0)
             sl_shm_eventfd_signal(m->eventfds[s]);
+#ifndef NDEBUG
+    char err[SL_ERR_LEN];
+    assert(sl_shm_check(m, 0, err) == SL_OK);
+#endif
     if (n_failed)
         *n_failed = failed;
     return SL_OK;
@@ -113,6 +119,10 @@ sl_status sl_shm_recover_frontend_death(sl_shm_t *m, uint32_t slot, uint32_t *n_
             atomic_compare_exchange_strong_explicit(&m->block_owners[b], &o, 0, memory_order_release,
                                                     memory_order_relaxed);
     }
+#ifndef NDEBUG
+    char err[SL_ERR_LEN];
+    assert(sl_shm_check(m, 0, err) == SL_OK);
+#endif
     if (n_reclaimed)
         *n_reclaimed = n;
     return SL_OK;
@@ -135,4 +145,69 @@ void sl_shm_census(const sl_shm_t *h, sl_shm_census_info *out)
     for (uint32_t s = 0; s < h->limits.n_slots; s++)
         out->ring_used[s] = (uint32_t)(atomic_load_explicit(&h->slots[s].tail, memory_order_acquire) -
                                        atomic_load_explicit(&h->slots[s].head, memory_order_acquire));
+}
+
+sl_status sl_shm_check(const sl_shm_t *h, int quiescent, char err[SL_ERR_LEN])
+{
+    const sl_shm_limits *l = &h->limits;
+    for (uint32_t s = 0; s < l->n_slots; s++) {
+        uint64_t head = atomic_load_explicit(&h->slots[s].head, memory_order_acquire);
+        uint64_t tail = atomic_load_explicit(&h->slots[s].tail, memory_order_acquire);
+        if (tail - head > l->submit_ring_entries) {
+            snprintf(err, SL_ERR_LEN, "slot %u: ring holds %llu entries, more than %u", s,
+                     (unsigned long long)(tail - head), l->submit_ring_entries);
+            return SL_EFORMAT;
+        }
+    }
+    for (uint32_t i = 0; i < l->n_mailboxes; i++) {
+        const struct sl_mailbox_shm *mb = sl_shm_mb(h, i);
+        uint64_t w = atomic_load_explicit(&mb->word, memory_order_acquire);
+        uint32_t st = sl_word_state(w), owner = sl_word_owner(w);
+        const char *why = NULL;
+        if (st > SL_MAILBOX_STATE_CANCELLED || (w & 0xff000000u) != 0)
+            why = "malformed control word";
+        else if (st == SL_MAILBOX_STATE_FREE && owner != SL_SHM_OWNER_NONE)
+            why = "FREE with an owner";
+        else if (st != SL_MAILBOX_STATE_FREE && owner >= l->n_slots &&
+                 !(owner == SL_SHM_OWNER_ORPHAN && st == SL_MAILBOX_STATE_RUNNING))
+            why = "owner out of range";
+        else if (st != SL_MAILBOX_STATE_FREE && st != SL_MAILBOX_STATE_CLAIMED && mb->n_blocks > h->blocks_per_mailbox)
+            why = "block table longer than its capacity";
+        else if (st >= SL_MAILBOX_STATE_RUNNING &&
+                 atomic_load_explicit(&mb->tok_tail, memory_order_acquire) -
+                         atomic_load_explicit(&mb->tok_head, memory_order_acquire) >
+                     l->token_ring_entries)
+            why = "token ring over capacity";
+        if (why) {
+            snprintf(err, SL_ERR_LEN, "mailbox %u (word %016llx): %s", i, (unsigned long long)w, why);
+            return SL_EFORMAT;
+        }
+        if (quiescent && st != SL_MAILBOX_STATE_FREE) {
+            const uint32_t *table = &h->block_tables[(size_t)i * h->blocks_per_mailbox];
+            uint64_t want = sl_ticket_word(i + 1, sl_word_incarnation(w));
+            for (uint32_t k = 0; k < mb->n_blocks && k < h->blocks_per_mailbox; k++)
+                if (table[k] >= l->prompt_arena_blocks ||
+                    atomic_load_explicit(&h->block_owners[table[k]], memory_order_acquire) != want) {
+                    snprintf(err, SL_ERR_LEN, "mailbox %u: block table entry %u does not own its block", i, k);
+                    return SL_EFORMAT;
+                }
+        }
+    }
+    if (quiescent) {
+        for (uint32_t b = 0; b < l->prompt_arena_blocks; b++) {
+            uint64_t o = atomic_load_explicit(&h->block_owners[b], memory_order_acquire);
+            if (o == 0)
+                continue;
+            uint32_t i1 = (uint32_t)o;
+            uint64_t w = i1 >= 1 && i1 - 1 < l->n_mailboxes
+                             ? atomic_load_explicit(&sl_shm_mb(h, i1 - 1)->word, memory_order_acquire)
+                             : 0;
+            if (i1 < 1 || i1 - 1 >= l->n_mailboxes || sl_word_state(w) == SL_MAILBOX_STATE_FREE ||
+                sl_word_incarnation(w) != (uint32_t)(o >> 32)) {
+                snprintf(err, SL_ERR_LEN, "prompt block %u owned by a dead ticket %016llx", b, (unsigned long long)o);
+                return SL_EFORMAT;
+            }
+        }
+    }
+    return SL_OK;
 }

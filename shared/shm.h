@@ -26,7 +26,7 @@
 #include "shared/status.h"
 
 #define SL_SHM_SLOTS_MAX 256        /* front-end slots per segment */
-#define SL_SHM_MAILBOXES_MAX 65535  /* mailbox indices fit in 16 bits of a ring entry's word */
+#define SL_SHM_MAILBOXES_MAX 65535  /* pool size bound: keeps recovery's full scans short */
 #define SL_SHM_ERROR_LEN 128        /* a mailbox's error text, NUL included */
 #define SL_SHM_CONFIG_MAX 8192      /* the worker's effective-config snapshot, bytes */
 #define SL_SHM_MODEL_ID_LEN 64      /* model identity string in the header, NUL included */
@@ -344,6 +344,14 @@ typedef struct {
 } sl_shm_census_info;
 
 void sl_shm_census(const sl_shm_t *h, sl_shm_census_info *out /* OUT */);
+
+/* Checks the segment's invariants (docs/SHARED_MEMORY.md section 3): states and
+ * owners well-formed, rings and token rings within bounds, block tables in range.
+ * With `quiescent` (no process is inside a library call) also that every owned
+ * prompt block belongs to a live mailbox's table and every free mailbox holds no
+ * block. Returns SL_OK, or SL_EFORMAT with the first violation in `err`. Recovery
+ * runs it in debug builds, inside assert. */
+sl_status sl_shm_check(const sl_shm_t *h, int quiescent, char err[SL_ERR_LEN]);
 
 /* ---- crash points (test builds only) -------------------------------------------- */
 

@@ -64,6 +64,8 @@ static sl_shm_limits sweep_limits(void)
 
 static int segment_full(sl_shm_t *m, const sl_shm_limits *l)
 {
+    char err[SL_ERR_LEN];
+    cr_assert_eq(sl_shm_check(m, 0, err), SL_OK, "%s", err);
     sl_shm_census_info c;
     sl_shm_census(m, &c);
     if (c.mailboxes[SL_MAILBOX_STATE_FREE] != l->n_mailboxes || c.blocks_free != l->prompt_arena_blocks)
@@ -258,6 +260,7 @@ Test(crash, sweep_every_point, .timeout = 110)
             kills[p] += points[p].worker_side ? round_worker(name, m, fe0, &l, points[p].point, r)
                                                : round_frontend(name, m, fe0, &l, points[p].point, r);
         cr_assert(segment_full(m, &l));
+        cr_assert_eq(sl_shm_check(m, 1, err), SL_OK, "%s", err);
         sl_shm_detach(fe0);
         sl_shm_destroy(m);
     }

@@ -45,6 +45,8 @@ static sl_shm_limits small_limits(void)
 
 static void teardown(fixture *f)
 {
+    char err[SL_ERR_LEN];
+    cr_assert_eq(sl_shm_check(f->m, 1, err), SL_OK, "%s", err);
     sl_shm_detach(f->fe);
     sl_shm_detach(f->fe1);
     sl_shm_detach(f->w);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "shared/shm.h"
+#include "shared/shm_layout.h"
 #include "shm_testlib.h"
 
 static sl_shm_limits limits(void)
@@ -161,5 +162,31 @@ Test(recover, orphan_freed_by_worker_death_too)
     cr_assert_eq(c.blocks_free, 32);
     sl_shm_detach(fe);
     sl_shm_detach(w);
+    sl_shm_destroy(m);
+}
+
+Test(recover, check_reports_broken_invariants)
+{
+    char name[64], err[SL_ERR_LEN];
+    tl_name(name, sizeof(name), "chk");
+    sl_shm_limits l = limits();
+    sl_shm_t *m = sl_shm_create(name, &l, err);
+    cr_assert_eq(sl_shm_check(m, 1, err), SL_OK, "%s", err);
+    /* a FREE mailbox that still owns a block: what a death would leave before recovery */
+    sl_header_shm *hdr = *(sl_header_shm **)m; /* the handle's first field is the mapping */
+    _Atomic uint64_t *owners = (_Atomic uint64_t *)((char *)hdr + hdr->off_block_owners);
+    atomic_store(&owners[3], ((uint64_t)0 << 32) | 1u);
+    cr_assert_eq(sl_shm_check(m, 1, err), SL_EFORMAT);
+    cr_assert(strstr(err, "block 3"), "%s", err);
+    cr_assert_eq(sl_shm_check(m, 0, err), SL_OK, "not a violation while processes run");
+    sl_shm_recover_frontend_death(m, 0, NULL);
+    cr_assert_eq(sl_shm_check(m, 1, err), SL_OK, "the sweep freed it: %s", err);
+    /* a malformed control word */
+    struct sl_mailbox_shm *mbs = (struct sl_mailbox_shm *)((char *)hdr + hdr->off_mailboxes);
+    atomic_store(&mbs[2].word, 0x77ull);
+    cr_assert_eq(sl_shm_check(m, 0, err), SL_EFORMAT);
+    cr_assert(strstr(err, "mailbox 2"), "%s", err);
+    atomic_store(&mbs[2].word, ((uint64_t)SL_SHM_OWNER_NONE << 8));
+    cr_assert_eq(sl_shm_check(m, 1, err), SL_OK, "%s", err);
     sl_shm_destroy(m);
 }
