@@ -318,6 +318,10 @@ sl_status sl_shm_result(sl_shm_t *h, sl_shm_ticket t, sl_shm_result_info *out)
     if (sl_word_incarnation(w) != t.incarnation)
         return SL_ESTALE;
     out->state = (sl_mailbox_state)sl_word_state(w);
+    if (h->role == SL_SHM_ROLE_WORKER && out->state == SL_MAILBOX_STATE_RUNNING) {
+        out->timings = mb->timings; /* our own writes: queue time for the histograms */
+        return SL_OK;
+    }
     if (!state_terminal(out->state))
         return SL_OK; /* results are written by the worker until it lets go */
     out->finish_reason = (sl_finish_reason)mb->finish_reason;

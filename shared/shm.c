@@ -201,6 +201,7 @@ sl_shm_t *sl_shm_create(const char *name, const sl_shm_limits *limits, char err[
     h->hdr = p;
     h->size = lay.size;
     h->owns_mapping = 1;
+    h->creator = 1;
     h->role = SL_SHM_ROLE_MASTER;
     h->limits = *limits;
     snprintf(h->name, sizeof(h->name), "%s", name);
@@ -331,6 +332,7 @@ sl_shm_t *sl_shm_attach_shared(const sl_shm_t *base, sl_shm_role role, uint32_t 
     }
     *h = *base;
     h->owns_mapping = 0;
+    h->creator = 0;
     h->pop_cursor = 0;
     memset(h->dirty, 0, sizeof(h->dirty));
     for (int i = 0; i < SL_SHM_SLOTS_MAX; i++)
@@ -366,7 +368,7 @@ void sl_shm_destroy(sl_shm_t *h)
 {
     if (h == NULL)
         return;
-    if (h->role == SL_SHM_ROLE_MASTER && h->owns_mapping)
+    if (h->creator && h->owns_mapping)
         shm_unlink(h->name);
     sl_shm_detach(h);
 }

@@ -146,7 +146,8 @@ sl_shm_t *sl_shm_attach(const char *name, sl_shm_role role, uint32_t slot, char 
  * Returns NULL with `err` filled on a bad role or slot. */
 sl_shm_t *sl_shm_attach_shared(const sl_shm_t *h, sl_shm_role role, uint32_t slot, char err[SL_ERR_LEN]);
 
-/* Unmaps; for the master's handle also unlinks the segment. NULL is a no-op. */
+/* sl_shm_destroy: unmaps and, for the handle sl_shm_create returned, unlinks the
+ * segment. sl_shm_detach: unmaps only. NULL is a no-op for both. */
 void sl_shm_destroy(sl_shm_t *h);
 void sl_shm_detach(sl_shm_t *h);
 
@@ -181,7 +182,9 @@ sl_status sl_shm_read_tokens(sl_shm_t *fe, sl_shm_ticket t, int32_t *tokens, sl_
  * SL_OK, SL_ERANGE, SL_ESTALE. */
 sl_status sl_shm_cancel(sl_shm_t *fe, sl_shm_ticket t);
 
-/* Copies the finish reason, timings and error text. Returns SL_OK, SL_ERANGE, SL_ESTALE. */
+/* Copies the state and, once terminal, the finish reason, timings and error text
+ * (for the worker's handle the timings also while RUNNING: it writes them).
+ * Returns SL_OK, SL_ERANGE, SL_ESTALE. */
 sl_status sl_shm_result(sl_shm_t *h, sl_shm_ticket t, sl_shm_result_info *out /* OUT */);
 
 /* Returns a finished, failed or cancelled mailbox (and its prompt blocks) to the

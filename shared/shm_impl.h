@@ -16,6 +16,7 @@ struct sl_shm {
     sl_header_shm *hdr;               /* the mapping starts here */
     size_t size;
     int owns_mapping;                 /* 0 for sl_shm_attach_shared handles */
+    int creator;                      /* 1 for sl_shm_create's handle: destroy unlinks */
     sl_shm_role role;
     uint32_t slot;                    /* front end: its slot */
     uint32_t slot_generation;         /* front end: generation at attach */

@@ -92,6 +92,9 @@ Test(mailbox, full_lifecycle)
     cr_assert_eq(sl_shm_request_get(f.w, wt, &p, &max_tokens, &min_tokens, &ignore_eos, &rid, &n_prompt), SL_OK);
     cr_assert(p.temperature == 0.5f && max_tokens == 7 && min_tokens == 2 && ignore_eos == 1 && rid == 42 &&
               n_prompt == 20);
+    cr_assert_eq(sl_shm_result(f.w, wt, &res), SL_OK);
+    cr_assert(res.state == SL_MAILBOX_STATE_RUNNING && res.timings.queued_ns > 0 &&
+              res.timings.admitted_ns >= res.timings.queued_ns, "the worker sees its queue time");
     int32_t prompt[20];
     cr_assert_eq(sl_shm_prompt_copy(f.w, wt, 0, 20, prompt), SL_OK);
     for (int i = 0; i < 20; i++)

@@ -57,6 +57,13 @@ Test(shm, create_attach_roundtrip)
     cr_assert_eq(wi.worker_state, SL_WORKER_STATE_STARTING);
     sl_shm_detach(fe);
     sl_shm_detach(w);
+    sl_shm_t *admin = sl_shm_attach(name, SL_SHM_ROLE_MASTER, 0, err);
+    cr_assert_not_null(admin, "%s", err);
+    sl_shm_destroy(admin);
+    cr_assert_not_null(m, "only the creator's destroy unlinks");
+    sl_shm_t *again = sl_shm_attach(name, SL_SHM_ROLE_WORKER, 0, err);
+    cr_assert_not_null(again, "%s", err);
+    sl_shm_detach(again);
     sl_shm_destroy(m);
     cr_assert_null(sl_shm_attach(name, SL_SHM_ROLE_WORKER, 0, err), "destroy unlinks");
 }
