@@ -422,6 +422,11 @@ void sl_shm_worker_info_get(const sl_shm_t *h, sl_shm_worker_info *out)
     out->step = atomic_load(&hdr->hb_step);
     out->step_start_ns = atomic_load(&hdr->hb_step_start_ns);
     out->step_max_ns = atomic_load(&hdr->hb_step_max_ns);
+    out->model_id[0] = 0;
+    if (out->worker_state == SL_WORKER_STATE_READY) { /* acquire: the id was written before READY */
+        memcpy(out->model_id, hdr->model_id, SL_SHM_MODEL_ID_LEN);
+        out->model_id[SL_SHM_MODEL_ID_LEN - 1] = 0;
+    }
 }
 
 int sl_shm_worker_alive(const sl_shm_t *h, uint64_t now_ns, uint64_t slack_ns)

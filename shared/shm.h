@@ -248,7 +248,9 @@ uint32_t sl_shm_worker_flush_wakeups(sl_shm_t *w);
  * token budget). Call with max_step_ns = 0 for an idle beat. */
 void sl_shm_heartbeat(sl_shm_t *w, uint64_t now_ns, uint64_t max_step_ns);
 
-/* Sets the worker state and, for READY, the model identity (may be NULL). */
+/* Sets the worker state and the model identity (may be NULL: unchanged). Set the
+ * identity at most once per worker, before or with READY: readers copy it once
+ * they see READY, so it must not change under them. */
 void sl_shm_set_worker_state(sl_shm_t *w, sl_worker_state state, const char *model_id);
 
 /* ---- anyone --------------------------------------------------------------------- */
@@ -260,6 +262,7 @@ typedef struct {
     uint64_t step;                 /* steps begun */
     uint64_t step_start_ns;        /* start of the current step (or last idle beat) */
     uint64_t step_max_ns;          /* longest the current step may take; 0 = idle */
+    char model_id[SL_SHM_MODEL_ID_LEN]; /* set with READY; "" in other states */
 } sl_shm_worker_info;
 
 void sl_shm_worker_info_get(const sl_shm_t *h, sl_shm_worker_info *out /* OUT */);

@@ -226,6 +226,7 @@ Test(shm, heartbeat_tells_busy_from_wedged)
     sl_shm_worker_info wi;
     sl_shm_worker_info_get(m, &wi);
     cr_assert_eq(wi.step, 2);
+    cr_assert_str_eq(wi.model_id, "test-model");
     sl_shm_detach(w);
     sl_shm_destroy(m);
 }
