@@ -205,7 +205,7 @@ void sl_sched_stats_get(const sl_sched *s, sl_sched_stats *out);
 /* Fills the effective-config snapshot from the config, backend and counters. */
 void sl_sched_snapshot_fill(const sl_sched *s, sl_sched_snapshot *out);
 
-/* The accounting checker (docs/SCHEDULER.md invariants 1-8), for
+/* The accounting checker (docs/SCHEDULER.md invariants 1-9), for
  * `assert(sl_sched_check(s))` in debug builds and for tests. Returns 1 if
  * every invariant holds, else 0. O(slots + KV blocks). */
 int sl_sched_check(const sl_sched *s);
