@@ -692,12 +692,11 @@ static int bind_targets(jj_ctx *c, jj_scope *s, const jj_str *names, size_t n, j
     return 0;
 }
 
-static int set_loop(jj_ctx *c, jj_scope *ls, jj_list *items, size_t i)
+/* Updates the `loop` object in place: one allocation per loop, not per
+ * iteration, so a long loop costs no memory. */
+static int set_loop(jj_ctx *c, jj_scope *ls, jj_dict *d, jj_list *items, size_t i)
 {
     size_t n = items->n;
-    jj_dict *d = jj_dict_new(c, 10);
-    if (!d)
-        return -1;
     struct { const char *k; jj_val v; } f[] = {
         {"index", jj_int((int64_t)i + 1)}, {"index0", jj_int((int64_t)i)},
         {"revindex", jj_int((int64_t)(n - i))}, {"revindex0", jj_int((int64_t)(n - i - 1))},
@@ -707,11 +706,11 @@ static int set_loop(jj_ctx *c, jj_scope *ls, jj_list *items, size_t i)
     for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++)
         if (jj_dict_set(c, d, jj_strv(jj_lit(f[k].k)), f[k].v) < 0)
             return -1;
-    if (i > 0 && jj_dict_set(c, d, jj_strv(jj_lit("previtem")), items->v[i - 1]) < 0)
+    /* an undefined value reads exactly like a missing key */
+    if (jj_dict_set(c, d, jj_strv(jj_lit("previtem")), i > 0 ? items->v[i - 1] : jj_undef()) < 0 ||
+        jj_dict_set(c, d, jj_strv(jj_lit("nextitem")), i + 1 < n ? items->v[i + 1] : jj_undef()) < 0)
         return -1;
-    if (i + 1 < n && jj_dict_set(c, d, jj_strv(jj_lit("nextitem")), items->v[i + 1]) < 0)
-        return -1;
-    return assign(c, ls, jj_lit("loop"), (jj_val){.k = JJ_DICT, .d = d});
+    return i == 0 ? assign(c, ls, jj_lit("loop"), (jj_val){.k = JJ_DICT, .d = d}) : 0;
 }
 
 static int exec_for(jj_ctx *c, jj_scope *s, const jj_node *n, jj_buf *out)
@@ -724,6 +723,9 @@ static int exec_for(jj_ctx *c, jj_scope *s, const jj_node *n, jj_buf *out)
     if (!ls)
         return -1;
     jj_list *items = src;
+    jj_dict *loop = jj_dict_new(c, 12);
+    if (!loop)
+        return -1;
     if (n->b) { /* `for x in xs if cond`: loop.* counts the kept items */
         items = jj_list_new(c, 0);
         if (!items)
@@ -745,7 +747,7 @@ static int exec_for(jj_ctx *c, jj_scope *s, const jj_node *n, jj_buf *out)
             return jj_fail(c, SL_ERANGE, "template ran more than %u loop iterations",
                            JJ_MAX_ITERATIONS);
         if (bind_targets(c, ls, n->names, n->n_names, items->v[i]) < 0 ||
-            set_loop(c, ls, items, i) < 0)
+            set_loop(c, ls, loop, items, i) < 0)
             return -1;
         int flow = exec_body(c, ls, n->kids, n->n_kids, out);
         if (flow < 0)

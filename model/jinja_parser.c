@@ -872,9 +872,13 @@ static int body(P *p, nlist *out, const char *const *ends, int *which)
     for (;;) {
         const jj_tok *t = cur(p);
         if (t->t == JJ_T_EOF) {
-            if (ends)
+            if (ends) {
+                int last = 0;
+                while (ends[last + 1])
+                    last++;
                 return jj_fail(p->c, SL_EFORMAT, "template line %d: missing {%% %s %%}", t->line,
-                               ends[0]);
+                               ends[last]);
+            }
             break;
         }
         jj_node *n = NULL;
