@@ -663,7 +663,8 @@ int jj_filter(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, jj_val *out)
             jj_list *copy = jj_list_new(c, l->n);
             if (!copy)
                 return -1;
-            memcpy(copy->v, l->v, l->n * sizeof(jj_val));
+            if (l->n)
+                memcpy(copy->v, l->v, l->n * sizeof(jj_val));
             copy->n = l->n;
             l = copy;
         }
@@ -1068,8 +1069,8 @@ int jj_func_call(jj_ctx *c, int fn, const jj_args *a, jj_val *out)
         if (!l)
             return -1;
         for (int64_t x = v[0]; v[2] > 0 ? x < v[1] : x > v[1]; x += v[2]) {
-            if (l->n >= JJ_MAX_ITERATIONS)
-                return jj_fail(c, SL_ERANGE, "range too large");
+            if (l->n >= 100000) /* jinja2's sandbox MAX_RANGE */
+                return jj_fail(c, SL_ERANGE, "range too big (more than 100000 items)");
             if (jj_list_push(c, l, jj_int(x)) < 0)
                 return -1;
             if ((v[2] > 0 && x > INT64_MAX - v[2]) || (v[2] < 0 && x < INT64_MIN - v[2]))

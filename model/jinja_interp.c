@@ -788,9 +788,10 @@ static int exec(jj_ctx *c, jj_scope *s, const jj_node *n, jj_buf *out)
         jj_val *ns = lookup(s, n->names[0]);
         if (!ns || ns->k != JJ_NS)
             return jj_fail(c, SL_EINVAL, "cannot assign attribute on a non-namespace object");
+        jj_dict *d = ns->d; /* copy out: evaluating may grow the scope and move *ns */
         if (jj_eval(c, s, n->a, &v) < 0)
             return -1;
-        return jj_dict_set(c, ns->d, jj_strv(n->name), v);
+        return jj_dict_set(c, d, jj_strv(n->name), v);
     }
     case JJ_N_SETBLOCK:
     case JJ_N_FILTERBLOCK: {

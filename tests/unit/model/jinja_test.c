@@ -180,9 +180,10 @@ Test(jinja, limits_stop_hostile_templates)
     expect_error("{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}", SL_ERANGE, "recursion");
     /* loops and output size */
     expect_error("{% for i in range(2000) %}{% for j in range(2000) %}{% endfor %}{% endfor %}", SL_ERANGE, "iterations");
+    expect_error("{{ range(100001) | length }}", SL_ERANGE, "range");
     expect_error("{{ 'x' * 100000000 }}", SL_ERANGE, NULL);
     expect_error("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(30) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s }}", SL_ERANGE, NULL);
-    expect_error("{% for i in range(999999) %}{{ 'abcdefghijklmnop' }}{% endfor %}", SL_ERANGE, "output");
+    expect_error("{% for i in range(99999) %}{% for j in range(9) %}{{ 'abcdefghijklmnop' }}{% endfor %}{% endfor %}", SL_ERANGE, "output");
 }
 
 Test(jinja, builtins_compile_and_render)
