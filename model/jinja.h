@@ -86,7 +86,8 @@ struct jj_val {
 
 /* gen: the list stands for a Python generator (what map/select/... return):
  * always truthy, and length/tojson/str refuse it, as in jinja2. */
-struct jj_list { jj_val *v; size_t n, cap; bool gen; };
+/* tuple: prints as (a, b) and never equals a list, as in Python. */
+struct jj_list { jj_val *v; size_t n, cap; bool gen, tuple; };
 struct jj_dict { jj_val *keys, *vals; size_t n, cap; };
 
 /* ---- render context ------------------------------------------------------ */
@@ -287,7 +288,7 @@ static inline jj_str jj_str_sub(jj_str s, size_t from, size_t to)
 static inline jj_val jj_list_val(jj_list *l) { return (jj_val){.k = JJ_LIST, .l = l}; }
 
 /* jinja_text.c: Python string operations that keep the untrusted mask. */
-enum { JJ_CASE_UPPER, JJ_CASE_LOWER, JJ_CASE_CAPITALIZE_FIRST, JJ_CASE_TITLE };
+enum { JJ_CASE_UPPER, JJ_CASE_LOWER, JJ_CASE_CAPITALIZE_FIRST, JJ_CASE_TITLE, JJ_CASE_TITLE_WORDS };
 jj_str jj_text_strip(jj_str s, const jj_str *chars, bool left, bool right); /* chars NULL: whitespace */
 int jj_text_case(jj_ctx *c, jj_str s, int mode, jj_val *out);
 int jj_text_replace(jj_ctx *c, jj_str s, jj_str old, jj_str neu, int64_t count, jj_val *out);

@@ -164,6 +164,7 @@ static int do_slice(jj_ctx *c, jj_val obj, jj_val *bv, jj_val *ev, jj_val *sv, j
         jj_list *l = jj_list_new(c, 0);
         if (!l)
             return -1;
+        l->tuple = obj.l->tuple;
         for (int64_t i = b; step > 0 ? i < e : i > e; i += step)
             if (jj_list_push(c, l, obj.l->v[i]) < 0)
                 return -1;
@@ -191,7 +192,8 @@ static int do_slice(jj_ctx *c, jj_val obj, jj_val *bv, jj_val *ev, jj_val *sv, j
     }
     if (obj.k == JJ_UNDEF)
         return jj_fail(c, SL_EINVAL, "cannot slice an undefined value");
-    return jj_fail(c, SL_EINVAL, "cannot slice a %s", jj_kind_name(obj.k));
+    *out = jj_undef(); /* jinja2: a failed subscript is Undefined */
+    return 0;
 }
 
 /* ======================================================================== */
@@ -461,6 +463,7 @@ static int eval_inner(jj_ctx *c, jj_scope *s, const jj_node *n, jj_val *out)
         for (size_t i = 0; i < n->n_kids; i++)
             if (jj_eval(c, s, n->kids[i], &l->v[l->n++]) < 0)
                 return -1;
+        l->tuple = n->t == JJ_N_TUPLE;
         *out = (jj_val){.k = JJ_LIST, .l = l};
         return 0;
     }

@@ -364,6 +364,7 @@ int jj_filter(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, jj_val *out)
             pair->v[0] = v.d->keys[i];
             pair->v[1] = v.d->vals[i];
             pair->n = 2;
+            pair->tuple = true;
             l->v[l->n++] = jj_list_val(pair);
         }
         if (jj_str_eqc(name, "dictsort")) {
@@ -466,9 +467,15 @@ int jj_filter(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, jj_val *out)
         if (isnan(x) && v.k != JJ_FLOAT)
             return jj_fail(c, SL_EINVAL, "round needs a number");
         double m = pow(10.0, (double)p), y = x * m;
+        bool common = !me || (me->k == JJ_STR && jj_str_eqc(me->s, "common"));
+        if (common && v.k != JJ_FLOAT && p >= 0) { /* Python: round(int, n) is the int */
+            *out = jj_int(v.k == JJ_INT ? v.i : v.b);
+            return 0;
+        }
         if (me && me->k == JJ_STR && jj_str_eqc(me->s, "floor")) y = floor(y);
         else if (me && me->k == JJ_STR && jj_str_eqc(me->s, "ceil")) y = ceil(y);
-        else y = round(y); /* "common": half away from zero */
+        else if (common) y = nearbyint(y); /* Python's round: half to even */
+        else return jj_fail(c, SL_EINVAL, "round: method must be common, ceil or floor");
         *out = jj_float(y / m);
         return 0;
     }
@@ -524,7 +531,7 @@ int jj_filter(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, jj_val *out)
             return -1;
         return jj_text_case(c, lo.s, JJ_CASE_CAPITALIZE_FIRST, out);
     }
-    if (jj_str_eqc(name, "title")) return jj_text_case(c, s, JJ_CASE_TITLE, out);
+    if (jj_str_eqc(name, "title")) return jj_text_case(c, s, JJ_CASE_TITLE_WORDS, out);
     if (jj_str_eqc(name, "replace")) {
         bool h2;
         if (jj_arg_str(c, a, 0, "old", &s1, &have) < 0 || jj_arg_str(c, a, 1, "new", &s2, &h2) < 0)
@@ -534,8 +541,11 @@ int jj_filter(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, jj_val *out)
         const jj_val *cnt = jj_arg(a, 2, "count");
         return jj_text_replace(c, s, s1, s2, cnt && cnt->k == JJ_INT ? cnt->i : -1, out);
     }
-    if (jj_str_eqc(name, "indent"))
+    if (jj_str_eqc(name, "indent")) {
+        if (v.k != JJ_STR) /* jinja2 appends "\n" to its input: non-strings fail */
+            return jj_fail(c, SL_EINVAL, "indent needs a string, got %s", jj_kind_name(v.k));
         return f_indent(c, s, a, out);
+    }
     if (jj_str_eqc(name, "e") || jj_str_eqc(name, "escape") || jj_str_eqc(name, "forceescape"))
         return jj_text_escape(c, s, out);
     if (jj_str_eqc(name, "wordcount")) {

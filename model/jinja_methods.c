@@ -7,6 +7,7 @@
  * not listed is simply not a method here. */
 #include "model/jinja.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,15 +33,28 @@ int jj_test(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, bool *out)
     else if (jj_str_eqc(name, "sequence")) *out = v.k == JJ_STR || v.k == JJ_LIST || v.k == JJ_DICT || v.k == JJ_UNDEF;
     else if (jj_str_eqc(name, "callable")) *out = v.k == JJ_MACRO || v.k == JJ_FUNC;
     else if (jj_str_eqc(name, "lower") || jj_str_eqc(name, "upper")) {
-        jj_val m;
-        if (v.k != JJ_STR)
-            return jj_fail(c, SL_EINVAL, "test '%.*s' needs a string", ENAME(name));
-        if (jj_text_case(c, v.s, jj_str_eqc(name, "lower") ? JJ_CASE_LOWER : JJ_CASE_UPPER, &m) < 0)
+        /* str(value).islower(): some cased letter, none of the other case */
+        jj_str s;
+        if (jj_stringify(c, v, &s) < 0)
             return -1;
-        *out = jj_str_eq(m.s, v.s);
+        bool want_lower = jj_str_eqc(name, "lower"), cased = false, wrong = false;
+        for (size_t i = 0; i < s.n; i++) {
+            char ch = s.p[i];
+            bool lo = ch >= 'a' && ch <= 'z', up = ch >= 'A' && ch <= 'Z';
+            cased |= lo || up;
+            wrong |= want_lower ? up : lo;
+        }
+        *out = cased && !wrong;
     } else if (jj_str_eqc(name, "odd") || jj_str_eqc(name, "even")) {
+        if (v.k == JJ_FLOAT) { /* value % 2 == 1 / == 0, with Python's float modulo */
+            double r = fmod(v.f, 2.0);
+            if (r < 0)
+                r += 2.0;
+            *out = jj_str_eqc(name, "odd") ? r == 1.0 : r == 0.0;
+            return 0;
+        }
         if (v.k != JJ_INT && v.k != JJ_BOOL)
-            return jj_fail(c, SL_EINVAL, "test '%.*s' needs an integer", ENAME(name));
+            return jj_fail(c, SL_EINVAL, "test '%.*s' needs a number", ENAME(name));
         int64_t i = v.k == JJ_INT ? v.i : v.b;
         *out = (i % 2 != 0) == jj_str_eqc(name, "odd");
     } else if (jj_str_eqc(name, "divisibleby")) {

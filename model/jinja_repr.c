@@ -118,12 +118,14 @@ int jj_repr(jj_ctx *c, jj_buf *b, jj_val v, int depth)
     switch (v.k) {
     case JJ_STR: return repr_str(c, b, v.s);
     case JJ_LIST:
-        if (jj_buf_putc(c, b, "[") < 0)
+        if (jj_buf_putc(c, b, v.l->tuple ? "(" : "[") < 0)
             return -1;
         for (size_t i = 0; i < v.l->n; i++)
             if ((i && jj_buf_putc(c, b, ", ") < 0) || jj_repr(c, b, v.l->v[i], depth + 1) < 0)
                 return -1;
-        return jj_buf_putc(c, b, "]");
+        if (v.l->tuple && v.l->n == 1 && jj_buf_putc(c, b, ",") < 0)
+            return -1;
+        return jj_buf_putc(c, b, v.l->tuple ? ")" : "]");
     case JJ_DICT:
         if (jj_buf_putc(c, b, "{") < 0)
             return -1;

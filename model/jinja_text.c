@@ -82,9 +82,11 @@ int jj_text_case(jj_ctx *c, jj_str s, int mode, jj_val *out)
         else up = word_start;
         if (alpha)
             b.p[i] = up ? (char)(ch & ~0x20) : (char)(ch | 0x20);
-        word_start = !alpha && !((unsigned char)ch >= 0x80) && !(ch >= '0' && ch <= '9');
-        if (mode == JJ_CASE_TITLE && (unsigned char)ch >= 0x80)
-            word_start = false;
+        if (mode == JJ_CASE_TITLE) /* str.title(): after any uncased char; non-ASCII counts as cased */
+            word_start = !alpha && (unsigned char)ch < 0x80;
+        else if (mode == JJ_CASE_TITLE_WORDS) /* jinja2 |title: words start after [-\s({[<] */
+            word_start = ch == '-' || ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' ||
+                         ch == '\v' || ch == '\f' || ch == '(' || ch == '{' || ch == '[' || ch == '<';
     }
     *out = jj_strv(jj_buf_str(&b));
     return 0;

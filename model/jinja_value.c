@@ -328,7 +328,7 @@ static bool equal_d(jj_val a, jj_val b, int depth)
     case JJ_UNDEF: case JJ_NONE: return true;
     case JJ_STR: return jj_str_eq(a.s, b.s);
     case JJ_LIST:
-        if (a.l->n != b.l->n)
+        if (a.l->n != b.l->n || a.l->tuple != b.l->tuple || a.l->gen || b.l->gen)
             return false;
         for (size_t i = 0; i < a.l->n; i++)
             if (!equal_d(a.l->v[i], b.l->v[i], depth + 1))

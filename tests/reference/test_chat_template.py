@@ -293,3 +293,49 @@ def test_parse_error_is_a_compile_error(tmp_path):
     got = ours(path, [], None, False, "", "")
     assert got.returncode == 2
     assert b"line 1" in got.stderr
+
+
+def random_whitespace_template(rnd, depth=0):
+    """Text with spaces, tabs, CRLF and newlines around block, variable and
+    comment tags carrying every combination of -/+ modifiers."""
+    pieces = [" ", "  ", "\t", "\n", "\n\n", " \n", "x", "y z", "\r\n"]
+    mods = ["", "-", "+"]
+    out = []
+    for _ in range(rnd.randint(1, 6)):
+        c = rnd.random()
+        if c < 0.5:
+            out.append("".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 3))))
+        elif c < 0.62:
+            out.append("{{%s 'v' %s}}" % (rnd.choice(["", "-"]), rnd.choice(["", "-"])))
+        elif c < 0.75:
+            out.append("{#%s c %s#}" % (rnd.choice(mods), rnd.choice(mods)))
+        elif depth < 2:
+            l1, r1, l2, r2 = (rnd.choice(mods) for _ in range(4))
+            kind = rnd.choice(["if true", "if false", "for i in range(2)", "set x = 1"])
+            if kind.startswith("set"):
+                out.append("{%%%s %s %s%%}" % (l1, kind, r1))
+            else:
+                end = "endif" if kind.startswith("if") else "endfor"
+                inner = random_whitespace_template(rnd, depth + 1)
+                out.append("{%%%s %s %s%%}%s{%%%s %s %s%%}" % (l1, kind, r1, inner, l2, end, r2))
+    return "".join(out)
+
+
+def test_whitespace_control_random(tmp_path):
+    """trim_blocks, lstrip_blocks, -/+ modifiers and newline handling on 300
+    random templates, against jinja2 as transformers configures it."""
+    import random
+
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    rnd = random.Random(20240726)
+    path = tmp_path / "ws.jinja"
+    bad = []
+    for _ in range(300):
+        src = random_whitespace_template(rnd)
+        want = _compile_jinja_template(src).render(messages=[])
+        path.write_bytes(src.encode())
+        got = subprocess.run([str(TOOL), str(path)], input=b'{"messages": []}', capture_output=True)
+        if got.returncode != 0 or got.stdout.decode() != want:
+            bad.append((src, want, got.stdout, got.stderr))
+    assert not bad, bad[:3]
