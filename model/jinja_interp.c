@@ -54,20 +54,25 @@ static int bind_targets(jj_ctx *c, jj_scope *s, const jj_str *names, size_t n, j
 static int set_loop(jj_ctx *c, jj_scope *ls, jj_dict *d, jj_list *items, size_t i)
 {
     size_t n = items->n;
+    /* previtem/nextitem: an undefined value reads exactly like a missing key */
     struct { const char *k; jj_val v; } f[] = {
         {"index", jj_int((int64_t)i + 1)}, {"index0", jj_int((int64_t)i)},
         {"revindex", jj_int((int64_t)(n - i))}, {"revindex0", jj_int((int64_t)(n - i - 1))},
         {"first", jj_bool(i == 0)}, {"last", jj_bool(i + 1 == n)},
         {"length", jj_int((int64_t)n)}, {"depth", jj_int(1)}, {"depth0", jj_int(0)},
+        {"previtem", i > 0 ? items->v[i - 1] : jj_undef()},
+        {"nextitem", i + 1 < n ? items->v[i + 1] : jj_undef()},
     };
-    for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++)
+    size_t nf = sizeof(f) / sizeof(f[0]);
+    if (i > 0 && d->n == nf) { /* same keys, same order: dicts are immutable to templates */
+        for (size_t k = 0; k < nf; k++)
+            d->vals[k] = f[k].v;
+        return 0;
+    }
+    for (size_t k = 0; k < nf; k++)
         if (jj_dict_set(c, d, jj_strv(jj_lit(f[k].k)), f[k].v) < 0)
             return -1;
-    /* an undefined value reads exactly like a missing key */
-    if (jj_dict_set(c, d, jj_strv(jj_lit("previtem")), i > 0 ? items->v[i - 1] : jj_undef()) < 0 ||
-        jj_dict_set(c, d, jj_strv(jj_lit("nextitem")), i + 1 < n ? items->v[i + 1] : jj_undef()) < 0)
-        return -1;
-    return i == 0 ? assign(c, ls, jj_lit("loop"), (jj_val){.k = JJ_DICT, .d = d}) : 0;
+    return assign(c, ls, jj_lit("loop"), (jj_val){.k = JJ_DICT, .d = d});
 }
 
 static int exec_for(jj_ctx *c, jj_scope *s, const jj_node *n, jj_buf *out)
