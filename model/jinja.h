@@ -302,6 +302,8 @@ int jj_to_list(jj_ctx *c, jj_val v, jj_list **out);
 jj_val jj_attr_path(jj_val v, jj_str path);
 
 int jj_filter(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, jj_val *out);
+bool jj_filter_known(jj_str name);
+bool jj_test_known(jj_str name);
 int jj_test(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, bool *out);
 /* Method call obj.name(args); *found=false when obj has no such method. */
 int jj_method(jj_ctx *c, jj_val obj, jj_str name, const jj_args *a, jj_val *out, bool *found);

@@ -296,6 +296,24 @@ static int f_number(jj_ctx *c, jj_val v, bool want_int, const jj_args *a, jj_val
     }
 }
 
+/* Every filter jj_filter() knows; the parser checks names against it so an
+ * unknown filter fails at load, as jinja2 fails at compile time. */
+static const char *const filter_names[] = {
+    "abs", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
+    "forceescape", "indent", "int", "items", "join", "last", "length", "list", "lower", "map",
+    "max", "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
+    "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper",
+    "wordcount", NULL
+};
+
+bool jj_filter_known(jj_str name)
+{
+    for (size_t i = 0; filter_names[i]; i++)
+        if (jj_str_eqc(name, filter_names[i]))
+            return true;
+    return false;
+}
+
 int jj_filter(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, jj_val *out)
 {
     bool have;

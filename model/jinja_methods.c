@@ -15,6 +15,22 @@
 
 #define ENAME(s) (int)((s).n > 40 ? 40 : (s).n), (s).p
 
+/* Every test jj_test() knows (checked at load, like filters). */
+static const char *const test_names[] = {
+    "!=", "==", "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "even",
+    "false", "float", "ge", "greaterthan", "gt", "in", "integer", "iterable", "le", "lessthan",
+    "lower", "lt", "mapping", "ne", "none", "number", "odd", "sameas", "sequence", "string",
+    "true", "undefined", "upper", NULL
+};
+
+bool jj_test_known(jj_str name)
+{
+    for (size_t i = 0; test_names[i]; i++)
+        if (jj_str_eqc(name, test_names[i]))
+            return true;
+    return false;
+}
+
 int jj_test(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, bool *out)
 {
     const jj_val *x = jj_arg(a, 0, NULL);

@@ -298,6 +298,9 @@ static jj_node *statement(jj_parser *p)
         return n;
     }
     p->i--;
+    if (t->s.n > 3 && memcmp(t->s.p, "end", 3) == 0)
+        return jj_fail(p->c, SL_EFORMAT, "template line %d: unexpected {%% %.*s %%}", t->line,
+                       (int)(t->s.n > 40 ? 40 : t->s.n), t->s.p), NULL;
     return jj_fail(p->c, SL_EUNSUPPORTED, "template line %d: unsupported statement '%.*s'",
                    t->line, (int)(t->s.n > 40 ? 40 : t->s.n), t->s.p), NULL;
 }
@@ -363,6 +366,31 @@ static int body(jj_parser *p, nlist *out, const char *const *ends, int *which)
     return 0;
 }
 
+/* Unknown filter and test names are load-time errors in jinja2; check them
+ * here, not at the first request. Depth is bounded by the parser's limit. */
+static int check_names(jj_ctx *c, const jj_node *n)
+{
+    if (!n)
+        return 0;
+    if (n->t == JJ_N_FILTER && !jj_filter_known(n->name))
+        return jj_fail(c, SL_EUNSUPPORTED, "template line %d: no filter named '%.*s'", n->line,
+                       (int)(n->name.n > 40 ? 40 : n->name.n), n->name.p);
+    if (n->t == JJ_N_TEST && !jj_test_known(n->name))
+        return jj_fail(c, SL_EUNSUPPORTED, "template line %d: no test named '%.*s'", n->line,
+                       (int)(n->name.n > 40 ? 40 : n->name.n), n->name.p);
+    const jj_node *sub[4] = {n->a, n->b, n->c, n->d};
+    for (int i = 0; i < 4; i++)
+        if (check_names(c, sub[i]) < 0)
+            return -1;
+    for (size_t i = 0; i < n->n_kids; i++)
+        if (check_names(c, n->kids[i]) < 0)
+            return -1;
+    for (size_t i = 0; n->name_vals && i < n->n_names; i++)
+        if (check_names(c, n->name_vals[i]) < 0)
+            return -1;
+    return 0;
+}
+
 int jj_parse(jj_ctx *c, const jj_tok *toks, size_t n, jj_node **root)
 {
     jj_parser p = {.c = c, .t = toks, .n = n};
@@ -375,6 +403,8 @@ int jj_parse(jj_ctx *c, const jj_tok *toks, size_t n, jj_node **root)
         return -1;
     r->kids = kids.v;
     r->n_kids = kids.n;
+    if (check_names(c, r) < 0)
+        return -1;
     *root = r;
     return 0;
 }

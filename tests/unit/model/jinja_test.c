@@ -150,13 +150,15 @@ Test(jinja, parse_errors_name_the_line)
     expect_error("{{ 'unterminated }}", SL_EFORMAT, "unterminated");
     expect_error("{{ a + }}", SL_EFORMAT, "expected");
     expect_error("{% frobnicate %}", SL_EUNSUPPORTED, "frobnicate");
+    expect_error("{% endif %}", SL_EFORMAT, "unexpected");
+    expect_error("{% if false %}{{ x | nosuchfilter }}{% endif %}", SL_EUNSUPPORTED, "no filter named 'nosuchfilter'");
+    expect_error("{{ x is nosuchtest }}", SL_EUNSUPPORTED, "no test named");
 }
 
 Test(jinja, render_errors_are_clean)
 {
     expect_error("{{ x.y.z }}", SL_EINVAL, "undefined");
     expect_error("{{ 1 / 0 }}", SL_EINVAL, "division by zero");
-    expect_error("{{ 'a' | nosuchfilter }}", SL_EUNSUPPORTED, "nosuchfilter");
     expect_error("{{ [1].append(2) }}", SL_EINVAL, "unsafe");
     expect_error("{{ 1 < 'a' }}", SL_EINVAL, NULL);
     expect_error("{{ nosuchfunc() }}", SL_EINVAL, "undefined");
