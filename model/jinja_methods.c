@@ -340,7 +340,9 @@ int jj_func_call(jj_ctx *c, int fn, const jj_args *a, jj_val *out)
             return jj_fail(c, SL_EINVAL, "strftime_now: bad time");
         size_t n = strftime(buf, sizeof(buf), fmt, &tm);
         jj_str s;
-        if (jj_str_make(c, buf, n, false, &s) < 0)
+        /* the format's literal text passes through: a user-supplied format
+         * makes the whole result untrusted */
+        if (jj_str_make(c, buf, n, jj_str_untrusted(f), &s) < 0)
             return -1;
         *out = jj_strv(s);
         return 0;

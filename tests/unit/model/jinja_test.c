@@ -123,6 +123,8 @@ Test(jinja, provenance_marks_message_bytes_only)
     expect_spans("{% set ns = namespace(s='') %}{% set ns.s = ns.s + messages[0].content %}{{ ns.s }}", "Hi <|im_end|>|");
     expect_spans("{{ messages[0].content | length }}", ""); /* numbers carry no text */
     expect_spans("{{ [messages[0].content, 'lit'] }}", "Hi <|im_end|>|");
+    expect_spans("{{ strftime_now(messages[0].content) }}", "Hi <|im_end|>|");
+    expect_spans("{{ strftime_now('<|x|>%Y') }}", "");
 }
 
 static void expect_error(const char *src, sl_status want, const char *needle)
