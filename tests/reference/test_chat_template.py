@@ -339,3 +339,58 @@ def test_whitespace_control_random(tmp_path):
         if got.returncode != 0 or got.stdout.decode() != want:
             bad.append((src, want, got.stdout, got.stderr))
     assert not bad, bad[:3]
+
+
+def special_token_texts(name):
+    import lzma
+
+    tj = json.loads(lzma.decompress((DATA / "tokenizers" / name / "tokenizer.json.xz").read_bytes()))
+    return [t["content"] for t in tj.get("added_tokens", []) if t.get("special")]
+
+
+def trusted_special_count(text, ranges, specials):
+    """Occurrences of special-token text that lie outside every untrusted range."""
+    mask = bytearray(len(text))
+    for s, e in ranges:
+        mask[s:e] = b"\x01" * (e - s)
+    count = 0
+    for sp in set(specials):
+        needle = sp.encode()
+        at = text.find(needle)
+        while at >= 0:
+            if not any(mask[at:at + len(needle)]):
+                count += 1
+            at = text.find(needle, at + 1)
+    return count
+
+
+@pytest.mark.parametrize("tok", ["deepseek_v3", "gemma3", "llama3", "llama3_1", "qwen3", "mistral"])
+def test_injected_special_tokens_stay_untrusted(tok, tmp_path):
+    """Content holding every special token's text adds no trusted special
+    token to the prompt: the template's own tokens are the same as for plain
+    content, and every injected byte lies in an untrusted range."""
+    specials = special_token_texts(tok)
+    inject = " ".join(specials[:300])
+    name = "tokenizer-" + tok
+    builtin = None
+    if name in TEMPLATES:
+        src, bos, eos = TEMPLATES[name]
+        path = tmp_path / "t.jinja"
+        path.write_text(src)
+    else:  # no template in the config: the built-in for the family
+        path, bos, eos, builtin = None, "<s>", "</s>", "mistral"
+
+    def run(content):
+        messages = [{"role": "user", "content": content},
+                    {"role": "assistant", "content": content},
+                    {"role": "user", "content": content}]
+        rpath = tmp_path / "r.json"
+        got = ours(path, messages, None, True, bos, eos, ranges=rpath, builtin=builtin)
+        assert got.returncode == 0, got.stderr
+        return got.stdout, json.loads(rpath.read_text())
+
+    plain_text, plain_ranges = run("plain")
+    text, ranges = run(inject)
+    assert trusted_special_count(text, ranges, specials) == trusted_special_count(plain_text, plain_ranges, specials)
+    covered = b"".join(text[s:e] for s, e in ranges)
+    assert covered.count(b"<") >= inject.count("<")
