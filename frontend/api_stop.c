@@ -8,6 +8,7 @@
  * string, and it is always a suffix of the text seen that is a proper prefix
  * of some stop string (or empty). So a match can only start inside the held
  * text or the new piece, and the held text is shorter than the longest stop. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,14 +80,19 @@ sl_status sl_api_stop_push(sl_api_stop *s, const char *piece, size_t len,
     size_t n = s->_len + len;
     s->_len = n;
 
-    /* Earliest match; by the invariant none ends inside the old held text. */
-    size_t best_pos = n;
+    /* The match that completes first (smallest end), as if the text had
+     * come byte by byte; on a tie the longer one (it starts earlier). This
+     * makes the cut independent of how the text was split into pieces. By
+     * the invariant every match ends inside the new piece and none starts
+     * in text already emitted (it would have been held back). */
+    size_t best_end = SIZE_MAX, best_pos = 0;
     int best = -1;
     for (int i = 0; i < s->n; i++) {
         size_t sl = s->_stop_len[i];
-        for (size_t p = 0; p + sl <= n && p <= best_pos; p++) {
+        for (size_t p = 0; p + sl <= n && p + sl <= best_end; p++) {
             if (memcmp(s->_buf + p, s->_stop[i], sl) == 0) {
-                if (p < best_pos || (p == best_pos && sl > s->_stop_len[best])) {
+                if (p + sl < best_end || p < best_pos) {
+                    best_end = p + sl;
                     best_pos = p;
                     best = i;
                 }

@@ -6,8 +6,9 @@
  *            to send now. A suffix that could still become the start of a stop
  *            string is held back; a stop string that spans pieces is found;
  *            the output is cut exactly before it (OpenAI never sends the stop
- *            text). The earliest match wins; at one position the longest
- *            stop string wins (so it is cut at the same place either way).
+ *            text). The match that completes first wins (the smallest end
+ *            offset; on a tie the longest), so the cut is the same however
+ *            the text was split into pieces, as if it came byte by byte.
  *            Pieces that are whole UTF-8 characters give outputs that are
  *            whole characters (a stop string starts with a lead byte).
  * Ownership: stop strings are copied at init; emitted text points into the
