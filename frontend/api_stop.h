@@ -11,6 +11,8 @@
  *            the text was split into pieces, as if it came byte by byte.
  *            Pieces that are whole UTF-8 characters give outputs that are
  *            whole characters (a stop string starts with a lead byte).
+ *            min_tokens (vLLM): stop strings do not count before min_tokens
+ *            tokens; the caller sends those pieces around the matcher.
  * Ownership: stop strings are copied at init; emitted text points into the
  *            matcher and is valid until the next push/flush/fini.
  * Errors:    init: SL_OK, SL_EINVAL (too many or empty stop strings),

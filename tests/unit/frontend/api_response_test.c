@@ -10,6 +10,7 @@
 #include "frontend/api_json.h"
 #include "frontend/api_response.h"
 #include "frontend/api_sse.h"
+#include "frontend/api_stop.h"
 
 static json_t *load(const char *s)
 {
@@ -447,4 +448,84 @@ Test(api_sse, error_event_is_one_data_line_with_error_object)
     cr_expect_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "type")), "server_error");
     json_decref(o);
     free(s);
+}
+
+/* ------------------------------------------------------------ whole flow */
+
+/* What the server will do per streamed request, minus HTTP: parse, run the
+ * decoded pieces through the stop matcher, build chunks, frame them. */
+Test(api_response, stream_flow_from_request_to_sse)
+{
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,"
+                       "\"stream_options\":{\"include_usage\":true},\"stop\":[\"<|end|>\"]}";
+    sl_api_request req;
+    sl_api_error err;
+    cr_assert_eq(sl_api_request_parse(&req, SL_API_ENDPOINT_CHAT, body, strlen(body), 100, &err), SL_OK);
+    sl_api_stop stop;
+    cr_assert_eq(sl_api_stop_init(&stop, req.stop, req.stop_len, req.n_stop), SL_OK);
+    char id[SL_API_ID_LEN];
+    sl_api_id_make(id, req.endpoint);
+    sl_api_chunk c = {.endpoint = req.endpoint, .id = id, .created = 1, .model = "m",
+                      .include_usage = req.include_usage};
+    char sse[8192];
+    size_t n = 0;
+#define EMIT(json) do { char *j_ = (json); cr_assert_not_null(j_); \
+        n += sl_api_sse_frame(sse + n, sizeof sse - n, j_, strlen(j_)); free(j_); } while (0)
+    c.kind = SL_API_CHUNK_ROLE;
+    EMIT(sl_api_chunk_build(&c));
+    static const char *const pieces[] = {"Hel", "lo", " there", "<|", "end", "|>", "ignored"};
+    int generated = 0;
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0] && !stop.hit; i++, generated++) {
+        const char *e;
+        size_t el;
+        cr_assert_eq(sl_api_stop_push(&stop, pieces[i], strlen(pieces[i]), &e, &el), SL_OK);
+        if (!el) continue;
+        c.kind = SL_API_CHUNK_TEXT;
+        c.text = e;
+        c.text_len = el;
+        EMIT(sl_api_chunk_build(&c));
+    }
+    cr_assert(stop.hit);
+    c.kind = SL_API_CHUNK_FINISH;
+    c.text = NULL;
+    c.text_len = 0;
+    c.finish = SL_API_FINISH_STOP;
+    EMIT(sl_api_chunk_build(&c));
+    sl_api_usage u = {.prompt_tokens = 5, .completion_tokens = generated};
+    c.kind = SL_API_CHUNK_USAGE;
+    c.usage = &u;
+    EMIT(sl_api_chunk_build(&c));
+#undef EMIT
+    memcpy(sse + n, SL_API_SSE_DONE, sizeof SL_API_SSE_DONE);
+    n += sizeof SL_API_SSE_DONE - 1;
+
+    /* Read it back as a client would: concatenate the deltas. */
+    char text[256] = "";
+    int events = 0;
+    bool done = false, saw_usage = false;
+    for (char *ev = sse; ev < sse + n;) {
+        char *end = strstr(ev, "\n\n");
+        cr_assert_not_null(end);
+        *end = '\0';
+        cr_assert_eq(strncmp(ev, "data: ", 6), 0);
+        events++;
+        if (strcmp(ev + 6, "[DONE]") == 0) { done = true; break; }
+        json_t *o = load(ev + 6);
+        cr_expect_str_eq(json_string_value(json_object_get(o, "id")), id);
+        json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+        if (ch) {
+            const char *d = json_string_value(json_object_get(json_object_get(ch, "delta"), "content"));
+            if (d) strcat(text, d);
+        } else {
+            saw_usage = json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")) == 6;
+        }
+        json_decref(o);
+        ev = end + 2;
+    }
+    cr_expect(done);
+    cr_expect(saw_usage);
+    cr_expect_str_eq(text, "Hello there");
+    cr_expect_eq(events, 1 + 3 + 1 + 1 + 1);   /* role, 3 text, finish, usage, DONE */
+    sl_api_stop_fini(&stop);
+    sl_api_request_fini(&req);
 }
