@@ -42,6 +42,8 @@ typedef struct {
     char _family[128];    /* last family written (HELP/TYPE once per family) */
 } sl_api_metrics;
 
+/* An empty builder (allocates on first write). fini frees the text; safe
+ * on an initialised or zeroed builder. */
 void sl_api_metrics_init(sl_api_metrics *m);
 void sl_api_metrics_fini(sl_api_metrics *m);
 

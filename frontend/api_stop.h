@@ -38,7 +38,10 @@ typedef struct {
     int hit_index;                      /* which one, -1 when none */
 } sl_api_stop;
 
+/* Copies stops[i][0..lens[i]) for i < n (n = 0: pass-through; stops and
+ * lens may then be NULL). On failure *s is empty and fini is still safe. */
 sl_status sl_api_stop_init(sl_api_stop *s, const char *const *stops, const size_t *lens, int n);
+/* Frees the copies and the held text; safe on a failed init. */
 void sl_api_stop_fini(sl_api_stop *s);
 
 /* Feeds piece[0..len). OUT emit, emit_len: text to send now (may be empty).
