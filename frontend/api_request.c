@@ -4,7 +4,6 @@
  * C structs, because the chat template walks it as JSON anyway; the struct
  * only lifts out what the front end itself decides on. */
 #include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
