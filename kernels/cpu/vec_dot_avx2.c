@@ -26,71 +26,88 @@ enum { CHUNK = 256, GROUP = 32 };
  * Decoders: one chunk into w[0..len)
  * ====================================================================== */
 
-/* 8 unsigned / signed bytes -> 8 floats */
-static inline __m256 u8x8_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
-static inline __m256 i8x8_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
+/* Port budget (Intel): widening bytes to dwords (vpmovzx/sx) runs only on
+ * port 5, converts and FMAs only on ports 0/1. So the decoders widen straight
+ * from memory (codes are first staged in a 32-byte-aligned byte buffer),
+ * broadcast scales from memory (a load, not a p5 shuffle), and, where codes
+ * are signed and there is no min, replace convert+multiply by an integer add
+ * of a magic exponent and one FMA:
+ *   bits(0x4B400000 + q) = 1.5*2^23 + q   for |q| < 2^22, exactly, so
+ *   fma(that, ds, -1.5*2^23*ds) = round(q*ds), the dequantizer's value,
+ * provided 1.5*2^23*ds is exact: ds = fp16 * int8 has <= 19 significant
+ * bits, and 3*ds needs 2 more, within float's 24. */
+#define MAGIC_BITS 0x4B400000
+#define MAGIC_F 12582912.0f   /* 1.5 * 2^23 */
 
-/* 32 unsigned codes -> w[0..32) = q*ds - dm */
-static inline void put32_u8_min(__m256i q, __m256 ds, __m256 dm, float *w)
+/* 8 signed bytes at p -> w[0..8) = q*ds, via the magic add; nds = -MAGIC_F*ds */
+static inline void put8_i8(const int8_t *p, __m256 ds, __m256 nds, float *w)
 {
-    __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-    _mm256_store_ps(w + 0, _mm256_fmsub_ps(u8x8_ps(lo), ds, dm));
-    _mm256_store_ps(w + 8, _mm256_fmsub_ps(u8x8_ps(_mm_srli_si128(lo, 8)), ds, dm));
-    _mm256_store_ps(w + 16, _mm256_fmsub_ps(u8x8_ps(hi), ds, dm));
-    _mm256_store_ps(w + 24, _mm256_fmsub_ps(u8x8_ps(_mm_srli_si128(hi, 8)), ds, dm));
-}
-
-/* 16 signed codes -> w[0..16) = q*ds */
-static inline void put16_i8(__m128i q, __m256 ds, float *w)
-{
-    _mm256_store_ps(w + 0, _mm256_mul_ps(i8x8_ps(q), ds));
-    _mm256_store_ps(w + 8, _mm256_mul_ps(i8x8_ps(_mm_srli_si128(q, 8)), ds));
+    __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    __m256 f = _mm256_castsi256_ps(_mm256_add_epi32(v, _mm256_set1_epi32(MAGIC_BITS)));
+    _mm256_store_ps(w, _mm256_fmadd_ps(f, ds, nds));
 }
 
 static void decode_q8_0(const sl_block_q8_0 *b, int nblk, float *w)
 {
     for (int i = 0; i < nblk; i++, w += 32) {
-        __m256 d = _mm256_set1_ps(sl_fp16_to_fp32(b[i].d));
-        put16_i8(_mm_loadu_si128((const __m128i *)b[i].qs), d, w);
-        put16_i8(_mm_loadu_si128((const __m128i *)(b[i].qs + 16)), d, w + 16);
+        float d = _cvtsh_ss(b[i].d);
+        __m256 ds = _mm256_set1_ps(d), nds = _mm256_set1_ps(-MAGIC_F * d);
+        for (int k = 0; k < 4; k++)
+            put8_i8(b[i].qs + 8 * k, ds, nds, w + 8 * k);
     }
 }
 
 static void decode_q4_0(const sl_block_q4_0 *b, int nblk, float *w)
 {
     const __m128i m4 = _mm_set1_epi8(0xF), eight = _mm_set1_epi8(8);
+    _Alignas(32) int8_t codes[32];
     for (int i = 0; i < nblk; i++, w += 32) {
-        __m256 d = _mm256_set1_ps(sl_fp16_to_fp32(b[i].d));
+        float d = _cvtsh_ss(b[i].d);
+        __m256 ds = _mm256_set1_ps(d), nds = _mm256_set1_ps(-MAGIC_F * d);
         __m128i q = _mm_loadu_si128((const __m128i *)b[i].qs);
-        __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), eight);
-        __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight);
-        put16_i8(lo, d, w);
-        put16_i8(hi, d, w + 16);
+        _mm_store_si128((__m128i *)codes, _mm_sub_epi8(_mm_and_si128(q, m4), eight));
+        _mm_store_si128((__m128i *)(codes + 16),
+                        _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight));
+        for (int k = 0; k < 4; k++)
+            put8_i8(codes + 8 * k, ds, nds, w + 8 * k);
     }
 }
 
 /* Q4_K and Q5_K (qh != NULL): sub-block s = 2c (low nibbles of chunk c) or
- * 2c+1 (high nibbles); Q5_K's bit 4 of element 32s+l is bit s of qh[l]. */
+ * 2c+1 (high nibbles); Q5_K's bit 4 of element 32s+l is bit s of qh[l].
+ * The min needs w = q*ds - dm: convert + one fmsub (same p0/p1 cost as the
+ * magic add + fma + sub, and one rounding instead of two). */
 static void decode_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const uint8_t *qs,
                       const uint8_t *qh, float *w)
 {
     const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10);
-    float d = sl_fp16_to_fp32(hd), dmin = sl_fp16_to_fp32(hdmin);
+    _Alignas(32) uint8_t codes[SL_QK_K];
+    float dsv[8], dmv[8];
+    float d = _cvtsh_ss(hd), dmin = _cvtsh_ss(hdmin);
+    for (int s = 0; s < 8; s++) {
+        uint8_t sc, m;
+        sl_quant_get_scale_min_k4(s, scales, &sc, &m);
+        dsv[s] = d * (float)sc;
+        dmv[s] = dmin * (float)m;
+    }
     __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
         __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-        for (int half = 0; half < 2; half++) {
-            int s = 2 * c + half;
-            uint8_t sc, m;
-            sl_quant_get_scale_min_k4(s, scales, &sc, &m);
-            __m256i v = _mm256_and_si256(half ? _mm256_srli_epi16(q, 4) : q, m4);
-            if (qh) {
-                __m256i bit = _mm256_set1_epi8((char)(1 << s));
-                __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
-                v = _mm256_or_si256(v, _mm256_and_si256(set, b4));
-            }
-            put32_u8_min(v, _mm256_set1_ps(d * (float)sc), _mm256_set1_ps(dmin * (float)m),
-                         w + 32 * s);
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qh) {
+            __m256i bl = _mm256_set1_epi8((char)(1 << (2 * c))), bh = _mm256_set1_epi8((char)(2 << (2 * c)));
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bl), bl), b4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bh), bh), b4));
+        }
+        _mm256_store_si256((__m256i *)(codes + 64 * c), lo);
+        _mm256_store_si256((__m256i *)(codes + 64 * c + 32), hi);
+    }
+    for (int s = 0; s < 8; s++) {
+        __m256 ds = _mm256_broadcast_ss(&dsv[s]), dm = _mm256_broadcast_ss(&dmv[s]);
+        for (int k = 0; k < 4; k++) {
+            const uint8_t *p = codes + 32 * s + 8 * k;
+            __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+            _mm256_store_ps(w + 32 * s + 8 * k, _mm256_fmsub_ps(f, ds, dm));
         }
     }
 }
@@ -99,7 +116,13 @@ static void decode_q6_K(const sl_block_q6_K *b, float *w)
 {
     const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
     const __m256i off = _mm256_set1_epi8(32);
-    float d = sl_fp16_to_fp32(b->d);
+    _Alignas(32) int8_t codes[SL_QK_K];
+    float dsv[16], ndsv[16];
+    float d = _cvtsh_ss(b->d);
+    for (int s = 0; s < 16; s++) {
+        dsv[s] = d * (float)b->scales[s];
+        ndsv[s] = -MAGIC_F * dsv[s];
+    }
     for (int h = 0; h < 2; h++) {
         __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
         __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
@@ -111,13 +134,13 @@ static void decode_q6_K(const sl_block_q6_K *b, float *w)
             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
         };
-        for (int k = 0; k < 4; k++) {
-            __m256i v = _mm256_sub_epi8(q[k], off);
-            int s = 8 * h + 2 * k;   /* 16-element sub-blocks: two per 32 codes */
-            float *y = w + 128 * h + 32 * k;
-            put16_i8(_mm256_castsi256_si128(v), _mm256_set1_ps(d * (float)b->scales[s]), y);
-            put16_i8(_mm256_extracti128_si256(v, 1), _mm256_set1_ps(d * (float)b->scales[s + 1]), y + 16);
-        }
+        for (int k = 0; k < 4; k++)
+            _mm256_store_si256((__m256i *)(codes + 128 * h + 32 * k), _mm256_sub_epi8(q[k], off));
+    }
+    for (int s = 0; s < 16; s++) {   /* 16-element sub-blocks */
+        __m256 ds = _mm256_broadcast_ss(&dsv[s]), nds = _mm256_broadcast_ss(&ndsv[s]);
+        put8_i8(codes + 16 * s, ds, nds, w + 16 * s);
+        put8_i8(codes + 16 * s + 8, ds, nds, w + 16 * s + 8);
     }
 }
 
@@ -187,17 +210,26 @@ static int decode_chunk(uint32_t type, const void *row, int64_t c, int64_t n, fl
  * order and chain assignment depend only on len. */
 static inline void dot_chunk(const float *w, const float *x, int len, __m256 a[4], float *tail)
 {
+    /* locals, not a[]: __m256 may alias float, so chains kept in a[] would
+     * be stored and reloaded around every load of w and x */
+    __m256 a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
     int i = 0;
     for (; i + 32 <= len; i += 32) {
-        a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a[0]);
-        a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a[1]);
-        a[2] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a[2]);
-        a[3] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a[3]);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
     }
     for (; i + 8 <= len; i += 8)
-        a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a[0]);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    float t = *tail;
     for (; i < len; i++)
-        *tail += w[i] * x[i];
+        t += w[i] * x[i];
+    *tail = t;
+    a[0] = a0;
+    a[1] = a1;
+    a[2] = a2;
+    a[3] = a3;
 }
 
 static inline float hsum(const __m256 a[4], float tail)
