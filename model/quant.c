@@ -371,48 +371,83 @@ static void fit_scale_sym(const float *x, int n, float *a_out)
     }
 }
 
-/* Quantizes the 8 sub-block scales a[] and mins m[] of a Q4_K/Q5_K
- * super-block to 6 bits under fp16 super-scales; writes d, dmin and the
- * packed scales, and returns the effective scale/min per sub-block. */
-static void pack_scales_k4(const float a[8], const float m[8], uint16_t *d_out, uint16_t *dmin_out,
-                           uint8_t scales[SL_K_SCALE_SIZE], float ea[8], float em[8])
+/* Squared error of one sub-block coded with effective scale ea and min em
+ * (codes re-rounded to them); the codes go to q when q != NULL. */
+static float k4_sub_error(const float *x, int nmax, float ea, float em, uint8_t *q)
 {
-    float amax = 0.0f, mmax = 0.0f;
+    float ia = ea > 0.0f ? 1.0f / ea : 0.0f, err = 0.0f;
+    for (int l = 0; l < 32; l++) {
+        int c = round_clamp((x[l] + em) * ia, 0, nmax);
+        float e = ea * (float)c - em - x[l];
+        err += e * e;
+        if (q)
+            q[l] = (uint8_t)c;
+    }
+    return err;
+}
+
+/* Codes the 8 fitted sub-block scales a[] and mins m[] with 6-bit integers
+ * under fp16 super-scales d, dmin. Rounding a/d on its own ignores how the
+ * values re-round, so: d and dmin each try 7 factors around max/63, and for
+ * the chosen pair every sub-block tries the 3x3 integers around round(a/d),
+ * round(m/dmin), keeping whichever codes x best. Writes d, dmin, the packed
+ * scales and the codes q[256]. */
+static void quant_k4_superblock(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out,
+                                uint8_t scales[SL_K_SCALE_SIZE], uint8_t q[SL_QK_K])
+{
+    float a[8], m[8], amax = 0.0f, mmax = 0.0f;
     for (int s = 0; s < 8; s++) {
+        fit_scale_min(x + 32 * s, 32, nmax, &a[s], &m[s]);
         amax = fmaxf(amax, a[s]);
         mmax = fmaxf(mmax, m[s]);
     }
-    *d_out = sl_fp32_to_fp16(amax / 63.0f);
-    *dmin_out = sl_fp32_to_fp16(mmax / 63.0f);
-    float d = sl_fp16_to_fp32(*d_out), dmin = sl_fp16_to_fp32(*dmin_out);
+    static const float factor[7] = {1.0f, 0.97f, 0.985f, 1.015f, 1.03f, 0.95f, 1.05f};
+    uint16_t best_d = 0, best_dmin = 0;
+    for (int pass = 0; pass < 2; pass++) {       /* pass 0 picks d, pass 1 dmin */
+        float best_err = INFINITY;
+        for (int k = 0; k < 7; k++) {
+            uint16_t hd = pass == 0 ? sl_fp32_to_fp16(amax / 63.0f * factor[k]) : best_d;
+            uint16_t hm = pass == 1 ? sl_fp32_to_fp16(mmax / 63.0f * factor[k])
+                                    : sl_fp32_to_fp16(mmax / 63.0f);
+            float d = sl_fp16_to_fp32(hd), dmin = sl_fp16_to_fp32(hm), err = 0.0f;
+            for (int s = 0; s < 8; s++) {
+                int sc = d > 0.0f ? round_clamp(a[s] / d, 0, 63) : 0;
+                int mn = dmin > 0.0f ? round_clamp(m[s] / dmin, 0, 63) : 0;
+                err += k4_sub_error(x + 32 * s, nmax, d * (float)sc, dmin * (float)mn, NULL);
+            }
+            if (err < best_err) {
+                best_err = err;
+                best_d = hd;
+                best_dmin = hm;
+            }
+        }
+    }
+    *d_out = best_d;
+    *dmin_out = best_dmin;
+    float d = sl_fp16_to_fp32(best_d), dmin = sl_fp16_to_fp32(best_dmin);
     uint8_t sc[8], mn[8];
     for (int s = 0; s < 8; s++) {
-        sc[s] = (uint8_t)(d > 0.0f ? round_clamp(a[s] / d, 0, 63) : 0);
-        mn[s] = (uint8_t)(dmin > 0.0f ? round_clamp(m[s] / dmin, 0, 63) : 0);
-        ea[s] = d * (float)sc[s];
-        em[s] = dmin * (float)mn[s];
+        int sc0 = d > 0.0f ? round_clamp(a[s] / d, 0, 63) : 0;
+        int mn0 = dmin > 0.0f ? round_clamp(m[s] / dmin, 0, 63) : 0;
+        float best_err = INFINITY;
+        for (int i = -1; i <= 1; i++)
+            for (int j = -1; j <= 1; j++) {
+                int c = sc0 + i, n = mn0 + j;
+                if (c < 0 || c > 63 || n < 0 || n > 63)
+                    continue;
+                float err = k4_sub_error(x + 32 * s, nmax, d * (float)c, dmin * (float)n, NULL);
+                if (err < best_err) {
+                    best_err = err;
+                    sc[s] = (uint8_t)c;
+                    mn[s] = (uint8_t)n;
+                }
+            }
+        k4_sub_error(x + 32 * s, nmax, d * (float)sc[s], dmin * (float)mn[s], q + 32 * s);
     }
     for (int j = 0; j < 4; j++) {
         scales[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
         scales[j + 4] = (uint8_t)(mn[j] | ((mn[j + 4] >> 4) << 6));
         scales[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
-    }
-}
-
-/* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): fits each sub-block, packs the
- * scales, then re-rounds every value against the scales actually stored so
- * the 6-bit scale error is absorbed where it can be. q[] gets 256 codes. */
-static void quant_k4_superblock(const float *x, int nmax, uint16_t *d, uint16_t *dmin,
-                                uint8_t scales[SL_K_SCALE_SIZE], uint8_t q[SL_QK_K])
-{
-    float a[8], m[8], ea[8], em[8];
-    for (int s = 0; s < 8; s++)
-        fit_scale_min(x + 32 * s, 32, nmax, &a[s], &m[s]);
-    pack_scales_k4(a, m, d, dmin, scales, ea, em);
-    for (int s = 0; s < 8; s++) {
-        float ia = ea[s] > 0.0f ? 1.0f / ea[s] : 0.0f;
-        for (int l = 0; l < 32; l++)
-            q[32 * s + l] = (uint8_t)round_clamp((x[32 * s + l] + em[s]) * ia, 0, nmax);
     }
 }
 
@@ -442,8 +477,27 @@ static void quant_q5_K(const float *x, sl_block_q5_K *b, int64_t nb)
     }
 }
 
+/* Squared error of one 16-element Q6_K sub-block at effective scale e; the
+ * codes (biased by +32) go to q when q != NULL. */
+static float q6_sub_error(const float *x, float e, uint8_t *q)
+{
+    float ie = e != 0.0f ? 1.0f / e : 0.0f, err = 0.0f;
+    for (int l = 0; l < 16; l++) {
+        int c = round_clamp(x[l] * ie, -32, 31);
+        float r = e * (float)c - x[l];
+        err += r * r;
+        if (q)
+            q[l] = (uint8_t)(c + 32);
+    }
+    return err;
+}
+
+/* Q6_K: fit each sub-block's scale, then code the 16 scales as int8 under an
+ * fp16 d (the largest maps to -128, the long side of int8; 7 factors around
+ * it are tried), each scale trying round(a/d) +-1 against the values. */
 static void quant_q6_K(const float *x, sl_block_q6_K *b, int64_t nb)
 {
+    static const float factor[7] = {1.0f, 0.97f, 0.985f, 1.015f, 1.03f, 0.95f, 1.05f};
     for (int64_t i = 0; i < nb; i++, x += SL_QK_K) {
         float a[16], amax = 0.0f, max = 0.0f;
         for (int s = 0; s < 16; s++) {
@@ -453,17 +507,38 @@ static void quant_q6_K(const float *x, sl_block_q6_K *b, int64_t nb)
                 max = a[s];
             }
         }
-        /* the largest scale maps to -128, using the int8 range's long side */
-        b[i].d = sl_fp32_to_fp16(max / -128.0f);
-        float d = sl_fp16_to_fp32(b[i].d);
+        uint16_t best_d = 0;
+        float best_err = INFINITY;
+        for (int k = 0; k < 7; k++) {
+            uint16_t hd = sl_fp32_to_fp16(max / -128.0f * factor[k]);
+            float d = sl_fp16_to_fp32(hd), err = 0.0f;
+            for (int s = 0; s < 16; s++) {
+                int sc = d != 0.0f ? round_clamp(a[s] / d, -128, 127) : 0;
+                err += q6_sub_error(x + 16 * s, d * (float)sc, NULL);
+            }
+            if (err < best_err) {
+                best_err = err;
+                best_d = hd;
+            }
+        }
+        b[i].d = best_d;
+        float d = sl_fp16_to_fp32(best_d);
         uint8_t q[SL_QK_K];
         for (int s = 0; s < 16; s++) {
-            int sc = d != 0.0f ? round_clamp(a[s] / d, -128, 127) : 0;
-            b[i].scales[s] = (int8_t)sc;
-            float e = d * (float)sc;
-            float ie = e != 0.0f ? 1.0f / e : 0.0f;
-            for (int l = 0; l < 16; l++)
-                q[16 * s + l] = (uint8_t)(round_clamp(x[16 * s + l] * ie, -32, 31) + 32);
+            int sc0 = d != 0.0f ? round_clamp(a[s] / d, -128, 127) : 0, best_sc = sc0;
+            float be = INFINITY;
+            for (int k = -1; k <= 1; k++) {
+                int sc = sc0 + k;
+                if (sc < -128 || sc > 127)
+                    continue;
+                float err = q6_sub_error(x + 16 * s, d * (float)sc, NULL);
+                if (err < be) {
+                    be = err;
+                    best_sc = sc;
+                }
+            }
+            b[i].scales[s] = (int8_t)best_sc;
+            q6_sub_error(x + 16 * s, d * (float)best_sc, q + 16 * s);
         }
         memset(b[i].qh, 0, sizeof b[i].qh);
         for (int k = 0; k < SL_QK_K; k++) {
