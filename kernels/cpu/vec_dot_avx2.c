@@ -6,7 +6,7 @@
  * decoded once into a 1 KiB float buffer w = d*q - dmin (the min folded in
  * by one FMA per 8 weights while decoding, which costs what a per-sub-block
  * activation sum would and leaves 1 FMA per 8 weights per vector), then
- * every vector of the group takes 4 independent FMA chains over it.
+ * every vector of the group takes 8 independent FMA chains over it.
  * Trade-off: for one vector (decode) the buffer costs a store and a reload
  * per 8 weights, which the load/store ports absorb; the arithmetic ports
  * (convert + 2 FMA per 8 weights) bound the speed. An int8-activation
@@ -82,14 +82,19 @@ static void decode_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const 
 {
     const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10);
     _Alignas(32) uint8_t codes[SL_QK_K];
-    float dsv[8], dmv[8];
-    float d = _cvtsh_ss(hd), dmin = _cvtsh_ss(hdmin);
-    for (int s = 0; s < 8; s++) {
-        uint8_t sc, m;
-        sl_quant_get_scale_min_k4(s, scales, &sc, &m);
-        dsv[s] = d * (float)sc;
-        dmv[s] = dmin * (float)m;
-    }
+    _Alignas(32) float dsv[8], dmv[8];
+    /* the 16 six-bit fields at once, as three little-endian words (bytes
+     * 0-3 low scales, 4-7 low mins, 8-11 high nibbles; top bits of bytes
+     * 0-7 are bits 4-5 of the high ones; see sl_quant_get_scale_min_k4) */
+    uint32_t u[3];
+    memcpy(u, scales, 12);
+    uint32_t sc_lo = u[0] & 0x3f3f3f3fu, mn_lo = u[1] & 0x3f3f3f3fu;
+    uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+    uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+    __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
+    __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo)));
+    _mm256_store_ps(dsv, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), scf));
+    _mm256_store_ps(dmv, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hdmin)), mnf));
     __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
         __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
@@ -117,11 +122,13 @@ static void decode_q6_K(const sl_block_q6_K *b, float *w)
     const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
     const __m256i off = _mm256_set1_epi8(32);
     _Alignas(32) int8_t codes[SL_QK_K];
-    float dsv[16], ndsv[16];
-    float d = _cvtsh_ss(b->d);
-    for (int s = 0; s < 16; s++) {
-        dsv[s] = d * (float)b->scales[s];
-        ndsv[s] = -MAGIC_F * dsv[s];
+    _Alignas(32) float dsv[16], ndsv[16];
+    __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d)), nmagic = _mm256_set1_ps(-MAGIC_F);
+    for (int k = 0; k < 2; k++) {
+        __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->scales + 8 * k))));
+        __m256 ds = _mm256_mul_ps(d, sc);
+        _mm256_store_ps(dsv + 8 * k, ds);
+        _mm256_store_ps(ndsv + 8 * k, _mm256_mul_ps(nmagic, ds));
     }
     for (int h = 0; h < 2; h++) {
         __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
@@ -206,62 +213,83 @@ static int decode_chunk(uint32_t type, const void *row, int64_t c, int64_t n, fl
  * Dot products over decoded chunks
  * ====================================================================== */
 
-/* Four independent FMA chains over w[0..len) . x[0..len); the element
- * order and chain assignment depend only on len. */
-static inline void dot_chunk(const float *w, const float *x, int len, __m256 a[4], float *tail)
+/* One dot product's running state: 8 FMA chains (FMA latency 4 x 2 ports)
+ * and a scalar for the tail of a plain row whose length is not a multiple
+ * of 8. */
+struct acc {
+    __m256 a[8];
+    float tail;
+};
+
+/* Adds w[0..len) . x[0..len) into *acc; the element order and the chain
+ * each element feeds depend only on len, never on the caller's m. */
+static inline void dot_chunk(const float *w, const float *x, int len, struct acc *acc)
 {
-    /* locals, not a[]: __m256 may alias float, so chains kept in a[] would
-     * be stored and reloaded around every load of w and x */
-    __m256 a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+    /* locals, not acc->a[]: __m256 may alias float, so chains kept in
+     * memory would be stored and reloaded around every load of w and x */
+    __m256 a0 = acc->a[0], a1 = acc->a[1], a2 = acc->a[2], a3 = acc->a[3];
+    __m256 a4 = acc->a[4], a5 = acc->a[5], a6 = acc->a[6], a7 = acc->a[7];
     int i = 0;
-    for (; i + 32 <= len; i += 32) {
+    for (; i + 64 <= len; i += 64) {
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
         a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
         a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+        a4 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 32), _mm256_loadu_ps(x + i + 32), a4);
+        a5 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 40), _mm256_loadu_ps(x + i + 40), a5);
+        a6 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 48), _mm256_loadu_ps(x + i + 48), a6);
+        a7 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 56), _mm256_loadu_ps(x + i + 56), a7);
     }
-    for (; i + 8 <= len; i += 8)
+    for (; i + 8 <= len; i += 8)    /* a Q8_0/Q4_0 or plain row's last chunk */
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-    float t = *tail;
+    float t = acc->tail;
     for (; i < len; i++)
         t += w[i] * x[i];
-    *tail = t;
-    a[0] = a0;
-    a[1] = a1;
-    a[2] = a2;
-    a[3] = a3;
+    acc->tail = t;
+    acc->a[0] = a0; acc->a[1] = a1; acc->a[2] = a2; acc->a[3] = a3;
+    acc->a[4] = a4; acc->a[5] = a5; acc->a[6] = a6; acc->a[7] = a7;
 }
 
-static inline float hsum(const __m256 a[4], float tail)
+static inline float hsum(const struct acc *acc)
 {
-    __m256 s = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+    const __m256 *a = acc->a;
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])),
+                             _mm256_add_ps(_mm256_add_ps(a[4], a[5]), _mm256_add_ps(a[6], a[7])));
     __m128 v = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));
     v = _mm_add_ss(v, _mm_movehdup_ps(v));
-    return _mm_cvtss_f32(v) + tail;
+    return _mm_cvtss_f32(v) + acc->tail;
+}
+
+/* mt (<= GROUP) vectors through the whole row. Inlined twice: with mt = 1
+ * (decode; the chains then live in registers across chunks) and generic. */
+static inline __attribute__((always_inline)) void dot_group(uint32_t type, const void *w_row,
+                                                            const float *x, int64_t ldx, int mt,
+                                                            float *out, int64_t n)
+{
+    _Alignas(32) float w[CHUNK];
+    struct acc acc[GROUP];
+    int64_t nc = (n + CHUNK - 1) / CHUNK;
+    for (int j = 0; j < mt; j++)
+        acc[j] = (struct acc){.tail = 0.0f};
+    for (int64_t c = 0; c < nc; c++) {
+        const float *wc;
+        int len = decode_chunk(type, w_row, c, n, w, &wc);
+        for (int j = 0; j < mt; j++)
+            dot_chunk(wc, x + (int64_t)j * ldx + c * CHUNK, len, &acc[j]);
+    }
+    for (int j = 0; j < mt; j++)
+        out[j] = hsum(&acc[j]);
 }
 
 void sl_vec_dot_multi_avx2(uint32_t type, const void *w_row, const float *x, int64_t ldx, int m,
                            float *out, int64_t n)
 {
     assert(sl_ggml_type_supported(type) && n % sl_ggml_block_elems(type) == 0);
-    _Alignas(32) float w[CHUNK];
-    int64_t nc = (n + CHUNK - 1) / CHUNK;
-    for (int j0 = 0; j0 < m; j0 += GROUP) {
-        int mt = m - j0 < GROUP ? m - j0 : GROUP;
-        __m256 acc[GROUP][4];
-        float tail[GROUP];
-        for (int j = 0; j < mt; j++) {
-            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = _mm256_setzero_ps();
-            tail[j] = 0.0f;
-        }
-        for (int64_t c = 0; c < nc; c++) {
-            const float *wc;
-            int len = decode_chunk(type, w_row, c, n, w, &wc);
-            for (int j = 0; j < mt; j++)
-                dot_chunk(wc, x + (int64_t)(j0 + j) * ldx + c * CHUNK, len, acc[j], &tail[j]);
-        }
-        for (int j = 0; j < mt; j++)
-            out[j0 + j] = hsum(acc[j], tail[j]);
+    if (m == 1) {
+        dot_group(type, w_row, x, ldx, 1, out, n);
+        return;
     }
+    for (int j0 = 0; j0 < m; j0 += GROUP)
+        dot_group(type, w_row, x + (int64_t)j0 * ldx, ldx, m - j0 < GROUP ? m - j0 : GROUP, out + j0, n);
 }
