@@ -2,15 +2,20 @@
  * Compiled with -mavx2 -mfma -mf16c; called only after vec_dot.c has seen
  * the CPU support them. Runs in the CPU backend's threads.
  * Algorithm: the row is walked in chunks of 256 elements (one K-quant
- * super-block, eight Q8_0/Q4_0 blocks, or 256 plain floats). Each chunk is
- * decoded once into a 1 KiB float buffer w = d*q - dmin (the min folded in
- * by one FMA per 8 weights while decoding, which costs what a per-sub-block
- * activation sum would and leaves 1 FMA per 8 weights per vector), then
- * every vector of the group takes 8 independent FMA chains over it.
- * Trade-off: for one vector (decode) the buffer costs a store and a reload
- * per 8 weights, which the load/store ports absorb; the arithmetic ports
- * (convert + 2 FMA per 8 weights) bound the speed. An int8-activation
- * variant (maddubs) would halve that, at the cost of 1e-3-level error. */
+ * super-block, eight Q8_0/Q4_0 blocks, or 256 plain floats). A quantized
+ * chunk is first staged (codes unpacked to bytes, scales to floats), then
+ * turned into weights w = d*q - dmin, 8 at a time: the K-quant min is folded
+ * in by one FMA per 8 weights, which costs what a per-sub-block activation
+ * sum would cost for one vector and nothing per extra vector. Each vector
+ * takes 8 independent FMA chains over the weights; vector element i always
+ * feeds chain (i/8) % 8, so results do not depend on m.
+ *   m = 1 (decode): weights go straight from registers into the chains.
+ *   m > 1 (prefill): weights go to a 1 KiB buffer once per group of up to
+ *   32 vectors, which then all read it.
+ * Both compute the same operations, hence the same bits (tested).
+ * Trade-off: with float activations ports 0/1 (convert, FMA) bound the
+ * speed: ~3 uops per 8 Q4_K weights. An int8-activation variant (maddubs)
+ * would about halve that at the cost of 1e-3-level error; not done. */
 #include "kernels/cpu/vec_dot.h"
 
 #include <assert.h>
@@ -39,50 +44,54 @@ enum { CHUNK = 256, GROUP = 32 };
 #define MAGIC_BITS 0x4B400000
 #define MAGIC_F 12582912.0f   /* 1.5 * 2^23 */
 
-/* 8 signed bytes at p -> w[0..8) = q*ds, via the magic add; nds = -MAGIC_F*ds */
-static inline void put8_i8(const int8_t *p, __m256 ds, __m256 nds, float *w)
-{
-    __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    __m256 f = _mm256_castsi256_ps(_mm256_add_epi32(v, _mm256_set1_epi32(MAGIC_BITS)));
-    _mm256_store_ps(w, _mm256_fmadd_ps(f, ds, nds));
-}
+/* A quantized chunk staged for decoding: byte codes in element order, and
+ * for the 8-element vector k the pair (s, o) at index k >> shift:
+ *   K4 types (Q4_K, Q5_K): unsigned codes, w = q*s - o  (s = d*sc, o = dmin*m)
+ *   the others:            signed codes,   w = (MAGIC + q)*s + o  (o = -MAGIC*s)
+ * Staging costs a few stores per chunk; it lets one chunk be consumed either
+ * into the float buffer (batches) or straight into the FMA chains (m = 1)
+ * with the same arithmetic, so both give the same bits. */
+struct staged {
+    _Alignas(32) uint8_t codes[CHUNK];
+    _Alignas(32) float s[16];
+    _Alignas(32) float o[16];
+    int shift;
+};
 
-static void decode_q8_0(const sl_block_q8_0 *b, int nblk, float *w)
+static void stage_q8_0(const sl_block_q8_0 *b, int nblk, struct staged *st)
 {
-    for (int i = 0; i < nblk; i++, w += 32) {
+    for (int i = 0; i < nblk; i++) {
         float d = _cvtsh_ss(b[i].d);
-        __m256 ds = _mm256_set1_ps(d), nds = _mm256_set1_ps(-MAGIC_F * d);
-        for (int k = 0; k < 4; k++)
-            put8_i8(b[i].qs + 8 * k, ds, nds, w + 8 * k);
+        st->s[i] = d;
+        st->o[i] = -MAGIC_F * d;
+        _mm256_store_si256((__m256i *)(st->codes + 32 * i), _mm256_loadu_si256((const __m256i *)b[i].qs));
     }
+    st->shift = 2;
 }
 
-static void decode_q4_0(const sl_block_q4_0 *b, int nblk, float *w)
+static void stage_q4_0(const sl_block_q4_0 *b, int nblk, struct staged *st)
 {
     const __m128i m4 = _mm_set1_epi8(0xF), eight = _mm_set1_epi8(8);
-    _Alignas(32) int8_t codes[32];
-    for (int i = 0; i < nblk; i++, w += 32) {
+    for (int i = 0; i < nblk; i++) {
         float d = _cvtsh_ss(b[i].d);
-        __m256 ds = _mm256_set1_ps(d), nds = _mm256_set1_ps(-MAGIC_F * d);
+        st->s[i] = d;
+        st->o[i] = -MAGIC_F * d;
         __m128i q = _mm_loadu_si128((const __m128i *)b[i].qs);
-        _mm_store_si128((__m128i *)codes, _mm_sub_epi8(_mm_and_si128(q, m4), eight));
-        _mm_store_si128((__m128i *)(codes + 16),
+        _mm_store_si128((__m128i *)(st->codes + 32 * i), _mm_sub_epi8(_mm_and_si128(q, m4), eight));
+        _mm_store_si128((__m128i *)(st->codes + 32 * i + 16),
                         _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight));
-        for (int k = 0; k < 4; k++)
-            put8_i8(codes + 8 * k, ds, nds, w + 8 * k);
     }
+    st->shift = 2;
 }
 
 /* Q4_K and Q5_K (qh != NULL): sub-block s = 2c (low nibbles of chunk c) or
  * 2c+1 (high nibbles); Q5_K's bit 4 of element 32s+l is bit s of qh[l].
  * The min needs w = q*ds - dm: convert + one fmsub (same p0/p1 cost as the
  * magic add + fma + sub, and one rounding instead of two). */
-static void decode_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const uint8_t *qs,
-                      const uint8_t *qh, float *w)
+static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const uint8_t *qs,
+                            const uint8_t *qh, struct staged *st)
 {
     const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10);
-    _Alignas(32) uint8_t codes[SL_QK_K];
-    _Alignas(32) float dsv[8], dmv[8];
     /* the 16 six-bit fields at once, as three little-endian words (bytes
      * 0-3 low scales, 4-7 low mins, 8-11 high nibbles; top bits of bytes
      * 0-7 are bits 4-5 of the high ones; see sl_quant_get_scale_min_k4) */
@@ -93,8 +102,8 @@ static void decode_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const 
     uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
     __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
     __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo)));
-    _mm256_store_ps(dsv, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), scf));
-    _mm256_store_ps(dmv, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hdmin)), mnf));
+    _mm256_store_ps(st->s, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), scf));
+    _mm256_store_ps(st->o, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hdmin)), mnf));
     __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
         __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
@@ -104,31 +113,22 @@ static void decode_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const 
             lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bl), bl), b4));
             hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bh), bh), b4));
         }
-        _mm256_store_si256((__m256i *)(codes + 64 * c), lo);
-        _mm256_store_si256((__m256i *)(codes + 64 * c + 32), hi);
+        _mm256_store_si256((__m256i *)(st->codes + 64 * c), lo);
+        _mm256_store_si256((__m256i *)(st->codes + 64 * c + 32), hi);
     }
-    for (int s = 0; s < 8; s++) {
-        __m256 ds = _mm256_broadcast_ss(&dsv[s]), dm = _mm256_broadcast_ss(&dmv[s]);
-        for (int k = 0; k < 4; k++) {
-            const uint8_t *p = codes + 32 * s + 8 * k;
-            __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-            _mm256_store_ps(w + 32 * s + 8 * k, _mm256_fmsub_ps(f, ds, dm));
-        }
-    }
+    st->shift = 2;
 }
 
-static void decode_q6_K(const sl_block_q6_K *b, float *w)
+static void stage_q6_K(const sl_block_q6_K *b, struct staged *st)
 {
     const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
     const __m256i off = _mm256_set1_epi8(32);
-    _Alignas(32) int8_t codes[SL_QK_K];
-    _Alignas(32) float dsv[16], ndsv[16];
     __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d)), nmagic = _mm256_set1_ps(-MAGIC_F);
     for (int k = 0; k < 2; k++) {
         __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->scales + 8 * k))));
         __m256 ds = _mm256_mul_ps(d, sc);
-        _mm256_store_ps(dsv + 8 * k, ds);
-        _mm256_store_ps(ndsv + 8 * k, _mm256_mul_ps(nmagic, ds));
+        _mm256_store_ps(st->s + 8 * k, ds);
+        _mm256_store_ps(st->o + 8 * k, _mm256_mul_ps(nmagic, ds));
     }
     for (int h = 0; h < 2; h++) {
         __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
@@ -142,13 +142,63 @@ static void decode_q6_K(const sl_block_q6_K *b, float *w)
                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
         };
         for (int k = 0; k < 4; k++)
-            _mm256_store_si256((__m256i *)(codes + 128 * h + 32 * k), _mm256_sub_epi8(q[k], off));
+            _mm256_store_si256((__m256i *)(st->codes + 128 * h + 32 * k), _mm256_sub_epi8(q[k], off));
     }
-    for (int s = 0; s < 16; s++) {   /* 16-element sub-blocks */
-        __m256 ds = _mm256_broadcast_ss(&dsv[s]), nds = _mm256_broadcast_ss(&ndsv[s]);
-        put8_i8(codes + 16 * s, ds, nds, w + 16 * s);
-        put8_i8(codes + 16 * s + 8, ds, nds, w + 16 * s + 8);
+    st->shift = 1;   /* 16-element sub-blocks */
+}
+
+/* Weights of the 8 codes at p under the pair (s, o) of their sub-block. */
+static inline __m256 staged_vec(const uint8_t *p, bool k4, __m256 s, __m256 o)
+{
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    if (k4)
+        return _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), s, o);
+    __m256i v = _mm256_add_epi32(_mm256_cvtepi8_epi32(b), _mm256_set1_epi32(MAGIC_BITS));
+    return _mm256_fmadd_ps(_mm256_castsi256_ps(v), s, o);
+}
+
+/* Staged chunk -> w[0..len). k4 and shift are compile-time constants at
+ * every call; the pair is broadcast once per sub-block. */
+static inline void staged_store(const struct staged *st, bool k4, int shift, int len, float *w)
+{
+    for (int g = 0; g < (len / 8) >> shift; g++) {
+        __m256 s = _mm256_broadcast_ss(&st->s[g]), o = _mm256_broadcast_ss(&st->o[g]);
+        for (int v = 0; v < (1 << shift); v++) {
+            int k = (g << shift) + v;
+            _mm256_store_ps(w + 8 * k, staged_vec(st->codes + 8 * k, k4, s, o));
+        }
     }
+}
+
+/* Staging kinds: which staged_vec variant and pairs per vector. */
+enum { STAGED_PLAIN = -1, STAGED_SIGNED = 0, STAGED_K4 = 1, STAGED_SIGNED16 = 2 };
+
+/* Stages chunk c of a quantized row; returns its STAGED_* kind
+ * (STAGED_PLAIN for a float type, which is not staged). */
+static inline int stage_chunk(uint32_t type, const void *row, int64_t c, int len, struct staged *st)
+{
+    switch (type) {
+    case SL_GGML_TYPE_Q8_0:
+        stage_q8_0((const sl_block_q8_0 *)row + c * (CHUNK / 32), len / 32, st);
+        return STAGED_SIGNED;
+    case SL_GGML_TYPE_Q4_0:
+        stage_q4_0((const sl_block_q4_0 *)row + c * (CHUNK / 32), len / 32, st);
+        return STAGED_SIGNED;
+    case SL_GGML_TYPE_Q4_K: {
+        const sl_block_q4_K *b = (const sl_block_q4_K *)row + c;
+        stage_k4(b->d, b->dmin, b->scales, b->qs, NULL, st);
+        return STAGED_K4;
+    }
+    case SL_GGML_TYPE_Q5_K: {
+        const sl_block_q5_K *b = (const sl_block_q5_K *)row + c;
+        stage_k4(b->d, b->dmin, b->scales, b->qs, b->qh, st);
+        return STAGED_K4;
+    }
+    case SL_GGML_TYPE_Q6_K:
+        stage_q6_K((const sl_block_q6_K *)row + c, st);
+        return STAGED_SIGNED16;
+    }
+    return STAGED_PLAIN;
 }
 
 /* Decodes chunk `c` of the row into w; returns its length (256 except the
@@ -184,27 +234,16 @@ static int decode_chunk(uint32_t type, const void *row, int64_t c, int64_t n, fl
             w[i] = sl_bf16_to_fp32(h[i]);
         break;
     }
-    case SL_GGML_TYPE_Q8_0:
-        decode_q8_0((const sl_block_q8_0 *)row + start / 32, len / 32, w);
-        break;
-    case SL_GGML_TYPE_Q4_0:
-        decode_q4_0((const sl_block_q4_0 *)row + start / 32, len / 32, w);
-        break;
-    case SL_GGML_TYPE_Q4_K: {
-        const sl_block_q4_K *b = (const sl_block_q4_K *)row + c;
-        decode_k4(b->d, b->dmin, b->scales, b->qs, NULL, w);
-        break;
-    }
-    case SL_GGML_TYPE_Q5_K: {
-        const sl_block_q5_K *b = (const sl_block_q5_K *)row + c;
-        decode_k4(b->d, b->dmin, b->scales, b->qs, b->qh, w);
+    default: {
+        struct staged st;
+        switch (stage_chunk(type, row, c, len, &st)) {
+        case STAGED_K4: staged_store(&st, true, 2, len, w); break;
+        case STAGED_SIGNED: staged_store(&st, false, 2, len, w); break;
+        case STAGED_SIGNED16: staged_store(&st, false, 1, len, w); break;
+        default: assert(!"vec_dot_avx2: unsupported type");
+        }
         break;
     }
-    case SL_GGML_TYPE_Q6_K:
-        decode_q6_K((const sl_block_q6_K *)row + c, w);
-        break;
-    default:
-        assert(!"vec_dot_avx2: unsupported type");
     }
     return len;
 }
@@ -250,6 +289,33 @@ static inline void dot_chunk(const float *w, const float *x, int len, struct acc
     acc->a[4] = a4; acc->a[5] = a5; acc->a[6] = a6; acc->a[7] = a7;
 }
 
+/* dot_chunk for one vector over a full staged chunk, without the float
+ * buffer: the same weights (staged_vec) feed the same chains in the same
+ * order, so the result is bitwise that of decode_chunk + dot_chunk, minus a
+ * store and a reload per 8 weights. */
+static inline void staged_dot(const struct staged *st, bool k4, int shift, const float *x,
+                              struct acc *acc)
+{
+    __m256 a[8];
+    for (int v = 0; v < 8; v++)
+        a[v] = acc->a[v];
+    for (int c = 0; c < CHUNK / 64; c++) {
+        const float *xc = x + 64 * c;
+        /* fully unrolled (constant bounds): a[] stays in registers */
+        for (int g = 0; g < 8 >> shift; g++) {
+            int sg = ((8 * c) >> shift) + g;
+            __m256 s = _mm256_broadcast_ss(&st->s[sg]), o = _mm256_broadcast_ss(&st->o[sg]);
+            for (int v = 0; v < (1 << shift); v++) {
+                int k = (g << shift) + v;
+                a[k] = _mm256_fmadd_ps(staged_vec(st->codes + 64 * c + 8 * k, k4, s, o),
+                                       _mm256_loadu_ps(xc + 8 * k), a[k]);
+            }
+        }
+    }
+    for (int v = 0; v < 8; v++)
+        acc->a[v] = a[v];
+}
+
 static inline float hsum(const struct acc *acc)
 {
     const __m256 *a = acc->a;
@@ -262,7 +328,8 @@ static inline float hsum(const struct acc *acc)
 }
 
 /* mt (<= GROUP) vectors through the whole row. Inlined twice: with mt = 1
- * (decode; the chains then live in registers across chunks) and generic. */
+ * (decode: the chains live in registers across chunks, and full quantized
+ * chunks skip the float buffer) and generic. */
 static inline __attribute__((always_inline)) void dot_group(uint32_t type, const void *w_row,
                                                             const float *x, int64_t ldx, int mt,
                                                             float *out, int64_t n)
@@ -273,6 +340,20 @@ static inline __attribute__((always_inline)) void dot_group(uint32_t type, const
     for (int j = 0; j < mt; j++)
         acc[j] = (struct acc){.tail = 0.0f};
     for (int64_t c = 0; c < nc; c++) {
+        if (mt == 1 && n - c * CHUNK >= CHUNK) {
+            struct staged st;
+            int kind = stage_chunk(type, w_row, c, CHUNK, &st);
+            if (kind == STAGED_K4) {
+                staged_dot(&st, true, 2, x + c * CHUNK, &acc[0]);
+                continue;
+            } else if (kind == STAGED_SIGNED) {
+                staged_dot(&st, false, 2, x + c * CHUNK, &acc[0]);
+                continue;
+            } else if (kind == STAGED_SIGNED16) {
+                staged_dot(&st, false, 1, x + c * CHUNK, &acc[0]);
+                continue;
+            }
+        }
         const float *wc;
         int len = decode_chunk(type, w_row, c, n, w, &wc);
         for (int j = 0; j < mt; j++)
