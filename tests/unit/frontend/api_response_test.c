@@ -309,6 +309,14 @@ Test(api_response, invalid_utf8_text_becomes_replacement_chars)
     json_decref(o);
 }
 
+Test(api_response, models_list)
+{
+    char *s = sl_api_models_build("tiny-q4", 1700000000);
+    cr_expect_str_eq(s, "{\"object\":\"list\",\"data\":[{\"id\":\"tiny-q4\",\"object\":\"model\","
+                        "\"created\":1700000000,\"owned_by\":\"sluice\"}]}");
+    free(s);
+}
+
 /* ------------------------------------------------------------------ UTF-8 */
 
 Test(api_json, utf8_prefix_and_floor)
