@@ -138,6 +138,10 @@ typedef struct {
 /* The chunk's JSON (without SSE framing; see api_sse.h). NULL on failure. */
 char *sl_api_chunk_build(const sl_api_chunk *c);
 
+/* GET /v1/models: {"object":"list","data":[{"id":model,"object":"model",
+ * "created":created,"owned_by":"sluice"}]}. NULL on failure. */
+char *sl_api_models_build(const char *model, int64_t created);
+
 /* "stop", "length", "tool_calls"; NULL for NONE. */
 const char *sl_api_finish_name(sl_api_finish f);
 
