@@ -4,7 +4,8 @@
  * maps onto one shm call (pop, push, finish, cancel flag, doorbell), so the
  * scheduler stays testable with fakes and this file holds no policy of its
  * own beyond sizing (KV blocks from the memory budget) and publishing
- * (heartbeat every step, the effective-config snapshot, counters). */
+ * (heartbeat every step, the effective-config snapshot). The shm library
+ * keeps the request and token counters itself. */
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
@@ -99,14 +100,12 @@ static sl_status io_poll(void *ctx, sl_sched_request *out)
             sl_shm_result_info info;
             out->submit_ns = sl_shm_result(w->shm, t, &info) == SL_OK && info.timings.queued_ns
                                  ? info.timings.queued_ns : sl_shm_now_ns();
-            sl_shm_counter_add(w->shm, SL_COUNTER_PROMPT_TOKENS, n_prompt);
             return SL_OK;
         }
         free(h->prompt);
         h->prompt = NULL;
         /* a request we cannot even read fails alone, with a reason */
         sl_shm_worker_finish(w->shm, t, SL_FINISH_REASON_ERROR, "invalid request in shared memory");
-        sl_shm_counter_add(w->shm, SL_COUNTER_REQUESTS_FAILED, 1);
     }
 }
 
@@ -121,7 +120,6 @@ static sl_status io_emit(void *ctx, uint64_t id, int32_t token, const sl_logprob
         uint64_t now = sl_shm_now_ns();
         if (!h->first_emit_ns)
             h->first_emit_ns = now;
-        sl_shm_counter_add(w->shm, SL_COUNTER_TOKENS_GENERATED, 1);
     } else if (rc == SL_ESTALE || rc == SL_ESTATE) {
         free(h->prompt);
         memset(h, 0, sizeof *h);
@@ -143,10 +141,7 @@ static void io_finish(void *ctx, uint64_t id, int reason, const char *error, con
     /* The computation began prompt_ms before the first token reached the client. */
     if (h->first_emit_ns && t->prompt_ms > 0)
         sl_shm_worker_set_admitted(w->shm, h->ticket, h->first_emit_ns - (uint64_t)(t->prompt_ms * 1e6));
-    sl_shm_worker_finish(w->shm, h->ticket, r, error);
-    sl_shm_counter_add(w->shm, r == SL_FINISH_REASON_ERROR       ? SL_COUNTER_REQUESTS_FAILED
-                               : r == SL_FINISH_REASON_CANCELLED ? SL_COUNTER_REQUESTS_CANCELLED
-                                                                 : SL_COUNTER_REQUESTS_FINISHED, 1);
+    sl_shm_worker_finish(w->shm, h->ticket, r, error);   /* counts the request in the segment */
     free(h->prompt);
     memset(h, 0, sizeof *h);
 }
@@ -198,16 +193,23 @@ static void io_step_done(void *ctx, const sl_sched_stats *st)
 
 static const char *source_name(uint32_t s)
 {
-    static const char *names[] = {"default", "file", "env", "seed-alias", "flag"};
-    return s < sizeof names / sizeof names[0] ? names[s] : "?";
+    switch (s) {
+    case SL_CONFIG_SOURCE_FILE: return "file";
+    case SL_CONFIG_SOURCE_ENV: return "env";
+    case SL_CONFIG_SOURCE_SEED_ALIAS: return "seed-alias";
+    case SL_CONFIG_SOURCE_FLAG: return "flag";
+    }
+    return "default";
 }
 
-static json_t *knob(const sl_sched_knob *k)
+/* A knob's value as the scheduler uses it, with the source of the setting
+ * that gave it (the config knows file vs env, the scheduler does not). */
+static json_t *knob_of(const worker *w, const sl_sched_knob *k, int key)
 {
-    static const char *sched_sources[] = {"default", "flag", "env", "seed-alias"};
     return json_pack("{s:I, s:s}", "value", (json_int_t)k->value, "source",
-                     k->source < 4 ? sched_sources[k->source] : "?");
+                     key < 0 ? "default" : source_name(w->cfg->source[key]));
 }
+#define knob(k, key) knob_of(w, (k), (key))
 
 static void publish_snapshot(worker *w, const sl_sched_stats *st)
 {
@@ -219,12 +221,12 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
     json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:s, s:i, s:i, s:i, "
                           "s:i, s:i, s:I, s:{s:i, s:s}, s:{s:I, s:s}}",
                           "kind", snap.kind, "model", snap.model, "backend", snap.backend,
-                          "max_in_flight", knob(&snap.max_in_flight), "window_ms", knob(&snap.window_ms),
-                          "prefill_chunk_size", knob(&snap.prefill_chunk_size),
-                          "token_budget", knob(&snap.token_budget),
-                          "staggered_prefill", knob(&snap.staggered_prefill),
-                          "ttft_trace", knob(&snap.ttft_trace), "kv_block_size", knob(&snap.kv_block_size),
-                          "kv_blocks", knob(&snap.kv_blocks), "slots_admitted", snap.slots_admitted,
+                          "max_in_flight", knob(&snap.max_in_flight, SL_CFG_MAX_SEQS), "window_ms", knob(&snap.window_ms, SL_CFG_BATCH_WINDOW_MS),
+                          "prefill_chunk_size", knob(&snap.prefill_chunk_size, SL_CFG_PREFILL_CHUNK),
+                          "token_budget", knob(&snap.token_budget, SL_CFG_TOKEN_BUDGET),
+                          "staggered_prefill", knob(&snap.staggered_prefill, SL_CFG_STAGGERED_PREFILL),
+                          "ttft_trace", knob(&snap.ttft_trace, SL_CFG_TTFT_TRACE), "kv_block_size", knob(&snap.kv_block_size, -1),
+                          "kv_blocks", knob(&snap.kv_blocks, SL_CFG_KV_MEMORY), "slots_admitted", snap.slots_admitted,
                           "admission_ceiling_reason", snap.admission_ceiling_reason,
                           "in_flight_now", snap.in_flight_now, "peak_in_flight", snap.peak_in_flight,
                           "queue_capacity", snap.queue_capacity, "n_vocab", snap.n_vocab, "n_ctx", snap.n_ctx,
