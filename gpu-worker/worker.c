@@ -153,10 +153,20 @@ static bool io_cancelled(void *ctx, uint64_t id)
     return !h || sl_shm_worker_cancelled(w->shm, h->ticket);
 }
 
+static void publish_snapshot(worker *w, const sl_sched_stats *st);
+
 static void io_wait(void *ctx, uint64_t timeout_ns)
 {
     worker *w = ctx;
-    sl_shm_heartbeat(w->shm, sl_shm_now_ns(), 0);
+    uint64_t now = sl_shm_now_ns();
+    sl_shm_heartbeat(w->shm, now, 0);
+    /* no step ran: cancellations and finishes since the last one still show */
+    if (now - w->last_snapshot_ns >= SNAPSHOT_EVERY_NS / 4) {
+        sl_sched_stats st;
+        sl_sched_stats_get(w->sched, &st);
+        publish_snapshot(w, &st);
+        w->last_snapshot_ns = now;
+    }
     sl_shm_worker_flush_wakeups(w->shm);
     if (stop_flag)
         return;
@@ -168,8 +178,6 @@ static uint64_t io_now(void *ctx)
     (void)ctx;
     return sl_shm_now_ns();
 }
-
-static void publish_snapshot(worker *w, const sl_sched_stats *st);
 
 static void io_step_done(void *ctx, const sl_sched_stats *st)
 {
