@@ -20,7 +20,7 @@ sl_status sl_admin_open(sl_master *m, char err[SL_ERR_LEN])
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     if (strlen(m->cfg.admin_socket) >= sizeof addr.sun_path) {
-        snprintf(err, SL_ERR_LEN, "--admin-socket %s: path too long", m->cfg.admin_socket);
+        snprintf(err, SL_ERR_LEN, "--admin-socket %.200s: path too long", m->cfg.admin_socket);
         return SL_EINVAL;
     }
     strcpy(addr.sun_path, m->cfg.admin_socket);
@@ -32,7 +32,7 @@ sl_status sl_admin_open(sl_master *m, char err[SL_ERR_LEN])
     /* a socket file left by a dead instance: refuse if someone still answers */
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0) {
         close(fd);
-        snprintf(err, SL_ERR_LEN, "admin socket %s: another sluice instance is using it", m->cfg.admin_socket);
+        snprintf(err, SL_ERR_LEN, "admin socket %.200s: another sluice instance is using it", m->cfg.admin_socket);
         return SL_EINVAL;
     }
     close(fd);
@@ -42,7 +42,7 @@ sl_status sl_admin_open(sl_master *m, char err[SL_ERR_LEN])
     int rc = fd < 0 ? -1 : bind(fd, (struct sockaddr *)&addr, sizeof addr);
     umask(old);
     if (rc < 0 || listen(fd, 16) < 0) {
-        snprintf(err, SL_ERR_LEN, "admin socket %s: %s", m->cfg.admin_socket, strerror(errno));
+        snprintf(err, SL_ERR_LEN, "admin socket %.200s: %s", m->cfg.admin_socket, strerror(errno));
         if (fd >= 0)
             close(fd);
         return SL_EIO;
