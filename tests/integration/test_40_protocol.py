@@ -406,3 +406,23 @@ def test_drain_finishes_in_flight_stream(model):
     assert b"data: [DONE]" in got
     h.proc.wait(15)
     assert h.stop() == 0
+
+
+def test_write_timeout_drops_a_client_that_stops_reading(model):
+    # A tiny receive window and ~16 MB of logprobs: the writes stall, the
+    # front end drops the client after --write-timeout-ms and frees the mailbox.
+    h = Harness(model, "--ctx-size", 32768, "--write-timeout-ms", 500, "--max-body", 4000000, n=1)
+    try:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", h.port))
+        d = json.dumps({"messages": [{"role": "user", "content": "word " * 16000}], "stream": True,
+                        "logprobs": True, "top_logprobs": 20}).encode()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(d)).encode()
+                  + b"\r\n\r\n" + d)
+        time.sleep(0.3)
+        assert h.wait_mailboxes_free(64, timeout=5)["free"] == 64
+        s.close()
+        assert "write timeout" in h.stderr()
+    finally:
+        assert h.stop() == 0
