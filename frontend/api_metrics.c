@@ -102,9 +102,37 @@ static bool label_name_valid(const char *name)
     return true;
 }
 
-static sl_status check(const char *name, const sl_api_metric_label *labels, size_t n, bool histo)
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* True when `name`'s family was written before, not as the current one. */
+static bool reopened(const sl_api_metrics *m, const char *name)
+{
+    if (!m->_buf || strcmp(m->_family, name) == 0) return false;
+    size_t n = strlen(name);
+    for (const char *p = m->_buf; (p = strstr(p, "# TYPE ")) != NULL; p += 7) {
+        if ((p == m->_buf || p[-1] == '\n') && strncmp(p + 7, name, n) == 0 && p[7 + n] == ' ')
+            return true;
+    }
+    return false;
+}
+
+static sl_status check(const sl_api_metrics *m, const char *name, const char *help, const char *type,
+                       const sl_api_metric_label *labels, size_t n)
 {
     if (!sl_api_metrics_name_valid(name)) return SL_EINVAL;
+    if (!help || !*help) return SL_EINVAL;
+    for (const char *p = name; *p; p++)
+        if (*p >= 'A' && *p <= 'Z') return SL_EINVAL;
+    bool counter = strcmp(type, "counter") == 0;
+    if (counter != ends_with(name, "_total")) return SL_EINVAL;
+    if (!counter && (ends_with(name, "_count") || ends_with(name, "_sum") || ends_with(name, "_bucket")))
+        return SL_EINVAL;
+    if (reopened(m, name)) return SL_EINVAL;
+    bool histo = strcmp(type, "histogram") == 0;
     for (size_t i = 0; i < n; i++) {
         if (!label_name_valid(labels[i].name) || !labels[i].value) return SL_EINVAL;
         if (histo && strcmp(labels[i].name, "le") == 0) return SL_EINVAL;
@@ -158,7 +186,7 @@ static void sample(sl_api_metrics *m, const char *name, const char *suffix,
 static sl_status simple(sl_api_metrics *m, const char *type, const char *name, const char *help,
                         const sl_api_metric_label *labels, size_t n, double v)
 {
-    if (check(name, labels, n, false) < 0) return SL_EINVAL;
+    if (check(m, name, help, type, labels, n) < 0) return SL_EINVAL;
     family(m, name, help, type);
     sample(m, name, "", labels, n, NULL, v);
     return m->_failed ? SL_ENOMEM : SL_OK;
@@ -181,7 +209,7 @@ sl_status sl_api_metrics_histogram(sl_api_metrics *m, const char *name, const ch
                                    const double *bounds, size_t n_bounds,
                                    const uint64_t *counts, double sum)
 {
-    if (check(name, labels, n_labels, true) < 0) return SL_EINVAL;
+    if (check(m, name, help, "histogram", labels, n_labels) < 0) return SL_EINVAL;
     for (size_t i = 0; i < n_bounds; i++)
         if (!isfinite(bounds[i]) || (i && bounds[i] <= bounds[i - 1])) return SL_EINVAL;
     family(m, name, help, "histogram");

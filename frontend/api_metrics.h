@@ -12,8 +12,14 @@
  *            end in `_total`). Label values and HELP text are escaped.
  *            Series of one family must be written one after another: HELP and
  *            TYPE are written only when the family changes.
+ * Lint:      what `promtool check metrics` would flag is refused up front:
+ *            missing HELP text, a counter not ending in `_total`, a gauge or
+ *            histogram ending in `_total`/`_count`/`_sum`/`_bucket`, upper
+ *            case (not snake_case), a family reopened after another one.
+ *            Use base units in names (`_seconds`, `_bytes`).
  * Ownership: the builder owns its text until fini.
- * Errors:    SL_OK; SL_EINVAL (bad metric or label name; nothing written);
+ * Errors:    SL_OK; SL_EINVAL (bad or lint-failing name, label or bounds;
+ *            nothing written);
  *            SL_ENOMEM (the builder is marked failed; text() then is NULL). */
 #ifndef SL_API_METRICS_H
 #define SL_API_METRICS_H
@@ -36,6 +42,8 @@ typedef struct {
     char _family[128];    /* last family written (HELP/TYPE once per family) */
 } sl_api_metrics;
 
+/* An empty builder (allocates on first write). fini frees the text; safe
+ * on an initialised or zeroed builder. */
 void sl_api_metrics_init(sl_api_metrics *m);
 void sl_api_metrics_fini(sl_api_metrics *m);
 

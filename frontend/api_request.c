@@ -4,7 +4,6 @@
  * C structs, because the chat template walks it as JSON anyway; the struct
  * only lifts out what the front end itself decides on. */
 #include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,7 +161,7 @@ static const char *const roles[] = {"system", "user", "assistant", "tool", "deve
 
 static bool check_tool_calls(const json_t *tc, const char *at, sl_api_error *err)
 {
-    char p[SL_API_PARAM_LEN];
+    char p[128];
     snprintf(p, sizeof p, "%s.tool_calls", at);
     if (!json_is_array(tc)) return type_error(err, p, "an array");
     size_t j;
@@ -188,7 +187,7 @@ static bool check_tool_calls(const json_t *tc, const char *at, sl_api_error *err
 
 static bool check_content(const json_t *content, const char *at, sl_api_error *err)
 {
-    char p[SL_API_PARAM_LEN];
+    char p[128];
     snprintf(p, sizeof p, "%s.content", at);
     if (json_is_string(content)) return true;
     if (!json_is_array(content)) return type_error(err, p, "a string, null or an array of text parts");
@@ -220,7 +219,7 @@ static bool check_messages(const json_t *msgs, sl_api_error *err)
         return value_error(err, "messages", "'messages' must contain at least one message");
     size_t i;
     json_t *m;
-    char at[48], p[SL_API_PARAM_LEN];
+    char at[48], p[128];
     json_array_foreach(msgs, i, m) {
         snprintf(at, sizeof at, "messages[%zu]", i);
         if (!json_is_object(m)) return type_error(err, at, "an object");

@@ -28,7 +28,7 @@
 
 #define SL_API_STOP_MAX 4           /* OpenAI: "up to 4 sequences" */
 #define SL_API_STOP_LEN_MAX 256     /* bytes per stop string (the matcher holds this much) */
-#define SL_API_JSON_DEPTH_MAX 32    /* arrays/objects nested deeper are refused before parsing */
+#define SL_API_JSON_DEPTH_MAX 64    /* nesting refused before parsing (tool schemas nest deep) */
 #define SL_API_MAX_TOKENS_MAX 1048576  /* max_tokens above this is refused as nonsense */
 #define SL_API_PENALTY_LAST_N_MAX 1048576
 

@@ -280,3 +280,11 @@ char *sl_api_chunk_build(const sl_api_chunk *c)
         json_object_set_new(o, "timings", timings_json(c->timings));
     return dump_and_free(o);
 }
+
+char *sl_api_models_build(const char *model, int64_t created)
+{
+    json_t *m = json_pack("{s:o,s:s,s:I,s:s}",
+                          "id", sl_api_json_string_lossy(model ? model : "", model ? strlen(model) : 0),
+                          "object", "model", "created", (json_int_t)created, "owned_by", "sluice");
+    return dump_and_free(m ? json_pack("{s:s,s:[o]}", "object", "list", "data", m) : NULL);
+}

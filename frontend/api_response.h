@@ -79,7 +79,11 @@ typedef struct {
 /* text_offset0: completions' offset of the first token (the prompt length
  * when echoing, else 0). SL_OK or SL_ENOMEM (then fini is still safe). */
 sl_status sl_api_logprobs_init(sl_api_logprobs *lp, sl_api_endpoint ep, size_t text_offset0);
+/* Appends one token (t->n_top clamped to 0..SL_TOP_LOGPROBS_MAX; texts are
+ * copied). SL_OK or SL_ENOMEM (the object may then hold part of the token:
+ * fail the request). */
 sl_status sl_api_logprobs_push(sl_api_logprobs *lp, const sl_api_token_logprob *t);
+/* Frees the object; safe after a failed init. */
 void sl_api_logprobs_fini(sl_api_logprobs *lp);
 
 /* Fills `out` from a worker record, with token texts decoded by `t` (each
@@ -133,6 +137,10 @@ typedef struct {
 
 /* The chunk's JSON (without SSE framing; see api_sse.h). NULL on failure. */
 char *sl_api_chunk_build(const sl_api_chunk *c);
+
+/* GET /v1/models: {"object":"list","data":[{"id":model,"object":"model",
+ * "created":created,"owned_by":"sluice"}]}. NULL on failure. */
+char *sl_api_models_build(const char *model, int64_t created);
 
 /* "stop", "length", "tool_calls"; NULL for NONE. */
 const char *sl_api_finish_name(sl_api_finish f);

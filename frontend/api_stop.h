@@ -11,6 +11,8 @@
  *            the text was split into pieces, as if it came byte by byte.
  *            Pieces that are whole UTF-8 characters give outputs that are
  *            whole characters (a stop string starts with a lead byte).
+ *            min_tokens (vLLM): stop strings do not count before min_tokens
+ *            tokens; the caller sends those pieces around the matcher.
  * Ownership: stop strings are copied at init; emitted text points into the
  *            matcher and is valid until the next push/flush/fini.
  * Errors:    init: SL_OK, SL_EINVAL (too many or empty stop strings),
@@ -36,7 +38,10 @@ typedef struct {
     int hit_index;                      /* which one, -1 when none */
 } sl_api_stop;
 
+/* Copies stops[i][0..lens[i]) for i < n (n = 0: pass-through; stops and
+ * lens may then be NULL). On failure *s is empty and fini is still safe. */
 sl_status sl_api_stop_init(sl_api_stop *s, const char *const *stops, const size_t *lens, int n);
+/* Frees the copies and the held text; safe on a failed init. */
 void sl_api_stop_fini(sl_api_stop *s);
 
 /* Feeds piece[0..len). OUT emit, emit_len: text to send now (may be empty).

@@ -36,6 +36,8 @@ typedef struct {
     size_t n_tokens;
 } sl_api_detokenize_req;
 
+/* Parses a /tokenize body. On SL_OK release *r with fini; on failure *r
+ * holds nothing (fini is still safe) and err names the field. */
 sl_status sl_api_tokenize_parse(sl_api_tokenize_req *r, const char *body, size_t len,
                                 sl_api_error *err);
 void sl_api_tokenize_fini(sl_api_tokenize_req *r);
@@ -44,7 +46,8 @@ void sl_api_tokenize_fini(sl_api_tokenize_req *r);
 sl_status sl_api_tokenize_respond(const sl_tokenizer *t, const sl_api_tokenize_req *r,
                                   char **out, sl_api_error *err);
 
-/* Ids must be integers in [0, n_vocab). */
+/* Parses a /detokenize body; ids must be integers in [0, n_vocab). On
+ * failure r->tokens is NULL and err says why (param "tokens"). */
 sl_status sl_api_detokenize_parse(sl_api_detokenize_req *r, const char *body, size_t len,
                                   int32_t n_vocab, sl_api_error *err);
 void sl_api_detokenize_fini(sl_api_detokenize_req *r);

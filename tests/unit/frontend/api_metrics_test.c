@@ -67,16 +67,16 @@ Test(api_metrics, escapes_and_special_values)
     sl_api_metrics_init(&m);
     sl_api_metric_label l = {"model_name", "a\"b\\c\nd"};
     sl_api_metrics_gauge(&m, "sluice_x", "line1\nline2 \\ end", &l, 1, INFINITY);
-    sl_api_metrics_gauge(&m, "sluice_y", "", NULL, 0, -INFINITY);
-    sl_api_metrics_gauge(&m, "sluice_z", "", NULL, 0, 0.1);
-    sl_api_metrics_gauge(&m, "sluice_w", "", NULL, 0, NAN);
+    sl_api_metrics_gauge(&m, "sluice_y", "y", NULL, 0, -INFINITY);
+    sl_api_metrics_gauge(&m, "sluice_z", "z", NULL, 0, 0.1);
+    sl_api_metrics_gauge(&m, "sluice_w", "w", NULL, 0, NAN);
     cr_expect_str_eq(sl_api_metrics_text(&m, NULL),
         "# HELP sluice_x line1\\nline2 \\\\ end\n"
         "# TYPE sluice_x gauge\n"
         "sluice_x{model_name=\"a\\\"b\\\\c\\nd\"} +Inf\n"
-        "# HELP sluice_y \n# TYPE sluice_y gauge\nsluice_y -Inf\n"
-        "# HELP sluice_z \n# TYPE sluice_z gauge\nsluice_z 0.1\n"
-        "# HELP sluice_w \n# TYPE sluice_w gauge\nsluice_w NaN\n");
+        "# HELP sluice_y y\n# TYPE sluice_y gauge\nsluice_y -Inf\n"
+        "# HELP sluice_z z\n# TYPE sluice_z gauge\nsluice_z 0.1\n"
+        "# HELP sluice_w w\n# TYPE sluice_w gauge\nsluice_w NaN\n");
     sl_api_metrics_fini(&m);
 }
 
@@ -89,17 +89,36 @@ Test(api_metrics, bad_names_and_bounds_are_refused)
     cr_expect(!sl_api_metrics_name_valid("a-b"));
     cr_expect(!sl_api_metrics_name_valid(""));
     cr_expect(!sl_api_metrics_name_valid("sluice.x"));
-    cr_expect_eq(sl_api_metrics_gauge(&m, "bad name", "", NULL, 0, 1), SL_EINVAL);
+    cr_expect_eq(sl_api_metrics_gauge(&m, "bad name", "h", NULL, 0, 1), SL_EINVAL);
     sl_api_metric_label reserved = {"__name", "x"}, dash = {"a-b", "x"}, le = {"le", "1"};
-    cr_expect_eq(sl_api_metrics_gauge(&m, "ok", "", &reserved, 1, 1), SL_EINVAL);
-    cr_expect_eq(sl_api_metrics_gauge(&m, "ok", "", &dash, 1, 1), SL_EINVAL);
+    cr_expect_eq(sl_api_metrics_gauge(&m, "ok", "h", &reserved, 1, 1), SL_EINVAL);
+    cr_expect_eq(sl_api_metrics_gauge(&m, "ok", "h", &dash, 1, 1), SL_EINVAL);
     double b[] = {1, 1};
     uint64_t c[] = {0, 0, 0};
-    cr_expect_eq(sl_api_metrics_histogram(&m, "h", "", NULL, 0, b, 2, c, 0), SL_EINVAL);
+    cr_expect_eq(sl_api_metrics_histogram(&m, "h_seconds", "h", NULL, 0, b, 2, c, 0), SL_EINVAL);
     double ok[] = {1, 2};
-    cr_expect_eq(sl_api_metrics_histogram(&m, "h", "", &le, 1, ok, 2, c, 0), SL_EINVAL);
+    cr_expect_eq(sl_api_metrics_histogram(&m, "h_seconds", "h", &le, 1, ok, 2, c, 0), SL_EINVAL);
+    /* promtool's lint rules */
+    cr_expect_eq(sl_api_metrics_gauge(&m, "ok", "", NULL, 0, 1), SL_EINVAL);            /* no HELP */
+    cr_expect_eq(sl_api_metrics_gauge(&m, "ok", NULL, NULL, 0, 1), SL_EINVAL);
+    cr_expect_eq(sl_api_metrics_counter(&m, "requests", "h", NULL, 0, 1), SL_EINVAL);  /* no _total */
+    cr_expect_eq(sl_api_metrics_gauge(&m, "running_total", "h", NULL, 0, 1), SL_EINVAL);
+    cr_expect_eq(sl_api_metrics_gauge(&m, "queue_count", "h", NULL, 0, 1), SL_EINVAL);
+    cr_expect_eq(sl_api_metrics_histogram(&m, "lat_sum", "h", NULL, 0, ok, 2, c, 0), SL_EINVAL);
+    cr_expect_eq(sl_api_metrics_gauge(&m, "queueDepth", "h", NULL, 0, 1), SL_EINVAL);  /* camelCase */
     size_t len;
     cr_expect_str_eq(sl_api_metrics_text(&m, &len), "");   /* nothing written */
+    sl_api_metrics_fini(&m);
+}
+
+Test(api_metrics, a_family_cannot_be_reopened)
+{
+    sl_api_metrics m;
+    sl_api_metrics_init(&m);
+    cr_expect_eq(sl_api_metrics_gauge(&m, "sluice_a", "a", NULL, 0, 1), SL_OK);
+    cr_expect_eq(sl_api_metrics_gauge(&m, "sluice_a", "a", NULL, 0, 2), SL_OK);   /* consecutive: fine */
+    cr_expect_eq(sl_api_metrics_gauge(&m, "sluice_ab", "b", NULL, 0, 1), SL_OK);  /* a prefix is not a match */
+    cr_expect_eq(sl_api_metrics_gauge(&m, "sluice_a", "a", NULL, 0, 3), SL_EINVAL);
     sl_api_metrics_fini(&m);
 }
 

@@ -1,15 +1,15 @@
-/* tests/unit/frontend/api_response_test.c: frontend/api_response.c,
- * api_error.c and api_sse.c. Every object is parsed back with jansson and
- * checked field by field against OpenAI's (and llama-server's) names. */
+/* tests/unit/frontend/api_response_test.c: frontend/api_response.c. Every
+ * object is parsed back with jansson and checked field by field against
+ * OpenAI's (and llama-server's) names; the last test runs a whole streamed
+ * request through the API layer. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/api_error.h"
-#include "frontend/api_json.h"
 #include "frontend/api_response.h"
 #include "frontend/api_sse.h"
+#include "frontend/api_stop.h"
 
 static json_t *load(const char *s)
 {
@@ -308,143 +308,90 @@ Test(api_response, invalid_utf8_text_becomes_replacement_chars)
     json_decref(o);
 }
 
-/* ------------------------------------------------------------------ UTF-8 */
-
-Test(api_json, utf8_prefix_and_floor)
+Test(api_response, models_list)
 {
-    cr_expect_eq(sl_api_utf8_valid_prefix("abc", 3), 3);
-    cr_expect_eq(sl_api_utf8_valid_prefix("a\xc3\xa9", 3), 3);
-    cr_expect_eq(sl_api_utf8_valid_prefix("a\xc3", 2), 1);
-    cr_expect_eq(sl_api_utf8_valid_prefix("a\xc0\xaf", 3), 1);            /* overlong */
-    cr_expect_eq(sl_api_utf8_valid_prefix("\xed\xa0\x80", 3), 0);         /* surrogate */
-    cr_expect_eq(sl_api_utf8_valid_prefix("\xf4\x90\x80\x80", 4), 0);     /* > U+10FFFF */
-    cr_expect_eq(sl_api_utf8_valid_prefix("\xf0\x9f\x98\x80", 4), 4);
-    cr_expect_eq(sl_api_utf8_floor("ab\xe2\x82", 4), 2);
-    cr_expect_eq(sl_api_utf8_floor("ab\xe2\x82\xac", 5), 5);
-    cr_expect_eq(sl_api_utf8_floor("ab\xf0\x9f\x98", 5), 2);
-    cr_expect_eq(sl_api_utf8_floor("abc", 3), 3);
+    char *s = sl_api_models_build("tiny-q4", 1700000000);
+    cr_expect_str_eq(s, "{\"object\":\"list\",\"data\":[{\"id\":\"tiny-q4\",\"object\":\"model\","
+                        "\"created\":1700000000,\"owned_by\":\"sluice\"}]}");
+    free(s);
 }
 
-/* ----------------------------------------------------------------- errors */
+/* ------------------------------------------------------------ whole flow */
 
-Test(api_error, every_kind_has_status_type_and_code)
+/* What the server will do per streamed request, minus HTTP: parse, run the
+ * decoded pieces through the stop matcher, build chunks, frame them. */
+Test(api_response, stream_flow_from_request_to_sse)
 {
-    static const struct { sl_api_err_kind k; int http; const char *type; const char *code; } t[] = {
-        {SL_API_ERR_INVALID_REQUEST, 400, "invalid_request_error", NULL},
-        {SL_API_ERR_CONTEXT_LENGTH, 400, "invalid_request_error", "context_length_exceeded"},
-        {SL_API_ERR_UNAUTHORIZED, 401, "authentication_error", "invalid_api_key"},
-        {SL_API_ERR_NOT_FOUND, 404, "not_found_error", NULL},
-        {SL_API_ERR_METHOD_NOT_ALLOWED, 405, "invalid_request_error", "method_not_allowed"},
-        {SL_API_ERR_TOO_LARGE, 413, "invalid_request_error", "request_too_large"},
-        {SL_API_ERR_QUEUE_FULL, 429, "rate_limit_error", "queue_full"},
-        {SL_API_ERR_INTERNAL, 500, "server_error", NULL},
-        {SL_API_ERR_UNAVAILABLE, 503, "unavailable_error", NULL},
-    };
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        sl_api_error e;
-        sl_api_error_set(&e, t[i].k, i % 2 ? "max_tokens" : NULL, "problem %zu", i);
-        int http = 0;
-        char *s = sl_api_error_body(&e, &http);
-        cr_expect_eq(http, t[i].http);
-        cr_expect_eq(e.retry_after_s, t[i].k == SL_API_ERR_QUEUE_FULL ? 1 : 0);
-        json_t *o = load(s);
-        expect_keys(o, (const char *[]){"error", NULL});
-        json_t *in = json_object_get(o, "error");
-        expect_keys(in, (const char *[]){"message", "type", "param", "code", NULL});
-        char want[32];
-        snprintf(want, sizeof want, "problem %zu", i);
-        cr_expect_str_eq(json_string_value(json_object_get(in, "message")), want);
-        cr_expect_str_eq(json_string_value(json_object_get(in, "type")), t[i].type);
-        if (i % 2) cr_expect_str_eq(json_string_value(json_object_get(in, "param")), "max_tokens");
-        else cr_expect(json_is_null(json_object_get(in, "param")));
-        if (t[i].code) cr_expect_str_eq(json_string_value(json_object_get(in, "code")), t[i].code);
-        else cr_expect(json_is_null(json_object_get(in, "code")));
-        json_decref(o);
-        free(s);
-    }
-}
-
-Test(api_error, statuses_map_to_http)
-{
-    static const struct { sl_status rc; int http; } t[] = {
-        {SL_AGAIN, 429}, {SL_EINVAL, 400}, {SL_EFORMAT, 400}, {SL_EUNSUPPORTED, 400},
-        {SL_ERANGE, 400}, {SL_ESTALE, 503}, {SL_ESTATE, 503}, {SL_ENOMEM, 500},
-        {SL_EIO, 500}, {SL_EBACKEND, 500}, {-999, 500},
-    };
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        sl_api_error e;
-        char *body = NULL;
-        int http = sl_api_error_from_status(&e, t[i].rc, NULL, i % 2 ? "why" : NULL, &body);
-        cr_expect_eq(http, t[i].http, "rc %d -> %d", t[i].rc, http);
-        json_t *o = load(body);
-        cr_expect_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "message")),
-                         i % 2 ? "why" : sl_status_name(t[i].rc));
-        json_decref(o);
-        free(body);
-    }
-    sl_api_error e;
-    char *body;
-    sl_api_error_from_status(&e, SL_ERANGE, "messages", "prompt is 5000 tokens, context 4096", &body);
-    json_t *o = load(body);
-    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")), "context_length_exceeded");
-    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "param")), "messages");
-    json_decref(o);
-    free(body);
-}
-
-Test(api_error, long_message_is_cut_on_a_character_boundary)
-{
-    char big[600];
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,"
+                       "\"stream_options\":{\"include_usage\":true},\"stop\":[\"<|end|>\"]}";
+    sl_api_request req;
+    sl_api_error err;
+    cr_assert_eq(sl_api_request_parse(&req, SL_API_ENDPOINT_CHAT, body, strlen(body), 100, &err), SL_OK);
+    sl_api_stop stop;
+    cr_assert_eq(sl_api_stop_init(&stop, req.stop, req.stop_len, req.n_stop), SL_OK);
+    char id[SL_API_ID_LEN];
+    sl_api_id_make(id, req.endpoint);
+    sl_api_chunk c = {.endpoint = req.endpoint, .id = id, .created = 1, .model = "m",
+                      .include_usage = req.include_usage};
+    char sse[8192];
     size_t n = 0;
-    while (n + 2 < sizeof big) { big[n++] = '\xc3'; big[n++] = '\xa9'; }   /* "é" * 299 */
-    big[n] = '\0';
-    sl_api_error e;
-    sl_api_error_set(&e, SL_API_ERR_INVALID_REQUEST, NULL, "x%s", big);   /* odd offset */
-    cr_expect_eq(sl_api_utf8_valid_prefix(e.message, strlen(e.message)), strlen(e.message));
-    char *s = sl_api_error_body(&e, NULL);
-    json_t *o = load(s);
-    json_decref(o);
-    free(s);
-}
+#define EMIT(json) do { char *j_ = (json); cr_assert_not_null(j_); \
+        n += sl_api_sse_frame(sse + n, sizeof sse - n, j_, strlen(j_)); free(j_); } while (0)
+    c.kind = SL_API_CHUNK_ROLE;
+    EMIT(sl_api_chunk_build(&c));
+    static const char *const pieces[] = {"Hel", "lo", " there", "<|", "end", "|>", "ignored"};
+    int generated = 0;
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0] && !stop.hit; i++, generated++) {
+        const char *e;
+        size_t el;
+        cr_assert_eq(sl_api_stop_push(&stop, pieces[i], strlen(pieces[i]), &e, &el), SL_OK);
+        if (!el) continue;
+        c.kind = SL_API_CHUNK_TEXT;
+        c.text = e;
+        c.text_len = el;
+        EMIT(sl_api_chunk_build(&c));
+    }
+    cr_assert(stop.hit);
+    c.kind = SL_API_CHUNK_FINISH;
+    c.text = NULL;
+    c.text_len = 0;
+    c.finish = SL_API_FINISH_STOP;
+    EMIT(sl_api_chunk_build(&c));
+    sl_api_usage u = {.prompt_tokens = 5, .completion_tokens = generated};
+    c.kind = SL_API_CHUNK_USAGE;
+    c.usage = &u;
+    EMIT(sl_api_chunk_build(&c));
+#undef EMIT
+    memcpy(sse + n, SL_API_SSE_DONE, sizeof SL_API_SSE_DONE);
+    n += sizeof SL_API_SSE_DONE - 1;
 
-/* -------------------------------------------------------------------- SSE */
-
-Test(api_sse, frames_data_events)
-{
-    char out[64];
-    size_t n = sl_api_sse_frame(out, sizeof out, "{\"a\":1}", 7);
-    cr_assert_eq(n, strlen("data: {\"a\":1}\n\n"));
-    cr_expect(memcmp(out, "data: {\"a\":1}\n\n", n) == 0);
-    n = sl_api_sse_frame(out, sizeof out, "l1\nl2\r\nl3", 9);
-    cr_assert_eq(n, strlen("data: l1\ndata: l2\ndata: l3\n\n"));
-    cr_expect(memcmp(out, "data: l1\ndata: l2\ndata: l3\n\n", n) == 0);
-    /* size query and truncation never write past cap */
-    cr_expect_eq(sl_api_sse_frame(NULL, 0, "xyz", 3), 11);
-    memset(out, '#', sizeof out);
-    cr_expect_eq(sl_api_sse_frame(out, 4, "xyz", 3), 11);
-    cr_expect_eq(out[4], '#');
-    size_t m;
-    char *d = sl_api_sse_frame_dup("", 0, &m);
-    cr_expect_str_eq(d, "data: \n\n");
-    cr_expect_eq(m, 8);
-    free(d);
-    cr_expect_str_eq(SL_API_SSE_DONE, "data: [DONE]\n\n");
-    cr_expect_str_eq(SL_API_SSE_PING, ": ping\n\n");
-}
-
-Test(api_sse, error_event_is_one_data_line_with_error_object)
-{
-    sl_api_error e;
-    sl_api_error_set(&e, SL_API_ERR_INTERNAL, NULL, "worker died\nmid-stream");
-    size_t n;
-    char *s = sl_api_sse_error(&e, &n);
-    cr_assert_not_null(s);
-    cr_expect_eq(strncmp(s, "data: {\"error\":", 15), 0, "%s", s);
-    cr_expect_eq(strlen(s), n);
-    cr_expect_str_eq(s + n - 2, "\n\n");
-    cr_expect_null(strchr(s, '\n') == s + n - 2 ? NULL : strchr(s, '\n'));  /* one line only */
-    json_t *o = load(s + 6);
-    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "type")), "server_error");
-    json_decref(o);
-    free(s);
+    /* Read it back as a client would: concatenate the deltas. */
+    char text[256] = "";
+    int events = 0;
+    bool done = false, saw_usage = false;
+    for (char *ev = sse; ev < sse + n;) {
+        char *end = strstr(ev, "\n\n");
+        cr_assert_not_null(end);
+        *end = '\0';
+        cr_assert_eq(strncmp(ev, "data: ", 6), 0);
+        events++;
+        if (strcmp(ev + 6, "[DONE]") == 0) { done = true; break; }
+        json_t *o = load(ev + 6);
+        cr_expect_str_eq(json_string_value(json_object_get(o, "id")), id);
+        json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+        if (ch) {
+            const char *d = json_string_value(json_object_get(json_object_get(ch, "delta"), "content"));
+            if (d) strcat(text, d);
+        } else {
+            saw_usage = json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")) == 6;
+        }
+        json_decref(o);
+        ev = end + 2;
+    }
+    cr_expect(done);
+    cr_expect(saw_usage);
+    cr_expect_str_eq(text, "Hello there");
+    cr_expect_eq(events, 1 + 3 + 1 + 1 + 1);   /* role, 3 text, finish, usage, DONE */
+    sl_api_stop_fini(&stop);
+    sl_api_request_fini(&req);
 }

@@ -17,7 +17,7 @@ typedef struct {
 static run_result run(const char *const *stops, int n_stops, const char *const *pieces)
 {
     sl_api_stop s;
-    size_t lens[8];
+    size_t lens[8] = {0};
     for (int i = 0; i < n_stops; i++) lens[i] = strlen(stops[i]);
     cr_assert_eq(sl_api_stop_init(&s, stops, lens, n_stops), SL_OK);
     run_result r = {.n = 0};
