@@ -2,10 +2,12 @@
 the openai client streams and not, greedy outputs agree, readiness, metrics,
 a client gone mid-stream frees its mailbox, SIGTERM drains to exit 0."""
 import json
+import os
 import re
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -21,7 +23,9 @@ class Serve:
     def __init__(self, model, *args):
         self.proc = subprocess.Popen([SLUICE, "serve", "-m", str(model), "--port", "0", "--host", "127.0.0.1",
                                       "--frontends", "2", "-t", "1", "--ctx-size", "256", "--drain-delay", "0",
-                                      "--model-alias", "tiny", "--admin-socket", "", *map(str, args)],
+                                      "--model-alias", "tiny", "--admin-socket",
+                                      os.path.join(tempfile.mkdtemp(prefix="sluice-t51-"), "admin.sock"),
+                                      *map(str, args)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines = []
         self.port = None
@@ -126,3 +130,42 @@ def test_disconnect_mid_stream_frees_mailbox(serve):
             break
         time.sleep(0.1)
     assert m["running"] == 0 and m["cancelled"] == 0, m
+
+
+def test_worker_killed_mid_stream_gives_a_final_error_event(make_model, tmp_path_factory):
+    s = Serve(qwen3_model(make_model, tmp_path_factory), "--ctx-size", "4096")
+    try:
+        pid = s.get_json("/v1/effective-config")["frontend"]["worker_info"]["pid"]
+        assert pid > 0
+        d = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": 4000, "stream": True,
+                        "ignore_eos": True}).encode()
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(d)).encode() + b"\r\n\r\n" + d)
+        got = b""
+        while got.count(b"data: ") < 3:
+            got += c.recv(4096)
+        os.kill(pid, signal.SIGKILL)
+        while not got.endswith(b"0\r\n\r\n"):
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        c.close()
+        assert b"data: [DONE]" not in got
+        last = [ln for ln in got.split(b"\n") if ln.startswith(b"data: ")][-1]
+        assert json.loads(last[6:])["error"]["message"], last
+        # The front ends kept serving; the master restarts the worker.
+        assert s.get_json("/health") == {"status": "ok"}
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if urllib.request.urlopen(s.base + "/ready", timeout=2).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        cl = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=120)
+        r = cl.completions.create(model="tiny", prompt="again", max_tokens=3, temperature=0)
+        assert r.usage.completion_tokens >= 1
+    finally:
+        assert s.stop() == 0, "".join(s.lines[-30:])
