@@ -426,3 +426,20 @@ def test_write_timeout_drops_a_client_that_stops_reading(model):
         assert "write timeout" in h.stderr()
     finally:
         assert h.stop() == 0
+
+
+def test_drain_delay_ready_503_then_listener_closes(model):
+    h = Harness(model, "--drain-delay-s", 1, "--drain-timeout-s", 5, n=2)
+    try:
+        assert h.request("GET", "/ready")[0] == 200
+        h.proc.send_signal(15)
+        time.sleep(0.3)
+        # During the delay: not ready (the load balancer's cue), but still serving.
+        s, _, b = h.request("GET", "/ready")
+        assert s == 503 and json.loads(b)["reason"] == "draining"
+        assert h.post(COMP, {"prompt": "still here"})[0] == 200
+        h.proc.wait(10)
+        with pytest.raises(OSError):
+            h.request("GET", "/health", timeout=2)
+    finally:
+        assert h.stop() == 0
