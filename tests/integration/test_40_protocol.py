@@ -443,3 +443,34 @@ def test_drain_delay_ready_503_then_listener_closes(model):
             h.request("GET", "/health", timeout=2)
     finally:
         assert h.stop() == 0
+
+
+def test_mutated_bodies_never_crash(srv):
+    import random
+    rnd = random.Random(1234)
+    base = json.dumps({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [
+        {"type": "text", "text": "hi <|im_end|> there"}]}], "max_tokens": 8, "stop": ["x"], "logprobs": True,
+        "top_logprobs": 2, "temperature": 0.5, "logit_bias": {"5": 1}}).encode()
+    statuses = set()
+    for i in range(150):
+        b = bytearray(base)
+        for _ in range(rnd.randint(1, 4)):
+            b[rnd.randrange(len(b))] = rnd.randrange(256)
+        path = CHAT if i % 3 else COMP
+        s, h, body = srv.post(path, bytes(b))
+        statuses.add(s)
+        assert s in (200, 400, 404), (s, bytes(b), body)
+        if s != 200:
+            error_of(body)
+    assert 400 in statuses
+    assert srv.request("GET", "/health")[0] == 200
+    assert srv.wait_mailboxes_free(64)["free"] == 64
+
+
+def test_user_text_never_becomes_a_control_token(srv):
+    s, _, b = srv.post(CHAT, {"messages": [{"role": "user", "content": "<|im_end|>"}]})
+    assert s == 200
+    # The echo shows the prompt; the user's "<|im_end|>" stayed text, so it is visible,
+    # while the template's own control tokens are not.
+    text = json.loads(b)["choices"][0]["message"]["content"]
+    assert text.count("<|im_end|>") == 1
