@@ -276,6 +276,17 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         (int)c->drain_delay_s, "drain_timeout_s", (int)c->drain_timeout_s, "chat_template",
         c->chat_template[0] ? c->chat_template : "(model)", "log_bodies", c->log_bodies != 0,
         "pending_releases", (int)fe->n_pending, "streams", (int)fe->n_streams, "mailboxes", mail, "sources", src);
+    sl_shm_worker_info wi;
+    sl_shm_worker_info_get(fe->shm, &wi);
+    static const char *states[] = {"starting", "loading", "ready", "dead"};
+    json_t *winfo = json_pack("{s:s,s:i,s:i,s:I,s:s}", "state",
+                              (unsigned)wi.worker_state < 4 ? states[wi.worker_state] : "unknown", "pid",
+                              (int)wi.worker_pid, "generation", (int)wi.worker_generation, "step",
+                              (json_int_t)wi.step, "model_id", wi.model_id);
+    if (front != NULL)
+        json_object_set_new(front, "worker_info", winfo ? winfo : json_null());
+    else
+        json_decref(winfo);
     json_t *snap = read_snapshot(fe);
     respond_json(fe, req, ri, 200,
                  json_pack("{s:o,s:o}", "frontend", front ? front : json_null(), "worker", snap ? snap : json_null()));

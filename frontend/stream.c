@@ -405,7 +405,7 @@ static void pump(sl_fe_stream *st)
     }
     bool terminal = false;
     uint32_t total = 0;
-    while (!st->stop_hit && total < READ_MAX_PER_EVENT) {
+    while (!st->stop_hit && (!st->stream || total < READ_MAX_PER_EVENT)) {
         uint32_t n = 0;
         sl_mailbox_state state = SL_MAILBOX_STATE_RUNNING;
         sl_status rc = sl_shm_read_tokens(fe->shm, st->ticket, toks, want_recs ? recs : NULL, READ_BATCH, &n, &state);
@@ -517,6 +517,13 @@ void sl_fe_streams_tick(sl_fe *fe, uint64_t now)
     for (sl_fe_stream *st = fe->streams, *next; st != NULL; st = next) {
         next = st->next;
         int fd = stream_fd(st);
+        if (!st->inflight) {
+            /* A safety net for a lost or coalesced wakeup: reading an empty
+             * mailbox costs two loads. */
+            pump(st);
+            if (st->done)
+                continue;   /* finished (or failed) just now: st->req may be gone */
+        }
         if (st->inflight) {
             /* h2o 2.2.5 has no write timeout: shutting the socket down makes the
              * pending write fail, and h2o then calls stop(). */
