@@ -245,6 +245,10 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
     if (o && st) {
         json_object_set_new(o, "waiting_now", json_integer(st->n_waiting));
         json_object_set_new(o, "kv_blocks_free", json_integer(st->kv_blocks_free));
+        json_object_set_new(o, "kv_blocks_total", json_integer(st->kv_blocks_total));
+        json_object_set_new(o, "kv_blocks_used", json_integer(st->kv_blocks_total - st->kv_blocks_free));
+        json_object_set_new(o, "kv_cache_usage", json_real(st->kv_blocks_total ?
+            (double)(st->kv_blocks_total - st->kv_blocks_free) / st->kv_blocks_total : 0.0));
         json_object_set_new(o, "steps", json_integer((json_int_t)st->steps));
         json_object_set_new(o, "preemptions", json_integer((json_int_t)st->n_preemptions));
         json_object_set_new(o, "step_failures", json_integer((json_int_t)st->n_step_failures));
