@@ -22,8 +22,8 @@ uint64_t sl_backend_kv_block_bytes(const sl_model *m, uint32_t block_size)
 }
 
 /* Finds libsluice_cuda.so: $SLUICE_CUDA_LIB if set, else next to the
- * executable, else two folders up (the build root, for tools that live in
- * build/tools/<name>/). Returns false with err filled when none exists. */
+ * executable, else one folder up (the build root, for the tools that live in
+ * build/tools/). Returns false with err filled when none exists. */
 static bool cuda_lib_path(char *path, size_t len, char err[SL_ERR_LEN])
 {
     const char *env = getenv("SLUICE_CUDA_LIB");
@@ -44,7 +44,7 @@ static bool cuda_lib_path(char *path, size_t len, char err[SL_ERR_LEN])
     char *slash = strrchr(exe, '/');
     if (slash)
         *slash = 0;
-    static const char *const rel[] = {"", "/../.."};
+    static const char *const rel[] = {"", "/.."};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         snprintf(path, len, "%s%s/%s", exe, rel[i], SL_CUDA_BACKEND_LIB);
         if (access(path, R_OK) == 0)

@@ -408,7 +408,9 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
                  MIB((uint64_t)(4 * T + tab) * 4));
 
         /* KV cache: as asked, or from what is free now */
-        uint64_t block_bytes = sl_backend_kv_block_bytes(m, cfg->kv_block_size);
+        /* sl_backend_kv_block_bytes()'s figure; computed here because the
+         * library links nothing of the host binary */
+        uint64_t block_bytes = 2ull * hp->n_layer * hp->n_head_kv * hp->head_dim * cfg->kv_block_size * sizeof(float);
         uint64_t n_blocks = cfg->n_kv_blocks;
         CUDA_OR_FAIL(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
         if (n_blocks == 0) {
