@@ -1,8 +1,10 @@
 /* kernels/cuda/common.cuh: what every CUDA kernel file of the backend shares:
  * the CUDA error check, half/bfloat16 scalars, warp reductions and the
  * element-wise decoders of the GGUF block formats (model/quant.h layouts).
- * Where:  compiled into libsluice_cuda.so only (nvcc). Device code here is
- *         header-inline so each kernel file gets its own copy to inline. */
+ * Where:  compiled into libsluice_cuda.so (nvcc), header-inline so each
+ *         kernel file gets its own copy to inline. The decoders are also
+ *         host functions, so kernels/cuda/decode_test.cu checks them against
+ *         model/quant.c on a machine without a GPU. */
 #ifndef SL_CUDA_COMMON_CUH
 #define SL_CUDA_COMMON_CUH
 
@@ -10,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 extern "C" {
 #include "model/ggml_types.h"
@@ -34,14 +37,30 @@ extern "C" {
 
 #define SL_WARP 32
 
-static __device__ __forceinline__ float sl_dev_fp16(uint16_t h)
+#define SL_HD __host__ __device__ __forceinline__
+
+/* `#pragma unroll` for code that the host compiler also sees */
+#ifdef __CUDA_ARCH__
+#define SL_UNROLL _Pragma("unroll")
+#else
+#define SL_UNROLL
+#endif
+
+static SL_HD float sl_dev_fp16(uint16_t h)
 {
     return __half2float(__ushort_as_half(h));
 }
 
-static __device__ __forceinline__ float sl_dev_bf16(uint16_t h)
+static SL_HD float sl_dev_bf16(uint16_t h)
 {
+#ifdef __CUDA_ARCH__
     return __uint_as_float((uint32_t)h << 16);
+#else
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
 }
 
 /* Butterfly sum: every lane ends with the same value, and the order of the
@@ -70,14 +89,14 @@ static __device__ __forceinline__ float sl_warp_max(float v)
     return v;
 }
 
-static __device__ __forceinline__ uint16_t sl_dev_u16(const uint8_t *p)
+static SL_HD uint16_t sl_dev_u16(const uint8_t *p)
 {
     return *(const uint16_t *)p;   /* every fp16 field of a GGUF block is 2-byte aligned */
 }
 
 /* Scale and min of sub-block j of a Q4_K/Q5_K `scales` array: the device
  * twin of sl_quant_get_scale_min_k4. */
-static __device__ __forceinline__ void sl_dev_scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
+static SL_HD void sl_dev_scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
 {
     if (j < 4) {
         *sc = q[j] & 63;
@@ -90,7 +109,7 @@ static __device__ __forceinline__ void sl_dev_scale_min_k4(int j, const uint8_t 
 
 /* Element i of a row of `type` (any of the eight supported types). Slow
  * (one element at a time): for embedding lookups, not for matmuls. */
-static __device__ float sl_dev_dequant_elem(uint32_t type, const uint8_t *row, int64_t i)
+static inline __host__ __device__ float sl_dev_dequant_elem(uint32_t type, const uint8_t *row, int64_t i)
 {
     switch (type) {
     case SL_GGML_TYPE_F32:
