@@ -4,7 +4,8 @@
  * decoded unit by unit with the matmul's decode_unit and element by element
  * with the embedding's sl_dev_dequant_elem, and compared with the reference
  * dequantizer; the units' fixed-order dot products are compared with a
- * float64 dot of the dequantized row. Exit 0 when all pass. */
+ * float64 dot of the dequantized row, and with float4 loads bitwise equal to
+ * scalar ones. Exit 0 when all pass. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -63,7 +64,11 @@ static int check(int64_t n, uint64_t seed)
                                (long long)e, v, w, ref[e]);
                 }
             }
-            dot += unit_dot<TYPE>(d, x, u * UNIT, n);
+            float dv = unit_dot<TYPE>(d, x, u * UNIT, n, true), ds = unit_dot<TYPE>(d, x, u * UNIT, n, false);
+            if (memcmp(&dv, &ds, sizeof dv) != 0 && bad++ < 5)
+                printf("%s n=%lld: unit %lld: float4 and scalar loads differ (%.9g, %.9g)\n", name, (long long)n,
+                       (long long)u, dv, ds);
+            dot += dv;
         }
         double err = fabs(dot - ref_dot) / (sqrt(xnorm * wnorm) + 1e-30);
         if (err > 1e-6) {

@@ -25,7 +25,8 @@
 template <int TYPE>
 static __global__ void __launch_bounds__(ROWS_PER_BLOCK * SL_WARP)
 matmul_warp_per_row(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t rows,
-                    const float *__restrict__ x, int64_t ldx, int64_t T, float *__restrict__ y, int64_t ldy)
+                    const float *__restrict__ x, int64_t ldx, int64_t T, float *__restrict__ y, int64_t ldy,
+                    bool vec)
 {
     int lane = threadIdx.x % SL_WARP;
     int64_t r = (int64_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / SL_WARP;
@@ -46,7 +47,7 @@ matmul_warp_per_row(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, 
 #pragma unroll
         for (int t = 0; t < TOKEN_TILE; t++)
             if (t < nt)
-                acc[t] += unit_dot<TYPE>(d, xt + t * ldx, u * UNIT, n);
+                acc[t] += unit_dot<TYPE>(d, xt + t * ldx, u * UNIT, n, vec);
     }
 #pragma unroll
     for (int t = 0; t < TOKEN_TILE; t++) {
@@ -73,12 +74,17 @@ sl_status sl_cuda_matmul(const sl_cuda_weight *w, const float *x, int64_t ldx, i
     if (T < 1 || ldx < w->ne0 || ldy < w->ne1 || (T + TOKEN_TILE - 1) / TOKEN_TILE > 65535 ||
         w->ne0 % sl_ggml_block_elems(w->type) != 0)
         return SL_EINVAL;
+    /* Q4_K/Q5_K quants are read 16 bytes at a time: rows must start 16-byte aligned */
+    if ((w->type == SL_GGML_TYPE_Q4_K || w->type == SL_GGML_TYPE_Q5_K) &&
+        (((uintptr_t)w->data | w->row_bytes) & 15) != 0)
+        return SL_EINVAL;
+    bool vec = ldx % 4 == 0 && ((uintptr_t)x & 15) == 0;
     dim3 grid((unsigned)((w->ne1 + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK),
               (unsigned)((T + TOKEN_TILE - 1) / TOKEN_TILE));
     dim3 block(ROWS_PER_BLOCK * SL_WARP);
 #define LAUNCH(TY)                                                                                          \
     matmul_warp_per_row<TY><<<grid, block, 0, stream>>>(w->data, w->row_bytes, w->ne0, w->ne1, x, ldx, T, y, \
-                                                        ldy)
+                                                        ldy, vec)
     switch (w->type) {
     case SL_GGML_TYPE_F32: LAUNCH(SL_GGML_TYPE_F32); break;
     case SL_GGML_TYPE_F16: LAUNCH(SL_GGML_TYPE_F16); break;

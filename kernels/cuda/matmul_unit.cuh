@@ -17,6 +17,32 @@ struct unit {
     float sa, sb, dm;
 };
 
+/* NW little-endian 32-bit words from p: 16-byte loads when p is 16-byte
+ * aligned (Q4_K/Q5_K quants), else 2-byte loads (Q8_0, Q4_0 and Q6_K blocks
+ * are only 2-byte aligned). Byte l is then byte_at(w, l). */
+template <int NW, bool A16>
+static SL_HD void load_words(const uint8_t *p, uint32_t (&w)[NW])
+{
+    if constexpr (A16) {
+        const uint4 *v = (const uint4 *)p;
+SL_UNROLL
+        for (int k = 0; k < NW / 4; k++) {
+            uint4 a = v[k];
+            w[4 * k] = a.x;
+            w[4 * k + 1] = a.y;
+            w[4 * k + 2] = a.z;
+            w[4 * k + 3] = a.w;
+        }
+    } else {
+        const uint16_t *h = (const uint16_t *)p;
+SL_UNROLL
+        for (int k = 0; k < NW; k++)
+            w[k] = (uint32_t)h[2 * k] | ((uint32_t)h[2 * k + 1] << 16);
+    }
+}
+
+#define byte_at(w, l) ((int)(((w)[(l) >> 2] >> (8 * ((l) & 3))) & 0xFF))
+
 template <int TYPE>
 static SL_HD void decode_unit(const uint8_t *row, int64_t u, int64_t n, unit &d)
 {
@@ -41,16 +67,19 @@ SL_UNROLL
     } else if constexpr (TYPE == SL_GGML_TYPE_Q8_0) {
         const uint8_t *b = row + u * sizeof(sl_block_q8_0);
         d.sa = d.sb = sl_dev_fp16(sl_dev_u16(b));
-        const int8_t *qs = (const int8_t *)(b + 2);
+        uint32_t w[8];
+        load_words<8, false>(b + 2, w);
 SL_UNROLL
         for (int i = 0; i < UNIT; i++)
-            d.q[i] = (float)qs[i];
+            d.q[i] = (float)(int8_t)byte_at(w, i);
     } else if constexpr (TYPE == SL_GGML_TYPE_Q4_0) {
         const uint8_t *b = row + u * sizeof(sl_block_q4_0);
         d.sa = d.sb = sl_dev_fp16(sl_dev_u16(b));
+        uint32_t w[4];
+        load_words<4, false>(b + 2, w);
 SL_UNROLL
         for (int i = 0; i < 16; i++) {
-            int v = b[2 + i];
+            int v = byte_at(w, i);
             d.q[i] = (float)((v & 0xF) - 8);
             d.q[i + 16] = (float)((v >> 4) - 8);
         }
@@ -65,11 +94,15 @@ SL_UNROLL
         const uint8_t *qh = b + 4 + SL_K_SCALE_SIZE;
         const uint8_t *qs = qh + (q5 ? SL_QK_K / 8 : 0) + 32 * (s / 2);
         int shift = 4 * (s & 1);
+        uint32_t wq[8], wh[8];
+        load_words<8, true>(qs, wq);   /* rows and blocks are 16-byte multiples: see sl_cuda_matmul */
+        if constexpr (q5)
+            load_words<8, true>(qh, wh);
 SL_UNROLL
         for (int l = 0; l < UNIT; l++) {
-            int v = (qs[l] >> shift) & 0xF;
+            int v = (byte_at(wq, l) >> shift) & 0xF;
             if constexpr (q5)
-                v |= ((qh[l] >> s) & 1) << 4;
+                v |= ((byte_at(wh, l) >> s) & 1) << 4;
             d.q[l] = (float)v;
         }
     } else if constexpr (TYPE == SL_GGML_TYPE_Q6_K) {
@@ -82,38 +115,58 @@ SL_UNROLL
         d.sa = dd * (float)scales[2 * j];
         d.sb = dd * (float)scales[2 * j + 1];
         int shift = 4 * (qq >> 1), hshift = 2 * qq;
+        uint32_t wl[8], wh[8];
+        load_words<8, false>(ql, wl);
+        load_words<8, false>(qh, wh);
 SL_UNROLL
         for (int l = 0; l < UNIT; l++)
-            d.q[l] = (float)((((ql[l] >> shift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32);
+            d.q[l] = (float)((((byte_at(wl, l) >> shift) & 0xF) | (((byte_at(wh, l) >> hshift) & 3) << 4)) - 32);
     }
 }
 
 /* The unit's contribution to one dot product: explicit fmaf chains so the
- * compiler cannot reorder or contract differently between call sites. */
+ * compiler cannot reorder or contract differently between call sites.
+ * vec: x + base may be read as float4 (16-byte aligned); either way the
+ * same values enter the same arithmetic, so the result does not depend on it. */
 template <int TYPE>
-static SL_HD float unit_dot(const unit &d, const float *x, int64_t base, int64_t n)
+static SL_HD float unit_dot(const unit &d, const float *x, int64_t base, int64_t n, bool vec)
 {
     float p0 = 0.0f, p1 = 0.0f, sx = 0.0f;
     constexpr bool has_min = TYPE == SL_GGML_TYPE_Q4_K || TYPE == SL_GGML_TYPE_Q5_K;
     constexpr bool plain = TYPE == SL_GGML_TYPE_F32 || TYPE == SL_GGML_TYPE_F16 || TYPE == SL_GGML_TYPE_BF16;
-    /* float rows may end inside a unit: q is 0 there and x must not be read.
-     * The guards are per element (not a shorter loop) so d.q stays in registers. */
+    const float *xp = x + base;
+    float xv[UNIT];
+    if (vec && (!plain || base + UNIT <= n)) {
+        const float4 *x4 = (const float4 *)xp;
+SL_UNROLL
+        for (int k = 0; k < UNIT / 4; k++) {
+            float4 f = x4[k];
+            xv[4 * k] = f.x;
+            xv[4 * k + 1] = f.y;
+            xv[4 * k + 2] = f.z;
+            xv[4 * k + 3] = f.w;
+        }
+    } else {
+        /* float rows may end inside a unit: x must not be read past n */
+SL_UNROLL
+        for (int i = 0; i < UNIT; i++)
+            xv[i] = !plain || base + i < n ? xp[i] : 0.0f;
+    }
+    /* per-element guards (not a shorter loop) keep d.q and xv in registers */
 SL_UNROLL
     for (int i = 0; i < 16; i++) {
         if (!plain || base + i < n) {
-            float xi = x[base + i];
-            p0 = fmaf(d.q[i], xi, p0);
+            p0 = fmaf(d.q[i], xv[i], p0);
             if (has_min)
-                sx += xi;
+                sx += xv[i];
         }
     }
 SL_UNROLL
     for (int i = 16; i < UNIT; i++) {
         if (!plain || base + i < n) {
-            float xi = x[base + i];
-            p1 = fmaf(d.q[i], xi, p1);
+            p1 = fmaf(d.q[i], xv[i], p1);
             if (has_min)
-                sx += xi;
+                sx += xv[i];
         }
     }
 #ifdef __CUDA_ARCH__
