@@ -1,20 +1,22 @@
-/* kernels/cuda/attention.cu: one 4-warp block per (token row, query head)
+/* kernels/cuda/attention.cu: one 8-warp block per (token row, query head)
  * with online softmax ("attention_paged_online_softmax").
  *
- * Warp w walks positions w, w+4, w+8, ... of [0, pos]; a lane holds head
+ * Warp w walks positions w, w+8, w+16, ... of [0, pos]; a lane holds head
  * elements lane, lane+32, ... of q and of its running output, so a score is
  * one butterfly sum and no score matrix is ever stored. Each warp keeps its
- * own running max m, denominator l and output; the four are merged at the
+ * own running max m, denominator l and output; the eight are merged at the
  * end in warp order. Every step is in an order fixed by (pos, head_dim), so
  * a row's output is the same alone or batched.
  *
- * Trade-off: simple and exact-order; the speed round adds split-K over long
- * contexts (flash-decoding), shared K/V tiles for prefill rows of one
- * sequence and GQA groups sharing one read of K/V. */
+ * Trade-off: simple and exact-order, but each position costs a warp two
+ * dependent global loads (block id, then K), so small batches are latency
+ * bound here. The speed round's remedies: lanes over positions for the
+ * scores, split-K over long contexts (flash-decoding), shared K/V tiles for
+ * the prefill rows of one sequence, GQA groups sharing one read of K/V. */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/common.cuh"
 
-#define WARPS 4
+#define WARPS 8   /* positions walked in parallel per (row, head); merged in warp order */
 #define PER_LANE (SL_CUDA_ATTN_MAX_HEAD_DIM / SL_WARP)
 
 static __global__ void __launch_bounds__(WARPS * SL_WARP)
