@@ -54,11 +54,11 @@ say "models: ${#tiny[@]} tiny + 1b in $models ($(( $(date +%s) - t0 ))s)"
 "$check" --bench 32 "${tiny[@]}" > "$out/cudacheck-tiny.log" 2>&1
 rc=$?; say "cudacheck tiny models: rc=$rc ($(grep -c PASS "$out/cudacheck-tiny.log") PASS, $(grep -c FAIL "$out/cudacheck-tiny.log") FAIL)"
 [ $rc -eq 0 ] || status=1
-grep -E '^model|FAIL|DIFFER|could not' "$out/cudacheck-tiny.log" | grep -B1 -E 'FAIL|DIFFER' | tee -a "$summary"
+grep -E '^result|^cudacheck' "$out/cudacheck-tiny.log" | tee -a "$summary"
 if [ -s "$big" ]; then
   "$check" --prompt 64 --gen 16 --seqs 3 --bench 128 "$big" > "$out/cudacheck-1b.log" 2>&1
   rc=$?; say "cudacheck 1b Q4_K_M: rc=$rc"; [ $rc -eq 0 ] || status=1
-  grep -E 'rel L2|batched|timing|PASS|FAIL' "$out/cudacheck-1b.log" | tee -a "$summary"
+  grep -E '^result|^cudacheck|timing' "$out/cudacheck-1b.log" | tee -a "$summary"
 fi
 
 # 3. compute-sanitizer on a short run (memcheck, racecheck)

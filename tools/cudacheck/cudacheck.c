@@ -138,7 +138,8 @@ static int check_model(const char *path, const options *o)
     int32_t *tabs = malloc((size_t)n_runs * per_seq * sizeof(int32_t));
     sl_batch_seq *bs = malloc((size_t)(S + 8) * sizeof(sl_batch_seq));
     int32_t *next = malloc((size_t)(S + 8) * sizeof(int32_t));
-    int fail = 0, rc = 0;
+    int fail = 0, rc = 0, agree_all = -1, diff_all = -1;
+    double prefill_l2 = -1, decode_l2 = -1;
     if (!lg || !lc || !alone || !tok || !tabs || !bs || !next) {
         fprintf(stderr, "cudacheck: out of memory\n");
         rc = 2;
@@ -194,6 +195,9 @@ static int check_model(const char *path, const options *o)
             printf(" (first difference at token %d)", first_bad);
         printf("\n");
         fail |= worst_d > o->tol || agree != o->gen + 1;
+        prefill_l2 = worst;
+        decode_l2 = worst_d;
+        agree_all = agree;
     }
 
     /* 2. batched == alone on the GPU, bitwise */
@@ -257,6 +261,7 @@ static int check_model(const char *path, const options *o)
         if (diff_rows)
             printf("           %d of %d rows differ\n", diff_rows, S * (G + 1));
         fail |= diff_rows != 0;
+        diff_all = diff_rows;
     }
 
     /* 3. decode timing at batch 1 and 8 */
@@ -294,6 +299,10 @@ static int check_model(const char *path, const options *o)
         printf("\n");
     }
     printf("  %s\n", fail ? "FAIL" : "PASS");
+    /* one grep-able line per model: file, types, the worst figures, verdict */
+    const char *base = strrchr(path, '/');
+    printf("result %-28s prefill %.2e decode %.2e greedy %d/%d batched %s %s\n", base ? base + 1 : path,
+           prefill_l2, decode_l2, agree_all, o->gen + 1, diff_all == 0 ? "equal" : "DIFFER", fail ? "FAIL" : "PASS");
     rc = fail;
 out:
     free(lg);
