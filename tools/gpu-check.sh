@@ -2,7 +2,8 @@
 # tools/gpu-check.sh: the CUDA backend's correctness check, in one command, on
 # the GPU machine. Builds the test models with the project's mkmodel (every
 # architecture x tensor type on the tiny presets, plus a Llama-3.2-1B-shape
-# Q4_K_M for timing), runs tools/cudacheck on them (CUDA vs CPU logits,
+# Q4_K_M for timing), runs tools/cudacheck's kernel self-test and then the
+# models (CUDA vs CPU logits,
 # greedy agreement, batched == alone bitwise, decode tok/s), then
 # compute-sanitizer memcheck and racecheck on a short run when available.
 # Logs go to $OUT (or /tmp/sluice-gpu-check); exit 0 only if everything passed.
@@ -34,6 +35,11 @@ t0=$(date +%s)
 say "gpu-check: $(date -u +%FT%TZ) build=$build"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || true; } | tee -a "$summary"
 
+# 0. per-kernel self-test against float64 host references (seconds)
+"$check" --ops > "$out/kernels.log" 2>&1
+rc=$?; say "kernel self-test: rc=$rc"; [ $rc -eq 0 ] || status=1
+grep -E '^  |^result' "$out/kernels.log" | tee -a "$summary"
+
 # 1. models (a few seconds each; the 1B shape ~10 s)
 types="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M"
 tiny=()
@@ -64,7 +70,7 @@ fi
 # 3. compute-sanitizer on a short run (memcheck, racecheck)
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$cs" ]; then
-  short=(--prompt 20 --chunk 8 --gen 4 --seqs 2 --no-bench "$models/tiny-qwen3-Q4_K_M.gguf" "$models/tiny-llama3-Q6_K.gguf")
+  short=(--ops --prompt 20 --chunk 8 --gen 4 --seqs 2 --no-bench "$models/tiny-qwen3-Q4_K_M.gguf" "$models/tiny-llama3-Q6_K.gguf")
   for tool in memcheck racecheck; do
     "$cs" --tool "$tool" --error-exitcode 99 "$check" "${short[@]}" > "$out/sanitizer-$tool.log" 2>&1
     rc=$?; say "compute-sanitizer $tool: rc=$rc ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" || echo 'no summary'))"

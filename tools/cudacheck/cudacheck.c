@@ -1,9 +1,12 @@
 /* tools/cudacheck/cudacheck.c: the CUDA backend against the CPU backend, in
  * one command, for every model file given (run on a GPU machine).
  *
- *   cudacheck [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N] [--tol X]
+ *   cudacheck [--ops] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N] [--tol X]
  *             [--threads N] [--no-cpu] [--no-bench] MODEL.gguf...
  *
+ * --ops first runs the library's per-kernel self-test (sl_cuda_selftest in
+ * kernels/cuda/selftest.cu: matmul per type, rmsnorm, paged attention against
+ * float64 host references), which points at the kernel when a model fails.
  * Per model:
  *  1. cpu vs cuda: one sequence, the prompt prefilled in chunks (logits of
  *     every row), then --gen greedy decode steps fed the CPU's argmax: the
@@ -18,6 +21,7 @@
  * backends keep activations in float32, so only summation order differs),
  * when greedy tokens disagree, or when batched differs from alone. Exit 2 on
  * bad usage or a model/backend that cannot be loaded. */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +36,7 @@
 #define BLOCK 16
 
 typedef struct {
-    int prompt, chunk, gen, seqs, bench, threads, no_cpu, no_bench;
+    int ops, prompt, chunk, gen, seqs, bench, threads, no_cpu, no_bench;
     double tol;
 } options;
 
@@ -318,6 +322,48 @@ out:
     return rc;
 }
 
+/* Loads libsluice_cuda.so as kernels/backend.c finds it ($SLUICE_CUDA_LIB,
+ * next to this executable, one folder up) and runs its kernel self-test.
+ * Returns the failures, or -1 when it could not run. */
+static int run_ops(void)
+{
+    char path[4200], exe[4096];
+    const char *env = getenv("SLUICE_CUDA_LIB");
+    void *h = NULL;
+    if (env && *env) {
+        h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n > 0) {
+            exe[n] = 0;
+            char *slash = strrchr(exe, '/');
+            if (slash)
+                *slash = 0;
+            snprintf(path, sizeof path, "%s/libsluice_cuda.so", exe);
+            if (!(h = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
+                snprintf(path, sizeof path, "%s/../libsluice_cuda.so", exe);
+                h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            }
+        }
+    }
+    if (!h) {
+        fprintf(stderr, "cudacheck: --ops: cannot load libsluice_cuda.so: %s\n", dlerror());
+        return -1;
+    }
+    int (*selftest)(FILE *);
+    *(void **)&selftest = dlsym(h, "sl_cuda_selftest");
+    if (!selftest) {
+        fprintf(stderr, "cudacheck: --ops: the library lacks sl_cuda_selftest\n");
+        return -1;
+    }
+    printf("kernel self-test:\n");
+    fflush(stdout);
+    int f = selftest(stdout);
+    fflush(stdout);
+    printf("result kernels %s\n", f == 0 ? "PASS" : f < 0 ? "could not run" : "FAIL");
+    return f;
+}
+
 int main(int argc, char **argv)
 {
     options o = {.prompt = 40, .chunk = 16, .gen = 32, .seqs = 4, .bench = 64, .tol = 5e-3,
@@ -329,6 +375,7 @@ int main(int argc, char **argv)
             first = i;
             break;
         }
+        if (!strcmp(a, "--ops")) { o.ops = 1; continue; }
         if (!strcmp(a, "--no-cpu")) { o.no_cpu = 1; continue; }
         if (!strcmp(a, "--no-bench")) { o.no_bench = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "cudacheck: %s needs a value\n", a); return 2; }
@@ -342,13 +389,18 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--tol")) o.tol = atof(v);
         else { fprintf(stderr, "cudacheck: unknown option %s\n", a); return 2; }
     }
-    if (first >= argc || o.prompt < 1 || o.chunk < 1 || o.gen < 0 || o.seqs < 1 || o.seqs > 64 || o.bench < 0 ||
+    if ((first >= argc && !o.ops) || o.prompt < 1 || o.chunk < 1 || o.gen < 0 || o.seqs < 1 || o.seqs > 64 || o.bench < 0 ||
         o.threads < 1 || !(o.tol > 0)) {
-        fprintf(stderr, "usage: cudacheck [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N] [--tol X]\n"
-                        "                 [--threads N] [--no-cpu] [--no-bench] MODEL.gguf...\n");
+        fprintf(stderr, "usage: cudacheck [--ops] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]\n"
+                        "                 [--tol X] [--threads N] [--no-cpu] [--no-bench] MODEL.gguf...\n");
         return 2;
     }
     int failed = 0, errors = 0, n = 0;
+    if (o.ops) {
+        int f = run_ops();
+        errors += f < 0;
+        failed += f > 0;
+    }
     for (int i = first; i < argc; i++, n++) {
         int r = check_model(argv[i], &o);
         failed += r == 1;
