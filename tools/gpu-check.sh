@@ -2,10 +2,10 @@
 # tools/gpu-check.sh: the CUDA backend's correctness check, in one command, on
 # the GPU machine. Builds the test models with the project's mkmodel (every
 # architecture x tensor type on the tiny presets, plus a Llama-3.2-1B-shape
-# Q4_K_M for timing), runs tools/cudacheck's kernel self-test and then the
-# models (CUDA vs CPU logits,
-# greedy agreement, batched == alone bitwise, decode tok/s), then
-# compute-sanitizer memcheck and racecheck on a short run when available.
+# Q4_K_M for timing), runs tools/cudacheck's kernel self-test, then cudacheck
+# on the models (CUDA vs CPU logits, greedy agreement, batched == alone
+# bitwise, decode tok/s), then compute-sanitizer memcheck and racecheck on a
+# short run when available.
 # Logs go to $OUT (or /tmp/sluice-gpu-check); exit 0 only if everything passed.
 #
 # usage: tools/gpu-check.sh [BUILD_DIR]      (default: $SLUICE_BUILD_DIR, else build-gpu, else build)
