@@ -120,7 +120,7 @@ static sl_status meta_reserve(cuda_backend *cb, int64_t need)
             return SL_EBACKEND;  \
     } while (0)
 
-static sl_status cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
+static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
 {
     cuda_backend *cb = (cuda_backend *)b;
     const sl_hparams *hp = &b->model->hp;
@@ -191,6 +191,16 @@ static sl_status cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n
     }
     SL_CUDA_CHECK(cudaStreamSynchronize(st));
     return SL_OK;
+}
+
+static sl_status cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
+{
+    sl_status rc = forward_steps(b, seqs, n_seqs, logits);
+    /* A step that failed half-way may still have copies in flight into the
+     * staging area or the caller's logits: drain them before returning. */
+    if (rc < 0)
+        cudaStreamSynchronize(((cuda_backend *)b)->stream);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */
