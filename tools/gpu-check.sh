@@ -62,7 +62,7 @@ rc=$?; say "cudacheck tiny models: rc=$rc ($(grep -c PASS "$out/cudacheck-tiny.l
 [ $rc -eq 0 ] || status=1
 grep -E '^result|^cudacheck' "$out/cudacheck-tiny.log" | tee -a "$summary"
 if [ -s "$big" ]; then
-  "$check" --prompt 64 --gen 16 --seqs 3 --bench 128 "$big" > "$out/cudacheck-1b.log" 2>&1
+  "$check" --prompt 64 --gen 16 --seqs 3 --bench 128 --batches 1,8,64 "$big" > "$out/cudacheck-1b.log" 2>&1
   rc=$?; say "cudacheck 1b Q4_K_M: rc=$rc"; [ $rc -eq 0 ] || status=1
   grep -E '^result|^cudacheck|timing' "$out/cudacheck-1b.log" | tee -a "$summary"
 fi

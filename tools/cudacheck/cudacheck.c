@@ -1,8 +1,9 @@
 /* tools/cudacheck/cudacheck.c: the CUDA backend against the CPU backend, in
  * one command, for every model file given (run on a GPU machine).
  *
- *   cudacheck [--ops] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N] [--tol X]
- *             [--threads N] [--no-cpu] [--no-bench] MODEL.gguf...
+ *   cudacheck [--ops] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]
+ *             [--batches 1,8,...] [--tol X] [--threads N] [--no-cpu] [--no-bench]
+ *             [--device cuda|cpu] MODEL.gguf...
  *
  * --ops first runs the library's per-kernel self-test (sl_cuda_selftest in
  * kernels/cuda/selftest.cu: matmul per type, rmsnorm, paged attention against
@@ -15,8 +16,11 @@
  *  2. batch invariance on the GPU: --seqs sequences run alone (prefill in
  *     chunks, then decode) and together (one prefill call, then batched
  *     decode steps): every logits row must be bitwise equal.
- *  3. timing: decode tok/s at batch 1 and 8 (--bench steps after a prefill),
- *     logits copied back each step as the scheduler gets them.
+ *  3. timing: decode tok/s at each --batches size (default 1,8; --bench
+ *     steps after a --prompt prefill per sequence), logits copied back each
+ *     step as the scheduler gets them.
+ * --device cpu puts the CPU backend under test instead: every figure must
+ * then be exact (a check of this tool on a machine without a GPU).
  * Fails (exit 1) when a relative L2 exceeds --tol (default 5e-3: both
  * backends keep activations in float32, so only summation order differs),
  * when greedy tokens disagree, or when batched differs from alone. Exit 2 on
@@ -37,6 +41,8 @@
 
 typedef struct {
     int ops, prompt, chunk, gen, seqs, bench, threads, no_cpu, no_bench;
+    int batches[8], n_batches, maxb;   /* timing batch sizes; maxb their largest */
+    const char *device;                /* backend under test: cuda (cpu checks this tool itself) */
     double tol;
 } options;
 
@@ -109,11 +115,11 @@ static int check_model(const char *path, const options *o)
     int steps = o->gen > o->bench ? o->gen : o->bench;
     int ctx = P + steps + 1, per_seq = (ctx + BLOCK - 1) / BLOCK;
     int max_tok = S * P > o->chunk ? S * P : o->chunk;
-    if (max_tok < 8)
-        max_tok = 8;
-    /* block ranges: run 1 | S alone runs | S batched runs | 8 timing sequences */
-    int n_runs = 1 + 2 * S + 8;
-    sl_backend_config cfg = {.device = "cuda", .n_threads = o->threads, .kv_block_size = BLOCK,
+    if (max_tok < o->maxb)
+        max_tok = o->maxb;
+    /* block ranges: run 1 | S alone runs | S batched runs | maxb timing sequences */
+    int n_runs = 1 + 2 * S + o->maxb;
+    sl_backend_config cfg = {.device = o->device, .n_threads = o->threads, .kv_block_size = BLOCK,
                              .n_kv_blocks = (uint32_t)(n_runs * per_seq), .max_batch_tokens = max_tok,
                              .max_ctx = ctx};
     printf("model %s: %s, %d layers, n_embd %d, vocab %d; wq %s, w_down %s, output %s\n", path, m->arch_name,
@@ -125,7 +131,7 @@ static int check_model(const char *path, const options *o)
         sl_model_destroy(m);
         return 2;
     }
-    printf("  cuda backend: KV cache %u blocks, %.1f MiB\n", gpu->cfg.n_kv_blocks, gpu->kv_bytes / 1048576.0);
+    printf("  %s backend: KV cache %u blocks, %.1f MiB\n", gpu->ops->name, gpu->cfg.n_kv_blocks, gpu->kv_bytes / 1048576.0);
     cfg.device = "cpu";
     if (!o->no_cpu && sl_backend_create(m, &cfg, &cpu, err) < 0) {
         fprintf(stderr, "cudacheck: cpu backend: %s\n", err);
@@ -138,10 +144,10 @@ static int check_model(const char *path, const options *o)
     float *lg = malloc((size_t)rows * V * sizeof(float));
     float *lc = malloc((size_t)rows * V * sizeof(float));
     float *alone = malloc((size_t)S * (o->gen + 1) * V * sizeof(float));
-    int32_t *tok = malloc((size_t)(S + 8) * ctx * sizeof(int32_t));
+    int32_t *tok = malloc((size_t)(S + o->maxb) * ctx * sizeof(int32_t));
     int32_t *tabs = malloc((size_t)n_runs * per_seq * sizeof(int32_t));
-    sl_batch_seq *bs = malloc((size_t)(S + 8) * sizeof(sl_batch_seq));
-    int32_t *next = malloc((size_t)(S + 8) * sizeof(int32_t));
+    sl_batch_seq *bs = malloc((size_t)(S + o->maxb) * sizeof(sl_batch_seq));
+    int32_t *next = malloc((size_t)(S + o->maxb) * sizeof(int32_t));
     int fail = 0, rc = 0, agree_all = -1, diff_all = -1;
     double prefill_l2 = -1, decode_l2 = -1;
     if (!lg || !lc || !alone || !tok || !tabs || !bs || !next) {
@@ -151,7 +157,7 @@ static int check_model(const char *path, const options *o)
     }
     for (int r = 0; r < n_runs; r++)
         table(tabs + r * per_seq, r * per_seq, per_seq);
-    for (int s = 0; s < S + 8; s++)
+    for (int s = 0; s < S + o->maxb; s++)
         for (int j = 0; j < ctx; j++)
             tok[s * ctx + j] = (int32_t)(((uint64_t)s * 7919 + (uint64_t)j * 104729 + 17) % (uint64_t)V);
 
@@ -271,7 +277,8 @@ static int check_model(const char *path, const options *o)
     /* 3. decode timing at batch 1 and 8 */
     if (!o->no_bench) {
         printf("  timing  ");
-        for (int B = 1; B <= 8; B += 7) {
+        for (int bi = 0; bi < o->n_batches; bi++) {
+            int B = o->batches[bi];
             int first = 1 + 2 * S;
             for (int s = 0; s < B; s++) {
                 int32_t *tb = tabs + (first + s) * per_seq;
@@ -367,6 +374,7 @@ static int run_ops(void)
 int main(int argc, char **argv)
 {
     options o = {.prompt = 40, .chunk = 16, .gen = 32, .seqs = 4, .bench = 64, .tol = 5e-3,
+                 .batches = {1, 8}, .n_batches = 2, .device = "cuda",
                  .threads = (int)sysconf(_SC_NPROCESSORS_ONLN)};
     int first = argc;
     for (int i = 1; i < argc; i++) {
@@ -385,14 +393,27 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--gen")) o.gen = atoi(v);
         else if (!strcmp(a, "--seqs")) o.seqs = atoi(v);
         else if (!strcmp(a, "--bench")) o.bench = atoi(v);
+        else if (!strcmp(a, "--batches")) {
+            o.n_batches = 0;
+            for (char *e = (char *)v; *v && o.n_batches < 8; v = e + (*e == ',')) {
+                long b = strtol(v, &e, 10);
+                if (e == v || b < 1 || b > 1024) { fprintf(stderr, "cudacheck: bad --batches\n"); return 2; }
+                o.batches[o.n_batches++] = (int)b;
+            }
+        }
         else if (!strcmp(a, "--threads")) o.threads = atoi(v);
         else if (!strcmp(a, "--tol")) o.tol = atof(v);
+        else if (!strcmp(a, "--device")) o.device = v;
         else { fprintf(stderr, "cudacheck: unknown option %s\n", a); return 2; }
     }
+    o.maxb = 1;
+    for (int i = 0; i < o.n_batches; i++)
+        o.maxb = o.batches[i] > o.maxb ? o.batches[i] : o.maxb;
     if ((first >= argc && !o.ops) || o.prompt < 1 || o.chunk < 1 || o.gen < 0 || o.seqs < 1 || o.seqs > 64 || o.bench < 0 ||
         o.threads < 1 || !(o.tol > 0)) {
         fprintf(stderr, "usage: cudacheck [--ops] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]\n"
-                        "                 [--tol X] [--threads N] [--no-cpu] [--no-bench] MODEL.gguf...\n");
+                        "                 [--batches 1,8,...] [--tol X] [--threads N] [--no-cpu] [--no-bench]\n"
+                        "                 [--device cuda|cpu] MODEL.gguf...\n");
         return 2;
     }
     int failed = 0, errors = 0, n = 0;
