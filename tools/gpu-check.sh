@@ -67,12 +67,14 @@ if [ -s "$big" ]; then
   grep -E '^result|^cudacheck|timing' "$out/cudacheck-1b.log" | tee -a "$summary"
 fi
 
-# 3. compute-sanitizer on a short run (memcheck, racecheck)
+# 3. compute-sanitizer on a short run (memcheck with leak check, racecheck):
+#    kernel self-test, allocation-failure sweep, two models
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$cs" ]; then
-  short=(--ops --prompt 20 --chunk 8 --gen 4 --seqs 2 --no-bench "$models/tiny-qwen3-Q4_K_M.gguf" "$models/tiny-llama3-Q6_K.gguf")
+  short=(--ops --faults --prompt 20 --chunk 8 --gen 4 --seqs 2 --no-bench "$models/tiny-qwen3-Q4_K_M.gguf" "$models/tiny-llama3-Q6_K.gguf")
   for tool in memcheck racecheck; do
-    "$cs" --tool "$tool" --error-exitcode 99 "$check" "${short[@]}" > "$out/sanitizer-$tool.log" 2>&1
+    extra=(); [ $tool = memcheck ] && extra=(--leak-check full)   # leaks on the --faults error paths too
+    "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 99 "$check" "${short[@]}" > "$out/sanitizer-$tool.log" 2>&1
     rc=$?; say "compute-sanitizer $tool: rc=$rc ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" || echo 'no summary'))"
     [ $rc -eq 0 ] || status=1
   done

@@ -71,6 +71,33 @@ typedef struct {
 } cuda_backend;
 
 /* ------------------------------------------------------------------------ */
+/* allocation, with fault injection                                         */
+
+/* STYLE §8: with SLUICE_CUDA_FAIL_ALLOC=N in the environment, the Nth device
+ * or pinned allocation of a backend creation fails as out of memory, so a
+ * test (cudacheck --faults) can sweep N and check that each failure is a
+ * clean error that leaks nothing. Only creation counts; steps never do. */
+static int alloc_countdown;   /* 0: off; creation runs on one thread */
+
+static cudaError_t dev_malloc(void **p, size_t bytes)
+{
+    if (alloc_countdown > 0 && --alloc_countdown == 0) {
+        *p = NULL;
+        return cudaErrorMemoryAllocation;
+    }
+    return cudaMalloc(p, bytes);
+}
+
+static cudaError_t pinned_malloc(void **p, size_t bytes)
+{
+    if (alloc_countdown > 0 && --alloc_countdown == 0) {
+        *p = NULL;
+        return cudaErrorMemoryAllocation;
+    }
+    return cudaHostAlloc(p, bytes, cudaHostAllocDefault);
+}
+
+/* ------------------------------------------------------------------------ */
 /* teardown                                                                  */
 
 static void cuda_destroy(sl_backend *b)
@@ -107,8 +134,8 @@ static sl_status meta_reserve(cuda_backend *cb, int64_t need)
     cb->meta_d = NULL;
     cb->meta_h = NULL;
     cb->meta_cap = 0;
-    SL_CUDA_CHECK(cudaMalloc((void **)&cb->meta_d, (size_t)need * sizeof(int32_t)));
-    SL_CUDA_CHECK(cudaHostAlloc((void **)&cb->meta_h, (size_t)need * sizeof(int32_t), cudaHostAllocDefault));
+    SL_CUDA_CHECK(dev_malloc((void **)&cb->meta_d, (size_t)need * sizeof(int32_t)));
+    SL_CUDA_CHECK(pinned_malloc((void **)&cb->meta_h, (size_t)need * sizeof(int32_t)));
     cb->meta_cap = need;
     return SL_OK;
 }
@@ -324,6 +351,8 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         return SL_EINVAL;
     }
 
+    const char *fault = getenv("SLUICE_CUDA_FAIL_ALLOC");
+    alloc_countdown = fault ? atoi(fault) : 0;
     cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
     if (cb)
         cb->layers = (cuda_layer *)calloc((size_t)hp->n_layer, sizeof *cb->layers);
@@ -372,7 +401,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         arena a = {NULL, 0, cudaSuccess};
         size_t wbytes = place_weights(cb, &a, inv_freq);
         cudaMemGetInfo(&free_b, &total_b);
-        ce = cudaMalloc((void **)&cb->weights, wbytes);
+        ce = dev_malloc((void **)&cb->weights, wbytes);
         if (ce != cudaSuccess) {
             free(inv_freq);
             FAIL(SL_ENOMEM, "cuda backend: weights (%llu MiB) do not fit: %llu MiB free of %llu MiB (%s)",
@@ -403,7 +432,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         size_t sbytes = 0;
         for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
             sbytes += (size_t)sc[i].n * sizeof(float);
-            ce = cudaMalloc((void **)sc[i].p, (size_t)sc[i].n * sizeof(float));
+            ce = dev_malloc((void **)sc[i].p, (size_t)sc[i].n * sizeof(float));
             if (ce != cudaSuccess) {
                 cudaMemGetInfo(&free_b, &total_b);
                 FAIL(SL_ENOMEM, "cuda backend: scratch for %d batch tokens (%llu MiB so far) does not fit "
@@ -434,7 +463,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
                      MIB(reserve));
         }
         uint64_t kv_bytes = n_blocks * block_bytes;
-        ce = cudaMalloc((void **)&cb->kv.kv, kv_bytes);
+        ce = dev_malloc((void **)&cb->kv.kv, kv_bytes);
         if (ce != cudaSuccess)
             FAIL(SL_ENOMEM, "cuda backend: KV cache (%llu MiB for %llu blocks of %u positions) does not fit: "
                  "%llu MiB free after weights (%llu MiB) and scratch (%llu MiB)", MIB(kv_bytes),
@@ -451,10 +480,12 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
     }
 #undef CUDA_OR_FAIL
 #undef FAIL
+    alloc_countdown = 0;
     *out = &cb->base;
     return SL_OK;
 
 fail:
+    alloc_countdown = 0;
     cuda_destroy(&cb->base);
     return rc;
 }

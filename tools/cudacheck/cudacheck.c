@@ -1,7 +1,7 @@
 /* tools/cudacheck/cudacheck.c: the CUDA backend against the CPU backend, in
  * one command, for every model file given (run on a GPU machine).
  *
- *   cudacheck [--ops] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]
+ *   cudacheck [--ops] [--faults] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]
  *             [--batches 1,8,...] [--tol X] [--threads N] [--no-cpu] [--no-bench]
  *             [--device cuda|cpu] MODEL.gguf...
  *
@@ -19,6 +19,9 @@
  *  3. timing: decode tok/s at each --batches size (default 1,8; --bench
  *     steps after a --prompt prefill per sequence), logits copied back each
  *     step as the scheduler gets them.
+ * --faults first sweeps allocation failures through creation (env
+ * SLUICE_CUDA_FAIL_ALLOC=N fails the Nth allocation): each must be a clean
+ * SL_ENOMEM with a message (run it under compute-sanitizer for leaks).
  * --device cpu puts the CPU backend under test instead: every figure must
  * then be exact (a check of this tool on a machine without a GPU).
  * Fails (exit 1) when a relative L2 exceeds --tol (default 5e-3: both
@@ -40,7 +43,7 @@
 #define BLOCK 16
 
 typedef struct {
-    int ops, prompt, chunk, gen, seqs, bench, threads, no_cpu, no_bench;
+    int ops, faults, prompt, chunk, gen, seqs, bench, threads, no_cpu, no_bench;
     int batches[8], n_batches, maxb;   /* timing batch sizes; maxb their largest */
     const char *device;                /* backend under test: cuda (cpu checks this tool itself) */
     double tol;
@@ -126,6 +129,40 @@ static int check_model(const char *path, const options *o)
            hp->n_layer, hp->n_embd, V, tname(m->layers[0].wq.type), tname(m->layers[0].w_down.type),
            tname(m->output.type));
     sl_backend *gpu = NULL, *cpu = NULL;
+    if (o->faults) {
+        /* fail the 1st, 2nd, ... allocation of a creation until one succeeds */
+        int n, bad = 0;
+        sl_status frc = SL_OK;
+        for (n = 1; n <= 64; n++) {
+            char v[16];
+            snprintf(v, sizeof v, "%d", n);
+            setenv("SLUICE_CUDA_FAIL_ALLOC", v, 1);
+            err[0] = 0;
+            frc = sl_backend_create(m, &cfg, &gpu, err);
+            if (frc >= 0)
+                break;
+            if (frc != SL_ENOMEM && n == 1)
+                break;   /* no device or no library: reported below as could-not-run */
+            if (frc != SL_ENOMEM || !err[0] || gpu) {
+                printf("  faults   allocation %d: status %d, err '%s': not a clean out-of-memory error\n", n, frc, err);
+                bad = 1;
+                break;
+            }
+        }
+        unsetenv("SLUICE_CUDA_FAIL_ALLOC");
+        sl_backend_destroy(gpu);
+        gpu = NULL;
+        if (frc < 0 && !bad) {
+            fprintf(stderr, "cudacheck: %s\n", err);
+            sl_model_destroy(m);
+            return 2;
+        }
+        printf("  faults   allocations 1..%d failed in turn: %s\n", n - 1, bad ? "NOT all clean" : "each a clean error");
+        if (bad) {
+            sl_model_destroy(m);
+            return 1;
+        }
+    }
     if (sl_backend_create(m, &cfg, &gpu, err) < 0) {
         fprintf(stderr, "cudacheck: %s\n", err);
         sl_model_destroy(m);
@@ -384,6 +421,7 @@ int main(int argc, char **argv)
             break;
         }
         if (!strcmp(a, "--ops")) { o.ops = 1; continue; }
+        if (!strcmp(a, "--faults")) { o.faults = 1; continue; }
         if (!strcmp(a, "--no-cpu")) { o.no_cpu = 1; continue; }
         if (!strcmp(a, "--no-bench")) { o.no_bench = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "cudacheck: %s needs a value\n", a); return 2; }
@@ -411,7 +449,7 @@ int main(int argc, char **argv)
         o.maxb = o.batches[i] > o.maxb ? o.batches[i] : o.maxb;
     if ((first >= argc && !o.ops) || o.prompt < 1 || o.chunk < 1 || o.gen < 0 || o.seqs < 1 || o.seqs > 64 || o.bench < 0 ||
         o.threads < 1 || !(o.tol > 0)) {
-        fprintf(stderr, "usage: cudacheck [--ops] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]\n"
+        fprintf(stderr, "usage: cudacheck [--ops] [--faults] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]\n"
                         "                 [--batches 1,8,...] [--tol X] [--threads N] [--no-cpu] [--no-bench]\n"
                         "                 [--device cuda|cpu] MODEL.gguf...\n");
         return 2;
