@@ -11,10 +11,12 @@
  *
  * Trade-off: correctness and batch invariance first. The per-token order of
  * operations is fixed by (type, ne0) alone: unit order per lane, explicit
- * fmaf chains, then the butterfly. Known costs left for the speed round:
- * byte-wise weight loads (no 16-byte vectors), ceil(T/8) passes over the
- * weights for prefill (cuBLAS on dequantized tiles belongs there), and only
- * ne0/32 busy lanes-units per row for small ne0. */
+ * fmaf chains, then the butterfly (matmul_unit.cuh; decode_test.cu checks
+ * the decoding on the host). Known costs left for the speed round: 2-byte
+ * loads for the formats whose blocks are only 2-byte aligned (Q8_0, Q4_0,
+ * Q6_K), ceil(T/8) passes over the weights for prefill (tensor cores belong
+ * there), one row per warp however short the row, and the weights decoded
+ * again for every tile of 8 tokens. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_unit.cuh"
