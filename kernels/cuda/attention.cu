@@ -9,7 +9,8 @@
  * a row's output is the same alone or batched.
  *
  * Trade-off: simple and exact-order, but each position costs a warp two
- * dependent global loads (block id, then K), so small batches are latency
+ * dependent global loads (block id, then K and V); the next position's are
+ * issued before the current one computes, yet small batches stay latency
  * bound here. The speed round's remedies: lanes over positions for the
  * scores, split-K over long contexts (flash-decoding), shared K/V tiles for
  * the prefill rows of one sequence, GQA groups sharing one read of K/V. */
@@ -18,6 +19,22 @@
 
 #define WARPS 8   /* positions walked in parallel per (row, head); merged in warp order */
 #define PER_LANE (SL_CUDA_ATTN_MAX_HEAD_DIM / SL_WARP)
+
+/* Position p's key and value rows for this lane (elements lane, lane+32,
+ * ...; zeros past head_dim). V sits n_blocks blocks after K in the layer. */
+static __device__ __forceinline__ void load_kv(const sl_cuda_kv &kv, const sl_cuda_batch &b, int layer, int32_t table,
+                                               int32_t p, int kvh, int lane, float (&kr)[PER_LANE],
+                                               float (&vr)[PER_LANE])
+{
+    const float *kp = sl_kv_slot(kv, b, layer, 0, table, p, kvh);
+    const float *vp = kp + kv.n_blocks * kv.block_floats;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        int d = lane + SL_WARP * i;
+        kr[i] = d < kv.head_dim ? kp[d] : 0.0f;
+        vr[i] = d < kv.head_dim ? vp[d] : 0.0f;
+    }
+}
 
 static __global__ void __launch_bounds__(WARPS * SL_WARP)
 attention_paged_online_softmax(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
@@ -32,33 +49,38 @@ attention_paged_online_softmax(float *__restrict__ out, const float *__restrict_
     int32_t pos = b.tok_pos[t], table = b.tok_table[t];
     const float *qh = q + (t * n_head + h) * hd;
 
-    float qr[PER_LANE], o[PER_LANE];
+    float qr[PER_LANE], o[PER_LANE], kc[PER_LANE], vc[PER_LANE], kn[PER_LANE], vn[PER_LANE];
 #pragma unroll
     for (int i = 0; i < PER_LANE; i++) {
         int d = lane + SL_WARP * i;
         qr[i] = d < hd ? qh[d] : 0.0f;
-        o[i] = 0.0f;
+        o[i] = kc[i] = vc[i] = kn[i] = vn[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
+    if (warp <= pos)
+        load_kv(kv, b, layer, table, warp, kvh, lane, kc, vc);
     for (int32_t p = warp; p <= pos; p += WARPS) {
-        const float *kp = sl_kv_slot(kv, b, layer, 0, table, p, kvh);
+        /* the next position's rows are in flight while this one computes */
+        if (p + WARPS <= pos)
+            load_kv(kv, b, layer, table, p + WARPS, kvh, lane, kn, vn);
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++) {
             int d = lane + SL_WARP * i;
             if (d < hd)
-                s = fmaf(qr[i], kp[d], s);
+                s = fmaf(qr[i], kc[i], s);
         }
         s = __fmul_rn(sl_warp_sum(s), scale);
         float m_new = fmaxf(m, s);
         float corr = expf(m - m_new), e = expf(s - m_new);   /* corr = 0 on the first position */
         l = fmaf(l, corr, e);
-        const float *vp = sl_kv_slot(kv, b, layer, 1, table, p, kvh);
 #pragma unroll
         for (int i = 0; i < PER_LANE; i++) {
             int d = lane + SL_WARP * i;
             if (d < hd)
-                o[i] = fmaf(e, vp[d], __fmul_rn(o[i], corr));
+                o[i] = fmaf(e, vc[i], __fmul_rn(o[i], corr));
+            kc[i] = kn[i];
+            vc[i] = vn[i];
         }
         m = m_new;
     }
