@@ -35,7 +35,9 @@ typedef struct {
     const char *device;       /* "cpu", "cuda" or "auto" */
     int n_threads;            /* CPU threads (>= 1) */
     uint32_t kv_block_size;   /* token positions per KV block (e.g. 16) */
-    uint32_t n_kv_blocks;     /* KV blocks to allocate */
+    uint32_t n_kv_blocks;     /* KV blocks to allocate; 0 (cuda, auto): as many as free device
+                               * memory allows after weights and scratch (the backend's cfg
+                               * then holds the count chosen) */
     int32_t max_batch_tokens; /* most new tokens in one forward call */
     int32_t max_ctx;          /* longest sequence (positions) a call may reach */
 } sl_backend_config;
@@ -63,7 +65,11 @@ struct sl_backend {
 uint64_t sl_backend_kv_block_bytes(const sl_model *m, uint32_t block_size);
 
 /* Creates the backend named by cfg->device. The model must outlive it. On
- * failure *out is NULL and err says what did not fit or is missing. */
+ * failure *out is NULL and err says what did not fit or is missing.
+ * "cuda" loads libsluice_cuda.so at run time (docs/CUDA.md says where it is
+ * looked for); "auto" (or NULL) uses it when it loads and finds a GPU, else
+ * the CPU backend (with a note on stderr when the library is there but
+ * unusable); other CUDA failures (out of memory) are returned, not hidden. */
 sl_status sl_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backend **out,
                             char err[SL_ERR_LEN]);
 

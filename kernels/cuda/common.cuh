@@ -1,0 +1,159 @@
+/* kernels/cuda/common.cuh: what every CUDA kernel file of the backend shares:
+ * the CUDA error check, half/bfloat16 scalars, warp reductions and the
+ * element-wise decoders of the GGUF block formats (model/quant.h layouts).
+ * Where:  compiled into libsluice_cuda.so (nvcc), header-inline so each
+ *         kernel file gets its own copy to inline. The decoders are also
+ *         host functions, so kernels/cuda/decode_test.cu checks them against
+ *         model/quant.c on a machine without a GPU. */
+#ifndef SL_CUDA_COMMON_CUH
+#define SL_CUDA_COMMON_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+extern "C" {
+#include "model/ggml_types.h"
+#include "model/quant.h"
+}
+
+/* Checks a CUDA runtime call; on failure logs it once with file:line and
+ * makes the enclosing function return SL_EBACKEND (STYLE §5: the scheduler
+ * fails the step's sequences, the process lives on). */
+#define SL_CUDA_CHECK(call)                                                                  \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "cuda: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,              \
+                    cudaGetErrorString(e_));                                                 \
+            return SL_EBACKEND;                                                              \
+        }                                                                                    \
+    } while (0)
+
+/* Kernel launches return nothing: a launcher checks the launch itself. */
+#define SL_CUDA_CHECK_LAUNCH() SL_CUDA_CHECK(cudaGetLastError())
+
+#define SL_WARP 32
+
+#define SL_HD __host__ __device__ __forceinline__
+
+/* `#pragma unroll` for code that the host compiler also sees */
+#ifdef __CUDA_ARCH__
+#define SL_UNROLL _Pragma("unroll")
+#else
+#define SL_UNROLL
+#endif
+
+static SL_HD float sl_dev_fp16(uint16_t h)
+{
+    return __half2float(__ushort_as_half(h));
+}
+
+static SL_HD float sl_dev_bf16(uint16_t h)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float((uint32_t)h << 16);
+#else
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+/* Butterfly sum: every lane ends with the same value, and the order of the
+ * additions depends only on the lane layout, never on the data or the batch. */
+static __device__ __forceinline__ float sl_warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ double sl_warp_sum_double(double v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float sl_warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+static SL_HD uint16_t sl_dev_u16(const uint8_t *p)
+{
+    return *(const uint16_t *)p;   /* every fp16 field of a GGUF block is 2-byte aligned */
+}
+
+/* Scale and min of sub-block j of a Q4_K/Q5_K `scales` array: the device
+ * twin of sl_quant_get_scale_min_k4. */
+static SL_HD void sl_dev_scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Element i of a row of `type` (any of the eight supported types). Slow
+ * (one element at a time): for embedding lookups, not for matmuls. */
+static inline __host__ __device__ float sl_dev_dequant_elem(uint32_t type, const uint8_t *row, int64_t i)
+{
+    switch (type) {
+    case SL_GGML_TYPE_F32:
+        return ((const float *)row)[i];
+    case SL_GGML_TYPE_F16:
+        return sl_dev_fp16(((const uint16_t *)row)[i]);
+    case SL_GGML_TYPE_BF16:
+        return sl_dev_bf16(((const uint16_t *)row)[i]);
+    case SL_GGML_TYPE_Q8_0: {
+        const uint8_t *b = row + (i / SL_QK8_0) * sizeof(sl_block_q8_0);
+        return sl_dev_fp16(sl_dev_u16(b)) * (float)((const int8_t *)(b + 2))[i % SL_QK8_0];
+    }
+    case SL_GGML_TYPE_Q4_0: {
+        const uint8_t *b = row + (i / SL_QK4_0) * sizeof(sl_block_q4_0);
+        int k = (int)(i % SL_QK4_0);
+        int q = k < 16 ? (b[2 + k] & 0xF) : (b[2 + k - 16] >> 4);
+        return sl_dev_fp16(sl_dev_u16(b)) * (float)(q - 8);
+    }
+    case SL_GGML_TYPE_Q4_K:
+    case SL_GGML_TYPE_Q5_K: {
+        bool q5 = type == SL_GGML_TYPE_Q5_K;
+        size_t bb = q5 ? sizeof(sl_block_q5_K) : sizeof(sl_block_q4_K);
+        const uint8_t *b = row + (i / SL_QK_K) * bb;
+        int k = (int)(i % SL_QK_K), s = k / 32, l = k % 32, sc, m;
+        sl_dev_scale_min_k4(s, b + 4, &sc, &m);
+        const uint8_t *qs = b + 4 + SL_K_SCALE_SIZE + (q5 ? SL_QK_K / 8 : 0);
+        int q = (qs[32 * (s / 2) + l] >> (4 * (s & 1))) & 0xF;
+        if (q5)
+            q |= ((b[4 + SL_K_SCALE_SIZE + l] >> s) & 1) << 4;
+        return sl_dev_fp16(sl_dev_u16(b)) * (float)sc * (float)q - sl_dev_fp16(sl_dev_u16(b + 2)) * (float)m;
+    }
+    case SL_GGML_TYPE_Q6_K: {
+        const uint8_t *b = row + (i / SL_QK_K) * sizeof(sl_block_q6_K);
+        int k = (int)(i % SL_QK_K), h = k / 128, r = k % 128, qq = r / 32, l = r % 32;
+        const uint8_t *ql = b + 64 * h, *qh = b + SL_QK_K / 2 + 32 * h;
+        const int8_t *scales = (const int8_t *)(b + SL_QK_K / 2 + SL_QK_K / 4);
+        int lo = (ql[l + 32 * (qq & 1)] >> (4 * (qq >> 1))) & 0xF;
+        int q = (lo | (((qh[l] >> (2 * qq)) & 3) << 4)) - 32;
+        return sl_dev_fp16(sl_dev_u16(b + SL_QK_K / 2 + SL_QK_K / 4 + SL_QK_K / 16)) * (float)scales[k / 16] *
+               (float)q;
+    }
+    default:
+        return 0.0f;
+    }
+}
+
+#endif

@@ -1,0 +1,45 @@
+/* kernels/cuda/eltwise.cu: grid-stride element-wise kernels. They are memory
+ * bound and tiny next to the matmuls; fusing them into the matmul epilogues
+ * is the speed round's job. */
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/eltwise.cuh"
+
+#define THREADS 256
+
+static unsigned grid_for(int64_t n)
+{
+    int64_t g = (n + THREADS - 1) / THREADS;
+    return (unsigned)(g < 65536 ? g : 65536);
+}
+
+static __global__ void add_inplace(float *__restrict__ y, const float *__restrict__ x, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x; i < n; i += (int64_t)gridDim.x * THREADS)
+        y[i] = __fadd_rn(y[i], x[i]);
+}
+
+static __global__ void swiglu_inplace(float *__restrict__ gate, const float *__restrict__ up, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x; i < n; i += (int64_t)gridDim.x * THREADS) {
+        float g = gate[i];
+        gate[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+    }
+}
+
+sl_status sl_cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream)
+{
+    if (n < 1)
+        return SL_OK;
+    add_inplace<<<grid_for(n), THREADS, 0, stream>>>(y, x, n);
+    SL_CUDA_CHECK_LAUNCH();
+    return SL_OK;
+}
+
+sl_status sl_cuda_swiglu(float *gate, const float *up, int64_t n, cudaStream_t stream)
+{
+    if (n < 1)
+        return SL_OK;
+    swiglu_inplace<<<grid_for(n), THREADS, 0, stream>>>(gate, up, n);
+    SL_CUDA_CHECK_LAUNCH();
+    return SL_OK;
+}

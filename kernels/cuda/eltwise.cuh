@@ -1,0 +1,20 @@
+/* kernels/cuda/eltwise.cuh: element-wise ops of the forward pass: the
+ * residual add and SwiGLU (the CPU's sl_cpu_add and sl_cpu_swiglu).
+ * Where: libsluice_cuda.so, launched by forward.cu on the backend stream.
+ * All pointers are device float32; launches are async; each returns SL_OK or
+ * SL_EBACKEND (launch failed, logged). */
+#ifndef SL_CUDA_ELTWISE_CUH
+#define SL_CUDA_ELTWISE_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "shared/status.h"
+
+/* y[i] += x[i] for i < n. */
+sl_status sl_cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream);
+
+/* gate[i] = silu(gate[i]) * up[i] for i < n (in place). */
+sl_status sl_cuda_swiglu(float *gate, const float *up, int64_t n, cudaStream_t stream);
+
+#endif

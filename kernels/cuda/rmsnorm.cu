@@ -1,0 +1,42 @@
+/* kernels/cuda/rmsnorm.cu: one 256-thread block per row
+ * ("rmsnorm_row_per_block"). The sum of squares runs in double, as on the
+ * CPU, with a fixed strided-then-tree order, so a row's result depends on
+ * n alone. */
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
+
+#define THREADS 256
+
+static __global__ void __launch_bounds__(THREADS)
+rmsnorm_row_per_block(float *y, const float *x, const int32_t *rows_idx, const float *__restrict__ w,
+                      int64_t n, float eps)
+{
+    __shared__ double part[THREADS / SL_WARP];
+    int64_t i = blockIdx.x, src = rows_idx ? rows_idx[i] : i;
+    const float *xr = x + src * n;
+    double ss = 0.0;
+    for (int64_t j = threadIdx.x; j < n; j += THREADS)
+        ss += (double)xr[j] * xr[j];
+    ss = sl_warp_sum_double(ss);
+    if (threadIdx.x % SL_WARP == 0)
+        part[threadIdx.x / SL_WARP] = ss;
+    __syncthreads();
+    double tot = 0.0;
+#pragma unroll
+    for (int k = 0; k < THREADS / SL_WARP; k++)
+        tot += part[k];
+    float scale = (float)(1.0 / sqrt(tot / (double)n + (double)eps));
+    float *yr = y + i * n;
+    for (int64_t j = threadIdx.x; j < n; j += THREADS)
+        yr[j] = __fmul_rn(__fmul_rn(xr[j], scale), w[j]);
+}
+
+sl_status sl_cuda_rmsnorm(float *y, const float *x, const int32_t *rows_idx, const float *w, int64_t rows,
+                          int64_t n, float eps, cudaStream_t stream)
+{
+    if (rows < 1)
+        return SL_OK;
+    rmsnorm_row_per_block<<<(unsigned)rows, THREADS, 0, stream>>>(y, x, rows_idx, w, n, eps);
+    SL_CUDA_CHECK_LAUNCH();
+    return SL_OK;
+}

@@ -1,0 +1,284 @@
+/* kernels/cuda/selftest.cu: per-op checks of the CUDA kernels against host
+ * references, run on the GPU machine through the exported
+ * sl_cuda_selftest() (tools/cudacheck --ops). When the whole-model check in
+ * cudacheck fails, this says which kernel is at fault (STYLE §8: each kernel
+ * against the CPU, by relative error, with a per-op tolerance).
+ *
+ *   matmul    every type, T = 1..19: rel L2 vs a float64 dot of the rows
+ *             dequantized by model/quant.c (tol 1e-5), and each row of a
+ *             T-row call bitwise equal to the same row computed alone
+ *   rmsnorm   vs float64 (tol 1e-6)
+ *   attention paged, shuffled block table, causal rows of one sequence and a
+ *             decode row of another, vs float64 softmax (tol 1e-5)
+ * Runs on its own stream and allocations; reports one line per check. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float uniform(uint64_t *s)
+{
+    return (float)((double)(rng_next(s) >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+static double rel_l2(const float *g, const double *r, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += ((double)g[i] - r[i]) * ((double)g[i] - r[i]);
+        den += r[i] * r[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Device buffers of one check, freed together. */
+struct dev_bufs {
+    void *p[8];
+    int n;
+    void *alloc(size_t bytes)
+    {
+        void *q = NULL;
+        if (n < 8 && cudaMalloc(&q, bytes) == cudaSuccess)
+            p[n++] = q;
+        else
+            q = NULL;
+        return q;
+    }
+    ~dev_bufs()
+    {
+        for (int i = 0; i < n; i++)
+            cudaFree(p[i]);
+    }
+};
+
+#define CK(call)                                                                     \
+    do {                                                                             \
+        if ((call) != cudaSuccess) {                                                 \
+            fprintf(out, "  %s:%d: %s failed\n", __FILE__, __LINE__, #call);         \
+            return 1;                                                                \
+        }                                                                            \
+    } while (0)
+
+static int check_matmul(FILE *out, cudaStream_t st, uint32_t type)
+{
+    const int64_t n = 512, rows = 67, T = 19;
+    size_t rb = sl_ggml_row_bytes(type, (uint64_t)n);
+    uint64_t seed = 42 + type;
+    float *w = (float *)malloc((size_t)(rows * n) * sizeof(float)), *x = (float *)malloc((size_t)(T * n) * 4);
+    float *y = (float *)malloc((size_t)(T * rows) * 4), *y1 = (float *)malloc((size_t)rows * 4);
+    uint8_t *wq = (uint8_t *)malloc(rb * (size_t)rows);
+    double *ref = (double *)malloc((size_t)(T * rows) * sizeof(double));
+    int bad = 0;
+    dev_bufs d = {};
+    uint8_t *dw = (uint8_t *)d.alloc(rb * (size_t)rows);
+    float *dx = (float *)d.alloc((size_t)(T * n) * 4), *dy = (float *)d.alloc((size_t)(T * rows) * 4);
+    if (!w || !x || !y || !y1 || !wq || !ref || !dw || !dx || !dy) {
+        fprintf(out, "  matmul %s: out of memory\n", sl_ggml_type_name(type));
+        bad = 1;
+        goto done;
+    }
+    for (int64_t i = 0; i < rows * n; i++)
+        w[i] = uniform(&seed);
+    for (int64_t i = 0; i < T * n; i++)
+        x[i] = uniform(&seed);
+    for (int64_t r = 0; r < rows; r++) {
+        sl_quant_quantize_row(type, w + r * n, wq + r * rb, n);
+        sl_quant_dequantize_row(type, wq + r * rb, w + r * n, n);   /* w: exactly what the GPU reads */
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0;
+            for (int64_t i = 0; i < n; i++)
+                s += (double)w[r * n + i] * x[t * n + i];
+            ref[t * rows + r] = s;
+        }
+    {
+        sl_cuda_weight cw = {type, n, rows, rb, dw};
+        CK(cudaMemcpy(dw, wq, rb * (size_t)rows, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dx, x, (size_t)(T * n) * 4, cudaMemcpyHostToDevice));
+        double worst = 0;
+        int diff = 0;
+        for (int64_t tt = 1; tt <= T; tt += 6) {
+            if (sl_cuda_matmul(&cw, dx, n, tt, dy, rows, st) < 0) {
+                bad = 1;
+                break;
+            }
+            CK(cudaMemcpyAsync(y, dy, (size_t)(tt * rows) * 4, cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            double e = rel_l2(y, ref, tt * rows);
+            worst = e > worst ? e : worst;
+            /* the last row, computed alone, must match bit for bit */
+            if (sl_cuda_matmul(&cw, dx + (tt - 1) * n, n, 1, dy, rows, st) < 0) {
+                bad = 1;
+                break;
+            }
+            CK(cudaMemcpyAsync(y1, dy, (size_t)rows * 4, cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            diff += memcmp(y1, y + (tt - 1) * rows, (size_t)rows * 4) != 0;
+        }
+        bad |= worst > 1e-5 || diff != 0;
+        fprintf(out, "  matmul %-5s n=%lld rows=%lld T=1..%lld: rel L2 %.2e, alone == batched: %s  %s\n",
+                sl_ggml_type_name(type), (long long)n, (long long)rows, (long long)T, worst, diff ? "NO" : "yes",
+                bad ? "FAIL" : "ok");
+    }
+done:
+    free(w);
+    free(x);
+    free(y);
+    free(y1);
+    free(wq);
+    free(ref);
+    return bad;
+}
+
+static int check_rmsnorm(FILE *out, cudaStream_t st)
+{
+    const int64_t n = 1000, rows = 5;
+    uint64_t seed = 7;
+    float x[rows * n], w[n], y[rows * n];
+    double ref[rows * n];
+    for (int64_t i = 0; i < rows * n; i++)
+        x[i] = uniform(&seed) * 3;
+    for (int64_t i = 0; i < n; i++)
+        w[i] = uniform(&seed);
+    for (int64_t r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; i++)
+            ss += (double)x[r * n + i] * x[r * n + i];
+        double sc = 1.0 / sqrt(ss / n + 1e-5);
+        for (int64_t i = 0; i < n; i++)
+            ref[r * n + i] = x[r * n + i] * sc * w[i];
+    }
+    dev_bufs d = {};
+    float *dx = (float *)d.alloc(sizeof x), *dw = (float *)d.alloc(sizeof w), *dy = (float *)d.alloc(sizeof y);
+    if (!dx || !dw || !dy)
+        return 1;
+    CK(cudaMemcpy(dx, x, sizeof x, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw, w, sizeof w, cudaMemcpyHostToDevice));
+    if (sl_cuda_rmsnorm(dy, dx, NULL, dw, rows, n, 1e-5f, st) < 0)
+        return 1;
+    CK(cudaMemcpyAsync(y, dy, sizeof y, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+    double e = rel_l2(y, ref, rows * n);
+    fprintf(out, "  rmsnorm n=%lld rows=%lld: rel L2 %.2e  %s\n", (long long)n, (long long)rows, e,
+            e > 1e-6 ? "FAIL" : "ok");
+    return e > 1e-6;
+}
+
+/* Two sequences over a shuffled block table: A has rows at positions
+ * 0..PA-1 (a prefill chunk, causal), B one decode row at position PB-1. */
+static int check_attention(FILE *out, cudaStream_t st)
+{
+    enum { HD = 64, NH = 4, NKV = 2, BS = 16, NB = 12, PA = 37, PB = 70 };
+    const int T = PA + 1, bpa = (PA + BS - 1) / BS, bpb = (PB + BS - 1) / BS;
+    uint64_t seed = 99;
+    int64_t block_floats = (int64_t)NKV * BS * HD, kv_n = 2 * NB * block_floats;   /* one layer */
+    float *kv = (float *)malloc((size_t)kv_n * 4), *q = (float *)malloc((size_t)T * NH * HD * 4);
+    float *o = (float *)malloc((size_t)T * NH * HD * 4);
+    double *ref = (double *)malloc((size_t)T * NH * HD * sizeof(double));
+    int32_t meta[3 * (PA + 1) + NB];
+    int bad = 0;
+    dev_bufs d = {};
+    float *dkv = (float *)d.alloc((size_t)kv_n * 4), *dq = (float *)d.alloc((size_t)T * NH * HD * 4);
+    float *dout = (float *)d.alloc((size_t)T * NH * HD * 4);
+    int32_t *dmeta = (int32_t *)d.alloc(sizeof meta);
+    if (!kv || !q || !o || !ref || !dkv || !dq || !dout || !dmeta) {
+        bad = 1;
+        goto done;
+    }
+    {
+        for (int64_t i = 0; i < kv_n; i++)
+            kv[i] = uniform(&seed);
+        for (int64_t i = 0; i < (int64_t)T * NH * HD; i++)
+            q[i] = uniform(&seed) * 2;
+        /* tables: A uses blocks 11, 3, 7; B uses 0, 5, 9, 2, 8 (shuffled, disjoint) */
+        static const int32_t ta[] = {11, 3, 7}, tb[] = {0, 5, 9, 2, 8};
+        int32_t *pos = meta, *tab = meta + T, *blocks = meta + 2 * T;
+        memcpy(blocks, ta, sizeof ta);
+        memcpy(blocks + bpa, tb, sizeof tb);
+        for (int t = 0; t < T; t++) {
+            pos[t] = t < PA ? t : PB - 1;
+            tab[t] = t < PA ? 0 : bpa;
+        }
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                int kvh = h / (NH / NKV);
+                const int32_t *tbl = blocks + tab[t];
+                double sc[PB], mx = -1e300, sum = 0;
+                for (int p = 0; p <= pos[t]; p++) {
+                    const float *k = kv + tbl[p / BS] * block_floats + ((int64_t)kvh * BS + p % BS) * HD;
+                    double s = 0;
+                    for (int i = 0; i < HD; i++)
+                        s += (double)q[((int64_t)t * NH + h) * HD + i] * k[i];
+                    sc[p] = s / sqrt((double)HD);
+                    mx = sc[p] > mx ? sc[p] : mx;
+                }
+                for (int p = 0; p <= pos[t]; p++)
+                    sum += (sc[p] = exp(sc[p] - mx));
+                for (int i = 0; i < HD; i++) {
+                    double a = 0;
+                    for (int p = 0; p <= pos[t]; p++)
+                        a += sc[p] / sum *
+                             kv[NB * block_floats + tbl[p / BS] * block_floats + ((int64_t)kvh * BS + p % BS) * HD + i];
+                    ref[((int64_t)t * NH + h) * HD + i] = a;
+                }
+            }
+        (void)bpb;
+        CK(cudaMemcpy(dkv, kv, (size_t)kv_n * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dq, q, (size_t)T * NH * HD * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dmeta, meta, sizeof meta, cudaMemcpyHostToDevice));
+        sl_cuda_kv ckv = {dkv, NB, block_floats, BS, NKV, HD};
+        sl_cuda_batch cb = {dmeta, dmeta + T, dmeta + 2 * T};
+        if (sl_cuda_attention(dout, dq, T, NH, &ckv, &cb, 0, st) < 0) {
+            bad = 1;
+            goto done;
+        }
+        CK(cudaMemcpyAsync(o, dout, (size_t)T * NH * HD * 4, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        double e = rel_l2(o, ref, (int64_t)T * NH * HD);
+        bad = e > 1e-5;
+        fprintf(out, "  attention head_dim %d, %d/%d heads, %d prefill rows + 1 decode row at %d: rel L2 %.2e  %s\n",
+                HD, NH, NKV, PA, PB - 1, e, bad ? "FAIL" : "ok");
+    }
+done:
+    free(kv);
+    free(q);
+    free(o);
+    free(ref);
+    return bad;
+}
+
+/* Runs every check, one line each to `out`. Returns the number that failed,
+ * or -1 when there is no usable device. Initialises CUDA. */
+extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out)
+{
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1 || cudaSetDevice(0) != cudaSuccess) {
+        fprintf(out, "  no usable CUDA device\n");
+        return -1;
+    }
+    cudaStream_t st;
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess)
+        return -1;
+    static const uint32_t types[] = {SL_GGML_TYPE_F32,  SL_GGML_TYPE_F16,  SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q8_0,
+                                     SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K};
+    int fails = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        fails += check_matmul(out, st, types[i]);
+    fails += check_rmsnorm(out, st);
+    fails += check_attention(out, st);
+    cudaStreamDestroy(st);
+    return fails;
+}

@@ -1,0 +1,471 @@
+/* tools/cudacheck/cudacheck.c: the CUDA backend against the CPU backend, in
+ * one command, for every model file given (run on a GPU machine).
+ *
+ *   cudacheck [--ops] [--faults] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]
+ *             [--batches 1,8,...] [--tol X] [--threads N] [--no-cpu] [--no-bench]
+ *             [--device cuda|cpu] MODEL.gguf...
+ *
+ * --ops first runs the library's per-kernel self-test (sl_cuda_selftest in
+ * kernels/cuda/selftest.cu: matmul per type, rmsnorm, paged attention against
+ * float64 host references), which points at the kernel when a model fails.
+ * Per model:
+ *  1. cpu vs cuda: one sequence, the prompt prefilled in chunks (logits of
+ *     every row), then --gen greedy decode steps fed the CPU's argmax: the
+ *     relative L2 distance of each step's logits, ||g - c|| / ||c||, and
+ *     whether both pick the same token (greedy agreement).
+ *  2. batch invariance on the GPU: --seqs sequences run alone (prefill in
+ *     chunks, then decode) and together (one prefill call, then batched
+ *     decode steps): every logits row must be bitwise equal.
+ *  3. timing: decode tok/s at each --batches size (default 1,8; --bench
+ *     steps after a --prompt prefill per sequence), logits copied back each
+ *     step as the scheduler gets them.
+ * --faults first sweeps allocation failures through creation (env
+ * SLUICE_CUDA_FAIL_ALLOC=N fails the Nth allocation): each must be a clean
+ * SL_ENOMEM with a message (run it under compute-sanitizer for leaks).
+ * --device cpu puts the CPU backend under test instead: every figure must
+ * then be exact (a check of this tool on a machine without a GPU).
+ * Fails (exit 1) when a relative L2 exceeds --tol (default 5e-3: both
+ * backends keep activations in float32, so only summation order differs),
+ * when greedy tokens disagree, or when batched differs from alone. Exit 2 on
+ * bad usage or a model/backend that cannot be loaded. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/backend.h"
+#include "model/ggml_types.h"
+#include "model/model.h"
+
+#define BLOCK 16
+
+typedef struct {
+    int ops, faults, prompt, chunk, gen, seqs, bench, threads, no_cpu, no_bench;
+    int batches[8], n_batches, maxb;   /* timing batch sizes; maxb their largest */
+    const char *device;                /* backend under test: cuda (cpu checks this tool itself) */
+    double tol;
+} options;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+static double rel_l2(const float *g, const float *c, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)g[i] - c[i];
+        num += d * d;
+        den += (double)c[i] * c[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static const char *tname(uint32_t t)
+{
+    const char *s = sl_ggml_type_name(t);
+    return s ? s : "?";
+}
+
+/* A sequence's block table: blocks [first, first + n). */
+static void table(int32_t *t, int first, int n)
+{
+    for (int i = 0; i < n; i++)
+        t[i] = first + i;
+}
+
+/* Prefills `n` tokens in chunks; logits of every row (all = 1) or of the
+ * last row only land in `out`. */
+static sl_status prefill(sl_backend *b, const int32_t *tok, int n, int chunk, const int32_t *blocks, int n_blocks,
+                         int all, float *out, int V)
+{
+    for (int p = 0; p < n; p += chunk) {
+        int k = n - p < chunk ? n - p : chunk;
+        sl_batch_seq s = {.tokens = tok + p, .n_tokens = k, .pos = p, .blocks = blocks, .n_blocks = n_blocks,
+                          .logits_all = all != 0};
+        sl_status rc = sl_backend_forward(b, &s, 1, all ? out + (int64_t)p * V : out);
+        if (rc < 0)
+            return rc;
+    }
+    return SL_OK;
+}
+
+static int check_model(const char *path, const options *o)
+{
+    char err[SL_ERR_LEN];
+    sl_model *m;
+    if (sl_model_load(path, &m, err) < 0) {
+        fprintf(stderr, "cudacheck: %s\n", err);
+        return 2;
+    }
+    const sl_hparams *hp = &m->hp;
+    int V = hp->n_vocab, P = o->prompt, S = o->seqs;
+    int steps = o->gen > o->bench ? o->gen : o->bench;
+    int ctx = P + steps + 1, per_seq = (ctx + BLOCK - 1) / BLOCK;
+    int max_tok = S * P > o->chunk ? S * P : o->chunk;
+    if (max_tok < o->maxb)
+        max_tok = o->maxb;
+    /* block ranges: run 1 | S alone runs | S batched runs | maxb timing sequences */
+    int n_runs = 1 + 2 * S + o->maxb;
+    sl_backend_config cfg = {.device = o->device, .n_threads = o->threads, .kv_block_size = BLOCK,
+                             .n_kv_blocks = (uint32_t)(n_runs * per_seq), .max_batch_tokens = max_tok,
+                             .max_ctx = ctx};
+    printf("model %s: %s, %d layers, n_embd %d, vocab %d; wq %s, w_down %s, output %s\n", path, m->arch_name,
+           hp->n_layer, hp->n_embd, V, tname(m->layers[0].wq.type), tname(m->layers[0].w_down.type),
+           tname(m->output.type));
+    sl_backend *gpu = NULL, *cpu = NULL;
+    if (o->faults) {
+        /* fail the 1st, 2nd, ... allocation of a creation until one succeeds */
+        int n, bad = 0;
+        sl_status frc = SL_OK;
+        for (n = 1; n <= 64; n++) {
+            char v[16];
+            snprintf(v, sizeof v, "%d", n);
+            setenv("SLUICE_CUDA_FAIL_ALLOC", v, 1);
+            err[0] = 0;
+            frc = sl_backend_create(m, &cfg, &gpu, err);
+            if (frc >= 0)
+                break;
+            if (frc != SL_ENOMEM && n == 1)
+                break;   /* no device or no library: reported below as could-not-run */
+            if (frc != SL_ENOMEM || !err[0] || gpu) {
+                printf("  faults   allocation %d: status %d, err '%s': not a clean out-of-memory error\n", n, frc, err);
+                bad = 1;
+                break;
+            }
+        }
+        unsetenv("SLUICE_CUDA_FAIL_ALLOC");
+        sl_backend_destroy(gpu);
+        gpu = NULL;
+        if (frc < 0 && !bad) {
+            fprintf(stderr, "cudacheck: %s\n", err);
+            sl_model_destroy(m);
+            return 2;
+        }
+        printf("  faults   allocations 1..%d failed in turn: %s\n", n - 1, bad ? "NOT all clean" : "each a clean error");
+        if (bad) {
+            sl_model_destroy(m);
+            return 1;
+        }
+    }
+    if (sl_backend_create(m, &cfg, &gpu, err) < 0) {
+        fprintf(stderr, "cudacheck: %s\n", err);
+        sl_model_destroy(m);
+        return 2;
+    }
+    printf("  %s backend: KV cache %u blocks, %.1f MiB\n", gpu->ops->name, gpu->cfg.n_kv_blocks, gpu->kv_bytes / 1048576.0);
+    cfg.device = "cpu";
+    if (!o->no_cpu && sl_backend_create(m, &cfg, &cpu, err) < 0) {
+        fprintf(stderr, "cudacheck: cpu backend: %s\n", err);
+        sl_backend_destroy(gpu);
+        sl_model_destroy(m);
+        return 2;
+    }
+
+    int64_t rows = max_tok > P ? max_tok : P;
+    float *lg = malloc((size_t)rows * V * sizeof(float));
+    float *lc = malloc((size_t)rows * V * sizeof(float));
+    float *alone = malloc((size_t)S * (o->gen + 1) * V * sizeof(float));
+    int32_t *tok = malloc((size_t)(S + o->maxb) * ctx * sizeof(int32_t));
+    int32_t *tabs = malloc((size_t)n_runs * per_seq * sizeof(int32_t));
+    sl_batch_seq *bs = malloc((size_t)(S + o->maxb) * sizeof(sl_batch_seq));
+    int32_t *next = malloc((size_t)(S + o->maxb) * sizeof(int32_t));
+    int fail = 0, rc = 0, agree_all = -1, diff_all = -1;
+    double prefill_l2 = -1, decode_l2 = -1;
+    if (!lg || !lc || !alone || !tok || !tabs || !bs || !next) {
+        fprintf(stderr, "cudacheck: out of memory\n");
+        rc = 2;
+        goto out;
+    }
+    for (int r = 0; r < n_runs; r++)
+        table(tabs + r * per_seq, r * per_seq, per_seq);
+    for (int s = 0; s < S + o->maxb; s++)
+        for (int j = 0; j < ctx; j++)
+            tok[s * ctx + j] = (int32_t)(((uint64_t)s * 7919 + (uint64_t)j * 104729 + 17) % (uint64_t)V);
+
+    /* 1. cpu vs cuda */
+    if (cpu) {
+        int32_t *t = tok, *tb = tabs;
+        if (prefill(gpu, t, P, o->chunk, tb, per_seq, 1, lg, V) < 0 ||
+            prefill(cpu, t, P, o->chunk, tb, per_seq, 1, lc, V) < 0) {
+            fprintf(stderr, "cudacheck: prefill failed\n");
+            rc = 2;
+            goto out;
+        }
+        double worst = 0;
+        int agree = 0, first_bad = -1;
+        for (int p = 0; p < P; p++) {
+            double d = rel_l2(lg + (int64_t)p * V, lc + (int64_t)p * V, V);
+            worst = d > worst ? d : worst;
+        }
+        printf("  prefill  %d tokens in chunks of %d: rel L2 max %.3g\n", P, o->chunk, worst);
+        fail |= worst > o->tol;
+        int32_t cur = (int32_t)argmax(lc + (int64_t)(P - 1) * V, V);
+        agree += argmax(lg + (int64_t)(P - 1) * V, V) == cur;
+        if (!agree)
+            first_bad = 0;
+        double worst_d = 0;
+        for (int i = 0; i < o->gen; i++) {
+            sl_batch_seq s = {.tokens = &cur, .n_tokens = 1, .pos = P + i, .blocks = tb, .n_blocks = per_seq};
+            if (sl_backend_forward(gpu, &s, 1, lg) < 0 || sl_backend_forward(cpu, &s, 1, lc) < 0) {
+                fprintf(stderr, "cudacheck: decode failed\n");
+                rc = 2;
+                goto out;
+            }
+            double d = rel_l2(lg, lc, V);
+            worst_d = d > worst_d ? d : worst_d;
+            int gc = argmax(lc, V), gg = argmax(lg, V);
+            if (gc == gg)
+                agree++;
+            else if (first_bad < 0)
+                first_bad = i + 1;
+            cur = gc;
+        }
+        printf("  decode   %d steps: rel L2 max %.3g; greedy tokens agree %d/%d", o->gen, worst_d, agree,
+               o->gen + 1);
+        if (first_bad >= 0)
+            printf(" (first difference at token %d)", first_bad);
+        printf("\n");
+        fail |= worst_d > o->tol || agree != o->gen + 1;
+        prefill_l2 = worst;
+        decode_l2 = worst_d;
+        agree_all = agree;
+    }
+
+    /* 2. batched == alone on the GPU, bitwise */
+    {
+        int G = o->gen, diff_rows = 0;
+        int32_t *lens = next;   /* prompt length per sequence */
+        for (int s = 0; s < S; s++)
+            lens[s] = P - 3 * s > 4 ? P - 3 * s : 4;
+        int32_t *dec = malloc((size_t)S * (G + 1) * sizeof(int32_t));   /* tokens fed at each decode step */
+        if (!dec) {
+            rc = 2;
+            goto out;
+        }
+        for (int s = 0; s < S; s++) {
+            int32_t *tb = tabs + (1 + s) * per_seq;
+            float *a = alone + (int64_t)s * (G + 1) * V;
+            if (prefill(gpu, tok + (s + 1) * ctx, lens[s], o->chunk, tb, per_seq, 0, a, V) < 0) {
+                free(dec);
+                rc = 2;
+                goto out;
+            }
+            for (int i = 0; i < G; i++) {
+                dec[s * (G + 1) + i] = (int32_t)argmax(a + (int64_t)i * V, V);
+                sl_batch_seq q = {.tokens = &dec[s * (G + 1) + i], .n_tokens = 1, .pos = lens[s] + i, .blocks = tb,
+                                  .n_blocks = per_seq};
+                if (sl_backend_forward(gpu, &q, 1, a + (int64_t)(i + 1) * V) < 0) {
+                    free(dec);
+                    rc = 2;
+                    goto out;
+                }
+            }
+        }
+        for (int s = 0; s < S; s++)
+            bs[s] = (sl_batch_seq){.tokens = tok + (s + 1) * ctx, .n_tokens = lens[s], .pos = 0,
+                                   .blocks = tabs + (1 + S + s) * per_seq, .n_blocks = per_seq};
+        if (sl_backend_forward(gpu, bs, S, lg) < 0) {
+            fprintf(stderr, "cudacheck: batched prefill failed\n");
+            free(dec);
+            rc = 2;
+            goto out;
+        }
+        for (int s = 0; s < S; s++)
+            diff_rows += memcmp(lg + (int64_t)s * V, alone + (int64_t)s * (G + 1) * V, (size_t)V * 4) != 0;
+        for (int i = 0; i < G; i++) {
+            for (int s = 0; s < S; s++)
+                bs[s] = (sl_batch_seq){.tokens = &dec[s * (G + 1) + i], .n_tokens = 1, .pos = lens[s] + i,
+                                       .blocks = tabs + (1 + S + s) * per_seq, .n_blocks = per_seq};
+            if (sl_backend_forward(gpu, bs, S, lg) < 0) {
+                fprintf(stderr, "cudacheck: batched decode failed\n");
+                free(dec);
+                rc = 2;
+                goto out;
+            }
+            for (int s = 0; s < S; s++)
+                diff_rows += memcmp(lg + (int64_t)s * V, alone + ((int64_t)s * (G + 1) + i + 1) * V,
+                                    (size_t)V * 4) != 0;
+        }
+        free(dec);
+        printf("  batched  %d sequences x %d rows: %s\n", S, G + 1,
+               diff_rows ? "DIFFER from alone" : "bitwise equal to alone");
+        if (diff_rows)
+            printf("           %d of %d rows differ\n", diff_rows, S * (G + 1));
+        fail |= diff_rows != 0;
+        diff_all = diff_rows;
+    }
+
+    /* 3. decode timing at batch 1 and 8 */
+    if (!o->no_bench) {
+        printf("  timing  ");
+        for (int bi = 0; bi < o->n_batches; bi++) {
+            int B = o->batches[bi];
+            int first = 1 + 2 * S;
+            for (int s = 0; s < B; s++) {
+                int32_t *tb = tabs + (first + s) * per_seq;
+                if (prefill(gpu, tok + (S + s) * ctx, P, o->chunk, tb, per_seq, 0, lg, V) < 0) {
+                    rc = 2;
+                    goto out;
+                }
+                next[s] = (int32_t)argmax(lg, V);
+            }
+            double t0 = 0;
+            for (int i = 0; i < o->bench; i++) {
+                if (i == 1)
+                    t0 = now_s();   /* step 0 is warm-up */
+                for (int s = 0; s < B; s++)
+                    bs[s] = (sl_batch_seq){.tokens = &next[s], .n_tokens = 1, .pos = P + i,
+                                           .blocks = tabs + (first + s) * per_seq, .n_blocks = per_seq};
+                if (sl_backend_forward(gpu, bs, B, lg) < 0) {
+                    rc = 2;
+                    goto out;
+                }
+                for (int s = 0; s < B; s++)
+                    next[s] = (int32_t)argmax(lg + (int64_t)s * V, V);
+            }
+            double dt = now_s() - t0;
+            if (o->bench > 1)
+                printf(" decode batch %d: %.1f tok/s (%.3f ms/step);", B, B * (o->bench - 1) / dt,
+                       dt * 1e3 / (o->bench - 1));
+        }
+        printf("\n");
+    }
+    printf("  %s\n", fail ? "FAIL" : "PASS");
+    /* one grep-able line per model: file, types, the worst figures, verdict */
+    const char *base = strrchr(path, '/');
+    printf("result %-28s prefill %.2e decode %.2e greedy %d/%d batched %s %s\n", base ? base + 1 : path,
+           prefill_l2, decode_l2, agree_all, o->gen + 1, diff_all == 0 ? "equal" : "DIFFER", fail ? "FAIL" : "PASS");
+    rc = fail;
+out:
+    free(lg);
+    free(lc);
+    free(alone);
+    free(tok);
+    free(tabs);
+    free(bs);
+    free(next);
+    sl_backend_destroy(cpu);
+    sl_backend_destroy(gpu);
+    sl_model_destroy(m);
+    return rc;
+}
+
+/* Loads libsluice_cuda.so as kernels/backend.c finds it ($SLUICE_CUDA_LIB,
+ * next to this executable, one folder up) and runs its kernel self-test.
+ * Returns the failures, or -1 when it could not run. */
+static int run_ops(void)
+{
+    char path[4200], exe[4096];
+    const char *env = getenv("SLUICE_CUDA_LIB");
+    void *h = NULL;
+    if (env && *env) {
+        h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n > 0) {
+            exe[n] = 0;
+            char *slash = strrchr(exe, '/');
+            if (slash)
+                *slash = 0;
+            snprintf(path, sizeof path, "%s/libsluice_cuda.so", exe);
+            if (!(h = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
+                snprintf(path, sizeof path, "%s/../libsluice_cuda.so", exe);
+                h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            }
+        }
+    }
+    if (!h) {
+        fprintf(stderr, "cudacheck: --ops: cannot load libsluice_cuda.so: %s\n", dlerror());
+        return -1;
+    }
+    int (*selftest)(FILE *);
+    *(void **)&selftest = dlsym(h, "sl_cuda_selftest");
+    if (!selftest) {
+        fprintf(stderr, "cudacheck: --ops: the library lacks sl_cuda_selftest\n");
+        return -1;
+    }
+    printf("kernel self-test:\n");
+    fflush(stdout);
+    int f = selftest(stdout);
+    fflush(stdout);
+    printf("result kernels %s\n", f == 0 ? "PASS" : f < 0 ? "could not run" : "FAIL");
+    return f;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.prompt = 40, .chunk = 16, .gen = 32, .seqs = 4, .bench = 64, .tol = 5e-3,
+                 .batches = {1, 8}, .n_batches = 2, .device = "cuda",
+                 .threads = (int)sysconf(_SC_NPROCESSORS_ONLN)};
+    int first = argc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-') {
+            first = i;
+            break;
+        }
+        if (!strcmp(a, "--ops")) { o.ops = 1; continue; }
+        if (!strcmp(a, "--faults")) { o.faults = 1; continue; }
+        if (!strcmp(a, "--no-cpu")) { o.no_cpu = 1; continue; }
+        if (!strcmp(a, "--no-bench")) { o.no_bench = 1; continue; }
+        if (i + 1 >= argc) { fprintf(stderr, "cudacheck: %s needs a value\n", a); return 2; }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--prompt")) o.prompt = atoi(v);
+        else if (!strcmp(a, "--chunk")) o.chunk = atoi(v);
+        else if (!strcmp(a, "--gen")) o.gen = atoi(v);
+        else if (!strcmp(a, "--seqs")) o.seqs = atoi(v);
+        else if (!strcmp(a, "--bench")) o.bench = atoi(v);
+        else if (!strcmp(a, "--batches")) {
+            o.n_batches = 0;
+            for (char *e = (char *)v; *v && o.n_batches < 8; v = e + (*e == ',')) {
+                long b = strtol(v, &e, 10);
+                if (e == v || b < 1 || b > 1024) { fprintf(stderr, "cudacheck: bad --batches\n"); return 2; }
+                o.batches[o.n_batches++] = (int)b;
+            }
+        }
+        else if (!strcmp(a, "--threads")) o.threads = atoi(v);
+        else if (!strcmp(a, "--tol")) o.tol = atof(v);
+        else if (!strcmp(a, "--device")) o.device = v;
+        else { fprintf(stderr, "cudacheck: unknown option %s\n", a); return 2; }
+    }
+    o.maxb = 1;
+    for (int i = 0; i < o.n_batches; i++)
+        o.maxb = o.batches[i] > o.maxb ? o.batches[i] : o.maxb;
+    if ((first >= argc && !o.ops) || o.prompt < 1 || o.chunk < 1 || o.gen < 0 || o.seqs < 1 || o.seqs > 64 || o.bench < 0 ||
+        o.threads < 1 || !(o.tol > 0)) {
+        fprintf(stderr, "usage: cudacheck [--ops] [--faults] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]\n"
+                        "                 [--batches 1,8,...] [--tol X] [--threads N] [--no-cpu] [--no-bench]\n"
+                        "                 [--device cuda|cpu] MODEL.gguf...\n");
+        return 2;
+    }
+    int failed = 0, errors = 0, n = 0;
+    if (o.ops) {
+        int f = run_ops();
+        errors += f < 0;
+        failed += f > 0;
+    }
+    for (int i = first; i < argc; i++, n++) {
+        int r = check_model(argv[i], &o);
+        failed += r == 1;
+        errors += r == 2;
+        fflush(stdout);
+    }
+    printf("cudacheck: %d models, %d failed, %d could not run (tolerance rel L2 %.3g)\n", n, failed, errors, o.tol);
+    return errors ? 2 : failed ? 1 : 0;
+}

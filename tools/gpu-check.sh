@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# tools/gpu-check.sh: the CUDA backend's correctness check, in one command, on
+# the GPU machine. Builds the test models with the project's mkmodel (every
+# architecture x tensor type on the tiny presets, plus a Llama-3.2-1B-shape
+# Q4_K_M for timing), runs tools/cudacheck's kernel self-test, then cudacheck
+# on the models (CUDA vs CPU logits, greedy agreement, batched == alone
+# bitwise, decode tok/s), then compute-sanitizer memcheck and racecheck on a
+# short run when available.
+# Logs go to $OUT (or /tmp/sluice-gpu-check); exit 0 only if everything passed.
+#
+# usage: tools/gpu-check.sh [BUILD_DIR]      (default: $SLUICE_BUILD_DIR, else build-gpu, else build)
+# The build must be configured with -DSLUICE_CUDA=ON; .devlibs/ (from
+# ../shared/tools/device-pack) is put on LD_LIBRARY_PATH when present.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-${SLUICE_BUILD_DIR:-}}
+if [ -z "$build" ]; then
+  build=build-gpu
+  [ -x "$build/tools/cudacheck" ] || build=build
+fi
+out=${OUT:-/tmp/sluice-gpu-check}
+models=${SLUICE_MODELS:-/tmp/sluice-gpu-models}
+mkdir -p "$out" "$models"
+[ -d .devlibs ] && export LD_LIBRARY_PATH=$PWD/.devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+mk=$build/tools/mkmodel
+check=$build/tools/cudacheck
+for f in "$mk" "$check" "$build/libsluice_cuda.so"; do
+  [ -e "$f" ] || { echo "gpu-check: $f missing (build with -DSLUICE_CUDA=ON)" >&2; exit 2; }
+done
+summary=$out/summary.txt
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+status=0
+t0=$(date +%s)
+say "gpu-check: $(date -u +%FT%TZ) build=$build"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || true; } | tee -a "$summary"
+
+# 0. per-kernel self-test against float64 host references (seconds)
+"$check" --ops > "$out/kernels.log" 2>&1
+rc=$?; say "kernel self-test: rc=$rc"; [ $rc -eq 0 ] || status=1
+grep -E '^  |^result' "$out/kernels.log" | tee -a "$summary"
+
+# 1. models (a few seconds each; the 1B shape ~10 s)
+types="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M"
+tiny=()
+for preset in tiny-llama tiny-llama3 tiny-qwen2 tiny-qwen3; do
+  for type in $types; do
+    f=$models/$preset-$type.gguf
+    [ -s "$f" ] || "$mk" -o "$f" --preset "$preset" --type "$type" --n-vocab 1024 --peak 8 >/dev/null \
+      || { say "mkmodel failed: $preset $type"; status=1; continue; }
+    tiny+=("$f")
+  done
+done
+big=$models/1b-Q4_K_M.gguf
+[ -s "$big" ] || "$mk" -o "$big" --preset 1b --type Q4_K_M --n-vocab 128256 --peak 8 >/dev/null \
+  || { say "mkmodel failed: 1b Q4_K_M"; status=1; }
+say "models: ${#tiny[@]} tiny + 1b in $models ($(( $(date +%s) - t0 ))s)"
+
+# 2. cudacheck: every tiny model (full check, short timing), then the 1B shape
+"$check" --bench 32 "${tiny[@]}" > "$out/cudacheck-tiny.log" 2>&1
+rc=$?; say "cudacheck tiny models: rc=$rc ($(grep -c PASS "$out/cudacheck-tiny.log") PASS, $(grep -c FAIL "$out/cudacheck-tiny.log") FAIL)"
+[ $rc -eq 0 ] || status=1
+grep -E '^result|^cudacheck' "$out/cudacheck-tiny.log" | tee -a "$summary"
+if [ -s "$big" ]; then
+  "$check" --prompt 64 --gen 16 --seqs 3 --bench 128 --batches 1,8,64 "$big" > "$out/cudacheck-1b.log" 2>&1
+  rc=$?; say "cudacheck 1b Q4_K_M: rc=$rc"; [ $rc -eq 0 ] || status=1
+  grep -E '^result|^cudacheck|timing' "$out/cudacheck-1b.log" | tee -a "$summary"
+fi
+
+# 3. compute-sanitizer on a short run (memcheck with leak check, racecheck):
+#    kernel self-test, allocation-failure sweep, two models
+cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x "$cs" ]; then
+  short=(--ops --faults --prompt 20 --chunk 8 --gen 4 --seqs 2 --no-bench "$models/tiny-qwen3-Q4_K_M.gguf" "$models/tiny-llama3-Q6_K.gguf")
+  for tool in memcheck racecheck; do
+    extra=(); [ $tool = memcheck ] && extra=(--leak-check full)   # leaks on the --faults error paths too
+    "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 99 "$check" "${short[@]}" > "$out/sanitizer-$tool.log" 2>&1
+    rc=$?; say "compute-sanitizer $tool: rc=$rc ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool.log" || echo 'no summary'))"
+    [ $rc -eq 0 ] || status=1
+  done
+else
+  say "compute-sanitizer: not found, skipped"
+fi
+say "gpu-check: $([ $status -eq 0 ] && echo PASS || echo FAIL) in $(( $(date +%s) - t0 ))s; logs in $out"
+exit $status
