@@ -95,11 +95,12 @@ uint32_t sl_tok_merge_find(const sl_tok_merges *m, int32_t a, int32_t b, int32_t
         return UINT32_MAX;
     uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     for (uint32_t i = (uint32_t)hash_u64(k) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->keys[i] == k) {
-            *res = m->result[i];
-            return m->rank[i];
+        const sl_tok_merge_slot *sl = &m->slots[i];
+        if (sl->key == k) {
+            *res = sl->result;
+            return sl->rank;
         }
-        if (!m->keys[i])
+        if (!sl->key)
             return UINT32_MAX;
     }
 }
@@ -109,12 +110,13 @@ static bool merge_insert(sl_tok_merges *m, int32_t a, int32_t b, uint32_t rank, 
 {
     uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     for (uint32_t i = (uint32_t)hash_u64(k) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->keys[i] == k)
+        sl_tok_merge_slot *sl = &m->slots[i];
+        if (sl->key == k)
             return false;
-        if (!m->keys[i]) {
-            m->keys[i] = k;
-            m->rank[i] = rank;
-            m->result[i] = res;
+        if (!sl->key) {
+            sl->key = k;
+            sl->rank = rank;
+            sl->result = res;
             m->n++;
             return true;
         }
@@ -396,12 +398,10 @@ static sl_status load_merges(sl_tokenizer *t, const sl_gguf *g, char err[SL_ERR_
     }
     sl_tok_merges *m = &t->merges;
     m->mask = table_size((size_t)arr.n) - 1;
-    m->keys = calloc((size_t)m->mask + 1, sizeof(uint64_t));
-    m->rank = malloc(sizeof(uint32_t) * ((size_t)m->mask + 1));
-    m->result = malloc(sizeof(int32_t) * ((size_t)m->mask + 1));
+    m->slots = calloc((size_t)m->mask + 1, sizeof(sl_tok_merge_slot));
     char *buf = NULL;
     size_t buf_cap = 0;
-    if (!m->keys || !m->rank || !m->result)
+    if (!m->slots)
         return SL_ENOMEM;
     for (uint64_t r = 0; r < arr.n; r++) {
         sl_gguf_str s;
@@ -596,7 +596,7 @@ void sl_tokenizer_destroy(sl_tokenizer *t)
     free(t->text); free(t->text_off); free(t->raw); free(t->raw_off);
     free(t->piece); free(t->piece_off); free(t->attr); free(t->eog); free(t->scores);
     free(t->by_raw.slots);
-    free(t->merges.keys); free(t->merges.rank); free(t->merges.result);
+    free(t->merges.slots);
     free(t->spec_ids);
     free(t);
 }
@@ -649,7 +649,7 @@ static bool overlaps(const sl_tok_span *sp, size_t n, size_t off, size_t len)
 static void sink_free(sl_tok_sink *s)
 {
     free(s->sym); free(s->heap); free(s->buf);
-    free(s->pieces[0]); free(s->pieces[1]);
+    free(s->pieces[0]); free(s->pieces[1]); free(s->cache);
     sl_tok_pretok_release(s);
 }
 
@@ -660,7 +660,7 @@ static int64_t encode(const sl_tokenizer *t, const char *text, size_t len, int a
 {
     if (!t || (!text && len) || (!out && cap))
         return SL_EINVAL;
-    sl_tok_sink s = {.out = out, .cap = cap};
+    sl_tok_sink s = {.out = out, .cap = cap, .text_len = len};
     sl_status rc = SL_OK;
     if (add_special && t->add_bos && t->bos >= 0)
         sl_tok_emit(&s, t->bos);

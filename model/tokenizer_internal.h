@@ -34,14 +34,30 @@ typedef struct {
     uint32_t mask;
 } sl_tok_hash;
 
-/* Open-addressing map (left id, right id) -> (rank, merged id). */
+/* Open-addressing map (left id, right id) -> (rank, merged id). One slot
+ * is 16 bytes so a probe costs one cache line, not three. */
 typedef struct {
-    uint64_t *keys;      /* (left << 32 | right) + 1; 0 = empty */
-    uint32_t *rank;
-    int32_t *result;
+    uint64_t key;        /* (left << 32 | right) + 1; 0 = empty */
+    uint32_t rank;
+    int32_t result;
+} sl_tok_merge_slot;
+
+typedef struct {
+    sl_tok_merge_slot *slots;
     uint32_t mask;
     uint32_t n;
 } sl_tok_merges;
+
+/* Per-call cache of short BPE words (text repeats its words; HF caches
+ * them too). Direct-mapped; an entry holds the word and its ids. */
+#define SL_TOK_CACHE_WORD 24
+#define SL_TOK_CACHE_IDS 12
+typedef struct {
+    uint8_t wlen;        /* 0 = empty */
+    uint8_t n_ids;
+    char w[SL_TOK_CACHE_WORD];
+    int32_t ids[SL_TOK_CACHE_IDS];
+} sl_tok_cache_entry;
 
 struct sl_tokenizer {
     int kind;                      /* enum sl_tok_kind */
@@ -84,6 +100,9 @@ typedef struct {
     char *buf;  size_t buf_cap;    /* normalized text */
     void *md;                      /* pcre2_match_data_8 *, per call */
     size_t *pieces[2]; size_t pieces_cap[2];   /* pre-tokenizer piece lists (off, len pairs) */
+    sl_tok_cache_entry *cache;     /* BPE word cache, sized from the input length */
+    uint32_t cache_mask;
+    size_t text_len;               /* input size, to size the cache */
 } sl_tok_sink;
 
 static inline void sl_tok_emit(sl_tok_sink *s, int32_t id)
