@@ -4,6 +4,14 @@
 #ifndef SL_CLI_H
 #define SL_CLI_H
 
+#include <stddef.h>
+
 int sl_cli_generate(int argc, char **argv);
+
+/* Path of the project's default model, used when no -m is given: the file
+ * named by $SLUICE_DEFAULT_MODEL, else models/default.gguf beside the build
+ * folder holding this binary (<repo>/build/sluice -> <repo>/models/...).
+ * Returns 0 with the path in buf, or -1 if no such file exists. */
+int sl_cli_default_model(char *buf, size_t cap);
 
 #endif

@@ -153,6 +153,10 @@ sl_status sl_gguf_writer_set_arr(sl_gguf_writer *w, const char *key, uint32_t ty
 sl_status sl_gguf_writer_set_arr_str(sl_gguf_writer *w, const char *key,
                                      const char *const *strs, const size_t *lens, uint64_t n);
 
+/* Element count of the array value set under `key`, or -1 if `key` holds no
+ * array. */
+int64_t sl_gguf_writer_arr_len(const sl_gguf_writer *w, const char *key);
+
 /* Declares a tensor of `type` and shape ne[0..n_dims-1]; returns its index
  * (declaration order) or a negative status. */
 int64_t sl_gguf_writer_add_tensor(sl_gguf_writer *w, const char *name, uint32_t type,

@@ -173,6 +173,18 @@ sl_status sl_gguf_writer_set_arr_str(sl_gguf_writer *w, const char *key, const c
     return put_kv(w, key, SL_GGUF_TYPE_ARRAY, b, len);
 }
 
+int64_t sl_gguf_writer_arr_len(const sl_gguf_writer *w, const char *key)
+{
+    for (size_t i = 0; i < w->n_kv; i++) {
+        if (!strcmp(w->kv[i].key, key) && w->kv[i].type == SL_GGUF_TYPE_ARRAY) {
+            uint64_t n;
+            memcpy(&n, w->kv[i].blob + 4, 8);
+            return (int64_t)n;
+        }
+    }
+    return -1;
+}
+
 int64_t sl_gguf_writer_add_tensor(sl_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                                   const uint64_t *ne)
 {

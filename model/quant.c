@@ -299,10 +299,13 @@ static float fit_scale_min(const float *x, int n, int nmax, float *a_out, float 
         }
         float det = (float)n * s2 - s1 * s1;
         float a, c;                  /* x ~ a*q + c, c = -b */
-        if (det <= 0.0f)
-            continue;
-        a = ((float)n * sqx - s1 * sx) / det;
-        c = (sx - a * s1) / (float)n;
+        if (det > 0.0f) {
+            a = ((float)n * sqx - s1 * sx) / det;
+            c = (sx - a * s1) / (float)n;
+        } else {                     /* all codes equal: no slope to fit */
+            a = 0.0f;
+            c = 1.0f;
+        }
         if (c > 0.0f) {              /* a positive min would need b < 0: pin b = 0 */
             c = 0.0f;
             a = s2 > 0 ? sqx / s2 : 0.0f;

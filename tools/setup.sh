@@ -42,7 +42,10 @@ if [ $want_python = 1 ]; then
   if [ ! -f "$stamp" ]; then
     echo "setup: installing Python test tools into .venv"
     .venv/bin/pip install -q --upgrade pip
-    .venv/bin/pip install -q -r "$req"
+    # llama-cpp-python builds llama.cpp from source (minutes); pip keeps the
+    # built wheel in its cache, and a wheel in ~/.cache/sluice-wheels is used first.
+    mkdir -p ~/.cache/sluice-wheels
+    CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) .venv/bin/pip install -q --find-links ~/.cache/sluice-wheels -r "$req"
     rm -f .venv/.req-*; touch "$stamp"
   fi
 fi
@@ -52,4 +55,20 @@ if [ $want_build = 1 ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j"$jobs" >/dev/null
   echo "setup: built build/sluice"
+  # Until the project ships its trained model, the default model is a small
+  # seeded one with a real 32k vocabulary (Mistral's, from the team test data
+  # when present; otherwise a synthetic vocabulary).
+  if [ ! -f models/default.gguf ]; then
+    mkdir -p models
+    tok=../shared/testdata/tokenizers/mistral
+    if [ -f $tok/tokenizer.json.xz ]; then
+      xz -dkc $tok/tokenizer.json.xz > models/.tokenizer.json
+      build/tools/mkmodel -o models/default.gguf --preset tiny-llama --type Q8_0 --peak 4 \
+        --tokenizer models/.tokenizer.json --tokenizer-config $tok/tokenizer_config.json
+      rm -f models/.tokenizer.json
+    else
+      build/tools/mkmodel -o models/default.gguf --preset tiny-llama --type Q8_0 --peak 4 --n-vocab 32000
+    fi
+    echo "setup: wrote models/default.gguf"
+  fi
 fi

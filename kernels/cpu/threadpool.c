@@ -4,6 +4,7 @@
  * itself out through `pending`. The caller waits for pending == 0. */
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -144,6 +145,12 @@ void sl_threadpool_run(sl_threadpool *p, sl_task_fn fn, void *ctx, int64_t n_tas
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
     futex_wake_all(&p->generation);
     run_tasks(p, 0);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
-        cpu_relax();
+    /* Wait for the stragglers; yield once spinning stops paying, so that on
+     * an oversubscribed machine a descheduled worker gets the core back. */
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < SPIN_BEFORE_SLEEP)
+            cpu_relax();
+        else
+            sched_yield();
+    }
 }

@@ -1,0 +1,320 @@
+/* tests/unit/model/quant_test.c: model/quant.c. Half/bfloat16 conversions
+ * (exhaustive over binary16), quantize->dequantize error on seeded Gaussian
+ * data per type (the RMSE is printed), exactly representable blocks, and the
+ * argument errors. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/ggml_types.h"
+#include "model/quant.h"
+
+static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void gaussian(float *x, int n, uint64_t seed)
+{
+    for (int i = 0; i < n; i += 2) {
+        double u1 = ((double)(rng_next(&seed) >> 11) + 0.5) * 0x1p-53;
+        double u2 = (double)(rng_next(&seed) >> 11) * 0x1p-53;
+        double r = sqrt(-2.0 * log(u1));
+        x[i] = (float)(r * cos(2 * M_PI * u2));
+        if (i + 1 < n)
+            x[i + 1] = (float)(r * sin(2 * M_PI * u2));
+    }
+}
+
+/* ---- fp16 -------------------------------------------------------------- */
+
+Test(quant, fp16_known_values)
+{
+    cr_expect_eq(sl_fp32_to_fp16(1.0f), 0x3c00);
+    cr_expect_eq(sl_fp32_to_fp16(-2.0f), 0xc000);
+    cr_expect_eq(sl_fp32_to_fp16(65504.0f), 0x7bff);
+    cr_expect_eq(sl_fp32_to_fp16(65519.99f), 0x7bff);
+    cr_expect_eq(sl_fp32_to_fp16(65520.0f), 0x7c00);       /* tie rounds to even: inf */
+    cr_expect_eq(sl_fp32_to_fp16(1e10f), 0x7c00);
+    cr_expect_eq(sl_fp32_to_fp16(-INFINITY), 0xfc00);
+    cr_expect_eq(sl_fp32_to_fp16(0x1p-24f), 0x0001);       /* smallest subnormal */
+    cr_expect_eq(sl_fp32_to_fp16(0x1p-25f), 0x0000);       /* tie to even: zero */
+    cr_expect_eq(sl_fp32_to_fp16(from_bits(bits(0x1p-25f) + 1)), 0x0001);
+    cr_expect_eq(sl_fp32_to_fp16(-0.0f), 0x8000);
+    cr_expect_eq(sl_fp32_to_fp16(0x1p-14f), 0x0400);       /* smallest normal */
+    cr_expect_eq(sl_fp32_to_fp16(0x1p-14f - 0x1p-25f), 0x0400); /* subnormal rounds up into it */
+    cr_expect_eq(sl_fp16_to_fp32(0x3555), 0.333251953125f);
+    cr_expect_eq(sl_fp16_to_fp32(0x03ff), 0x3ffp-24f);
+    cr_expect(isnan(sl_fp16_to_fp32(sl_fp32_to_fp16(NAN))));
+    cr_expect_eq(sl_fp32_to_fp16(NAN) & 0x7c00, 0x7c00);
+}
+
+Test(quant, fp16_round_trip_exhaustive)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = sl_fp16_to_fp32((uint16_t)h);
+        bool nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+        if (nan) {
+            cr_assert(isnan(f), "h=%04x", h);
+            cr_assert((sl_fp32_to_fp16(f) & 0x7fff) > 0x7c00, "h=%04x", h);
+            continue;
+        }
+        cr_assert_eq(sl_fp32_to_fp16(f), h, "h=%04x -> %a -> %04x", h, f, sl_fp32_to_fp16(f));
+    }
+}
+
+/* Between every two neighbouring finite halves: the midpoint goes to the
+ * even one, a float just either side of it to the nearer one. */
+Test(quant, fp16_rounding_exhaustive)
+{
+    for (uint32_t h = 0; h < 0x7bff; h++) {
+        for (uint32_t sign = 0; sign <= 0x8000; sign += 0x8000) {
+            float a = sl_fp16_to_fp32((uint16_t)(h | sign));
+            float b = sl_fp16_to_fp32((uint16_t)((h + 1) | sign));
+            float mid = (a + b) / 2;      /* exact: float has 13 more bits */
+            uint16_t even = (uint16_t)(((h & 1) ? h + 1 : h) | sign);
+            cr_assert_eq(sl_fp32_to_fp16(mid), even, "h=%04x", h | sign);
+            cr_assert_eq(sl_fp32_to_fp16(nextafterf(mid, a)), h | sign, "h=%04x", h | sign);
+            cr_assert_eq(sl_fp32_to_fp16(nextafterf(mid, b)), (h + 1) | sign, "h=%04x", h | sign);
+        }
+    }
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+__attribute__((target("f16c"))) static uint16_t hw_fp16(float f)
+{
+    return (uint16_t)_cvtss_sh(f, 0);  /* 0: round to nearest even */
+}
+
+Test(quant, fp16_matches_f16c_on_random_floats)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("f16c"))
+        cr_skip_test("no F16C");
+    uint64_t s = 42;
+    for (int i = 0; i < 1000000; i++) {
+        float f = from_bits((uint32_t)rng_next(&s));
+        if (isnan(f))
+            continue;
+        cr_assert_eq(sl_fp32_to_fp16(f), hw_fp16(f), "f=%a", f);
+    }
+}
+#endif
+
+/* ---- bf16 -------------------------------------------------------------- */
+
+Test(quant, bf16_known_values_and_rounding)
+{
+    cr_expect_eq(sl_fp32_to_bf16(1.0f), 0x3f80);
+    cr_expect_eq(sl_fp32_to_bf16(-2.0f), 0xc000);
+    cr_expect_eq(sl_fp32_to_bf16(1.0f + 0x1p-8f), 0x3f80);  /* tie to even (down) */
+    cr_expect_eq(sl_fp32_to_bf16(1.0f + 0x3p-8f), 0x3f82);  /* tie to even (up) */
+    cr_expect_eq(sl_fp32_to_bf16(INFINITY), 0x7f80);
+    cr_expect_eq(sl_fp32_to_bf16(-0x1.ffa078p+127f), 0xff80);  /* rounds to -inf */
+    cr_expect(isnan(sl_bf16_to_fp32(sl_fp32_to_bf16(NAN))));
+    cr_expect(isnan(sl_bf16_to_fp32(sl_fp32_to_bf16(from_bits(0x7f800001)))));  /* payload in low bits */
+    cr_expect_eq(sl_bf16_to_fp32(0x4049), 3.140625f);
+    uint64_t s = 7;
+    for (int i = 0; i < 1000000; i++) {
+        float f = from_bits((uint32_t)rng_next(&s));
+        if (!(fabsf(f) < 0x1.fep127f))  /* the reference below can't see inf as a neighbour */
+            continue;
+        uint16_t got = sl_fp32_to_bf16(f), lo = (uint16_t)(bits(f) >> 16);
+        double dl = fabs((double)sl_bf16_to_fp32(lo) - f);
+        double dh = fabs((double)sl_bf16_to_fp32((uint16_t)(lo + 1)) - f);
+        uint16_t want = dl < dh ? lo : dh < dl ? (uint16_t)(lo + 1) : (lo & 1) ? (uint16_t)(lo + 1) : lo;
+        cr_assert_eq(got, want, "f=%a", f);
+    }
+}
+
+/* ---- block layouts and errors ------------------------------------------ */
+
+Test(quant, block_structs_match_type_table)
+{
+    cr_expect_eq(sizeof(sl_block_q4_0), sl_ggml_block_bytes(SL_GGML_TYPE_Q4_0));
+    cr_expect_eq(sizeof(sl_block_q8_0), sl_ggml_block_bytes(SL_GGML_TYPE_Q8_0));
+    cr_expect_eq(sizeof(sl_block_q4_K), sl_ggml_block_bytes(SL_GGML_TYPE_Q4_K));
+    cr_expect_eq(sizeof(sl_block_q5_K), sl_ggml_block_bytes(SL_GGML_TYPE_Q5_K));
+    cr_expect_eq(sizeof(sl_block_q6_K), sl_ggml_block_bytes(SL_GGML_TYPE_Q6_K));
+}
+
+Test(quant, bad_n_and_types_are_errors_and_leave_dst)
+{
+    float src[512] = {0}, dst[512];
+    uint8_t q[2048];
+    memset(q, 0xAB, sizeof q);
+    dst[0] = 123.0f;
+    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q4_0, src, q, 31), SL_EINVAL);
+    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q4_K, src, q, 128), SL_EINVAL);
+    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_F32, src, q, -1), SL_EINVAL);
+    cr_expect_eq(q[0], 0xAB);
+    cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q6_K, q, dst, 300), SL_EINVAL);
+    cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q8_0, q, dst, 33), SL_EINVAL);
+    cr_expect_eq(dst[0], 123.0f);
+    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q2_K, src, q, 256), SL_EUNSUPPORTED);
+    cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q4_1, q, dst, 32), SL_EUNSUPPORTED);
+    cr_expect_eq(sl_quant_dequantize_row(99, q, dst, 32), SL_EUNSUPPORTED);
+    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q8_0, src, q, 0), SL_OK);
+}
+
+/* ---- accuracy ------------------------------------------------------------ */
+
+struct bound { uint32_t type; double rmse_max; };
+
+/* Bounds sit ~5% above what this quantizer measures on N(0,1) data, which is
+ * where llama.cpp's reference quantizers land too (Q4_0 ~0.086, Q4_K ~0.071,
+ * Q5_K ~0.036, Q6_K ~0.017). */
+static const struct bound bounds[] = {
+    {SL_GGML_TYPE_F32, 0.0},      {SL_GGML_TYPE_F16, 2.2e-4},  {SL_GGML_TYPE_BF16, 1.8e-3},
+    {SL_GGML_TYPE_Q8_0, 0.0057},  {SL_GGML_TYPE_Q4_0, 0.090},  {SL_GGML_TYPE_Q4_K, 0.075},
+    {SL_GGML_TYPE_Q5_K, 0.0375},  {SL_GGML_TYPE_Q6_K, 0.0181},
+};
+
+Test(quant, gaussian_rmse_within_bounds)
+{
+    enum { N = 16384 };
+    static float src[N], deq[N];
+    static uint8_t q[N * 4];
+    for (size_t t = 0; t < sizeof bounds / sizeof bounds[0]; t++) {
+        gaussian(src, N, 100 + t);
+        cr_assert_eq(sl_quant_quantize_row(bounds[t].type, src, q, N), SL_OK);
+        cr_assert_eq(sl_quant_dequantize_row(bounds[t].type, q, deq, N), SL_OK);
+        double se = 0, maxe = 0;
+        for (int i = 0; i < N; i++) {
+            double e = (double)deq[i] - src[i];
+            se += e * e;
+            maxe = fmax(maxe, fabs(e));
+        }
+        double rmse = sqrt(se / N);
+        printf("quant_test: %-5s rmse %.6f max %.6f on N(0,1), n=%d\n",
+               sl_ggml_type_name(bounds[t].type), rmse, maxe, N);
+        cr_expect(rmse <= bounds[t].rmse_max, "%s rmse %g > %g", sl_ggml_type_name(bounds[t].type),
+                  rmse, bounds[t].rmse_max);
+    }
+}
+
+/* Scaled data (weights are ~0.02) and a block of one constant and zeros. */
+Test(quant, small_scale_and_constant_blocks)
+{
+    enum { N = 1024 };
+    static float src[N], deq[N];
+    static uint8_t q[N * 4];
+    uint32_t qt[] = {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K,
+                     SL_GGML_TYPE_Q6_K};
+    for (size_t t = 0; t < sizeof qt / sizeof qt[0]; t++) {
+        gaussian(src, N, 5);
+        for (int i = 0; i < N; i++)
+            src[i] *= 0.02f;
+        for (int i = 0; i < 256; i++)
+            src[i] = 0.0f;                   /* an all-zero super-block */
+        for (int i = 256; i < 512; i++)
+            src[i] = 0.5f;                   /* a constant one */
+        cr_assert_eq(sl_quant_quantize_row(qt[t], src, q, N), SL_OK);
+        cr_assert_eq(sl_quant_dequantize_row(qt[t], q, deq, N), SL_OK);
+        for (int i = 0; i < 256; i++)
+            cr_assert_eq(deq[i], 0.0f, "%s zero block [%d] = %g", sl_ggml_type_name(qt[t]), i, deq[i]);
+        for (int i = 256; i < 512; i++)
+            cr_assert(fabsf(deq[i] - 0.5f) < 2e-3f, "%s const [%d] = %g", sl_ggml_type_name(qt[t]), i, deq[i]);
+        double se = 0;
+        for (int i = 512; i < N; i++)
+            se += ((double)deq[i] - src[i]) * ((double)deq[i] - src[i]);
+        cr_expect(sqrt(se / 512) < 0.1 * 0.02, "%s scaled rmse", sl_ggml_type_name(qt[t]));
+    }
+}
+
+Test(quant, non_finite_inputs_do_not_crash)
+{
+    float src[256], deq[256];
+    uint8_t q[1024];
+    uint32_t qt[] = {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K,
+                     SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_F16, SL_GGML_TYPE_BF16};
+    gaussian(src, 256, 9);
+    src[3] = NAN;
+    src[40] = INFINITY;
+    src[100] = -INFINITY;
+    for (size_t t = 0; t < sizeof qt / sizeof qt[0]; t++) {
+        cr_expect_eq(sl_quant_quantize_row(qt[t], src, q, 256), SL_OK);
+        cr_expect_eq(sl_quant_dequantize_row(qt[t], q, deq, 256), SL_OK);
+    }
+}
+
+/* Values that the format represents exactly come back exactly. */
+Test(quant, exact_values_round_trip)
+{
+    float src[256], deq[256];
+    uint8_t q[1024];
+
+    /* Q8_0 and Q4_0: integer codes times a power of two, extremes present */
+    for (int i = 0; i < 256; i++)
+        src[i] = (float)((i * 37) % 255 - 127) * 0x1p-7f;
+    for (int b = 0; b < 8; b++)
+        src[32 * b] = -127 * 0x1p-7f;
+    cr_assert_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q8_0, src, q, 256), SL_OK);
+    sl_quant_dequantize_row(SL_GGML_TYPE_Q8_0, q, deq, 256);
+    cr_expect_arr_eq(deq, src, sizeof deq);
+
+    for (int i = 0; i < 256; i++)
+        src[i] = (float)((i * 5) % 16 - 8) * 0x1p-3f;
+    for (int b = 0; b < 8; b++)
+        src[32 * b + 1] = -8 * 0x1p-3f;
+    cr_assert_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q4_0, src, q, 256), SL_OK);
+    sl_quant_dequantize_row(SL_GGML_TYPE_Q4_0, q, deq, 256);
+    cr_expect_arr_eq(deq, src, sizeof deq);
+
+    /* Q4_K / Q5_K: sub-block s is sc[s]*2^-6 * q - m[s]*2^-7, codes span
+     * the full range, one scale and one min are 63 (so d, dmin are exact) */
+    static const int sc[8] = {63, 10, 33, 1, 50, 7, 22, 40}, mn[8] = {0, 63, 5, 17, 30, 2, 44, 9};
+    for (int nmax = 15; nmax <= 31; nmax += 16) {
+        for (int s = 0; s < 8; s++)
+            for (int l = 0; l < 32; l++) {
+                int code = l == 0 ? 0 : l == 1 ? nmax : (l * 7 + s) % (nmax + 1);
+                src[32 * s + l] = (float)sc[s] * 0x1p-6f * (float)code - (float)mn[s] * 0x1p-7f;
+            }
+        uint32_t type = nmax == 15 ? SL_GGML_TYPE_Q4_K : SL_GGML_TYPE_Q5_K;
+        cr_assert_eq(sl_quant_quantize_row(type, src, q, 256), SL_OK);
+        sl_quant_dequantize_row(type, q, deq, 256);
+        for (int i = 0; i < 256; i++)
+            cr_expect(fabsf(deq[i] - src[i]) <= 1e-6f * (1 + fabsf(src[i])), "%s [%d] %a vs %a",
+                      sl_ggml_type_name(type), i, deq[i], src[i]);
+    }
+
+    /* Q6_K: sub-block s is sc[s]*2^-10 * q, q in -32..31 with -32 present */
+    static const int sc6[16] = {-128, 5, 127, -3, 64, 1, -77, 100, 9, -50, 33, 2, -1, 90, 12, 45};
+    for (int s = 0; s < 16; s++)
+        for (int l = 0; l < 16; l++) {
+            int code = l == 0 ? -32 : (l * 11 + s) % 64 - 32;
+            src[16 * s + l] = (float)sc6[s] * 0x1p-10f * (float)code;
+        }
+    cr_assert_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q6_K, src, q, 256), SL_OK);
+    sl_quant_dequantize_row(SL_GGML_TYPE_Q6_K, q, deq, 256);
+    for (int i = 0; i < 256; i++)
+        cr_expect(fabsf(deq[i] - src[i]) <= 1e-6f * (1 + fabsf(src[i])), "Q6_K [%d] %a vs %a", i,
+                  deq[i], src[i]);
+}
+
+/* A hand-built Q6_K block: checks the element placement rules of quant.h. */
+Test(quant, q6_K_layout_by_hand)
+{
+    sl_block_q6_K b;
+    memset(&b, 0, sizeof b);
+    b.d = sl_fp32_to_fp16(1.0f);
+    for (int s = 0; s < 16; s++)
+        b.scales[s] = 1;
+    /* element 128 + 64 + 5 (half 1, quarter 2, l 5): high nibble of ql[64+5],
+     * bits 4-5 of qh[32+5]; code 0x2A - 32 = 10 */
+    b.ql[64 + 5] = 0xA0;
+    b.qh[32 + 5] = 0x20;
+    float y[256];
+    sl_quant_dequantize_row(SL_GGML_TYPE_Q6_K, &b, y, 256);
+    cr_expect_eq(y[128 + 64 + 5], 10.0f);
+    cr_expect_eq(y[0], -32.0f);
+}

@@ -1,0 +1,481 @@
+/* tools/mkmodel/mkmodel.c: writes GGUF test models of real architecture
+ * shapes with seeded random weights, in any supported tensor type or in the
+ * Q4_K_M / Q5_K_M mixes, with a real vocabulary from a tokenizer.json.
+ *
+ * Every weight row is generated from (seed, tensor name, row), so a model is
+ * the same bytes whatever the thread count; rows are generated and quantized
+ * on all cores and tensors are streamed to the file one at a time, so an
+ * 8B-shape model needs memory for its largest tensor only.
+ *
+ *   mkmodel -o out.gguf [--preset NAME] [--arch A] [--type T] [--seed S] ...
+ * (mkmodel --help lists every option). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/cpu/threadpool.h"
+#include "model/ggml_types.h"
+#include "model/gguf.h"
+#include "model/quant.h"
+#include "model/vocab_json.h"
+
+typedef struct {
+    const char *name, *arch;
+    int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx, n_vocab;
+    float rope_base, llama3_factor; /* llama3_factor > 0: write rope_freqs as Llama 3.x does */
+    int tied;
+} shape;
+
+/* Real shapes: the tiny ones keep real ratios (GQA, head_dim 64/128) at dims
+ * 256-512 for reference checks; 1b and 8b are Llama-3.2-1B and Llama-3.1-8B. */
+static const shape presets[] = {
+    {"tiny-llama", "llama", 256, 2, 4, 2, 64, 768, 2048, 0, 10000.0f, 0, 0},
+    {"tiny-llama3", "llama", 512, 2, 8, 2, 64, 1536, 4096, 0, 500000.0f, 32.0f, 1},
+    {"tiny-qwen2", "qwen2", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 1},
+    {"tiny-qwen3", "qwen3", 256, 3, 4, 2, 128, 768, 4096, 0, 1000000.0f, 0, 1},
+    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 131072, 0, 500000.0f, 32.0f, 1},
+    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 131072, 0, 500000.0f, 8.0f, 0},
+};
+
+typedef struct {
+    const char *out, *tokenizer_json, *tokenizer_config, *type_name;
+    shape s;
+    uint64_t seed;
+    float peak;
+    int threads;
+} options;
+
+/* ------------------------------------------------------------------------ */
+/* seeded values                                                             */
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(uint64_t *s)
+{
+    return ((splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+static uint64_t name_hash(const char *n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *n; n++)
+        h = (h ^ (uint8_t)*n) * 1099511628211ull;
+    return h;
+}
+
+/* How a tensor's values are drawn: mean + std * N(0,1). */
+typedef struct { double mean, std; } dist;
+
+/* ------------------------------------------------------------------------ */
+/* tensor plan                                                               */
+
+typedef struct {
+    char name[64];
+    uint32_t type, n_dims;
+    uint64_t ne[2];
+    dist d;
+    const float *fixed;     /* values to write instead of random ones (rope_freqs) */
+} tensor_plan;
+
+typedef struct {
+    tensor_plan *t;
+    size_t n, cap;
+} plan;
+
+static void add(plan *p, const char *name, uint32_t type, uint64_t ne0, uint64_t ne1, dist d)
+{
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 64;
+        p->t = realloc(p->t, p->cap * sizeof *p->t);
+        if (!p->t) {
+            fprintf(stderr, "mkmodel: out of memory\n");
+            exit(1);
+        }
+    }
+    tensor_plan *t = &p->t[p->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->type = type;
+    t->n_dims = ne1 ? 2 : 1;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1 ? ne1 : 1;
+    t->d = d;
+}
+
+/* llama.cpp's rule for which layers get more bits in the _M mixes. */
+static int use_more_bits(int i, int n)
+{
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+typedef struct { const char *name; uint32_t base; int mix; uint32_t file_type; } type_choice;
+
+static const type_choice type_choices[] = {
+    {"F32", SL_GGML_TYPE_F32, 0, 0},      {"F16", SL_GGML_TYPE_F16, 0, 1},
+    {"BF16", SL_GGML_TYPE_BF16, 0, 32},   {"Q8_0", SL_GGML_TYPE_Q8_0, 0, 7},
+    {"Q4_0", SL_GGML_TYPE_Q4_0, 0, 2},    {"Q4_K", SL_GGML_TYPE_Q4_K, 0, 14},
+    {"Q5_K", SL_GGML_TYPE_Q5_K, 0, 16},   {"Q6_K", SL_GGML_TYPE_Q6_K, 0, 18},
+    {"Q4_K_M", SL_GGML_TYPE_Q4_K, 1, 15}, {"Q5_K_M", SL_GGML_TYPE_Q5_K, 1, 17},
+};
+
+static void build_plan(const options *o, const type_choice *tc, plan *p, float *rope_freqs)
+{
+    const shape *s = &o->s;
+    uint64_t E = s->n_embd, Q = (uint64_t)s->n_head * s->head_dim, KV = (uint64_t)s->n_head_kv * s->head_dim;
+    uint64_t F = s->n_ff, V = s->n_vocab;
+    uint32_t base = tc->base, hi = tc->mix ? SL_GGML_TYPE_Q6_K : base;
+    int qwen2 = !strcmp(s->arch, "qwen2"), qwen3 = !strcmp(s->arch, "qwen3");
+    dist norm = {1.0, 0.1}, bias = {0.0, 0.1};
+    /* output (or tied embedding) scale sets how peaked next-token distributions are */
+    dist out = {0.0, o->peak / sqrt((double)E)};
+
+    add(p, "token_embd.weight", s->tied ? hi : base, E, V, s->tied ? out : (dist){0.0, 1.0});
+    for (int l = 0; l < s->n_layer; l++) {
+        char n[64];
+#define T(fmt) (snprintf(n, sizeof n, "blk.%d." fmt, l), n)
+        int more = tc->mix && use_more_bits(l, s->n_layer);
+        add(p, T("attn_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
+        add(p, T("attn_q.weight"), base, E, Q, (dist){0, 1 / sqrt((double)E)});
+        add(p, T("attn_k.weight"), base, E, KV, (dist){0, 1 / sqrt((double)E)});
+        add(p, T("attn_v.weight"), more ? hi : base, E, KV, (dist){0, 1 / sqrt((double)E)});
+        if (qwen2) {
+            add(p, T("attn_q.bias"), SL_GGML_TYPE_F32, Q, 0, bias);
+            add(p, T("attn_k.bias"), SL_GGML_TYPE_F32, KV, 0, bias);
+            add(p, T("attn_v.bias"), SL_GGML_TYPE_F32, KV, 0, bias);
+        }
+        if (qwen3) {
+            add(p, T("attn_q_norm.weight"), SL_GGML_TYPE_F32, s->head_dim, 0, norm);
+            add(p, T("attn_k_norm.weight"), SL_GGML_TYPE_F32, s->head_dim, 0, norm);
+        }
+        add(p, T("attn_output.weight"), base, Q, E, (dist){0, 1 / sqrt((double)Q)});
+        add(p, T("ffn_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
+        add(p, T("ffn_gate.weight"), base, E, F, (dist){0, 1 / sqrt((double)E)});
+        add(p, T("ffn_up.weight"), base, E, F, (dist){0, 1 / sqrt((double)E)});
+        add(p, T("ffn_down.weight"), more ? hi : base, F, E, (dist){0, 1 / sqrt((double)F)});
+#undef T
+    }
+    add(p, "output_norm.weight", SL_GGML_TYPE_F32, E, 0, norm);
+    if (!s->tied)
+        add(p, "output.weight", hi, E, V, out);
+    if (s->llama3_factor > 0) {
+        add(p, "rope_freqs.weight", SL_GGML_TYPE_F32, s->head_dim / 2, 0, (dist){0, 0});
+        p->t[p->n - 1].fixed = rope_freqs;
+    }
+}
+
+/* Llama 3.x frequency scaling (low_freq_factor 1, high_freq_factor 4,
+ * original context 8192), stored as divisors of each pair's frequency. */
+static void llama3_rope_freqs(const shape *s, float *out)
+{
+    const double lo = 1.0, hi = 4.0, old_ctx = 8192.0, factor = s->llama3_factor;
+    for (int i = 0; i < s->head_dim / 2; i++) {
+        double freq = pow(s->rope_base, -2.0 * i / s->head_dim);
+        double wavelen = 2 * M_PI / freq;
+        if (wavelen < old_ctx / hi)
+            out[i] = 1.0f;
+        else if (wavelen > old_ctx / lo)
+            out[i] = (float)factor;
+        else {
+            double smooth = (old_ctx / wavelen - lo) / (hi - lo);
+            out[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* parallel row generation                                                   */
+
+typedef struct {
+    const tensor_plan *t;
+    uint64_t seed;
+    size_t row_bytes;
+    unsigned char *out;
+    float *scratch;       /* (threads, ne0) */
+    int failed;
+} gen_job;
+
+static void gen_row(void *ctx, int64_t r, int thread)
+{
+    gen_job *j = ctx;
+    const tensor_plan *t = j->t;
+    float *x = j->scratch + (size_t)thread * t->ne[0];
+    if (t->fixed) {
+        memcpy(x, t->fixed + r * t->ne[0], t->ne[0] * sizeof(float));
+    } else {
+        uint64_t s = j->seed ^ name_hash(t->name) ^ ((uint64_t)r * 0xd1b54a32d192ed03ull);
+        for (uint64_t i = 0; i < t->ne[0]; i += 2) {
+            double u1 = uniform(&s), u2 = uniform(&s), rad = sqrt(-2.0 * log(u1));
+            x[i] = (float)(t->d.mean + t->d.std * rad * cos(2 * M_PI * u2));
+            if (i + 1 < t->ne[0])
+                x[i + 1] = (float)(t->d.mean + t->d.std * rad * sin(2 * M_PI * u2));
+        }
+    }
+    if (sl_quant_quantize_row(t->type, x, j->out + (size_t)r * j->row_bytes, (int64_t)t->ne[0]) < 0)
+        j->failed = 1;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: mkmodel -o OUT.gguf [options]\n"
+        "Writes a GGUF test model with seeded random weights.\n\n"
+        "  --preset NAME        shape: tiny-llama, tiny-llama3, tiny-qwen2, tiny-qwen3, 1b, 8b (default tiny-llama)\n"
+        "  --arch A             llama | qwen2 | qwen3 (overrides the preset's)\n"
+        "  --n-embd N --n-layer N --n-head N --n-head-kv N --head-dim N --n-ff N --n-ctx N\n"
+        "                       override the preset's dimensions\n"
+        "  --tied 0|1           output weights tied to the token embedding\n"
+        "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M (default F32)\n"
+        "  --tokenizer FILE     tokenizer.json giving the vocabulary (required unless --n-vocab)\n"
+        "  --tokenizer-config F tokenizer_config.json (chat template, BOS/EOS flags)\n"
+        "  --n-vocab N          synthetic vocabulary of N tokens instead of a tokenizer\n"
+        "  --peak X             output-layer scale: larger = more peaked next-token distributions (default 1)\n"
+        "  --seed S             weight seed (default 1)\n"
+        "  --threads N          threads (default: all cores)\n");
+}
+
+static int parse_int(const char *opt, const char *v, int lo, int hi)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*v == 0 || *end || x < lo || x > hi) {
+        fprintf(stderr, "mkmodel: %s expects an integer in [%d, %d], got '%s'\n", opt, lo, hi, v);
+        exit(2);
+    }
+    return (int)x;
+}
+
+static void parse_args(int argc, char **argv, options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->s = presets[0];
+    o->type_name = "F32";
+    o->seed = 1;
+    o->peak = 1.0f;
+    o->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "mkmodel: %s needs a value\n", a);
+            exit(2);
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "-o")) o->out = v;
+        else if (!strcmp(a, "--preset")) {
+            size_t k;
+            for (k = 0; k < sizeof presets / sizeof presets[0]; k++)
+                if (!strcmp(presets[k].name, v))
+                    break;
+            if (k == sizeof presets / sizeof presets[0]) {
+                fprintf(stderr, "mkmodel: unknown preset '%s'\n", v);
+                exit(2);
+            }
+            o->s = presets[k];
+        }
+        else if (!strcmp(a, "--arch")) {
+            if (strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3")) {
+                fprintf(stderr, "mkmodel: unknown architecture '%s'\n", v);
+                exit(2);
+            }
+            o->s.arch = v;
+        }
+        else if (!strcmp(a, "--n-embd")) o->s.n_embd = parse_int(a, v, 32, 65536);
+        else if (!strcmp(a, "--n-layer")) o->s.n_layer = parse_int(a, v, 1, 512);
+        else if (!strcmp(a, "--n-head")) o->s.n_head = parse_int(a, v, 1, 1024);
+        else if (!strcmp(a, "--n-head-kv")) o->s.n_head_kv = parse_int(a, v, 1, 1024);
+        else if (!strcmp(a, "--head-dim")) o->s.head_dim = parse_int(a, v, 2, 1024);
+        else if (!strcmp(a, "--n-ff")) o->s.n_ff = parse_int(a, v, 32, 1 << 20);
+        else if (!strcmp(a, "--n-ctx")) o->s.n_ctx = parse_int(a, v, 16, 1 << 24);
+        else if (!strcmp(a, "--n-vocab")) o->s.n_vocab = parse_int(a, v, 4, 1 << 22);
+        else if (!strcmp(a, "--tied")) o->s.tied = parse_int(a, v, 0, 1);
+        else if (!strcmp(a, "--type")) o->type_name = v;
+        else if (!strcmp(a, "--tokenizer")) o->tokenizer_json = v;
+        else if (!strcmp(a, "--tokenizer-config")) o->tokenizer_config = v;
+        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--peak")) o->peak = strtof(v, NULL);
+        else if (!strcmp(a, "--threads")) o->threads = parse_int(a, v, 1, 1024);
+        else {
+            fprintf(stderr, "mkmodel: unknown option %s\n", a);
+            usage(stderr);
+            exit(2);
+        }
+    }
+    if (!o->out) {
+        usage(stderr);
+        exit(2);
+    }
+    if (o->s.n_head % o->s.n_head_kv || o->s.head_dim % 2 || !(o->peak > 0)) {
+        fprintf(stderr, "mkmodel: n_head must be a multiple of n_head_kv, head_dim even, peak > 0\n");
+        exit(2);
+    }
+    if (!o->tokenizer_json && o->s.n_vocab == 0) {
+        fprintf(stderr, "mkmodel: give --tokenizer FILE or --n-vocab N\n");
+        exit(2);
+    }
+}
+
+/* A vocabulary of n tokens "<0>", "<1>", ... as an SPM-style tokenizer
+ * (enough for id-level tests; real vocabularies come from --tokenizer). */
+static int write_synthetic_vocab(sl_gguf_writer *w, int n)
+{
+    char **toks = malloc((size_t)n * sizeof *toks);
+    float *scores = malloc((size_t)n * sizeof *scores);
+    int32_t *types = malloc((size_t)n * sizeof *types);
+    if (!toks || !scores || !types)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        toks[i] = malloc(16);
+        snprintf(toks[i], 16, "<%d>", i);
+        scores[i] = -(float)i;
+        types[i] = i < 3 ? 3 : 1;   /* control for <unk>,<s>,</s> slots, normal otherwise */
+    }
+    sl_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    sl_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, NULL, (uint64_t)n);
+    sl_gguf_writer_set_arr(w, "tokenizer.ggml.scores", SL_GGUF_TYPE_FLOAT32, scores, (uint64_t)n);
+    sl_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", SL_GGUF_TYPE_INT32, types, (uint64_t)n);
+    sl_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    sl_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    sl_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    for (int i = 0; i < n; i++)
+        free(toks[i]);
+    free(toks);
+    free(scores);
+    free(types);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    parse_args(argc, argv, &o);
+    const type_choice *tc = NULL;
+    for (size_t i = 0; i < sizeof type_choices / sizeof type_choices[0]; i++)
+        if (!strcmp(type_choices[i].name, o.type_name))
+            tc = &type_choices[i];
+    if (!tc) {
+        fprintf(stderr, "mkmodel: unknown type '%s'\n", o.type_name);
+        return 2;
+    }
+
+    char err[SL_ERR_LEN];
+    sl_gguf_writer *w = sl_gguf_writer_create();
+    if (o.tokenizer_json) {
+        if (sl_vocab_json_to_gguf(o.tokenizer_json, o.tokenizer_config, w, err) < 0) {
+            fprintf(stderr, "mkmodel: %s\n", err);
+            return 2;
+        }
+        int64_t n = sl_gguf_writer_arr_len(w, "tokenizer.ggml.tokens");
+        if (n <= 0) {
+            fprintf(stderr, "mkmodel: %s gave no tokens\n", o.tokenizer_json);
+            return 2;
+        }
+        if (o.s.n_vocab < n)
+            o.s.n_vocab = (int)n;
+    } else if (write_synthetic_vocab(w, o.s.n_vocab) < 0) {
+        fprintf(stderr, "mkmodel: out of memory\n");
+        return 1;
+    }
+
+    const shape *s = &o.s;
+    const char *A = s->arch;
+    char key[128];
+#define K(suffix) (snprintf(key, sizeof key, "%s." suffix, A), key)
+    sl_gguf_writer_set_str(w, "general.architecture", A);
+    char name[96];
+    snprintf(name, sizeof name, "sluice-test %s %s", s->name, tc->name);
+    sl_gguf_writer_set_str(w, "general.name", name);
+    sl_gguf_writer_set_u32(w, "general.file_type", tc->file_type);
+    sl_gguf_writer_set_u32(w, "general.quantization_version", 2);
+    sl_gguf_writer_set_u32(w, K("context_length"), (uint32_t)s->n_ctx);
+    sl_gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)s->n_embd);
+    sl_gguf_writer_set_u32(w, K("block_count"), (uint32_t)s->n_layer);
+    sl_gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)s->n_ff);
+    sl_gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)s->n_head);
+    sl_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)s->n_head_kv);
+    sl_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-5f);
+    sl_gguf_writer_set_f32(w, K("rope.freq_base"), s->rope_base);
+    sl_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)s->head_dim);
+    if (s->head_dim * s->n_head != s->n_embd) {
+        sl_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)s->head_dim);
+        sl_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)s->head_dim);
+    }
+    sl_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)s->n_vocab);
+#undef K
+
+    float *rope_freqs = calloc((size_t)s->head_dim / 2 + 1, sizeof(float));
+    if (s->llama3_factor > 0)
+        llama3_rope_freqs(s, rope_freqs);
+    plan p = {0};
+    build_plan(&o, tc, &p, rope_freqs);
+    for (size_t i = 0; i < p.n; i++) {
+        const tensor_plan *t = &p.t[i];
+        if (sl_ggml_row_bytes(t->type, t->ne[0]) == 0) {
+            fprintf(stderr, "mkmodel: tensor %s: row of %llu is not a multiple of %s's block\n", t->name,
+                    (unsigned long long)t->ne[0], sl_ggml_type_name(t->type));
+            return 2;
+        }
+        if (sl_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne) < 0) {
+            fprintf(stderr, "mkmodel: cannot add tensor %s\n", t->name);
+            return 1;
+        }
+    }
+    if (sl_gguf_writer_begin(w, o.out, err) < 0) {
+        fprintf(stderr, "mkmodel: %s\n", err);
+        return 1;
+    }
+
+    sl_threadpool *pool;
+    if (sl_threadpool_create(o.threads, &pool) < 0) {
+        fprintf(stderr, "mkmodel: cannot start %d threads\n", o.threads);
+        return 1;
+    }
+    uint64_t max_bytes = 0, max_ne0 = 0;
+    for (size_t i = 0; i < p.n; i++) {
+        uint64_t b = sl_gguf_writer_tensor_bytes(w, i);
+        max_bytes = b > max_bytes ? b : max_bytes;
+        max_ne0 = p.t[i].ne[0] > max_ne0 ? p.t[i].ne[0] : max_ne0;
+    }
+    unsigned char *buf = malloc(max_bytes);
+    float *scratch = malloc((size_t)o.threads * max_ne0 * sizeof(float));
+    if (!buf || !scratch) {
+        fprintf(stderr, "mkmodel: out of memory for a %llu-byte tensor\n", (unsigned long long)max_bytes);
+        return 1;
+    }
+    for (size_t i = 0; i < p.n; i++) {
+        gen_job j = {.t = &p.t[i], .seed = o.seed, .row_bytes = sl_ggml_row_bytes(p.t[i].type, p.t[i].ne[0]),
+                     .out = buf, .scratch = scratch};
+        sl_threadpool_run(pool, gen_row, &j, (int64_t)p.t[i].ne[1]);
+        if (j.failed) {
+            fprintf(stderr, "mkmodel: quantizing %s to %s failed\n", p.t[i].name, sl_ggml_type_name(p.t[i].type));
+            return 1;
+        }
+        if (sl_gguf_writer_write_tensor(w, i, buf, err) < 0 ) {
+            fprintf(stderr, "mkmodel: %s\n", err);
+            return 1;
+        }
+    }
+    if (sl_gguf_writer_finish(w, err) < 0) {
+        fprintf(stderr, "mkmodel: %s\n", err);
+        return 1;
+    }
+    sl_threadpool_destroy(pool);
+    sl_gguf_writer_destroy(w);
+    free(buf);
+    free(scratch);
+    free(rope_freqs);
+    free(p.t);
+    return 0;
+}
