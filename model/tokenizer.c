@@ -6,6 +6,7 @@
  * encoding does no string conversion and never touches the reader again. */
 #include "model/tokenizer_internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,7 +156,8 @@ static uint32_t byte_to_cp(uint8_t b)
     return 256 + n;
 }
 
-static int cp_to_byte[324];   /* filled once at create; read-only afterwards */
+static int cp_to_byte[324];   /* filled once (pthread_once); read-only afterwards */
+static pthread_once_t cp_once = PTHREAD_ONCE_INIT;
 
 static void init_cp_table(void)
 {
@@ -228,19 +230,6 @@ static void get_flag(const sl_gguf *g, const char *key, bool *v)
     bool b;
     if (sl_gguf_get_bool(g, key, &b) == SL_OK)
         *v = b;
-}
-
-static int cmp_spec(const void *a, const void *b, void *ctx)
-{
-    const sl_tokenizer *t = ctx;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint8_t fx = (uint8_t)t->text[t->text_off[x]], fy = (uint8_t)t->text[t->text_off[y]];
-    if (fx != fy)
-        return fx < fy ? -1 : 1;
-    uint32_t lx = t->text_off[x + 1] - t->text_off[x], ly = t->text_off[y + 1] - t->text_off[y];
-    if (lx != ly)
-        return lx > ly ? -1 : 1;   /* longest first */
-    return x < y ? -1 : x > y;
 }
 
 static sl_status load_tokens(sl_tokenizer *t, const sl_gguf *g, char err[SL_ERR_LEN])
@@ -462,33 +451,47 @@ bad:
     return SL_OK;
 }
 
+static bool is_matched_added(uint8_t a)
+{
+    return a == SL_TOKEN_ATTR_CONTROL || a == SL_TOKEN_ATTR_USER_DEFINED ||
+           a == SL_TOKEN_ATTR_UNKNOWN;
+}
+
 static sl_status build_specials(sl_tokenizer *t)
 {
-    size_t n_spec = 0;
-    for (int32_t i = 0; i < t->n_vocab; i++) {
-        uint8_t a = t->attr[i];
-        if ((a == SL_TOKEN_ATTR_CONTROL || a == SL_TOKEN_ATTR_USER_DEFINED ||
-             a == SL_TOKEN_ATTR_UNKNOWN) && t->text_off[i + 1] > t->text_off[i])
-            n_spec++;
-    }
-    t->spec_ids = malloc(sizeof(int32_t) * (n_spec + 1));
-    if (!t->spec_ids)
+    size_t cap = 1;
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        if (is_matched_added(t->attr[i]))
+            cap += t->text_off[i + 1] - t->text_off[i];
+    t->trie = malloc(sizeof(sl_tok_trie_node) * cap);
+    if (!t->trie)
         return SL_ENOMEM;
-    size_t k = 0;
+    t->trie[0] = (sl_tok_trie_node){-1, -1, -1, 0};
+    t->n_trie = 1;
+    for (int b = 0; b < 256; b++)
+        t->trie_root[b] = -1;
     for (int32_t i = 0; i < t->n_vocab; i++) {
-        uint8_t a = t->attr[i];
-        if ((a == SL_TOKEN_ATTR_CONTROL || a == SL_TOKEN_ATTR_USER_DEFINED ||
-             a == SL_TOKEN_ATTR_UNKNOWN) && t->text_off[i + 1] > t->text_off[i])
-            t->spec_ids[k++] = i;
+        if (!is_matched_added(t->attr[i]))
+            continue;
+        const uint8_t *s = (const uint8_t *)t->text + t->text_off[i];
+        uint32_t l = t->text_off[i + 1] - t->text_off[i];
+        int32_t node = 0;
+        for (uint32_t k = 0; k < l; k++) {
+            int32_t c = t->trie[node].child;
+            while (c >= 0 && t->trie[c].byte != s[k])
+                c = t->trie[c].sibling;
+            if (c < 0) {
+                c = (int32_t)t->n_trie++;
+                t->trie[c] = (sl_tok_trie_node){-1, t->trie[node].child, -1, s[k]};
+                t->trie[node].child = c;
+                if (node == 0)
+                    t->trie_root[s[k]] = c;
+            }
+            node = c;
+        }
+        if (node && t->trie[node].id < 0)   /* duplicate texts: the lowest id wins */
+            t->trie[node].id = i;
     }
-    qsort_r(t->spec_ids, n_spec, sizeof(int32_t), cmp_spec, t);
-    size_t j = 0;
-    for (int b = 0; b < 256; b++) {
-        t->spec_start[b] = (uint32_t)j;
-        while (j < n_spec && (uint8_t)t->text[t->text_off[t->spec_ids[j]]] == b)
-            j++;
-    }
-    t->spec_start[256] = (uint32_t)n_spec;
     return SL_OK;
 }
 
@@ -496,7 +499,7 @@ sl_status sl_tokenizer_create(const sl_gguf *g, sl_tokenizer **out, char err[SL_
 {
     *out = NULL;
     err[0] = 0;
-    init_cp_table();
+    pthread_once(&cp_once, init_cp_table);   /* creates may run concurrently */
     sl_gguf_str model, pre = {"default", 7};
     if (sl_gguf_get_str(g, KEY_MODEL, &model) < 0) {
         snprintf(err, SL_ERR_LEN, "%s: missing or not a string", KEY_MODEL);
@@ -597,7 +600,7 @@ void sl_tokenizer_destroy(sl_tokenizer *t)
     free(t->piece); free(t->piece_off); free(t->attr); free(t->eog); free(t->scores);
     free(t->by_raw.slots);
     free(t->merges.slots);
-    free(t->spec_ids);
+    free(t->trie);
     free(t);
 }
 
@@ -669,20 +672,22 @@ static int64_t encode(const sl_tokenizer *t, const char *text, size_t len, int a
         uint8_t c = (uint8_t)text[pos];
         int32_t hit = -1;
         size_t hit_len = 0;
-        for (uint32_t k = t->spec_start[c]; k < t->spec_start[c + 1]; k++) {
-            int32_t id = t->spec_ids[k];
-            uint32_t o = t->text_off[id], l = t->text_off[id + 1] - o;
-            if (l > len - pos || memcmp(t->text + o, text + pos, l) != 0)
-                continue;
-            if (t->attr[id] != SL_TOKEN_ATTR_USER_DEFINED) {
-                if (allow_control == 0)
-                    continue;
-                if (allow_control == 2 && overlaps(sp, n_sp, pos, l))
-                    continue;
+        /* walk the trie; the deepest allowed token seen is the match */
+        int32_t node = t->trie_root[c];
+        for (size_t k = pos + 1; node >= 0; k++) {
+            int32_t id = t->trie[node].id;
+            if (id >= 0 && (t->attr[id] == SL_TOKEN_ATTR_USER_DEFINED ||
+                            allow_control == 1 ||
+                            (allow_control == 2 && !overlaps(sp, n_sp, pos, k - pos)))) {
+                hit = id;
+                hit_len = k - pos;
             }
-            hit = id;
-            hit_len = l;
-            break;   /* longest first */
+            if (k >= len)
+                break;
+            int32_t ch = t->trie[node].child;
+            while (ch >= 0 && t->trie[ch].byte != (uint8_t)text[k])
+                ch = t->trie[ch].sibling;
+            node = ch;
         }
         if (hit < 0) {
             pos++;
@@ -759,15 +764,18 @@ const char *sl_tokenizer_text(const sl_tokenizer *t, int32_t id, size_t *len)
 
 int32_t sl_tokenizer_find(const sl_tokenizer *t, const char *text, size_t len)
 {
-    /* stored text, not raw bytes: scan the added tokens first (few), then
-     * fall back to the raw table, which equals the text for SPM and for
-     * byte-level tokens whose text has no escaped bytes */
-    for (uint32_t k = 0; len && k < t->spec_start[256]; k++) {
-        int32_t id = t->spec_ids[k];
-        uint32_t o = t->text_off[id], l = t->text_off[id + 1] - o;
-        if (l == len && memcmp(t->text + o, text, len) == 0)
-            return id;
+    /* stored text, not raw bytes: the added tokens first (trie), then the
+     * raw table, which equals the text for SPM and for byte-level tokens
+     * whose text has no escaped bytes */
+    int32_t node = len ? t->trie_root[(uint8_t)text[0]] : -1;
+    for (size_t k = 1; node >= 0 && k < len; k++) {
+        int32_t ch = t->trie[node].child;
+        while (ch >= 0 && t->trie[ch].byte != (uint8_t)text[k])
+            ch = t->trie[ch].sibling;
+        node = ch;
     }
+    if (node >= 0 && t->trie[node].id >= 0)
+        return t->trie[node].id;
     int32_t id = sl_tok_hash_find(t, text, len);
     if (id >= 0) {
         uint32_t o = t->text_off[id], l = t->text_off[id + 1] - o;

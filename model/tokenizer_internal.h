@@ -59,6 +59,15 @@ typedef struct {
     int32_t ids[SL_TOK_CACHE_IDS];
 } sl_tok_cache_entry;
 
+/* A trie node: children are a sibling list (fan-out is small below the
+ * first byte, which trie_root indexes directly). */
+typedef struct {
+    int32_t child;       /* first child, -1 none */
+    int32_t sibling;     /* next child of the same parent, -1 none */
+    int32_t id;          /* token ending here, -1 none */
+    uint8_t byte;
+} sl_tok_trie_node;
+
 struct sl_tokenizer {
     int kind;                      /* enum sl_tok_kind */
     int32_t n_vocab;
@@ -76,10 +85,12 @@ struct sl_tokenizer {
     int32_t byte_tok[256];         /* byte -> token (BPE: its byte-level char; SPM: <0xNN>), -1 none */
 
     /* Added tokens matched before the model runs: CONTROL/UNKNOWN (special
-     * parsing only) and USER_DEFINED (always), bucketed by first byte and
-     * longest first so the scan finds the leftmost-longest match. */
-    uint32_t spec_start[257];
-    int32_t *spec_ids;
+     * parsing only) and USER_DEFINED (always), in a byte trie so that the
+     * scan costs the match depth, not the number of added tokens (Gemma 3
+     * has 6,400, most starting with '<'). */
+    sl_tok_trie_node *trie;        /* node 0 is the root */
+    uint32_t n_trie;
+    int32_t trie_root[256];        /* root's child for each first byte, -1 none */
 
     sl_pretok pretok;              /* BPE only */
     bool add_space_prefix;         /* SPM: prepend U+2581 to every plain piece */
