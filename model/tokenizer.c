@@ -451,6 +451,26 @@ bad:
     return SL_OK;
 }
 
+/* True if no token (of any type: merges only ever produce tokens) has a
+ * U+2581 right after a character that is not U+2581, and U+2581 itself is
+ * a token. Then a symbol boundary before such a U+2581 can never be merged
+ * across. SentencePiece vocabularies trained with split_by_whitespace have
+ * this shape; one that does not is encoded as a single word. */
+static bool spm_cuttable(const sl_tokenizer *t)
+{
+    if (sl_tok_hash_find(t, "\xe2\x96\x81", 3) < 0)
+        return false;
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        const char *s = t->raw + t->raw_off[i];
+        uint32_t l = t->raw_off[i + 1] - t->raw_off[i];
+        for (uint32_t k = 1; k + 3 <= l; k++)
+            if (memcmp(s + k, "\xe2\x96\x81", 3) == 0 &&
+                !(k >= 3 && memcmp(s + k - 3, "\xe2\x96\x81", 3) == 0))
+                return false;
+    }
+    return true;
+}
+
 static bool is_matched_added(uint8_t a)
 {
     return a == SL_TOKEN_ATTR_CONTROL || a == SL_TOKEN_ATTR_USER_DEFINED ||
@@ -522,6 +542,8 @@ sl_status sl_tokenizer_create(const sl_gguf *g, sl_tokenizer **out, char err[SL_
     if ((rc = load_tokens(t, g, err)) < 0 || (rc = build_raw(t)) < 0 ||
         (rc = load_merges(t, g, err)) < 0 || (rc = build_specials(t)) < 0)
         goto fail;
+    if (t->kind == SL_TOK_KIND_SPM && t->merges.n)
+        t->spm_words = spm_cuttable(t);
 
     int32_t n = t->n_vocab;
     for (int b = 0; b < 256; b++) {
@@ -636,7 +658,27 @@ static sl_status encode_plain(const sl_tokenizer *t, sl_tok_sink *s, const char 
     char *norm = s->buf;
     s->buf = NULL;
     s->buf_cap = 0;
-    sl_status rc = t->merges.n ? sl_tok_bpe_chars(t, s, norm, o) : sl_tok_spm_scores(t, s, norm, o);
+    sl_status rc = SL_OK;
+    if (!t->merges.n) {
+        rc = sl_tok_spm_scores(t, s, norm, o);
+    } else if (!t->spm_words) {
+        rc = sl_tok_bpe_chars(t, s, norm, o);
+    } else {
+        /* cut before every U+2581 that follows another character: no merge
+         * can cross such a cut (no piece contains "x" + U+2581), so word by
+         * word gives HF's whole-text result, in O(word) heaps and cached */
+        size_t w0 = 0;
+        for (size_t i = 1; i + 3 <= o && rc == SL_OK; i++) {
+            if (memcmp(norm + i, "\xe2\x96\x81", 3) != 0)
+                continue;
+            if (i >= 3 && memcmp(norm + i - 3, "\xe2\x96\x81", 3) == 0)
+                continue;
+            rc = sl_tok_bpe_chars_cached(t, s, norm + w0, i - w0);
+            w0 = i;
+        }
+        if (rc == SL_OK)
+            rc = sl_tok_bpe_chars_cached(t, s, norm + w0, o - w0);
+    }
     free(norm);
     return rc;
 }

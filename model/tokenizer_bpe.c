@@ -105,7 +105,11 @@ static uint32_t word_hash(const char *w, size_t len)
     return h;
 }
 
-sl_status sl_tok_bpe_word(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len)
+typedef sl_status (*word_fn)(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len);
+
+/* Runs fn on the word through the sink's cache. The cache holds one kind of
+ * word per call (a tokenizer is either byte-level or SentencePiece). */
+static sl_status cached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len, word_fn fn)
 {
     sl_tok_cache_entry *ce = NULL;
     if (len <= SL_TOK_CACHE_WORD && s->text_len >= 4096) {
@@ -127,7 +131,7 @@ sl_status sl_tok_bpe_word(const sl_tokenizer *t, sl_tok_sink *s, const char *w, 
         }
     }
     size_t first = s->n;
-    sl_status rc = bpe_word_uncached(t, s, w, len);
+    sl_status rc = fn(t, s, w, len);
     if (rc == SL_OK && ce && s->n - first <= SL_TOK_CACHE_IDS && s->n <= s->cap) {
         ce->wlen = (uint8_t)len;
         memcpy(ce->w, w, len);
@@ -135,6 +139,16 @@ sl_status sl_tok_bpe_word(const sl_tokenizer *t, sl_tok_sink *s, const char *w, 
         memcpy(ce->ids, s->out + first, sizeof(int32_t) * ce->n_ids);
     }
     return rc;
+}
+
+sl_status sl_tok_bpe_word(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len)
+{
+    return cached(t, s, w, len, bpe_word_uncached);
+}
+
+sl_status sl_tok_bpe_chars_cached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len)
+{
+    return cached(t, s, w, len, sl_tok_bpe_chars);
 }
 
 static sl_status bpe_word_uncached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len)
