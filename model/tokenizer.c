@@ -451,12 +451,16 @@ bad:
     return SL_OK;
 }
 
-/* True if no token (of any type: merges only ever produce tokens) has a
- * U+2581 right after a character that is not U+2581, and U+2581 itself is
- * a token. Then a symbol boundary before such a U+2581 can never be merged
- * across. SentencePiece vocabularies trained with split_by_whitespace have
- * this shape; one that does not is encoded as a single word. */
-static bool spm_cuttable(const sl_tokenizer *t)
+/* SentencePiece text is one "word" to the reference, so BPE runs over the
+ * whole text. It may instead be cut before a U+2581 whenever no token
+ * contains the preceding character followed by U+2581: no symbol can then
+ * ever span the cut (merges and score-merges only make tokens), and each
+ * side's merge order is unchanged, so the result is identical while heaps
+ * stay small and words hit the cache. spm_nocut[b] marks bytes b that some
+ * token has right before a U+2581 (Gemma 3's ">\u2581</", runs of U+2581);
+ * no cut follows a character ending in such a byte. Needs U+2581 itself to be
+ * a token, so that no <unk> run can straddle a cut. */
+static bool spm_cuttable(sl_tokenizer *t)
 {
     if (sl_tok_hash_find(t, "\xe2\x96\x81", 3) < 0)
         return false;
@@ -464,10 +468,10 @@ static bool spm_cuttable(const sl_tokenizer *t)
         const char *s = t->raw + t->raw_off[i];
         uint32_t l = t->raw_off[i + 1] - t->raw_off[i];
         for (uint32_t k = 1; k + 3 <= l; k++)
-            if (memcmp(s + k, "\xe2\x96\x81", 3) == 0 &&
-                !(k >= 3 && memcmp(s + k - 3, "\xe2\x96\x81", 3) == 0))
-                return false;
+            if (memcmp(s + k, "\xe2\x96\x81", 3) == 0)
+                t->spm_nocut[(uint8_t)s[k - 1]] = 1;
     }
+    t->spm_nocut[0x81] = 1;   /* inside a run of U+2581: never cut */
     return true;
 }
 
@@ -542,7 +546,7 @@ sl_status sl_tokenizer_create(const sl_gguf *g, sl_tokenizer **out, char err[SL_
     if ((rc = load_tokens(t, g, err)) < 0 || (rc = build_raw(t)) < 0 ||
         (rc = load_merges(t, g, err)) < 0 || (rc = build_specials(t)) < 0)
         goto fail;
-    if (t->kind == SL_TOK_KIND_SPM && t->merges.n)
+    if (t->kind == SL_TOK_KIND_SPM)
         t->spm_words = spm_cuttable(t);
 
     int32_t n = t->n_vocab;
@@ -659,25 +663,20 @@ static sl_status encode_plain(const sl_tokenizer *t, sl_tok_sink *s, const char 
     s->buf = NULL;
     s->buf_cap = 0;
     sl_status rc = SL_OK;
-    if (!t->merges.n) {
-        rc = sl_tok_spm_scores(t, s, norm, o);
-    } else if (!t->spm_words) {
-        rc = sl_tok_bpe_chars(t, s, norm, o);
+    sl_tok_word_fn word = t->merges.n ? sl_tok_bpe_chars : sl_tok_spm_scores;
+    if (!t->spm_words) {
+        rc = word(t, s, norm, o);
     } else {
-        /* cut before every U+2581 that follows another character: no merge
-         * can cross such a cut (no piece contains "x" + U+2581), so word by
-         * word gives HF's whole-text result, in O(word) heaps and cached */
-        size_t w0 = 0;
+        size_t w0 = 0;   /* cut where spm_cuttable() allows */
         for (size_t i = 1; i + 3 <= o && rc == SL_OK; i++) {
-            if (memcmp(norm + i, "\xe2\x96\x81", 3) != 0)
+            if (norm[i] != '\xe2' || memcmp(norm + i, "\xe2\x96\x81", 3) != 0 ||
+                t->spm_nocut[(uint8_t)norm[i - 1]])
                 continue;
-            if (i >= 3 && memcmp(norm + i - 3, "\xe2\x96\x81", 3) == 0)
-                continue;
-            rc = sl_tok_bpe_chars_cached(t, s, norm + w0, i - w0);
+            rc = sl_tok_word_cached(t, s, norm + w0, i - w0, word);
             w0 = i;
         }
         if (rc == SL_OK)
-            rc = sl_tok_bpe_chars_cached(t, s, norm + w0, o - w0);
+            rc = sl_tok_word_cached(t, s, norm + w0, o - w0, word);
     }
     free(norm);
     return rc;

@@ -105,11 +105,10 @@ static uint32_t word_hash(const char *w, size_t len)
     return h;
 }
 
-typedef sl_status (*word_fn)(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len);
-
 /* Runs fn on the word through the sink's cache. The cache holds one kind of
  * word per call (a tokenizer is either byte-level or SentencePiece). */
-static sl_status cached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len, word_fn fn)
+sl_status sl_tok_word_cached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len,
+                             sl_tok_word_fn fn)
 {
     sl_tok_cache_entry *ce = NULL;
     if (len <= SL_TOK_CACHE_WORD && s->text_len >= 4096) {
@@ -143,12 +142,7 @@ static sl_status cached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, si
 
 sl_status sl_tok_bpe_word(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len)
 {
-    return cached(t, s, w, len, bpe_word_uncached);
-}
-
-sl_status sl_tok_bpe_chars_cached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len)
-{
-    return cached(t, s, w, len, sl_tok_bpe_chars);
+    return sl_tok_word_cached(t, s, w, len, bpe_word_uncached);
 }
 
 static sl_status bpe_word_uncached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len)

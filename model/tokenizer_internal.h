@@ -95,8 +95,8 @@ struct sl_tokenizer {
     sl_pretok pretok;              /* BPE only */
     bool add_space_prefix;         /* SPM: prepend U+2581 to every plain piece */
     bool ignore_merges;            /* BPE: a word already in the vocab is one token (llama3) */
-    bool spm_words;                /* SPM merges: no piece has U+2581 after another char, so
-                                    * text may be cut before each such U+2581 (see tokenizer.c) */
+    bool spm_words;                /* SPM: text may be cut into words (see spm_cuttable) */
+    uint8_t spm_nocut[256];        /* 1: never cut after a char ending in this byte */
     bool add_bos, add_eos;
     int32_t bos, eos, eot, eom, pad, unk;
     size_t max_piece;
@@ -147,8 +147,11 @@ sl_status sl_tok_bpe_word(const sl_tokenizer *t, sl_tok_sink *s, const char *w, 
 /* Merge-based BPE over UTF-8 characters with byte fallback (HF's BPE model
  * for SentencePiece-converted vocabularies: Mistral, Gemma). */
 sl_status sl_tok_bpe_chars(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len);
-/* The same through the sink's word cache (for short words). */
-sl_status sl_tok_bpe_chars_cached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len);
+/* Runs an encoder on one word through the sink's per-call cache of short
+ * words (one kind of encoder per call). */
+typedef sl_status (*sl_tok_word_fn)(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len);
+sl_status sl_tok_word_cached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len,
+                             sl_tok_word_fn fn);
 
 /* tokenizer_spm.c */
 /* Score-based SentencePiece BPE (GGUFs with scores and no merges). */
