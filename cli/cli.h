@@ -7,6 +7,8 @@
 #include <stddef.h>
 
 int sl_cli_generate(int argc, char **argv);
+int sl_cli_serve(int argc, char **argv);
+int sl_cli_admin(int argc, char **argv);
 
 /* Path of the project's default model, used when no -m is given: the file
  * named by $SLUICE_DEFAULT_MODEL, else models/default.gguf beside the build

@@ -11,7 +11,9 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *help;
 } commands[] = {
+    {"serve", sl_cli_serve, "serve a model over an OpenAI-compatible HTTP API"},
     {"generate", sl_cli_generate, "run a model on a prompt and stream the continuation"},
+    {"admin", sl_cli_admin, "ask a running server (effective-config, stats, health)"},
 };
 
 static void usage(FILE *f)

@@ -3,9 +3,11 @@
  *            public API is model/chat_template.h.
  * Pipeline:  jinja_lexer.c (source -> tokens, whitespace control as jinja2
  *            with trim_blocks + lstrip_blocks), jinja_parser.c (tokens -> AST),
- *            jinja_value.c (arena, values, str()/repr()/tojson), jinja_interp.c
- *            (walks the AST), jinja_builtins.c (filters, tests, methods,
- *            global functions).
+ *            jinja_value.c (arena, values, order), jinja_repr.c (str(), repr(),
+ *            json.dumps),
+ *            jinja_eval.c (expressions), jinja_interp.c (statements, macros),
+ *            jinja_text.c (string operations), jinja_filters.c (filters),
+ *            jinja_methods.c (tests, methods, global functions).
  * Provenance: every string carries a per-byte "untrusted" mask (NULL when all
  *            bytes are trusted). Strings built from `messages`/`tools` are
  *            untrusted; template literals and bos/eos are trusted. Every
@@ -84,7 +86,8 @@ struct jj_val {
 
 /* gen: the list stands for a Python generator (what map/select/... return):
  * always truthy, and length/tojson/str refuse it, as in jinja2. */
-struct jj_list { jj_val *v; size_t n, cap; bool gen; };
+/* tuple: prints as (a, b) and never equals a list, as in Python. */
+struct jj_list { jj_val *v; size_t n, cap; bool gen, tuple; };
 struct jj_dict { jj_val *keys, *vals; size_t n, cap; };
 
 /* ---- render context ------------------------------------------------------ */
@@ -226,6 +229,12 @@ int jj_parse(jj_ctx *c, const jj_tok *toks, size_t n, jj_node **root);
 
 int jj_render(jj_ctx *c, const jj_node *root, jj_buf *out);
 int jj_eval(jj_ctx *c, jj_scope *s, const jj_node *n, jj_val *out);
+/* Counts one recursion level (and records n's line for messages); false with
+ * rc set past JJ_MAX_DEPTH. The caller decrements c->depth when done. */
+bool jj_enter(jj_ctx *c, const jj_node *n);
+jj_val *jj_scope_lookup(jj_scope *s, jj_str name);
+/* Applies the filter chain of a filter block or block set to `input`. */
+int jj_eval_filter_chain(jj_ctx *c, jj_scope *s, const jj_node *n, jj_val input, jj_val *out);
 int jj_call_macro(jj_ctx *c, jj_val macro, const jj_val *args, size_t n_args,
                   const jj_str *kw_names, const jj_val *kw_vals, size_t n_kw, jj_val *out);
 
@@ -238,7 +247,63 @@ typedef struct {
     size_t n_kw;
 } jj_args;
 
+/* Argument i, or keyword `kw` (which wins), or NULL. */
+static inline const jj_val *jj_arg(const jj_args *a, size_t i, const char *kw)
+{
+    if (!a)
+        return NULL;
+    if (kw)
+        for (size_t k = 0; k < a->n_kw; k++)
+            if (jj_str_eqc(a->kw_names[k], kw))
+                return &a->kw[k];
+    return i < a->n_pos ? &a->pos[i] : NULL;
+}
+
+static inline bool jj_arg_bool(const jj_args *a, size_t i, const char *kw, bool def)
+{
+    const jj_val *v = jj_arg(a, i, kw);
+    return v ? jj_truthy(*v) : def;
+}
+
+/* A string argument: *have=false when absent or none; an error if not a string. */
+static inline int jj_arg_str(jj_ctx *c, const jj_args *a, size_t i, const char *kw, jj_str *out,
+                             bool *have)
+{
+    const jj_val *v = jj_arg(a, i, kw);
+    *have = v && v->k != JJ_NONE && v->k != JJ_UNDEF;
+    if (!*have)
+        return 0;
+    if (v->k != JJ_STR)
+        return jj_fail(c, SL_EINVAL, "argument '%s' must be a string", kw ? kw : "?");
+    *out = v->s;
+    return 0;
+}
+
+static inline jj_str jj_str_sub(jj_str s, size_t from, size_t to)
+{
+    jj_str r = {.p = s.p + from, .t = s.t ? s.t + from : NULL, .n = to - from};
+    return r;
+}
+
+static inline jj_val jj_list_val(jj_list *l) { return (jj_val){.k = JJ_LIST, .l = l}; }
+
+/* jinja_text.c: Python string operations that keep the untrusted mask. */
+enum { JJ_CASE_UPPER, JJ_CASE_LOWER, JJ_CASE_CAPITALIZE_FIRST, JJ_CASE_TITLE, JJ_CASE_TITLE_WORDS };
+jj_str jj_text_strip(jj_str s, const jj_str *chars, bool left, bool right); /* chars NULL: whitespace */
+int jj_text_case(jj_ctx *c, jj_str s, int mode, jj_val *out);
+int jj_text_replace(jj_ctx *c, jj_str s, jj_str old, jj_str neu, int64_t count, jj_val *out);
+int jj_text_split(jj_ctx *c, jj_str s, const jj_str *sep, int64_t maxsplit, jj_val *out);
+int jj_text_join(jj_ctx *c, jj_list *l, jj_str sep, const jj_str *attr, jj_val *out);
+int jj_text_escape(jj_ctx *c, jj_str s, jj_val *out); /* HTML escape; result is Markup */
+
+/* jinja_filters.c: iteration as jinja2 does it (dict -> keys, str -> code
+ * points, Undefined -> nothing), and dotted attribute lookup ("a.b.0"). */
+int jj_to_list(jj_ctx *c, jj_val v, jj_list **out);
+jj_val jj_attr_path(jj_val v, jj_str path);
+
 int jj_filter(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, jj_val *out);
+bool jj_filter_known(jj_str name);
+bool jj_test_known(jj_str name);
 int jj_test(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, bool *out);
 /* Method call obj.name(args); *found=false when obj has no such method. */
 int jj_method(jj_ctx *c, jj_val obj, jj_str name, const jj_args *a, jj_val *out, bool *found);

@@ -1,11 +1,11 @@
 /* model/quant.c: scalar half/bfloat16 conversions, the reference
  * dequantizers of GGUF's block formats and sluice's own quantizers.
  * Runs in mkmodel (quantize), the GGUF loader and tests (dequantize).
- * Trade-off: the K-quant quantizers spend a grid search per sub-block
- * (21 candidate scales, each refit by least squares) to land near
- * llama.cpp's error; that is ~50x slower than rounding from the min/max,
- * which is fine for a model writer and irrelevant to inference, which never
- * quantizes weights. */
+ * Trade-off: the K-quant quantizers spend a search per sub-block (11-21
+ * candidate scales, each refit by least squares, then a search over the
+ * 6/8-bit scale codes) to land near llama.cpp's error; that costs ~6-9 M
+ * weights/s per thread (Q4_K..Q6_K), ~30x slower than rounding from the
+ * min/max: fine for a model writer, and inference never quantizes weights. */
 #include "model/quant.h"
 
 #include <math.h>
@@ -210,15 +210,18 @@ sl_status sl_quant_dequantize_row(uint32_t type, const void *src, float *dst, in
  * Quantization
  * ====================================================================== */
 
-/* round(v) clamped to [lo, hi]; NaN gives lo. Clamping before the
- * conversion keeps out-of-range floats away from an undefined cast. */
+/* round(v) clamped to [lo, hi], ties to even; NaN gives lo. Clamping first
+ * keeps out-of-range floats away from an undefined cast. Adding and taking
+ * away 1.5*2^23 rounds exactly (the sum's ulp is 1) in a few inline
+ * instructions, where lrintf/roundf may be libm calls; the K-quant search
+ * rounds ~300 times per weight. */
 static inline int round_clamp(float v, int lo, int hi)
 {
     if (!(v >= (float)lo))
         return lo;
     if (v >= (float)hi)
         return hi;
-    return (int)lrintf(v);
+    return (int)((v + 12582912.0f) - 12582912.0f);
 }
 
 static void quant_q8_0(const float *x, sl_block_q8_0 *b, int64_t nb)
@@ -258,9 +261,39 @@ static void quant_q4_0(const float *x, sl_block_q4_0 *b, int64_t nb)
     }
 }
 
+/* sum (a*q[i] + c - x[i])^2 over n (a multiple of 4) elements, in four
+ * independent chains so the adds pipeline. */
+static inline float sq_err4(const float *x, const uint8_t *q, int n, float a, float c)
+{
+    float e0 = 0, e1 = 0, e2 = 0, e3 = 0;
+    for (int i = 0; i < n; i += 4) {
+        float d0 = a * q[i] + c - x[i], d1 = a * q[i + 1] + c - x[i + 1];
+        float d2 = a * q[i + 2] + c - x[i + 2], d3 = a * q[i + 3] + c - x[i + 3];
+        e0 += d0 * d0;
+        e1 += d1 * d1;
+        e2 += d2 * d2;
+        e3 += d3 * d3;
+    }
+    return (e0 + e1) + (e2 + e3);
+}
+
+static inline float sq_err4_i8(const float *x, const int8_t *q, int n, float a)
+{
+    float e0 = 0, e1 = 0, e2 = 0, e3 = 0;
+    for (int i = 0; i < n; i += 4) {
+        float d0 = a * q[i] - x[i], d1 = a * q[i + 1] - x[i + 1];
+        float d2 = a * q[i + 2] - x[i + 2], d3 = a * q[i + 3] - x[i + 3];
+        e0 += d0 * d0;
+        e1 += d1 * d1;
+        e2 += d2 * d2;
+        e3 += d3 * d3;
+    }
+    return (e0 + e1) + (e2 + e3);
+}
+
 /* Fits x ~ a*q - b on one sub-block, q in 0..nmax, a >= 0, b >= 0 (the
- * K-quant min is subtracted and stored unsigned). Tries 21 candidate inverse
- * scales around nmax/(max - min); for each, rounds q and solves the 2x2
+ * K-quant min is subtracted and stored unsigned). Tries 11 candidate inverse
+ * scales around nmax/(max - min) (21 gain only 0.05% RMSE); for each, rounds q and solves the 2x2
  * least-squares problem for (a, b) exactly; keeps the best, then refines the
  * winner twice (re-round q to it, refit). Returns the squared error. */
 static float fit_scale_min(const float *x, int n, int nmax, float *a_out, float *b_out)
@@ -277,11 +310,11 @@ static float fit_scale_min(const float *x, int n, int nmax, float *a_out, float 
         *b_out = isfinite(best_b) ? best_b : 0.0f;
         return 0.0f;
     }
-    for (int step = 0; step < 21 + 2; step++) {
+    for (int step = 0; step < 11 + 2; step++) {
         float ia;
         float off;
-        if (step < 21) {
-            ia = ((float)nmax - 1.0f + 0.1f * (float)step) / (xmax - xmin);
+        if (step < 11) {
+            ia = ((float)nmax - 1.0f + 0.2f * (float)step) / (xmax - xmin);
             off = -xmin;
         } else {                     /* refinement rounds around the winner */
             if (best_a <= 0.0f)
@@ -289,14 +322,25 @@ static float fit_scale_min(const float *x, int n, int nmax, float *a_out, float 
             ia = 1.0f / best_a;
             off = best_b;
         }
-        float s1 = 0, s2 = 0, sqx = 0;
+        /* integer code sums are exact; four partial float sums keep the
+         * add chains short (this loop is most of the quantizer's time) */
+        int is1 = 0, is2 = 0;
+        float p0 = 0, p1 = 0, p2 = 0, p3 = 0;
         uint8_t q[32];
-        for (int i = 0; i < n; i++) {
-            q[i] = (uint8_t)round_clamp((x[i] + off) * ia, 0, nmax);
-            s1 += q[i];
-            s2 += (float)q[i] * q[i];
-            sqx += q[i] * x[i];
+        for (int i = 0; i < n; i += 4) {   /* n is 32 */
+            int c0 = round_clamp((x[i] + off) * ia, 0, nmax);
+            int c1 = round_clamp((x[i + 1] + off) * ia, 0, nmax);
+            int c2 = round_clamp((x[i + 2] + off) * ia, 0, nmax);
+            int c3 = round_clamp((x[i + 3] + off) * ia, 0, nmax);
+            q[i] = (uint8_t)c0; q[i + 1] = (uint8_t)c1; q[i + 2] = (uint8_t)c2; q[i + 3] = (uint8_t)c3;
+            is1 += (c0 + c1) + (c2 + c3);
+            is2 += (c0 * c0 + c1 * c1) + (c2 * c2 + c3 * c3);
+            p0 += (float)c0 * x[i];
+            p1 += (float)c1 * x[i + 1];
+            p2 += (float)c2 * x[i + 2];
+            p3 += (float)c3 * x[i + 3];
         }
+        float s1 = (float)is1, s2 = (float)is2, sqx = (p0 + p1) + (p2 + p3);
         float det = (float)n * s2 - s1 * s1;
         float a, c;                  /* x ~ a*q + c, c = -b */
         if (det > 0.0f) {
@@ -312,11 +356,7 @@ static float fit_scale_min(const float *x, int n, int nmax, float *a_out, float 
         }
         if (a < 0.0f)
             continue;
-        float err = 0.0f;
-        for (int i = 0; i < n; i++) {
-            float e = a * q[i] + c - x[i];
-            err += e * e;
-        }
+        float err = sq_err4(x, q, n, a, c);
         if (err < best_err) {
             best_err = err;
             best_a = a;
@@ -350,20 +390,23 @@ static void fit_scale_sym(const float *x, int n, float *a_out)
             ia = 1.0f / *a_out;
         else
             break;
-        float s2 = 0, sqx = 0;
+        int is2 = 0;
+        float p0 = 0, p1 = 0, p2 = 0, p3 = 0;
         int8_t q[16];
-        for (int i = 0; i < n; i++) {
-            q[i] = (int8_t)round_clamp(x[i] * ia, -32, 31);
-            s2 += (float)q[i] * q[i];
-            sqx += q[i] * x[i];
+        for (int i = 0; i < n; i += 4) {   /* n is 16 */
+            int c0 = round_clamp(x[i] * ia, -32, 31), c1 = round_clamp(x[i + 1] * ia, -32, 31);
+            int c2 = round_clamp(x[i + 2] * ia, -32, 31), c3 = round_clamp(x[i + 3] * ia, -32, 31);
+            q[i] = (int8_t)c0; q[i + 1] = (int8_t)c1; q[i + 2] = (int8_t)c2; q[i + 3] = (int8_t)c3;
+            is2 += (c0 * c0 + c1 * c1) + (c2 * c2 + c3 * c3);
+            p0 += (float)c0 * x[i];
+            p1 += (float)c1 * x[i + 1];
+            p2 += (float)c2 * x[i + 2];
+            p3 += (float)c3 * x[i + 3];
         }
-        if (s2 <= 0.0f)
+        if (is2 <= 0)
             continue;
-        float a = sqx / s2, err = 0.0f;
-        for (int i = 0; i < n; i++) {
-            float e = a * q[i] - x[i];
-            err += e * e;
-        }
+        float a = ((p0 + p1) + (p2 + p3)) / (float)is2;
+        float err = sq_err4_i8(x, q, n, a);
         if (err < best_err) {
             best_err = err;
             *a_out = a;
@@ -371,48 +414,81 @@ static void fit_scale_sym(const float *x, int n, float *a_out)
     }
 }
 
-/* Quantizes the 8 sub-block scales a[] and mins m[] of a Q4_K/Q5_K
- * super-block to 6 bits under fp16 super-scales; writes d, dmin and the
- * packed scales, and returns the effective scale/min per sub-block. */
-static void pack_scales_k4(const float a[8], const float m[8], uint16_t *d_out, uint16_t *dmin_out,
-                           uint8_t scales[SL_K_SCALE_SIZE], float ea[8], float em[8])
+/* Squared error of one sub-block coded with effective scale ea and min em
+ * (codes re-rounded to them); the codes go to q when q != NULL. */
+static float k4_sub_error(const float *x, int nmax, float ea, float em, uint8_t *q)
 {
-    float amax = 0.0f, mmax = 0.0f;
+    float ia = ea > 0.0f ? 1.0f / ea : 0.0f;
+    uint8_t codes[32];
+    for (int l = 0; l < 32; l++)
+        codes[l] = (uint8_t)round_clamp((x[l] + em) * ia, 0, nmax);
+    if (q)
+        memcpy(q, codes, 32);
+    return sq_err4(x, codes, 32, ea, -em);
+}
+
+/* Codes the 8 fitted sub-block scales a[] and mins m[] with 6-bit integers
+ * under fp16 super-scales d, dmin. Rounding a/d on its own ignores how the
+ * values re-round, so: d and dmin each try 7 factors around max/63, and for
+ * the chosen pair every sub-block tries the 3x3 integers around round(a/d),
+ * round(m/dmin), keeping whichever codes x best. Writes d, dmin, the packed
+ * scales and the codes q[256]. */
+static void quant_k4_superblock(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out,
+                                uint8_t scales[SL_K_SCALE_SIZE], uint8_t q[SL_QK_K])
+{
+    float a[8], m[8], amax = 0.0f, mmax = 0.0f;
     for (int s = 0; s < 8; s++) {
+        fit_scale_min(x + 32 * s, 32, nmax, &a[s], &m[s]);
         amax = fmaxf(amax, a[s]);
         mmax = fmaxf(mmax, m[s]);
     }
-    *d_out = sl_fp32_to_fp16(amax / 63.0f);
-    *dmin_out = sl_fp32_to_fp16(mmax / 63.0f);
-    float d = sl_fp16_to_fp32(*d_out), dmin = sl_fp16_to_fp32(*dmin_out);
+    static const float factor[7] = {1.0f, 0.97f, 0.985f, 1.015f, 1.03f, 0.95f, 1.05f};
+    uint16_t best_d = 0, best_dmin = 0;
+    for (int pass = 0; pass < 2; pass++) {       /* pass 0 picks d, pass 1 dmin */
+        float best_err = INFINITY;
+        for (int k = 0; k < 7; k++) {
+            uint16_t hd = pass == 0 ? sl_fp32_to_fp16(amax / 63.0f * factor[k]) : best_d;
+            uint16_t hm = pass == 1 ? sl_fp32_to_fp16(mmax / 63.0f * factor[k])
+                                    : sl_fp32_to_fp16(mmax / 63.0f);
+            float d = sl_fp16_to_fp32(hd), dmin = sl_fp16_to_fp32(hm), err = 0.0f;
+            for (int s = 0; s < 8; s++) {
+                int sc = d > 0.0f ? round_clamp(a[s] / d, 0, 63) : 0;
+                int mn = dmin > 0.0f ? round_clamp(m[s] / dmin, 0, 63) : 0;
+                err += k4_sub_error(x + 32 * s, nmax, d * (float)sc, dmin * (float)mn, NULL);
+            }
+            if (err < best_err) {
+                best_err = err;
+                best_d = hd;
+                best_dmin = hm;
+            }
+        }
+    }
+    *d_out = best_d;
+    *dmin_out = best_dmin;
+    float d = sl_fp16_to_fp32(best_d), dmin = sl_fp16_to_fp32(best_dmin);
     uint8_t sc[8], mn[8];
     for (int s = 0; s < 8; s++) {
-        sc[s] = (uint8_t)(d > 0.0f ? round_clamp(a[s] / d, 0, 63) : 0);
-        mn[s] = (uint8_t)(dmin > 0.0f ? round_clamp(m[s] / dmin, 0, 63) : 0);
-        ea[s] = d * (float)sc[s];
-        em[s] = dmin * (float)mn[s];
+        int sc0 = d > 0.0f ? round_clamp(a[s] / d, 0, 63) : 0;
+        int mn0 = dmin > 0.0f ? round_clamp(m[s] / dmin, 0, 63) : 0;
+        float best_err = INFINITY;
+        for (int i = -1; i <= 1; i++)
+            for (int j = -1; j <= 1; j++) {
+                int c = sc0 + i, n = mn0 + j;
+                if (c < 0 || c > 63 || n < 0 || n > 63)
+                    continue;
+                float err = k4_sub_error(x + 32 * s, nmax, d * (float)c, dmin * (float)n, NULL);
+                if (err < best_err) {
+                    best_err = err;
+                    sc[s] = (uint8_t)c;
+                    mn[s] = (uint8_t)n;
+                }
+            }
+        k4_sub_error(x + 32 * s, nmax, d * (float)sc[s], dmin * (float)mn[s], q + 32 * s);
     }
     for (int j = 0; j < 4; j++) {
         scales[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
         scales[j + 4] = (uint8_t)(mn[j] | ((mn[j + 4] >> 4) << 6));
         scales[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
-    }
-}
-
-/* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): fits each sub-block, packs the
- * scales, then re-rounds every value against the scales actually stored so
- * the 6-bit scale error is absorbed where it can be. q[] gets 256 codes. */
-static void quant_k4_superblock(const float *x, int nmax, uint16_t *d, uint16_t *dmin,
-                                uint8_t scales[SL_K_SCALE_SIZE], uint8_t q[SL_QK_K])
-{
-    float a[8], m[8], ea[8], em[8];
-    for (int s = 0; s < 8; s++)
-        fit_scale_min(x + 32 * s, 32, nmax, &a[s], &m[s]);
-    pack_scales_k4(a, m, d, dmin, scales, ea, em);
-    for (int s = 0; s < 8; s++) {
-        float ia = ea[s] > 0.0f ? 1.0f / ea[s] : 0.0f;
-        for (int l = 0; l < 32; l++)
-            q[32 * s + l] = (uint8_t)round_clamp((x[32 * s + l] + em[s]) * ia, 0, nmax);
     }
 }
 
@@ -442,8 +518,26 @@ static void quant_q5_K(const float *x, sl_block_q5_K *b, int64_t nb)
     }
 }
 
+/* Squared error of one 16-element Q6_K sub-block at effective scale e; the
+ * codes (biased by +32) go to q when q != NULL. */
+static float q6_sub_error(const float *x, float e, uint8_t *q)
+{
+    float ie = e != 0.0f ? 1.0f / e : 0.0f;
+    int8_t codes[16];
+    for (int l = 0; l < 16; l++)
+        codes[l] = (int8_t)round_clamp(x[l] * ie, -32, 31);
+    if (q)
+        for (int l = 0; l < 16; l++)
+            q[l] = (uint8_t)(codes[l] + 32);
+    return sq_err4_i8(x, codes, 16, e);
+}
+
+/* Q6_K: fit each sub-block's scale, then code the 16 scales as int8 under an
+ * fp16 d (the largest maps to -128, the long side of int8; 7 factors around
+ * it are tried), each scale trying round(a/d) +-1 against the values. */
 static void quant_q6_K(const float *x, sl_block_q6_K *b, int64_t nb)
 {
+    static const float factor[7] = {1.0f, 0.97f, 0.985f, 1.015f, 1.03f, 0.95f, 1.05f};
     for (int64_t i = 0; i < nb; i++, x += SL_QK_K) {
         float a[16], amax = 0.0f, max = 0.0f;
         for (int s = 0; s < 16; s++) {
@@ -453,17 +547,38 @@ static void quant_q6_K(const float *x, sl_block_q6_K *b, int64_t nb)
                 max = a[s];
             }
         }
-        /* the largest scale maps to -128, using the int8 range's long side */
-        b[i].d = sl_fp32_to_fp16(max / -128.0f);
-        float d = sl_fp16_to_fp32(b[i].d);
+        uint16_t best_d = 0;
+        float best_err = INFINITY;
+        for (int k = 0; k < 7; k++) {
+            uint16_t hd = sl_fp32_to_fp16(max / -128.0f * factor[k]);
+            float d = sl_fp16_to_fp32(hd), err = 0.0f;
+            for (int s = 0; s < 16; s++) {
+                int sc = d != 0.0f ? round_clamp(a[s] / d, -128, 127) : 0;
+                err += q6_sub_error(x + 16 * s, d * (float)sc, NULL);
+            }
+            if (err < best_err) {
+                best_err = err;
+                best_d = hd;
+            }
+        }
+        b[i].d = best_d;
+        float d = sl_fp16_to_fp32(best_d);
         uint8_t q[SL_QK_K];
         for (int s = 0; s < 16; s++) {
-            int sc = d != 0.0f ? round_clamp(a[s] / d, -128, 127) : 0;
-            b[i].scales[s] = (int8_t)sc;
-            float e = d * (float)sc;
-            float ie = e != 0.0f ? 1.0f / e : 0.0f;
-            for (int l = 0; l < 16; l++)
-                q[16 * s + l] = (uint8_t)(round_clamp(x[16 * s + l] * ie, -32, 31) + 32);
+            int sc0 = d != 0.0f ? round_clamp(a[s] / d, -128, 127) : 0, best_sc = sc0;
+            float be = INFINITY;
+            for (int k = -1; k <= 1; k++) {
+                int sc = sc0 + k;
+                if (sc < -128 || sc > 127)
+                    continue;
+                float err = q6_sub_error(x + 16 * s, d * (float)sc, NULL);
+                if (err < be) {
+                    be = err;
+                    best_sc = sc;
+                }
+            }
+            b[i].scales[s] = (int8_t)best_sc;
+            q6_sub_error(x + 16 * s, d * (float)best_sc, q + 16 * s);
         }
         memset(b[i].qh, 0, sizeof b[i].qh);
         for (int k = 0; k < SL_QK_K; k++) {

@@ -538,6 +538,16 @@ int sl_shm_worker_cancelled(const sl_shm_t *w, sl_shm_ticket t)
     return atomic_load_explicit(&mb->cancel, memory_order_acquire) != 0 || sl_word_owner(wd) == SL_SHM_OWNER_ORPHAN;
 }
 
+sl_status sl_shm_worker_set_admitted(sl_shm_t *w, sl_shm_ticket t, uint64_t admitted_ns)
+{
+    uint64_t wd;
+    sl_status rc = worker_word(w, t, &wd);
+    if (rc < 0)
+        return rc;
+    sl_shm_mb(w, t.index)->timings.admitted_ns = admitted_ns;
+    return SL_OK;
+}
+
 sl_status sl_shm_worker_finish(sl_shm_t *w, sl_shm_ticket t, sl_finish_reason reason, const char *error)
 {
     uint32_t target;

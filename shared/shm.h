@@ -240,6 +240,12 @@ int sl_shm_worker_cancelled(const sl_shm_t *w, sl_shm_ticket t);
  * SL_ESTATE, SL_ERANGE, SL_EINVAL (reason NONE). */
 sl_status sl_shm_worker_finish(sl_shm_t *w, sl_shm_ticket t, sl_finish_reason reason, const char *error);
 
+/* Sets when a RUNNING request's computation began (the scheduler's admission,
+ * or the start of the step with its first prefill chunk), replacing the pop
+ * time, so queue and prompt times reported to the client are the scheduler's
+ * own. Returns SL_OK, SL_ESTALE, SL_ESTATE, SL_ERANGE. */
+sl_status sl_shm_worker_set_admitted(sl_shm_t *w, sl_shm_ticket t, uint64_t admitted_ns);
+
 /* Writes each dirty front end's eventfd once and clears the marks: call once per
  * step. Returns the number of eventfd writes. */
 uint32_t sl_shm_worker_flush_wakeups(sl_shm_t *w);

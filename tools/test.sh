@@ -21,8 +21,14 @@ cmake --build build-asan -j"$jobs" >/dev/null
 done_stage "build (asan+ubsan)"
 
 stage "unit tests (criterion, asan+ubsan)"
+# criterion runs each test in a child whose sanitizer reports do not fail the
+# test, so the log is checked for them too.
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure
+  ctest --test-dir build-asan --output-on-failure -V > build-asan/ctest.log 2>&1 || { tail -80 build-asan/ctest.log; exit 1; }
+grep -E "tests passed|Synthesis" build-asan/ctest.log
+if grep -nE "LeakSanitizer|AddressSanitizer|runtime error:" build-asan/ctest.log; then
+  echo "sanitizer reports in the unit tests (build-asan/ctest.log)"; exit 1
+fi
 done_stage "unit tests (criterion, asan+ubsan)"
 
 stage "reference and integration tests (pytest)"

@@ -332,7 +332,8 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
     int64_t xn_dim = E > q_dim ? E : q_dim;
     bool ok = sl_threadpool_create(cfg->n_threads, &cb->pool) == SL_OK;
     ok = ok && (cb->kv = calloc(cb->base.kv_bytes / sizeof(float), sizeof(float)));
-#define ALLOC(p, n) (ok = ok && ((p) = malloc((size_t)(n) * sizeof *(p))) != NULL)
+    /* 64-byte aligned rows: the AVX2 dot kernels are ~30% slower on unaligned activations */
+#define ALLOC(p, n) (ok = ok && ((p) = aligned_alloc(64, ((size_t)(n) * sizeof *(p) + 63) / 64 * 64)) != NULL)
     ALLOC(cb->x, T * E);
     ALLOC(cb->xn, T * xn_dim);
     ALLOC(cb->q, T * q_dim);

@@ -11,10 +11,12 @@
  *            sl_vec_dot_multi(...)[j] == sl_vec_dot(..., x + j*ldx, n) bit
  *            for bit (the engine promises batch-independent logits).
  * Memory:    no allocation; each weight block is decoded into a small stack
- *            buffer, never a whole row or matrix.
+ *            buffer (or registers), never a whole row or matrix.
  * Types:     F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. Preconditions
  *            (checked by assert only; this is the hot path): the type is one
- *            of these and n is a multiple of its block size. */
+ *            of these and n is a multiple of its block size.
+ * Speed:     activations aligned to 32 bytes (x and ldx*4) run ~30% faster
+ *            than misaligned ones (split loads); rows need no alignment. */
 #ifndef SL_VEC_DOT_H
 #define SL_VEC_DOT_H
 

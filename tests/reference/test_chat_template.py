@@ -293,3 +293,104 @@ def test_parse_error_is_a_compile_error(tmp_path):
     got = ours(path, [], None, False, "", "")
     assert got.returncode == 2
     assert b"line 1" in got.stderr
+
+
+def random_whitespace_template(rnd, depth=0):
+    """Text with spaces, tabs, CRLF and newlines around block, variable and
+    comment tags carrying every combination of -/+ modifiers."""
+    pieces = [" ", "  ", "\t", "\n", "\n\n", " \n", "x", "y z", "\r\n"]
+    mods = ["", "-", "+"]
+    out = []
+    for _ in range(rnd.randint(1, 6)):
+        c = rnd.random()
+        if c < 0.5:
+            out.append("".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 3))))
+        elif c < 0.62:
+            out.append("{{%s 'v' %s}}" % (rnd.choice(["", "-"]), rnd.choice(["", "-"])))
+        elif c < 0.75:
+            out.append("{#%s c %s#}" % (rnd.choice(mods), rnd.choice(mods)))
+        elif depth < 2:
+            l1, r1, l2, r2 = (rnd.choice(mods) for _ in range(4))
+            kind = rnd.choice(["if true", "if false", "for i in range(2)", "set x = 1"])
+            if kind.startswith("set"):
+                out.append("{%%%s %s %s%%}" % (l1, kind, r1))
+            else:
+                end = "endif" if kind.startswith("if") else "endfor"
+                inner = random_whitespace_template(rnd, depth + 1)
+                out.append("{%%%s %s %s%%}%s{%%%s %s %s%%}" % (l1, kind, r1, inner, l2, end, r2))
+    return "".join(out)
+
+
+def test_whitespace_control_random(tmp_path):
+    """trim_blocks, lstrip_blocks, -/+ modifiers and newline handling on 300
+    random templates, against jinja2 as transformers configures it."""
+    import random
+
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    rnd = random.Random(20240726)
+    path = tmp_path / "ws.jinja"
+    bad = []
+    for _ in range(300):
+        src = random_whitespace_template(rnd)
+        want = _compile_jinja_template(src).render(messages=[])
+        path.write_bytes(src.encode())
+        got = subprocess.run([str(TOOL), str(path)], input=b'{"messages": []}', capture_output=True)
+        if got.returncode != 0 or got.stdout.decode() != want:
+            bad.append((src, want, got.stdout, got.stderr))
+    assert not bad, bad[:3]
+
+
+def special_token_texts(name):
+    import lzma
+
+    tj = json.loads(lzma.decompress((DATA / "tokenizers" / name / "tokenizer.json.xz").read_bytes()))
+    return [t["content"] for t in tj.get("added_tokens", []) if t.get("special")]
+
+
+def trusted_special_count(text, ranges, specials):
+    """Occurrences of special-token text that lie outside every untrusted range."""
+    mask = bytearray(len(text))
+    for s, e in ranges:
+        mask[s:e] = b"\x01" * (e - s)
+    count = 0
+    for sp in set(specials):
+        needle = sp.encode()
+        at = text.find(needle)
+        while at >= 0:
+            if not any(mask[at:at + len(needle)]):
+                count += 1
+            at = text.find(needle, at + 1)
+    return count
+
+
+@pytest.mark.parametrize("tok", ["deepseek_v3", "gemma3", "llama3", "llama3_1", "qwen3", "mistral"])
+def test_injected_special_tokens_stay_untrusted(tok, tmp_path):
+    """Content holding every special token's text adds no trusted special
+    token to the prompt: the template's own tokens are the same as for plain
+    content, and every injected byte lies in an untrusted range."""
+    specials = special_token_texts(tok)
+    inject = " ".join(specials[:300])
+    name = "tokenizer-" + tok
+    builtin = None
+    if name in TEMPLATES:
+        src, bos, eos = TEMPLATES[name]
+        path = tmp_path / "t.jinja"
+        path.write_text(src)
+    else:  # no template in the config: the built-in for the family
+        path, bos, eos, builtin = None, "<s>", "</s>", "mistral"
+
+    def run(content):
+        messages = [{"role": "user", "content": content},
+                    {"role": "assistant", "content": content},
+                    {"role": "user", "content": content}]
+        rpath = tmp_path / "r.json"
+        got = ours(path, messages, None, True, bos, eos, ranges=rpath, builtin=builtin)
+        assert got.returncode == 0, got.stderr
+        return got.stdout, json.loads(rpath.read_text())
+
+    plain_text, plain_ranges = run("plain")
+    text, ranges = run(inject)
+    assert trusted_special_count(text, ranges, specials) == trusted_special_count(plain_text, plain_ranges, specials)
+    covered = b"".join(text[s:e] for s, e in ranges)
+    assert covered.count(b"<") >= inject.count("<")

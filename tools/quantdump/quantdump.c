@@ -116,7 +116,7 @@ static int bench(int64_t rows, int64_t cols, int iters)
 {
     enum { DISTINCT = 16, MB = 8 };
     float *src = malloc((size_t)(DISTINCT * cols) * sizeof(float));
-    float *x = malloc((size_t)(MB * cols) * sizeof(float));
+    float *x = aligned_alloc(64, (size_t)(MB * cols) * sizeof(float));
     float *out = malloc((size_t)(rows * MB) * sizeof(float));
     uint8_t *mat = malloc((size_t)(rows * cols) * sizeof(float));
     if (!src || !x || !out || !mat) {

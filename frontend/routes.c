@@ -1,0 +1,382 @@
+/* frontend/routes.c: the route table and every endpoint that answers at once:
+ * /health, /ready, /metrics, /v1/models, /v1/effective-config, /tokenize,
+ * /detokenize; bearer auth; 404/405 in OpenAI's error shape.
+ * Runs on the front end's event loop. One handler owns "/" and dispatches on
+ * the exact normalized path, so a path h2o would match by prefix
+ * ("/v1/models/x/y") still gets a precise 404, and every error has a JSON body. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/api_error.h"
+#include "frontend/api_json.h"
+#include "frontend/api_metrics.h"
+#include "frontend/api_tokenize.h"
+#include "frontend/server_internal.h"
+
+typedef struct {
+    h2o_handler_t super;
+    sl_fe *fe;
+} fe_handler;
+
+static bool path_is(h2o_req_t *req, const char *p)
+{
+    return h2o_memis(req->path_normalized.base, req->path_normalized.len, p, strlen(p));
+}
+
+static bool method_is(h2o_req_t *req, const char *m)
+{
+    return h2o_memis(req->method.base, req->method.len, m, strlen(m));
+}
+
+static void respond_json(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status, json_t *obj)
+{
+    char *s = obj ? sl_api_json_dump(obj) : NULL;
+    json_decref(obj);
+    if (s == NULL) {
+        sl_api_error e;
+        sl_api_error_set(&e, SL_API_ERR_INTERNAL, NULL, "out of memory");
+        sl_fe_respond_error(fe, req, ri, &e);
+        return;
+    }
+    sl_fe_respond(fe, req, ri, status, "application/json", s, strlen(s), 0);
+    free(s);
+}
+
+/* ================================================================ auth */
+
+/* Constant time in the key's length: every byte of the longer of the two is
+ * looked at, so the time says nothing about how much of the key matched. */
+static bool auth_ok(const sl_fe *fe, h2o_req_t *req)
+{
+    const char *key = fe->cfg->api_key;
+    size_t klen = strnlen(key, SL_CONFIG_KEY_MAX);
+    if (klen == 0)
+        return true;
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
+    if (i < 0)
+        return false;
+    h2o_iovec_t v = req->headers.entries[i].value;
+    if (v.len < 7 || strncasecmp(v.base, "bearer ", 7) != 0)
+        return false;
+    const unsigned char *got = (const unsigned char *)v.base + 7;
+    size_t glen = v.len - 7;
+    unsigned diff = (unsigned)(glen ^ klen);
+    size_t n = glen > klen ? glen : klen;
+    for (size_t k = 0; k < n; k++) {
+        unsigned char a = k < glen ? got[k] : 0;
+        unsigned char b = k < klen ? (unsigned char)key[k] : 0;
+        diff |= (unsigned)(a ^ b);
+    }
+    return diff == 0;
+}
+
+/* ================================================================ health, ready, models */
+
+static void on_health(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
+{
+    respond_json(fe, req, ri, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void on_ready(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
+{
+    uint64_t slack = (uint64_t)(fe->cfg->heartbeat_timeout_ms ? fe->cfg->heartbeat_timeout_ms : 5000) * 1000000ull;
+    sl_shm_worker_info wi;
+    sl_shm_worker_info_get(fe->shm, &wi);
+    const char *why = NULL;
+    if (fe->draining)
+        why = "draining";
+    else if (wi.worker_state != SL_WORKER_STATE_READY)
+        why = wi.worker_state == SL_WORKER_STATE_LOADING ? "worker loading" : "worker not ready";
+    else if (!sl_shm_worker_alive(fe->shm, sl_shm_now_ns(), slack))
+        why = "worker heartbeat stale";
+    if (why == NULL) {
+        respond_json(fe, req, ri, 200, json_pack("{s:s}", "status", "ready"));
+        return;
+    }
+    json_t *o = json_pack("{s:s,s:s}", "status", "unavailable", "reason", why);
+    char *body = o ? sl_api_json_dump(o) : NULL;
+    json_decref(o);
+    sl_fe_respond(fe, req, ri, 503, "application/json", body ? body : "", body ? strlen(body) : 0, 1);
+    free(body);
+}
+
+static json_t *model_object(const sl_fe *fe)
+{
+    return json_pack("{s:s,s:s,s:I,s:s,s:I}", "id", fe->model_name, "object", "model", "created",
+                     (json_int_t)fe->started, "owned_by", "sluice", "max_model_len", (json_int_t)fe->n_ctx);
+}
+
+static void on_models(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
+{
+    json_t *data = json_array();
+    json_array_append_new(data, model_object(fe));
+    respond_json(fe, req, ri, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
+}
+
+static void on_model_one(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const char *name, size_t len)
+{
+    if (len == strlen(fe->model_name) && memcmp(name, fe->model_name, len) == 0) {
+        respond_json(fe, req, ri, 200, model_object(fe));
+        return;
+    }
+    sl_api_error e;
+    sl_api_error_set(&e, SL_API_ERR_NOT_FOUND, "model", "The model `%.*s` does not exist.",
+                     (int)(len > 128 ? 128 : len), name);
+    e.code = "model_not_found";
+    sl_fe_respond_error(fe, req, ri, &e);
+}
+
+/* ================================================================ metrics */
+
+/* KV usage and similar gauges come from the worker's snapshot: any top-level
+ * (or "kv"/"scheduler" object) number under these keys is exported. */
+static double snapshot_number(json_t *snap, const char *key, bool *found)
+{
+    const char *groups[] = {NULL, "kv", "scheduler"};
+    for (size_t g = 0; g < 3; g++) {
+        json_t *o = groups[g] ? json_object_get(snap, groups[g]) : snap;
+        json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
+        if (json_is_number(v)) {
+            *found = true;
+            return json_number_value(v);
+        }
+    }
+    *found = false;
+    return 0;
+}
+
+static json_t *read_snapshot(const sl_fe *fe)
+{
+    static char buf[SL_SHM_CONFIG_MAX + 1];
+    size_t len = 0;
+    if (sl_shm_config_read(fe->shm, buf, sizeof buf, &len) != SL_OK)
+        return NULL;
+    return json_loadb(buf, len, 0, NULL);
+}
+
+static void on_metrics(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
+{
+    static const struct { sl_counter c; const char *name, *help; } counters[] = {
+        {SL_COUNTER_REQUESTS_SUBMITTED, "sluice_requests_submitted_total", "Requests handed to the worker."},
+        {SL_COUNTER_REQUESTS_REJECTED_FULL, "sluice_requests_rejected_queue_full_total", "Requests refused with 429 (queue full)."},
+        {SL_COUNTER_REQUESTS_FINISHED, "sluice_requests_finished_total", "Requests that ended with stop or length."},
+        {SL_COUNTER_REQUESTS_FAILED, "sluice_requests_failed_total", "Requests that ended with an error."},
+        {SL_COUNTER_REQUESTS_CANCELLED, "sluice_requests_cancelled_total", "Requests cancelled (client gone, stop string)."},
+        {SL_COUNTER_TOKENS_GENERATED, "sluice_generation_tokens_total", "Tokens generated."},
+        {SL_COUNTER_PROMPT_TOKENS, "sluice_prompt_tokens_total", "Prompt tokens submitted."},
+        {SL_COUNTER_WORKER_RESTARTS, "sluice_worker_restarts_total", "Worker processes restarted after a death."},
+        {SL_COUNTER_FRONTEND_RESTARTS, "sluice_frontend_restarts_total", "Front-end processes restarted after a death."},
+    };
+    static const struct { sl_histogram h; const char *name, *help; } hists[] = {
+        {SL_HISTOGRAM_TTFT, "sluice_time_to_first_token_seconds", "Submission to first token."},
+        {SL_HISTOGRAM_INTER_TOKEN, "sluice_inter_token_latency_seconds", "Mean gap between tokens, per request."},
+        {SL_HISTOGRAM_QUEUE, "sluice_request_queue_time_seconds", "Submission to admission by the worker."},
+        {SL_HISTOGRAM_E2E, "sluice_e2e_request_latency_seconds", "Submission to the last token."},
+    };
+    sl_api_metrics m;
+    sl_api_metrics_init(&m);
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+        sl_api_metrics_counter(&m, counters[i].name, counters[i].help, NULL, 0,
+                               (double)sl_shm_counter_get(fe->shm, counters[i].c));
+
+    sl_shm_census_info *cen = malloc(sizeof *cen);
+    if (cen != NULL) {
+        sl_shm_census(fe->shm, cen);
+        sl_api_metrics_gauge(&m, "sluice_requests_running", "Requests the worker is generating for.", NULL, 0,
+                             (double)cen->mailboxes[SL_MAILBOX_STATE_RUNNING]);
+        sl_api_metrics_gauge(&m, "sluice_requests_waiting", "Requests submitted, not yet taken by the worker.",
+                             NULL, 0, (double)cen->mailboxes[SL_MAILBOX_STATE_SUBMITTED]);
+        sl_api_metrics_gauge(&m, "sluice_mailboxes_free", "Free request mailboxes.", NULL, 0,
+                             (double)cen->mailboxes[SL_MAILBOX_STATE_FREE]);
+        free(cen);
+    }
+    sl_shm_worker_info wi;
+    sl_shm_worker_info_get(fe->shm, &wi);
+    sl_api_metrics_gauge(&m, "sluice_worker_ready", "1 when the worker is READY.", NULL, 0,
+                         wi.worker_state == SL_WORKER_STATE_READY ? 1 : 0);
+    json_t *snap = read_snapshot(fe);
+    if (snap != NULL) {
+        bool f1, f2, f3;
+        double used = snapshot_number(snap, "kv_blocks_used", &f1);
+        double total = snapshot_number(snap, "kv_blocks_total", &f2);
+        double ratio = snapshot_number(snap, "kv_cache_usage", &f3);
+        if (f3)
+            sl_api_metrics_gauge(&m, "sluice_kv_cache_usage_ratio", "KV-cache blocks in use (0..1).", NULL, 0, ratio);
+        else if (f1 && f2 && total > 0)
+            sl_api_metrics_gauge(&m, "sluice_kv_cache_usage_ratio", "KV-cache blocks in use (0..1).", NULL, 0,
+                                 used / total);
+        json_decref(snap);
+    }
+
+    const uint64_t *bounds_ns = sl_shm_histogram_bounds_ns();
+    double bounds[SL_SHM_HISTOGRAM_BUCKETS];
+    for (int i = 0; i < SL_SHM_HISTOGRAM_BUCKETS; i++)
+        bounds[i] = (double)bounds_ns[i] / 1e9;
+    for (size_t i = 0; i < sizeof hists / sizeof hists[0]; i++) {
+        uint64_t cum[SL_SHM_HISTOGRAM_BUCKETS + 1], per[SL_SHM_HISTOGRAM_BUCKETS + 1], sum_ns = 0;
+        sl_shm_histogram_read(fe->shm, hists[i].h, cum, &sum_ns);
+        for (int b = 0; b <= SL_SHM_HISTOGRAM_BUCKETS; b++) {
+            uint64_t prev = b ? cum[b - 1] : 0;
+            per[b] = cum[b] >= prev ? cum[b] - prev : 0;   /* concurrent observers: never negative */
+        }
+        sl_api_metrics_histogram(&m, hists[i].name, hists[i].help, NULL, 0, bounds, SL_SHM_HISTOGRAM_BUCKETS, per,
+                                 (double)sum_ns / 1e9);
+    }
+    size_t len = 0;
+    const char *text = sl_api_metrics_text(&m, &len);
+    if (text == NULL) {
+        sl_api_error e;
+        sl_api_error_set(&e, SL_API_ERR_INTERNAL, NULL, "out of memory");
+        sl_fe_respond_error(fe, req, ri, &e);
+    } else {
+        sl_fe_respond(fe, req, ri, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, 0);
+    }
+    sl_api_metrics_fini(&m);
+}
+
+/* ================================================================ effective-config */
+
+static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
+{
+    static const char *source_names[] = {"default", "file", "env", "seed_alias", "flag"};
+    const sl_config *c = fe->cfg;
+    json_t *src = json_object();
+    static const char *keys[SL_CFG_COUNT] = {
+        "model", "host", "port", "frontends", "api_key", "admin_socket", "device", "threads", "kv_memory",
+        "ctx_size", "max_seqs", "token_budget", "prefill_chunk", "batch_window_ms", "staggered_prefill",
+        "ttft_trace", "queue_depth", "max_body", "max_prompt_tokens", "default_max_tokens", "idle_timeout_ms",
+        "write_timeout_ms", "drain_delay_s", "drain_timeout_s", "chat_template", "model_alias", "log_bodies",
+        "heartbeat_timeout_ms"};
+    for (int i = 0; i < SL_CFG_COUNT; i++) {
+        unsigned s = c->source[i];
+        json_object_set_new(src, keys[i], json_string(s < 5 ? source_names[s] : "unknown"));
+    }
+    sl_shm_census_info *cen = malloc(sizeof *cen);
+    json_t *mail = json_null();
+    if (cen != NULL) {
+        sl_shm_census(fe->shm, cen);
+        mail = json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "free", (int)cen->mailboxes[0], "claimed",
+                         (int)cen->mailboxes[1], "submitted", (int)cen->mailboxes[2], "running",
+                         (int)cen->mailboxes[3], "finished", (int)cen->mailboxes[4], "failed",
+                         (int)cen->mailboxes[5], "cancelled", (int)cen->mailboxes[6], "orphans",
+                         (int)cen->orphans, "prompt_blocks_free", (int)cen->blocks_free);
+        free(cen);
+    }
+    /* The API key is never shown: only whether one is set. */
+    json_t *front = json_pack(
+        "{s:i,s:s,s:s,s:s,s:i,s:i,s:b,s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:b,s:i,s:i,s:o,s:o}",
+        "slot", (int)fe->slot, "model", c->model, "model_name", fe->model_name, "host", c->host, "port",
+        (int)c->port, "frontends", (int)c->n_frontends, "api_key_set", c->api_key[0] != '\0', "max_body",
+        (json_int_t)c->max_body, "ctx_size", (int)fe->n_ctx, "max_prompt_tokens", (int)fe->max_prompt,
+        "default_max_tokens", (int)c->default_max_tokens, "queue_depth", (int)c->queue_depth, "idle_timeout_ms",
+        (int)c->idle_timeout_ms, "write_timeout_ms", (int)c->write_timeout_ms, "drain_delay_s",
+        (int)c->drain_delay_s, "drain_timeout_s", (int)c->drain_timeout_s, "chat_template",
+        c->chat_template[0] ? c->chat_template : "(model)", "log_bodies", c->log_bodies != 0,
+        "pending_releases", (int)fe->n_pending, "streams", (int)fe->n_streams, "mailboxes", mail, "sources", src);
+    json_t *snap = read_snapshot(fe);
+    respond_json(fe, req, ri, 200,
+                 json_pack("{s:o,s:o}", "frontend", front ? front : json_null(), "worker", snap ? snap : json_null()));
+}
+
+/* ================================================================ tokenize */
+
+static void on_tokenize(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, bool detok)
+{
+    sl_api_error e;
+    char *out = NULL;
+    sl_status rc;
+    const char *body = req->entity.base ? req->entity.base : "";
+    if (detok) {
+        sl_api_detokenize_req r = {0};
+        rc = sl_api_detokenize_parse(&r, body, req->entity.len, fe->n_vocab, &e);
+        if (rc == SL_OK)
+            rc = sl_api_detokenize_respond(fe->tok, &r, &out, &e);
+        sl_api_detokenize_fini(&r);
+    } else {
+        sl_api_tokenize_req r = {0};
+        rc = sl_api_tokenize_parse(&r, body, req->entity.len, &e);
+        if (rc == SL_OK)
+            rc = sl_api_tokenize_respond(fe->tok, &r, &out, &e);
+        sl_api_tokenize_fini(&r);
+    }
+    if (rc != SL_OK) {
+        sl_fe_respond_error(fe, req, ri, &e);
+        return;
+    }
+    sl_fe_respond(fe, req, ri, 200, "application/json", out, strlen(out), 0);
+    free(out);
+}
+
+/* ================================================================ dispatch */
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    sl_fe *fe = ((fe_handler *)self)->fe;
+    sl_fe_reqinfo ri;
+    sl_fe_reqinfo_init(&ri, req);
+
+    static const struct { const char *path, *method; bool auth; int id; } table[] = {
+        {"/health", "GET", false, 1},          {"/ready", "GET", false, 2},
+        {"/metrics", "GET", true, 3},          {"/v1/models", "GET", true, 4},
+        {"/v1/effective-config", "GET", true, 5}, {"/tokenize", "POST", true, 6},
+        {"/detokenize", "POST", true, 7},      {"/v1/chat/completions", "POST", true, 8},
+        {"/v1/completions", "POST", true, 9},
+    };
+    int id = 0;
+    bool auth = true, method_ok = false;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (path_is(req, table[i].path)) {
+            id = table[i].id;
+            auth = table[i].auth;
+            method_ok = method_is(req, table[i].method) || (table[i].method[0] == 'G' && method_is(req, "HEAD"));
+            break;
+        }
+    }
+    static const char models_prefix[] = "/v1/models/";
+    size_t mp = sizeof models_prefix - 1;
+    if (id == 0 && req->path_normalized.len > mp && memcmp(req->path_normalized.base, models_prefix, mp) == 0) {
+        id = 10;
+        method_ok = method_is(req, "GET");
+    }
+    sl_api_error e;
+    if (auth && !auth_ok(fe, req)) {
+        sl_api_error_set(&e, SL_API_ERR_UNAUTHORIZED, NULL, "Incorrect or missing API key (send Authorization: Bearer <key>).");
+        sl_fe_respond_error(fe, req, &ri, &e);
+        return 0;
+    }
+    if (id == 0) {
+        sl_api_error_set(&e, SL_API_ERR_NOT_FOUND, NULL, "No route for this path.");
+        sl_fe_respond_error(fe, req, &ri, &e);
+        return 0;
+    }
+    if (!method_ok) {
+        sl_api_error_set(&e, SL_API_ERR_METHOD_NOT_ALLOWED, NULL, "Method %.*s is not allowed here.",
+                         (int)(req->method.len > 16 ? 16 : req->method.len), req->method.base);
+        sl_fe_respond_error(fe, req, &ri, &e);
+        return 0;
+    }
+    switch (id) {
+    case 1: on_health(fe, req, &ri); break;
+    case 2: on_ready(fe, req, &ri); break;
+    case 3: on_metrics(fe, req, &ri); break;
+    case 4: on_models(fe, req, &ri); break;
+    case 5: on_effective_config(fe, req, &ri); break;
+    case 6: on_tokenize(fe, req, &ri, false); break;
+    case 7: on_tokenize(fe, req, &ri, true); break;
+    case 8: sl_fe_generate(fe, req, &ri, 1); break;
+    case 9: sl_fe_generate(fe, req, &ri, 0); break;
+    case 10: on_model_one(fe, req, &ri, req->path_normalized.base + mp, req->path_normalized.len - mp); break;
+    }
+    return 0;
+}
+
+void sl_fe_routes_register(sl_fe *fe, h2o_hostconf_t *host)
+{
+    h2o_pathconf_t *pc = h2o_config_register_path(host, "/", 0);
+    fe_handler *h = (fe_handler *)h2o_create_handler(pc, sizeof *h);
+    h->super.on_req = on_req;
+    h->fe = fe;
+}

@@ -1,0 +1,496 @@
+/* frontend/server.c: the front-end process: h2o setup, the event loop, signals,
+ * the worker's wakeups, the 250 ms tick and the graceful drain.
+ * Runs in each front-end child (sl_frontend_main). One thread, one h2o evloop;
+ * every request's work happens on it. The trade-off: a single thread per
+ * process keeps streams lock-free, and scaling is by more processes sharing the
+ * port with SO_REUSEPORT (the master's n_frontends).
+ * libh2o 2.2.5 quirks this file works around (../shared/H2O.md): the loop
+ * returns on EINTR (signals come through a signalfd instead), idle HTTP/1
+ * disconnects are invisible (the tick probes them, stream.c), and the context
+ * may only be disposed with no timer linked. */
+#include "frontend/server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frontend/server_internal.h"
+
+/* ================================================================ responses */
+
+const char *sl_fe_reason(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 429: return "Too Many Requests";
+    case 499: return "Client Closed Request";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default:  return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Internal Server Error";
+    }
+}
+
+void sl_fe_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req)
+{
+    ri->t0_ns = sl_shm_now_ns();
+    ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-request-id"), -1);
+    if (i >= 0) {
+        h2o_iovec_t v = req->headers.entries[i].value;
+        bool ok = v.len >= 1 && v.len <= SL_FE_REQUEST_ID_MAX;
+        for (size_t k = 0; ok && k < v.len; k++)
+            ok = v.base[k] > 0x20 && v.base[k] < 0x7f;  /* no spaces: it goes into log lines */
+        if (ok) {
+            memcpy(ri->id, v.base, v.len);
+            ri->id[v.len] = '\0';
+            return;
+        }
+    }
+    uint8_t rnd[16];
+    if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) {
+        /* Entropy not ready (early boot): the clock and pid still make ids unique enough for logs. */
+        uint64_t a = ri->t0_ns, b = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
+        memcpy(rnd, &a, 8);
+        memcpy(rnd + 8, &b, 8);
+    }
+    for (int k = 0; k < 16; k++)
+        snprintf(ri->id + 2 * k, 3, "%02x", rnd[k]);
+}
+
+void sl_fe_log_request(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
+                       int64_t prompt_tokens, int64_t completion_tokens)
+{
+    /* The path is client data: anything outside printable ASCII, and the quote,
+     * is written as %XX so one request is always one parseable line. */
+    char path[256];
+    size_t o = 0;
+    h2o_iovec_t p = req->path_normalized;
+    for (size_t i = 0; i < p.len && o + 4 < sizeof path; i++) {
+        unsigned char c = (unsigned char)p.base[i];
+        if (c <= 0x20 || c >= 0x7f || c == '"' || c == '%')
+            o += (size_t)snprintf(path + o, sizeof path - o, "%%%02X", c);
+        else
+            path[o++] = (char)c;
+    }
+    path[o] = '\0';
+    char method[16];
+    size_t ml = req->method.len < sizeof method - 1 ? req->method.len : sizeof method - 1;
+    for (size_t i = 0; i < ml; i++) {
+        char c = req->method.base[i];
+        method[i] = (c > 0x20 && c < 0x7f) ? c : '?';
+    }
+    method[ml] = '\0';
+    double ms = (double)(sl_shm_now_ns() - ri->t0_ns) / 1e6;
+    fprintf(stderr,
+            "sluice-fe slot=%" PRIu32 " method=%s path=\"%s\" status=%d request_id=%s"
+            " prompt_tokens=%" PRId64 " completion_tokens=%" PRId64 " ms=%.1f\n",
+            fe->slot, method, path, status, ri->id, prompt_tokens, completion_tokens, ms);
+}
+
+void sl_fe_respond(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
+                   const char *content_type, const char *body, size_t len, int retry_after_s)
+{
+    sl_fe_respond_counted(fe, req, ri, status, content_type, body, len, retry_after_s, 0, 0);
+}
+
+void sl_fe_respond_counted(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
+                           const char *content_type, const char *body, size_t len, int retry_after_s,
+                           int64_t prompt_tokens, int64_t completion_tokens)
+{
+    req->res.status = status;
+    req->res.reason = sl_fe_reason(status);
+    req->res.content_length = len;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type,
+                   strlen(content_type));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, ri->id,
+                          strlen(ri->id));
+    if (retry_after_s > 0) {
+        char ra[16];
+        int n = snprintf(ra, sizeof ra, "%d", retry_after_s);
+        h2o_iovec_t v = h2o_strdup(&req->pool, ra, (size_t)n);
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, v.base, v.len);
+    }
+    if (fe->draining)
+        req->http1_is_persistent = 0;
+    sl_fe_log_request(fe, req, ri, status, prompt_tokens, completion_tokens);
+    h2o_send_inline(req, body, len);    /* copies the body into the pool */
+}
+
+void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_error *e)
+{
+    int http = 500;
+    char *body = sl_api_error_body(e, &http);
+    if (body == NULL) {
+        sl_fe_respond(fe, req, ri, http, "application/json", "", 0, e->retry_after_s);
+        return;
+    }
+    sl_fe_respond(fe, req, ri, http, "application/json", body, strlen(body), e->retry_after_s);
+    free(body);
+}
+
+/* ================================================================ mailbox release */
+
+void sl_fe_release_later(sl_fe *fe, sl_shm_ticket t)
+{
+    sl_status rc = sl_shm_release(fe->shm, t);
+    if (rc != SL_ESTATE)
+        return;     /* released, or no longer ours (recovery took it back): nothing to keep */
+    if (fe->n_pending == fe->cap_pending) {
+        uint32_t cap = fe->cap_pending ? fe->cap_pending * 2 : 16;
+        sl_shm_ticket *p = realloc(fe->pending, cap * sizeof *p);
+        if (p == NULL) {
+            /* Out of memory: the mailbox stays taken until this slot is recovered
+             * (the master reclaims a dead front end's mailboxes). Logged once per case. */
+            fprintf(stderr, "sluice-fe slot=%" PRIu32 ": out of memory keeping mailbox %" PRIu32 "\n",
+                    fe->slot, t.index);
+            return;
+        }
+        fe->pending = p;
+        fe->cap_pending = cap;
+    }
+    fe->pending[fe->n_pending++] = t;
+}
+
+static void retry_pending_releases(sl_fe *fe)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < fe->n_pending; i++) {
+        if (sl_shm_release(fe->shm, fe->pending[i]) == SL_ESTATE)
+            fe->pending[k++] = fe->pending[i];   /* the worker still holds it */
+    }
+    fe->n_pending = k;
+}
+
+/* ================================================================ event sources */
+
+static sl_fe *g_fe;   /* the process's one front end; h2o callbacks carry no user pointer */
+
+static void on_conn_close(void *data)
+{
+    sl_fe *fe = data;
+    fe->n_conns--;
+}
+
+static void on_accept(h2o_socket_t *listener, const char *err)
+{
+    sl_fe *fe = g_fe;
+    if (err != NULL)
+        return;
+    h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
+    if (sock == NULL)
+        return;     /* another front end won the race, or EMFILE (h2o retries on the next wake) */
+    fe->n_conns++;
+    sock->on_close.cb = on_conn_close;
+    sock->on_close.data = fe;
+    h2o_accept(&fe->accept_ctx, sock);
+}
+
+static void on_wake(h2o_socket_t *sock, const char *err)
+{
+    sl_fe *fe = g_fe;
+    (void)err;
+    uint64_t v;
+    /* epoll is level-triggered here: an undrained eventfd would spin the loop. */
+    while (read(h2o_socket_get_fd(sock), &v, sizeof v) == (ssize_t)sizeof v) {
+    }
+    retry_pending_releases(fe);
+    sl_fe_streams_pump_all(fe);
+}
+
+static void close_listener(sl_fe *fe)
+{
+    if (fe->listener == NULL)
+        return;
+    h2o_socket_read_stop(fe->listener);
+    h2o_socket_close(fe->listener);
+    fe->listener = NULL;
+    h2o_context_request_shutdown(&fe->ctx);
+    /* Idle keep-alive connections would otherwise live out the full idle timeout. */
+    fe->ctx.http1.req_timeout.timeout = 100;
+}
+
+static void on_signal(h2o_socket_t *sock, const char *err)
+{
+    sl_fe *fe = g_fe;
+    (void)err;
+    struct signalfd_siginfo si;
+    while (read(h2o_socket_get_fd(sock), &si, sizeof si) == (ssize_t)sizeof si) {
+        if (!fe->draining) {
+            fe->draining = true;
+            fe->drain_start_ns = sl_shm_now_ns();
+            fprintf(stderr, "sluice-fe slot=%" PRIu32 ": signal %u, draining (delay %" PRIu32 " s, timeout %" PRIu32 " s)\n",
+                    fe->slot, si.ssi_signo, fe->cfg->drain_delay_s, fe->cfg->drain_timeout_s);
+        } else if (si.ssi_signo == SIGINT) {
+            fe->stop_loop = true;   /* a second Ctrl-C: stop now */
+        }
+    }
+}
+
+static void on_tick(h2o_timeout_entry_t *entry)
+{
+    sl_fe *fe = g_fe;
+    (void)entry;
+    uint64_t now = sl_shm_now_ns();
+    retry_pending_releases(fe);
+    sl_fe_streams_tick(fe, now);
+    if (fe->draining) {
+        uint64_t since = now - fe->drain_start_ns;
+        uint64_t delay = (uint64_t)fe->cfg->drain_delay_s * 1000000000ull;
+        uint64_t deadline = delay + (uint64_t)fe->cfg->drain_timeout_s * 1000000000ull;
+        if (since >= delay)
+            close_listener(fe);
+        if (since >= deadline && fe->n_streams > 0)
+            sl_fe_streams_abort_all(fe, "the server is shutting down");
+        if (fe->listener == NULL && fe->n_streams == 0 && (fe->n_conns == 0 || since >= deadline))
+            fe->stop_loop = true;
+    }
+    h2o_timeout_link(fe->loop, &fe->tick_timeout, &fe->tick_entry);
+}
+
+/* ================================================================ model */
+
+static char *dup_token_text(const sl_tokenizer *t, int32_t id)
+{
+    size_t len = 0;
+    const char *s = id >= 0 ? sl_tokenizer_text(t, id, &len) : NULL;
+    char *out = malloc(len + 1);
+    if (out == NULL)
+        return NULL;
+    if (s != NULL)
+        memcpy(out, s, len);
+    out[len] = '\0';
+    return out;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n + 4096 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *p = realloc(buf, cap);
+            if (p == NULL) { free(buf); fclose(f); return NULL; }
+            buf = p;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* Opens the GGUF for its metadata (the pages are shared with the worker's
+ * mapping), builds the tokenizer and compiles the template. */
+static sl_status load_model(sl_fe *fe, char err[SL_ERR_LEN])
+{
+    const sl_config *cfg = fe->cfg;
+    sl_status rc = sl_gguf_open(cfg->model, &fe->gguf, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = sl_tokenizer_create(fe->gguf, &fe->tok, err)) < 0)
+        return rc;
+    fe->n_vocab = sl_tokenizer_n_vocab(fe->tok);
+    fe->bos_text = dup_token_text(fe->tok, sl_tokenizer_bos(fe->tok));
+    fe->eos_text = dup_token_text(fe->tok, sl_tokenizer_eos(fe->tok));
+    if (fe->bos_text == NULL || fe->eos_text == NULL)
+        return SL_ENOMEM;
+
+    int64_t n_ctx = 0;
+    sl_gguf_str arch;
+    if (sl_gguf_get_str(fe->gguf, "general.architecture", &arch) == SL_OK && arch.len < 64) {
+        char key[96];
+        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.ptr);
+        sl_gguf_get_int(fe->gguf, key, &n_ctx);
+    }
+    if (cfg->ctx_size > 0)
+        n_ctx = cfg->ctx_size;
+    if (n_ctx <= 1) {
+        snprintf(err, SL_ERR_LEN, "%.200s: no context length (set --ctx-size)", cfg->model);
+        return SL_EFORMAT;
+    }
+    fe->n_ctx = (uint32_t)(n_ctx > UINT32_MAX ? UINT32_MAX : n_ctx);
+    fe->max_prompt = fe->n_ctx - 1;     /* room for one generated token at least */
+    if (cfg->max_prompt_tokens > 0 && cfg->max_prompt_tokens < fe->max_prompt)
+        fe->max_prompt = cfg->max_prompt_tokens;
+    const sl_shm_limits *lim = sl_shm_get_limits(fe->shm);
+    if (lim->prompt_tokens_max < fe->max_prompt)
+        fe->max_prompt = lim->prompt_tokens_max;
+
+    /* The template: the override (a built-in name, else a file), else the model's. */
+    const char *src = NULL;
+    char *owned = NULL;
+    size_t len = 0;
+    if (cfg->chat_template[0] != '\0') {
+        src = sl_chat_template_builtin(cfg->chat_template);
+        if (src != NULL) {
+            len = strlen(src);
+        } else if ((owned = read_file(cfg->chat_template, &len)) != NULL) {
+            src = owned;
+        } else {
+            snprintf(err, SL_ERR_LEN, "chat template %.150s: neither a built-in name nor a readable file (%s)",
+                     cfg->chat_template, strerror(errno));
+            return SL_EINVAL;
+        }
+    } else {
+        sl_gguf_str s;
+        if (sl_gguf_get_str(fe->gguf, "tokenizer.chat_template", &s) == SL_OK) {
+            src = s.ptr;
+            len = s.len;
+        } else {
+            /* No template in the model: chatml is what most such models were tuned on. */
+            fprintf(stderr, "sluice-fe slot=%" PRIu32 ": %s has no chat template; using chatml\n",
+                    fe->slot, cfg->model);
+            src = sl_chat_template_builtin("chatml");
+            len = strlen(src);
+        }
+    }
+    rc = sl_chat_template_compile(src, len, &fe->tmpl, err);
+    free(owned);
+    if (rc < 0)
+        return rc;
+
+    if (cfg->model_alias[0] != '\0') {
+        snprintf(fe->model_name, sizeof fe->model_name, "%s", cfg->model_alias);
+    } else {
+        const char *base = strrchr(cfg->model, '/');
+        snprintf(fe->model_name, sizeof fe->model_name, "%.127s", base ? base + 1 : cfg->model);
+    }
+    return SL_OK;
+}
+
+/* ================================================================ main */
+
+static void fe_dispose(sl_fe *fe, bool h2o_ready)
+{
+    if (h2o_ready) {
+        if (h2o_timeout_is_linked(&fe->tick_entry))
+            h2o_timeout_unlink(&fe->tick_entry);
+        if (h2o_timeout_is_linked(&fe->ctx.http2._graceful_shutdown_timeout))
+            h2o_timeout_unlink(&fe->ctx.http2._graceful_shutdown_timeout);
+        if (fe->listener != NULL) {
+            h2o_socket_read_stop(fe->listener);
+            h2o_socket_close(fe->listener);
+        }
+        h2o_socket_read_stop(fe->wake_sock);
+        h2o_socket_close(fe->wake_sock);
+        h2o_socket_read_stop(fe->sig_sock);
+        h2o_socket_close(fe->sig_sock);
+        /* Let the loop run the closes (sockets are freed on the next pass). */
+        h2o_evloop_run(fe->loop, 0);
+        h2o_timeout_dispose(fe->loop, &fe->tick_timeout);
+        h2o_context_dispose(&fe->ctx);
+        h2o_evloop_destroy(fe->loop);
+    }
+    h2o_config_dispose(&fe->config);
+    retry_pending_releases(fe);
+    free(fe->pending);
+    sl_chat_template_destroy(fe->tmpl);
+    sl_tokenizer_destroy(fe->tok);
+    sl_gguf_close(fe->gguf);
+    free(fe->bos_text);
+    free(fe->eos_text);
+    sl_shm_detach(fe->shm);
+}
+
+int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wake_fd)
+{
+    static sl_fe fe_storage;
+    sl_fe *fe = &fe_storage;
+    memset(fe, 0, sizeof *fe);
+    g_fe = fe;
+    fe->cfg = cfg;
+    fe->slot = slot;
+    fe->started = (int64_t)time(NULL);
+    char err[SL_ERR_LEN] = "";
+
+    signal(SIGPIPE, SIG_IGN);   /* h2o writes with writev; a gone client must not kill us */
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0) {
+        fprintf(stderr, "sluice-fe slot=%" PRIu32 ": signalfd: %s\n", slot, strerror(errno));
+        return SL_FRONTEND_EXIT_FAILED;
+    }
+
+    fe->shm = sl_shm_attach(cfg->shm_name, SL_SHM_ROLE_FRONTEND, slot, err);
+    if (fe->shm == NULL) {
+        fprintf(stderr, "sluice-fe slot=%" PRIu32 ": attach %s: %s\n", slot, cfg->shm_name, err);
+        close(sfd);
+        return SL_FRONTEND_EXIT_CONFIG;
+    }
+    if (load_model(fe, err) < 0) {
+        fprintf(stderr, "sluice-fe slot=%" PRIu32 ": %s\n", slot, err[0] ? err : "cannot load the model");
+        h2o_config_init(&fe->config);   /* so fe_dispose's config dispose is valid */
+        fe_dispose(fe, false);
+        close(sfd);
+        return SL_FRONTEND_EXIT_CONFIG;
+    }
+
+    h2o_config_init(&fe->config);
+    fe->config.max_request_entity_size = cfg->max_body > 0 ? cfg->max_body : 1 << 20;
+    if (cfg->idle_timeout_ms > 0)
+        fe->config.http1.req_timeout = cfg->idle_timeout_ms;
+    fe->config.http1.upgrade_to_http2 = 0;   /* HTTP/1.1 only: 2.2.5's HTTP/2 lacks the Rapid Reset fix */
+    fe->config.server_name = h2o_iovec_init(H2O_STRLIT("sluice"));
+    h2o_hostconf_t *host = h2o_config_register_host(&fe->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    sl_fe_routes_register(fe, host);
+
+    fe->loop = h2o_evloop_create();   /* after fork: it owns an epoll fd */
+    h2o_context_init(&fe->ctx, fe->loop, &fe->config);
+    fe->accept_ctx.ctx = &fe->ctx;
+    fe->accept_ctx.hosts = fe->config.hosts;
+
+    fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
+    fcntl(wake_fd, F_SETFL, fcntl(wake_fd, F_GETFL) | O_NONBLOCK);
+    fe->listener = h2o_evloop_socket_create(fe->loop, listen_fd, H2O_SOCKET_FLAG_DONT_READ);
+    h2o_socket_read_start(fe->listener, on_accept);
+    fe->wake_sock = h2o_evloop_socket_create(fe->loop, wake_fd, H2O_SOCKET_FLAG_DONT_READ);
+    h2o_socket_read_start(fe->wake_sock, on_wake);
+    fe->sig_sock = h2o_evloop_socket_create(fe->loop, sfd, H2O_SOCKET_FLAG_DONT_READ);
+    h2o_socket_read_start(fe->sig_sock, on_signal);
+    h2o_timeout_init(fe->loop, &fe->tick_timeout, SL_FE_TICK_MS);
+    fe->tick_entry.cb = on_tick;
+    h2o_timeout_link(fe->loop, &fe->tick_timeout, &fe->tick_entry);
+
+    fprintf(stderr, "sluice-fe slot=%" PRIu32 ": serving %s (ctx %" PRIu32 ", prompt <= %" PRIu32 " tokens)\n",
+            slot, fe->model_name, fe->n_ctx, fe->max_prompt);
+    while (!fe->stop_loop)
+        h2o_evloop_run(fe->loop, INT32_MAX);   /* -1 on EINTR is fine: the flag decides */
+
+    bool clean = fe->n_conns == 0;
+    if (!clean) {
+        /* Connections outlived the deadline: h2o_context_dispose would assert on
+         * their timers. The process is ending; the kernel closes them. */
+        fprintf(stderr, "sluice-fe slot=%" PRIu32 ": drain deadline with %" PRIu32 " connections open\n",
+                slot, fe->n_conns);
+        retry_pending_releases(fe);
+        sl_shm_detach(fe->shm);
+        return SL_FRONTEND_EXIT_OK;
+    }
+    fe_dispose(fe, true);
+    fprintf(stderr, "sluice-fe slot=%" PRIu32 ": drained\n", slot);
+    return SL_FRONTEND_EXIT_OK;
+}

@@ -1,0 +1,126 @@
+/* frontend/server_internal.h: what server.c, routes.c and stream.c share inside
+ * one front-end process. Not a public contract: only these files include it.
+ * Where:     one sl_fe per process (the process is single-threaded: every
+ *            function here runs on the h2o event loop).
+ * Ownership: sl_fe owns the shm handle, the GGUF reader, the tokenizer, the
+ *            template and every h2o object; a stream (sl_fe_stream, stream.c)
+ *            lives in its request's pool and is freed by the pool's dispose. */
+#ifndef SL_FRONTEND_SERVER_INTERNAL_H
+#define SL_FRONTEND_SERVER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <h2o.h>
+
+#include "frontend/api_error.h"
+#include "model/chat_template.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "shared/config.h"
+#include "shared/shm.h"
+
+#define SL_FE_TICK_MS 250            /* disconnect probe, pings, write timeouts, drain */
+#define SL_FE_PING_MS 5000           /* ": ping" while a stream has nothing to send */
+#define SL_FE_REQUEST_ID_MAX 64      /* longest X-Request-ID echoed; longer ones are replaced */
+
+typedef struct sl_fe_stream sl_fe_stream;
+
+typedef struct {
+    /* configuration and model (read-only after start) */
+    const sl_config *cfg;
+    uint32_t slot;
+    sl_shm_t *shm;
+    sl_gguf *gguf;
+    sl_tokenizer *tok;
+    sl_chat_template *tmpl;
+    char *bos_text, *eos_text;       /* token texts the template sees ("" when none) */
+    uint32_t n_ctx;                  /* prompt + output tokens at most */
+    uint32_t max_prompt;             /* prompt tokens at most (<= n_ctx) */
+    int32_t n_vocab;
+    char model_name[128];            /* what /v1/models and responses report */
+    int64_t started;                 /* unix seconds, /v1/models "created" */
+
+    /* h2o */
+    h2o_globalconf_t config;
+    h2o_context_t ctx;
+    h2o_evloop_t *loop;
+    h2o_accept_ctx_t accept_ctx;
+    h2o_socket_t *listener;          /* NULL once closed for the drain */
+    h2o_socket_t *wake_sock;
+    h2o_socket_t *sig_sock;
+    h2o_timeout_t tick_timeout;
+    h2o_timeout_entry_t tick_entry;
+
+    /* state */
+    sl_fe_stream *streams;           /* live generation requests (doubly linked) */
+    uint32_t n_streams;
+    uint32_t n_conns;                /* open client connections */
+    bool draining;
+    uint64_t drain_start_ns;
+    bool stop_loop;
+
+    /* mailboxes cancelled while the worker still held them: released later */
+    sl_shm_ticket *pending;
+    uint32_t n_pending, cap_pending;
+} sl_fe;
+
+/* Per-request bookkeeping every route fills (request id, start time). */
+typedef struct {
+    char id[SL_FE_REQUEST_ID_MAX + 1];
+    uint64_t t0_ns;
+} sl_fe_reqinfo;
+
+/* ---- server.c ---- */
+
+/* Takes the X-Request-ID header if it is 1..SL_FE_REQUEST_ID_MAX printable
+ * ASCII bytes, else makes 32 hex digits; sets t0 to now. */
+void sl_fe_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req);
+
+/* Sends a whole response: status, reason, content type, x-request-id, an
+ * optional Retry-After (retry_after_s > 0) and the body (copied). Logs the
+ * request line. */
+void sl_fe_respond(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
+                   const char *content_type, const char *body, size_t len, int retry_after_s);
+
+/* The same, logging the request's token counts (generation routes). */
+void sl_fe_respond_counted(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
+                           const char *content_type, const char *body, size_t len, int retry_after_s,
+                           int64_t prompt_tokens, int64_t completion_tokens);
+
+/* Sends e as an OpenAI error body with its status (and Retry-After). */
+void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_error *e);
+
+/* One structured log line (stderr) for a finished request. */
+void sl_fe_log_request(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
+                       int64_t prompt_tokens, int64_t completion_tokens);
+
+/* HTTP reason phrase for a status. */
+const char *sl_fe_reason(int status);
+
+/* Releases `t` now if the worker let go, else keeps it and retries on each
+ * wake and tick (a cancelled request is released only after the worker saw
+ * the cancel). */
+void sl_fe_release_later(sl_fe *fe, sl_shm_ticket t);
+
+/* ---- routes.c ---- */
+
+/* Registers every route on `host`. */
+void sl_fe_routes_register(sl_fe *fe, h2o_hostconf_t *host);
+
+/* ---- stream.c ---- */
+
+/* POST /v1/chat/completions and /v1/completions (auth already checked). */
+void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat);
+
+/* The wake eventfd fired: move every stream forward. */
+void sl_fe_streams_pump_all(sl_fe *fe);
+
+/* Every SL_FE_TICK_MS: disconnect probe, pings, write timeouts. */
+void sl_fe_streams_tick(sl_fe *fe, uint64_t now_ns);
+
+/* Drain deadline passed: end every stream with an error event. */
+void sl_fe_streams_abort_all(sl_fe *fe, const char *why);
+
+#endif

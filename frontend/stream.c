@@ -1,0 +1,828 @@
+/* frontend/stream.c: generation requests (POST /v1/chat/completions and
+ * /v1/completions) from the body to the last byte: parse, template, tokenize,
+ * limits, submit, then drain the mailbox into SSE events or one JSON response.
+ * Runs on the front end's event loop; a stream lives in its request's pool.
+ *
+ * The trade-off: tokens are read from the mailbox only when the previous write
+ * finished (h2o's proceed). A slow client therefore leaves tokens in the
+ * mailbox ring, the ring fills, and the worker pauses that sequence: nothing
+ * is ever dropped, and memory per stream stays one event's worth.
+ *
+ * Stream lifecycle (each arrow names the function making it):
+ *   generate() -> LIVE (linked, mailbox submitted)
+ *   LIVE --pump(): terminal or stop string--> finish(): FINAL sent, unlinked,
+ *        mailbox released (or kept by sl_fe_release_later until the worker lets go)
+ *   LIVE --on_stop() (write failed) | tick(): client hung up, write timeout |
+ *        abort_all() (drain deadline)--> cancelled, unlinked
+ *   any --on_dispose() (the pool dies)--> cleanup; the single place that frees.
+ * Invariants: (1) at most one h2o_send is in flight per stream and its bytes
+ * (st->out) are untouched until proceed; (2) after FINAL/ERROR nothing touches
+ * st->req; (3) a stream holds its ticket until it is released or handed to
+ * sl_fe_release_later, exactly once. */
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "frontend/api_json.h"
+#include "frontend/api_request.h"
+#include "frontend/api_response.h"
+#include "frontend/api_sse.h"
+#include "frontend/api_stop.h"
+#include "frontend/server_internal.h"
+
+#define READ_BATCH 64               /* tokens per sl_shm_read_tokens call */
+#define READ_MAX_PER_EVENT 4096     /* tokens per event at most, so one stream cannot hog the loop */
+
+struct sl_fe_stream {
+    sl_fe *fe;
+    h2o_req_t *req;
+    h2o_generator_t gen;
+    sl_fe_stream *prev, *next;
+    bool linked;
+    sl_fe_reqinfo ri;
+
+    sl_api_endpoint ep;
+    bool stream, include_usage, logprobs;
+    sl_shm_ticket ticket;
+    bool have_ticket;
+    bool started;                  /* h2o_start_response ran (streams only) */
+    bool inflight;                 /* an h2o_send awaits proceed */
+    bool done;                     /* no more sends: FINAL/ERROR sent or the client is gone */
+    bool logged;
+    bool write_timed_out;
+    bool stop_hit;
+    uint64_t inflight_since_ns, last_send_ns;
+
+    char id[SL_API_ID_LEN];
+    int64_t created;
+    int64_t n_prompt, n_generated;
+    sl_detok detok;
+    sl_api_stop stop;
+    char *piece;                   /* detokenizer output, sl_detok_max_piece bytes */
+    size_t piece_cap;
+    char *lp_scratch;              /* token texts for one logprob record */
+    size_t lp_cap;
+    sl_api_logprobs lp;            /* stream: this event's tokens; else all */
+    bool lp_live;
+    char *text;                    /* stream: this event's text; else the whole answer */
+    size_t text_len, text_cap;
+    char *out;                     /* bytes of the write in flight (stream) */
+    size_t out_len, out_cap;
+};
+
+/* ================================================================ buffers */
+
+static bool buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *p = realloc(*buf, c);
+        if (p == NULL)
+            return false;
+        *buf = p;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return true;
+}
+
+/* Frames one chunk's JSON as an SSE event onto st->out; frees json. */
+static bool out_event(sl_fe_stream *st, char *json)
+{
+    if (json == NULL)
+        return false;
+    size_t need = sl_api_sse_frame(NULL, 0, json, strlen(json));
+    bool ok = true;
+    if (st->out_len + need + 1 > st->out_cap) {
+        size_t c = st->out_cap ? st->out_cap : 512;
+        while (c < st->out_len + need + 1)
+            c *= 2;
+        char *p = realloc(st->out, c);
+        ok = p != NULL;
+        if (ok) {
+            st->out = p;
+            st->out_cap = c;
+        }
+    }
+    if (ok)
+        st->out_len += sl_api_sse_frame(st->out + st->out_len, need, json, strlen(json));
+    free(json);
+    return ok;
+}
+
+/* ================================================================ list */
+
+static void link_stream(sl_fe *fe, sl_fe_stream *st)
+{
+    st->prev = NULL;
+    st->next = fe->streams;
+    if (fe->streams)
+        fe->streams->prev = st;
+    fe->streams = st;
+    st->linked = true;
+    fe->n_streams++;
+}
+
+static void unlink_stream(sl_fe_stream *st)
+{
+    if (!st->linked)
+        return;
+    sl_fe *fe = st->fe;
+    if (st->prev)
+        st->prev->next = st->next;
+    else
+        fe->streams = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    st->linked = false;
+    fe->n_streams--;
+}
+
+/* Cancels the request in the worker and gives the mailbox up (released now if
+ * the worker already let go, else as soon as it does). */
+static void drop_ticket(sl_fe_stream *st, bool cancel)
+{
+    if (!st->have_ticket)
+        return;
+    if (cancel)
+        sl_shm_cancel(st->fe->shm, st->ticket);
+    sl_fe_release_later(st->fe, st->ticket);
+    st->have_ticket = false;
+}
+
+/* ================================================================ sending */
+
+static void send_out(sl_fe_stream *st, h2o_send_state_t state)
+{
+    h2o_iovec_t v = h2o_iovec_init(st->out, st->out_len);
+    st->last_send_ns = sl_shm_now_ns();
+    if (state == H2O_SEND_STATE_IN_PROGRESS) {
+        st->inflight = true;
+        st->inflight_since_ns = st->last_send_ns;
+    } else {
+        st->done = true;
+        unlink_stream(st);
+        if (st->fe->draining)
+            st->req->http1_is_persistent = 0;
+    }
+    h2o_send(st->req, &v, 1, state);
+}
+
+static sl_api_timings timings_of(const sl_fe_stream *st, const sl_shm_timings *t)
+{
+    sl_api_timings r = {0};
+    r.prompt_n = st->n_prompt;
+    if (t->first_token_ns > t->admitted_ns && t->admitted_ns > 0)
+        r.prompt_ms = (double)(t->first_token_ns - t->admitted_ns) / 1e6;
+    r.predicted_n = st->n_generated;
+    if (t->last_token_ns > t->first_token_ns && t->first_token_ns > 0)
+        r.predicted_ms = (double)(t->last_token_ns - t->first_token_ns) / 1e6;
+    return r;
+}
+
+static void observe(sl_fe *fe, const sl_shm_timings *t, int64_t n)
+{
+    if (t->queued_ns == 0)
+        return;
+    if (t->admitted_ns >= t->queued_ns)
+        sl_shm_histogram_observe(fe->shm, SL_HISTOGRAM_QUEUE, t->admitted_ns - t->queued_ns);
+    if (t->first_token_ns >= t->queued_ns && t->first_token_ns > 0) {
+        sl_shm_histogram_observe(fe->shm, SL_HISTOGRAM_TTFT, t->first_token_ns - t->queued_ns);
+        if (n > 1 && t->last_token_ns > t->first_token_ns)
+            sl_shm_histogram_observe(fe->shm, SL_HISTOGRAM_INTER_TOKEN,
+                                     (t->last_token_ns - t->first_token_ns) / (uint64_t)(n - 1));
+    }
+    uint64_t end = t->last_token_ns ? t->last_token_ns : sl_shm_now_ns();
+    if (end >= t->queued_ns)
+        sl_shm_histogram_observe(fe->shm, SL_HISTOGRAM_E2E, end - t->queued_ns);
+}
+
+/* Ends a stream that already sent headers with an error event, or answers a
+ * non-streaming request with the error. */
+static void fail(sl_fe_stream *st, sl_api_err_kind kind, const char *msg)
+{
+    sl_api_error e;
+    sl_api_error_set(&e, kind, NULL, "%s", msg);
+    drop_ticket(st, true);
+    if (!st->started) {
+        st->done = true;
+        st->logged = true;
+        unlink_stream(st);
+        int http = 500;
+        char *body = sl_api_error_body(&e, &http);
+        sl_fe_respond_counted(st->fe, st->req, &st->ri, http, "application/json", body ? body : "",
+                              body ? strlen(body) : 0, 0, st->n_prompt, st->n_generated);
+        free(body);
+        return;
+    }
+    size_t n = 0;
+    char *ev = sl_api_sse_error(&e, &n);
+    st->out_len = 0;
+    if (ev != NULL)
+        buf_append(&st->out, &st->out_len, &st->out_cap, ev, n);
+    free(ev);
+    st->logged = true;
+    sl_fe_log_request(st->fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
+    if (st->out_len == 0) {
+        st->done = true;
+        unlink_stream(st);
+        h2o_send(st->req, NULL, 0, H2O_SEND_STATE_ERROR);
+        return;
+    }
+    send_out(st, H2O_SEND_STATE_FINAL);
+}
+
+/* ================================================================ tokens -> text */
+
+static void take_text(sl_fe_stream *st, const char *s, size_t n)
+{
+    const char *emit = NULL;
+    size_t emit_len = 0;
+    if (n == 0 || st->stop_hit)
+        return;
+    if (sl_api_stop_push(&st->stop, s, n, &emit, &emit_len) < 0)
+        return;    /* out of memory: the matcher kept the text; it comes out with the next piece */
+    buf_append(&st->text, &st->text_len, &st->text_cap, emit, emit_len);
+    if (st->stop.hit) {
+        st->stop_hit = true;
+        /* The client's answer is complete: stop the worker now, not at max_tokens. */
+        if (st->have_ticket)
+            sl_shm_cancel(st->fe->shm, st->ticket);
+    }
+}
+
+static void consume(sl_fe_stream *st, int32_t token, const sl_logprob_record *rec)
+{
+    sl_fe *fe = st->fe;
+    if (st->stop_hit)
+        return;     /* tokens the worker made before it saw the cancel: not the client's */
+    st->n_generated++;
+    size_t n = sl_detok_push(&st->detok, fe->tok, token, false, st->piece, st->piece_cap);
+    take_text(st, st->piece, n);
+    if (st->logprobs && rec != NULL && st->lp_live && !sl_tokenizer_is_eog(fe->tok, token)) {
+        sl_api_token_logprob tl;
+        if (sl_api_token_logprob_from_record(&tl, rec, fe->tok, st->lp_scratch, st->lp_cap) == SL_OK)
+            sl_api_logprobs_push(&st->lp, &tl);
+    }
+}
+
+static bool lp_has_entries(const sl_fe_stream *st)
+{
+    if (!st->lp_live || st->lp._obj == NULL)
+        return false;
+    json_t *c = json_object_get(st->lp._obj, st->ep == SL_API_ENDPOINT_CHAT ? "content" : "tokens");
+    return json_array_size(c) > 0;
+}
+
+static void lp_reset(sl_fe_stream *st)
+{
+    if (!st->logprobs)
+        return;
+    size_t off = st->lp.text_offset;
+    if (st->lp_live)
+        sl_api_logprobs_fini(&st->lp);
+    st->lp_live = sl_api_logprobs_init(&st->lp, st->ep, off) == SL_OK;
+}
+
+/* ================================================================ finish */
+
+static void finish(sl_fe_stream *st)
+{
+    sl_fe *fe = st->fe;
+    sl_shm_result_info info;
+    memset(&info, 0, sizeof info);
+    if (st->have_ticket && sl_shm_result(fe->shm, st->ticket, &info) != SL_OK) {
+        fail(st, SL_API_ERR_UNAVAILABLE, "the request was lost: the worker restarted");
+        return;
+    }
+    if (!st->stop_hit) {
+        size_t n = sl_detok_flush(&st->detok, fe->tok, st->piece, st->piece_cap);
+        take_text(st, st->piece, n);
+    }
+    if (!st->stop_hit) {
+        const char *emit = NULL;
+        size_t emit_len = 0;
+        sl_api_stop_flush(&st->stop, &emit, &emit_len);
+        buf_append(&st->text, &st->text_len, &st->text_cap, emit, emit_len);
+    }
+    sl_api_finish fin = SL_API_FINISH_STOP;
+    if (!st->stop_hit) {
+        if (info.state == SL_MAILBOX_STATE_FAILED) {
+            char msg[SL_SHM_ERROR_LEN + 32];
+            snprintf(msg, sizeof msg, "generation failed: %s", info.error[0] ? info.error : "worker error");
+            fail(st, SL_API_ERR_INTERNAL, msg);
+            return;
+        }
+        if (info.state == SL_MAILBOX_STATE_CANCELLED) {
+            fail(st, SL_API_ERR_UNAVAILABLE, "the request was cancelled by the server");
+            return;
+        }
+        fin = info.finish_reason == SL_FINISH_REASON_LENGTH ? SL_API_FINISH_LENGTH : SL_API_FINISH_STOP;
+        observe(fe, &info.timings, st->n_generated);
+    }
+    drop_ticket(st, false);   /* released now, or after the worker saw the stop string's cancel */
+
+    sl_api_usage usage = {st->n_prompt, st->n_generated};
+    sl_api_timings tm = timings_of(st, &info.timings);
+    if (!st->stream) {
+        sl_api_result r = {
+            .endpoint = st->ep, .id = st->id, .created = st->created, .model = fe->model_name,
+            .text = st->text ? st->text : "", .text_len = st->text_len, .finish = fin, .usage = usage,
+            .timings = &tm, .logprobs = st->lp_live ? &st->lp : NULL,
+        };
+        char *body = sl_api_response_build(&r);
+        if (body == NULL) {
+            fail(st, SL_API_ERR_INTERNAL, "out of memory building the response");
+            return;
+        }
+        st->done = true;
+        st->logged = true;
+        unlink_stream(st);
+        sl_fe_respond_counted(fe, st->req, &st->ri, 200, "application/json", body, strlen(body), 0, st->n_prompt,
+                              st->n_generated);
+        free(body);
+        return;
+    }
+    st->out_len = 0;
+    sl_api_chunk c = {.endpoint = st->ep, .id = st->id, .created = st->created, .model = fe->model_name,
+                      .include_usage = st->include_usage};
+    bool ok = true;
+    if (st->text_len > 0 || lp_has_entries(st)) {
+        c.kind = SL_API_CHUNK_TEXT;
+        c.text = st->text ? st->text : "";
+        c.text_len = st->text_len;
+        c.logprobs = lp_has_entries(st) ? &st->lp : NULL;
+        ok = ok && out_event(st, sl_api_chunk_build(&c));
+    }
+    c.kind = SL_API_CHUNK_FINISH;
+    c.text = "";
+    c.text_len = 0;
+    c.logprobs = NULL;
+    c.finish = fin;
+    c.timings = st->include_usage ? NULL : &tm;
+    ok = ok && out_event(st, sl_api_chunk_build(&c));
+    if (st->include_usage) {
+        c.kind = SL_API_CHUNK_USAGE;
+        c.usage = &usage;
+        c.timings = &tm;
+        ok = ok && out_event(st, sl_api_chunk_build(&c));
+    }
+    ok = ok && buf_append(&st->out, &st->out_len, &st->out_cap, SL_API_SSE_DONE, strlen(SL_API_SSE_DONE));
+    if (!ok) {
+        fail(st, SL_API_ERR_INTERNAL, "out of memory building the last events");
+        return;
+    }
+    st->logged = true;
+    sl_fe_log_request(fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
+    send_out(st, H2O_SEND_STATE_FINAL);
+}
+
+/* ================================================================ pump */
+
+/* Moves one stream forward: reads what the mailbox holds (only when no write
+ * is in flight: that is the backpressure), turns it into text, and sends one
+ * event, or finishes. */
+static void pump(sl_fe_stream *st)
+{
+    sl_fe *fe = st->fe;
+    if (st->done || st->inflight || !st->have_ticket)
+        return;
+    static int32_t toks[READ_BATCH];
+    static sl_logprob_record recs[READ_BATCH];
+    bool want_recs = st->logprobs && sl_shm_get_limits(fe->shm)->logprobs;
+    if (st->stream) {
+        st->text_len = 0;
+        lp_reset(st);
+    }
+    bool terminal = false;
+    uint32_t total = 0;
+    while (!st->stop_hit && total < READ_MAX_PER_EVENT) {
+        uint32_t n = 0;
+        sl_mailbox_state state = SL_MAILBOX_STATE_RUNNING;
+        sl_status rc = sl_shm_read_tokens(fe->shm, st->ticket, toks, want_recs ? recs : NULL, READ_BATCH, &n, &state);
+        if (rc < 0) {
+            st->have_ticket = false;   /* not ours any more (recovery took it back) */
+            fail(st, SL_API_ERR_UNAVAILABLE, "the request was lost: the worker restarted");
+            return;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            consume(st, toks[i], want_recs ? &recs[i] : NULL);
+        total += n;
+        if (state >= SL_MAILBOX_STATE_FINISHED && n < READ_BATCH) {
+            terminal = true;
+            break;
+        }
+        if (n < READ_BATCH)
+            break;
+    }
+    if (terminal || st->stop_hit) {
+        finish(st);
+        return;
+    }
+    if (!st->stream || (st->text_len == 0 && !lp_has_entries(st)))
+        return;
+    st->out_len = 0;
+    sl_api_chunk c = {.endpoint = st->ep, .kind = SL_API_CHUNK_TEXT, .id = st->id, .created = st->created,
+                      .model = fe->model_name, .text = st->text, .text_len = st->text_len,
+                      .logprobs = lp_has_entries(st) ? &st->lp : NULL, .include_usage = st->include_usage};
+    if (!out_event(st, sl_api_chunk_build(&c))) {
+        fail(st, SL_API_ERR_INTERNAL, "out of memory building an event");
+        return;
+    }
+    send_out(st, H2O_SEND_STATE_IN_PROGRESS);
+}
+
+void sl_fe_streams_pump_all(sl_fe *fe)
+{
+    for (sl_fe_stream *st = fe->streams, *next; st != NULL; st = next) {
+        next = st->next;
+        pump(st);
+    }
+}
+
+/* ================================================================ h2o callbacks */
+
+static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
+{
+    (void)req;
+    sl_fe_stream *st = H2O_STRUCT_FROM_MEMBER(sl_fe_stream, gen, gen);
+    st->inflight = false;
+    pump(st);
+}
+
+static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
+{
+    (void)req;
+    sl_fe_stream *st = H2O_STRUCT_FROM_MEMBER(sl_fe_stream, gen, gen);
+    st->done = true;    /* the connection is gone: the write failed or it was closed */
+    unlink_stream(st);
+    drop_ticket(st, true);
+}
+
+static void on_dispose(void *p)
+{
+    sl_fe_stream *st = p;
+    unlink_stream(st);
+    drop_ticket(st, true);
+    if (!st->logged)
+        sl_fe_log_request(st->fe, st->req, &st->ri, 499, st->n_prompt, st->n_generated);
+    sl_api_stop_fini(&st->stop);
+    if (st->lp_live)
+        sl_api_logprobs_fini(&st->lp);
+    free(st->piece);
+    free(st->lp_scratch);
+    free(st->text);
+    free(st->out);
+}
+
+/* The client went away (probe) or stopped reading (write timeout) or the drain
+ * deadline passed: cancel the request and end the response. */
+static void kill_stream(sl_fe_stream *st, int status_if_unstarted)
+{
+    drop_ticket(st, true);
+    st->done = true;
+    unlink_stream(st);
+    if (st->started) {
+        h2o_send(st->req, NULL, 0, H2O_SEND_STATE_ERROR);
+    } else {
+        st->logged = true;
+        st->req->http1_is_persistent = 0;
+        sl_fe_respond_counted(st->fe, st->req, &st->ri, status_if_unstarted, "application/json", "", 0, 0,
+                              st->n_prompt, st->n_generated);
+    }
+}
+
+static int stream_fd(sl_fe_stream *st)
+{
+    h2o_conn_t *conn = st->req->conn;
+    if (st->req->version >= 0x200 || conn->callbacks->get_socket == NULL)
+        return -1;     /* HTTP/2 reads on its own and reports resets through stop() */
+    h2o_socket_t *sock = conn->callbacks->get_socket(conn);
+    return sock ? h2o_socket_get_fd(sock) : -1;
+}
+
+void sl_fe_streams_tick(sl_fe *fe, uint64_t now)
+{
+    static const char ping[] = SL_API_SSE_PING;
+    uint64_t wto = (uint64_t)fe->cfg->write_timeout_ms * 1000000ull;
+    for (sl_fe_stream *st = fe->streams, *next; st != NULL; st = next) {
+        next = st->next;
+        int fd = stream_fd(st);
+        if (st->inflight) {
+            /* h2o 2.2.5 has no write timeout: shutting the socket down makes the
+             * pending write fail, and h2o then calls stop(). */
+            if (wto > 0 && !st->write_timed_out && now - st->inflight_since_ns > wto && fd >= 0) {
+                st->write_timed_out = true;
+                drop_ticket(st, true);
+                fprintf(stderr, "sluice-fe slot=%" PRIu32 ": request_id=%s write timeout, dropping the client\n",
+                        fe->slot, st->ri.id);
+                shutdown(fd, SHUT_RDWR);
+            }
+            continue;
+        }
+        if (fd >= 0) {
+            /* HTTP/1 stops reading once the request is parsed, so an idle client's
+             * close is seen only by asking the socket. */
+            struct pollfd pfd = {.fd = fd, .events = POLLRDHUP};
+            if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+                kill_stream(st, 499);
+                continue;
+            }
+        }
+        if (st->started && !st->done && now - st->last_send_ns >= (uint64_t)SL_FE_PING_MS * 1000000ull) {
+            st->inflight = true;
+            st->inflight_since_ns = st->last_send_ns = now;
+            h2o_iovec_t v = h2o_iovec_init(ping, sizeof ping - 1);
+            h2o_send(st->req, &v, 1, H2O_SEND_STATE_IN_PROGRESS);
+        }
+    }
+}
+
+void sl_fe_streams_abort_all(sl_fe *fe, const char *why)
+{
+    for (sl_fe_stream *st = fe->streams, *next; st != NULL; st = next) {
+        next = st->next;
+        if (st->inflight) {
+            drop_ticket(st, true);
+            int fd = stream_fd(st);
+            if (fd >= 0)
+                shutdown(fd, SHUT_RDWR);
+            continue;
+        }
+        fail(st, SL_API_ERR_UNAVAILABLE, why);
+    }
+}
+
+/* ================================================================ setup */
+
+static void reject(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, sl_api_err_kind kind, const char *param,
+                   const char *code, const char *msg)
+{
+    sl_api_error e;
+    sl_api_error_set(&e, kind, param, "%s", msg);
+    e.code = code;
+    if (kind == SL_API_ERR_UNAVAILABLE)
+        e.retry_after_s = 1;
+    sl_fe_respond_error(fe, req, ri, &e);
+}
+
+/* Tokenizes into a malloc'd array (grown once if the first guess is short). */
+static int64_t tokenize_alloc(const sl_fe *fe, const char *text, size_t len, const sl_tok_span *spans, size_t n_spans,
+                              bool add_special, int32_t **out)
+{
+    size_t cap = len / 2 + 16;
+    for (int pass = 0; pass < 2; pass++) {
+        int32_t *buf = malloc(cap * sizeof *buf);
+        if (buf == NULL)
+            return SL_ENOMEM;
+        int64_t n = sl_tokenize_rendered(fe->tok, text, len, spans, n_spans, add_special, buf, cap);
+        if (n >= 0 && (size_t)n <= cap) {
+            *out = buf;
+            return n;
+        }
+        free(buf);
+        if (n < 0)
+            return n;
+        cap = (size_t)n;
+    }
+    return SL_ENOMEM;
+}
+
+/* The prompt's token ids for a parsed request. On failure *e is filled. */
+static int64_t build_prompt(sl_fe *fe, const sl_api_request *r, int32_t **out, sl_api_error *e)
+{
+    *out = NULL;
+    if (r->endpoint == SL_API_ENDPOINT_COMPLETIONS && r->prompt_tokens != NULL) {
+        int32_t *p = malloc((r->n_prompt_tokens ? r->n_prompt_tokens : 1) * sizeof *p);
+        if (p == NULL)
+            goto nomem;
+        memcpy(p, r->prompt_tokens, r->n_prompt_tokens * sizeof *p);
+        *out = p;
+        return (int64_t)r->n_prompt_tokens;
+    }
+    if (r->endpoint == SL_API_ENDPOINT_COMPLETIONS) {
+        /* A completion prompt is user text: no control tokens from it, BOS as the model wants. */
+        sl_tok_span all = {0, r->prompt_len};
+        int64_t n = tokenize_alloc(fe, r->prompt, r->prompt_len, &all, 1, true, out);
+        if (n < 0)
+            goto nomem;
+        return n;
+    }
+    char err[SL_ERR_LEN] = "";
+    sl_chat_render_result rr;
+    memset(&rr, 0, sizeof rr);
+    sl_status rc = sl_chat_template_render(fe->tmpl, r->messages, r->tools, true, fe->bos_text, fe->eos_text, NULL,
+                                           &rr, err);
+    if (rc < 0) {
+        if (rc == SL_ENOMEM)
+            goto nomem;
+        sl_api_error_set(e, rc == SL_ERANGE || rc == SL_EINVAL ? SL_API_ERR_INVALID_REQUEST : SL_API_ERR_INTERNAL,
+                         "messages", "chat template: %s", err[0] ? err : sl_status_name(rc));
+        return rc;
+    }
+    sl_tok_span *spans = malloc((rr.n_untrusted ? rr.n_untrusted : 1) * sizeof *spans);
+    if (spans == NULL) {
+        sl_chat_render_result_fini(&rr);
+        goto nomem;
+    }
+    for (size_t i = 0; i < rr.n_untrusted; i++)
+        spans[i] = (sl_tok_span){rr.untrusted[i].start, rr.untrusted[i].end - rr.untrusted[i].start};
+    /* The template writes BOS itself where the model wants it (as HF's
+     * apply_chat_template, which tokenizes without adding specials). */
+    int64_t n = tokenize_alloc(fe, rr.text, rr.len, spans, rr.n_untrusted, false, out);
+    free(spans);
+    sl_chat_render_result_fini(&rr);
+    if (n < 0)
+        goto nomem;
+    return n;
+nomem:
+    sl_api_error_set(e, SL_API_ERR_INTERNAL, NULL, "out of memory");
+    return SL_ENOMEM;
+}
+
+static uint64_t hash_id(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;    /* FNV-1a: a stable number for the worker's logs */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static void log_body(const sl_fe *fe, const sl_fe_reqinfo *ri, h2o_req_t *req)
+{
+    json_t *s = sl_api_json_string_lossy(req->entity.base ? req->entity.base : "", req->entity.len);
+    char *d = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+    fprintf(stderr, "sluice-fe slot=%" PRIu32 " request_id=%s body=%s\n", fe->slot, ri->id, d ? d : "\"\"");
+    free(d);
+    json_decref(s);
+}
+
+void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat)
+{
+    sl_api_endpoint ep = chat ? SL_API_ENDPOINT_CHAT : SL_API_ENDPOINT_COMPLETIONS;
+    if (fe->cfg->log_bodies)
+        log_body(fe, ri, req);
+    if (fe->draining && fe->listener == NULL) {
+        reject(fe, req, ri, SL_API_ERR_UNAVAILABLE, NULL, "shutting_down", "The server is shutting down.");
+        return;
+    }
+    uint64_t slack = (uint64_t)(fe->cfg->heartbeat_timeout_ms ? fe->cfg->heartbeat_timeout_ms : 5000) * 1000000ull;
+    if (!sl_shm_worker_alive(fe->shm, sl_shm_now_ns(), slack)) {
+        reject(fe, req, ri, SL_API_ERR_UNAVAILABLE, NULL, "worker_unavailable",
+               "The model worker is not ready; retry shortly.");
+        return;
+    }
+    sl_api_request r;
+    memset(&r, 0, sizeof r);
+    sl_api_error e;
+    memset(&e, 0, sizeof e);
+    if (sl_api_request_parse(&r, ep, req->entity.base ? req->entity.base : "", req->entity.len, fe->n_vocab, &e) !=
+        SL_OK) {
+        sl_api_request_fini(&r);
+        sl_fe_respond_error(fe, req, ri, &e);
+        return;
+    }
+    int32_t *prompt = NULL;
+    char msg[SL_ERR_LEN];
+    if (r.model != NULL && strcmp(r.model, fe->model_name) != 0) {
+        snprintf(msg, sizeof msg, "The model `%.100s` does not exist (this server serves `%.100s`).", r.model,
+                 fe->model_name);
+        reject(fe, req, ri, SL_API_ERR_NOT_FOUND, "model", "model_not_found", msg);
+        goto out;
+    }
+    if (r.logprobs && !sl_shm_get_limits(fe->shm)->logprobs) {
+        reject(fe, req, ri, SL_API_ERR_INVALID_REQUEST, "logprobs", "unsupported",
+               "This server was started without logprobs support.");
+        goto out;
+    }
+    int64_t n_prompt = build_prompt(fe, &r, &prompt, &e);
+    if (n_prompt < 0) {
+        sl_fe_respond_error(fe, req, ri, &e);
+        goto out;
+    }
+    if (n_prompt == 0) {
+        reject(fe, req, ri, SL_API_ERR_INVALID_REQUEST, chat ? "messages" : "prompt", NULL,
+               "The prompt is empty after tokenization.");
+        goto out;
+    }
+    if (n_prompt > (int64_t)fe->max_prompt) {
+        snprintf(msg, sizeof msg,
+                 "This model's maximum context length is %" PRIu32 " tokens and prompts may use at most %" PRIu32
+                 ". However, your prompt has %" PRId64 " tokens.",
+                 fe->n_ctx, fe->max_prompt, n_prompt);
+        reject(fe, req, ri, SL_API_ERR_CONTEXT_LENGTH, chat ? "messages" : "prompt", NULL, msg);
+        goto out;
+    }
+    int64_t max_tokens = r.max_tokens;
+    int64_t room = (int64_t)fe->n_ctx - n_prompt;
+    if (max_tokens < 0) {
+        max_tokens = room;
+        if (fe->cfg->default_max_tokens > 0 && (int64_t)fe->cfg->default_max_tokens < max_tokens)
+            max_tokens = fe->cfg->default_max_tokens;
+    } else if (max_tokens > room) {
+        snprintf(msg, sizeof msg,
+                 "This model's maximum context length is %" PRIu32 " tokens. However, you requested %" PRId64
+                 " tokens (%" PRId64 " in the %s, %" PRId64 " in the completion). Please reduce the length of the "
+                 "%s or completion.",
+                 fe->n_ctx, n_prompt + max_tokens, n_prompt, chat ? "messages" : "prompt", max_tokens,
+                 chat ? "messages" : "prompt");
+        reject(fe, req, ri, SL_API_ERR_CONTEXT_LENGTH, "max_tokens", NULL, msg);
+        goto out;
+    }
+    if (max_tokens < 1) {
+        reject(fe, req, ri, SL_API_ERR_INVALID_REQUEST, "max_tokens", NULL, "max_tokens must be at least 1.");
+        goto out;
+    }
+
+    sl_shm_request sr;
+    memset(&sr, 0, sizeof sr);
+    sr.params = r.sampling;
+    if (!r.has_seed && getrandom(&sr.params.seed, sizeof sr.params.seed, GRND_NONBLOCK) != sizeof sr.params.seed)
+        sr.params.seed = sl_shm_now_ns();
+    sr.max_tokens = (int32_t)max_tokens;
+    sr.min_tokens = (int32_t)(r.min_tokens > max_tokens ? max_tokens : r.min_tokens);
+    sr.ignore_eos = r.ignore_eos;
+    sr.request_id = hash_id(ri->id);
+    sr.prompt = prompt;
+    sr.n_prompt = (uint32_t)n_prompt;
+    sl_shm_ticket ticket;
+    sl_status rc = sl_shm_submit(fe->shm, &sr, &ticket);
+    if (rc == SL_AGAIN) {
+        reject(fe, req, ri, SL_API_ERR_QUEUE_FULL, NULL, NULL, "The server is at capacity (queue full); retry shortly.");
+        goto out;
+    }
+    if (rc < 0) {
+        snprintf(msg, sizeof msg, "Cannot queue the request (%s).", sl_status_name(rc));
+        reject(fe, req, ri, rc == SL_ESTALE ? SL_API_ERR_UNAVAILABLE : SL_API_ERR_INTERNAL, NULL, NULL, msg);
+        goto out;
+    }
+
+    sl_fe_stream *st = h2o_mem_alloc_shared(&req->pool, sizeof *st, on_dispose);
+    memset(st, 0, sizeof *st);
+    st->fe = fe;
+    st->req = req;
+    st->ri = *ri;
+    st->ep = ep;
+    st->stream = r.stream;
+    st->include_usage = r.include_usage;
+    st->logprobs = r.logprobs;
+    st->ticket = ticket;
+    st->have_ticket = true;
+    st->created = (int64_t)time(NULL);
+    st->n_prompt = n_prompt;
+    sl_api_id_make(st->id, ep);
+    sl_detok_init(&st->detok);
+    st->piece_cap = sl_detok_max_piece(fe->tok);
+    st->piece = malloc(st->piece_cap);
+    st->lp_cap = (1 + SL_TOP_LOGPROBS_MAX) * st->piece_cap;
+    st->lp_scratch = st->logprobs ? malloc(st->lp_cap) : NULL;
+    rc = sl_api_stop_init(&st->stop, r.stop, r.stop_len, r.n_stop);
+    if (st->logprobs)
+        st->lp_live = sl_api_logprobs_init(&st->lp, ep, 0) == SL_OK;
+    link_stream(fe, st);
+    if (st->piece == NULL || rc != SL_OK || (st->logprobs && (st->lp_scratch == NULL || !st->lp_live))) {
+        fail(st, SL_API_ERR_INTERNAL, "out of memory");
+        goto out;
+    }
+    if (st->stream) {
+        req->res.status = 200;
+        req->res.reason = "OK";
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("text/event-stream"));
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, st->ri.id,
+                              strlen(st->ri.id));
+        st->gen = (h2o_generator_t){on_proceed, on_stop};
+        h2o_start_response(req, &st->gen);
+        st->started = true;
+        /* A non-empty first event sends the headers now: the role delta for
+         * chat, a comment for completions (which have no role chunk). */
+        st->out_len = 0;
+        bool ok;
+        if (ep == SL_API_ENDPOINT_CHAT) {
+            sl_api_chunk c = {.endpoint = ep, .kind = SL_API_CHUNK_ROLE, .id = st->id, .created = st->created,
+                              .model = fe->model_name, .include_usage = st->include_usage};
+            ok = out_event(st, sl_api_chunk_build(&c));
+        } else {
+            ok = buf_append(&st->out, &st->out_len, &st->out_cap, ": ok\n\n", 6);
+        }
+        if (!ok) {
+            fail(st, SL_API_ERR_INTERNAL, "out of memory");
+            goto out;
+        }
+        send_out(st, H2O_SEND_STATE_IN_PROGRESS);
+    } else {
+        pump(st);   /* an echo worker may already be done; normally this reads nothing */
+    }
+out:
+    free(prompt);
+    sl_api_request_fini(&r);
+}

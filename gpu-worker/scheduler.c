@@ -1,0 +1,749 @@
+/* gpu-worker/scheduler.c: the continuous-batching scheduler (worker process,
+ * scheduler thread). docs/SCHEDULER.md is the essay: the loop, the window
+ * rules, the numbered accounting invariants that sl_sched_check() asserts,
+ * preemption and error scope.
+ *
+ * Trade-off: one forward per step carries every running decode plus prefill
+ * chunks, so a step's cost is bounded by the token budget, and a lone
+ * sequence runs the very same loop (no single-request fast path that would
+ * lock newcomers out). Batch-1 pays O(max_seqs) bookkeeping per step and
+ * nothing per vocabulary entry beyond its own logits row. */
+#include "gpu-worker/scheduler.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu-worker/kv_blocks.h"
+#include "gpu-worker/sampler.h"
+
+#define NS_PER_MS 1000000ull
+#define ADAPTIVE_PEERS_WAIT_NS (3 * NS_PER_MS)  /* seed: stragglers when arrivals found peers */
+#define ADAPTIVE_RECENT_WAIT_NS (2 * NS_PER_MS) /* seed: alone, but the last round was concurrent */
+#define PAUSED_RETRY_NS (1 * NS_PER_MS)         /* emit retry interval while every sequence is paused */
+#define IDLE_WAIT_NS (100 * NS_PER_MS)          /* doorbell sleep bound when idle (heartbeat cadence) */
+
+/* A slot's state (docs/SCHEDULER.md, state diagram). */
+enum seq_state {
+    SEQ_FREE = 0,   /* unused */
+    SEQ_WAITING,    /* polled, not admitted (or preempted): holds no KV blocks */
+    SEQ_PREFILL,    /* admitted: n_cached < prefill_target(), blocks cover the target */
+    SEQ_DECODE,     /* admitted: n_cached == n_hist - 1; the last token is fed next */
+};
+
+typedef struct {
+    sl_sched_request req;
+    enum seq_state state;
+    bool paused;            /* hist[n_hist-1] was sampled but not yet emitted (consumer full) */
+    bool prefill_started;
+    bool dropped;           /* emit said SL_ESTALE: free without finish */
+    int32_t *hist;          /* (n_ctx) prompt, then generated tokens */
+    int32_t n_hist;         /* n_prompt + n_gen */
+    int32_t n_gen;          /* tokens sampled */
+    int32_t n_emitted;      /* tokens the client has */
+    int32_t n_cached;       /* positions whose KV the backend holds */
+    int32_t n_preempted;
+    sl_kv_table table;
+    sl_logprob_record rec;  /* record of the last sampled token */
+    uint64_t seen_ns, admit_ns, prefill_ns, first_ns, last_ns;
+    int32_t chunk;          /* tokens this step feeds (0: not in this step) */
+} seq;
+
+struct sl_sched {
+    sl_backend *be;
+    sl_sched_io io;
+    sl_sched_config cfg;
+    int32_t n_vocab, n_ctx;
+    int32_t *eog;           /* (n_eog) */
+    int32_t n_eog;
+    FILE *trace;
+
+    sl_kv_blocks kv;
+    int32_t n_slots;        /* max_seqs live + max_seqs waiting */
+    seq *slots;             /* (n_slots) */
+    int32_t *hist_mem;      /* (n_slots, n_ctx) */
+    int32_t *live;          /* (max_seqs) admitted slots, oldest admission first */
+    int32_t n_live;
+    int32_t *waiting;       /* (n_slots) waiting slots, admission order (preempted first) */
+    int32_t n_waiting;
+
+    sl_batch_seq *batch;    /* (max_seqs) this step's forward */
+    int32_t *batch_slot;    /* (max_seqs) slot of each batch entry */
+    float *logits;          /* (max_seqs, n_vocab) one row per batch entry */
+    sl_sampler_scratch *scratch;
+
+    /* window state */
+    int32_t last_step_seqs;     /* sequences in the previous step's batch */
+    int32_t last_round_n;       /* requests admitted by the previous admission round from idle */
+    uint64_t wait_ns;           /* what sl_sched_wait_ns reports */
+
+    sl_sched_stats stats;
+};
+
+/* ------------------------------------------------------------------------ */
+/* config, create, destroy                                                   */
+
+void sl_sched_config_default(sl_sched_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->max_seqs = 16;
+    c->token_budget = 256;
+    c->prefill_chunk = 256;
+    c->window_ms = 0;
+    c->kv_block_size = 16;
+    c->n_kv_blocks = 0;
+}
+
+static sl_status bad(char err[SL_ERR_LEN], const char *what)
+{
+    snprintf(err, SL_ERR_LEN, "scheduler: %s", what);
+    return SL_EINVAL;
+}
+
+sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const int32_t *eog, int32_t n_eog,
+                          const sl_sched_config *cfg, const sl_sched_io *io, sl_sched **out,
+                          char err[SL_ERR_LEN])
+{
+    *out = NULL;
+    err[0] = 0;
+    if (!be || !cfg || !io || n_vocab < 1 || n_ctx < 2 || n_eog < 0 || (n_eog > 0 && !eog))
+        return bad(err, "missing backend, config or io, or bad n_vocab/n_ctx/eog");
+    if (!io->poll || !io->emit || !io->finish || !io->cancelled || !io->wait || !io->now_ns || !io->step_done)
+        return bad(err, "every io callback is required");
+    if (cfg->max_seqs < 1 || cfg->max_seqs > 4096)
+        return bad(err, "max_seqs must be in [1, 4096]");
+    if (cfg->token_budget < cfg->max_seqs)
+        return bad(err, "token_budget must be >= max_seqs (every running sequence decodes each step)");
+    if (cfg->token_budget > be->cfg.max_batch_tokens) {
+        snprintf(err, SL_ERR_LEN, "scheduler: token_budget %d exceeds the backend's max_batch_tokens %d",
+                 cfg->token_budget, be->cfg.max_batch_tokens);
+        return SL_EINVAL;
+    }
+    if (cfg->prefill_chunk < 1)
+        return bad(err, "prefill_chunk must be >= 1");
+    if (cfg->window_ms < 0 || cfg->window_ms > 10000)
+        return bad(err, "window_ms must be in [0, 10000]");
+    if (cfg->kv_block_size != be->cfg.kv_block_size) {
+        snprintf(err, SL_ERR_LEN, "scheduler: kv_block_size %u differs from the backend's %u",
+                 cfg->kv_block_size, be->cfg.kv_block_size);
+        return SL_EINVAL;
+    }
+    if (cfg->n_kv_blocks < 1 || cfg->n_kv_blocks > be->cfg.n_kv_blocks) {
+        snprintf(err, SL_ERR_LEN, "scheduler: n_kv_blocks %u must be in [1, %u] (the backend's pool)",
+                 cfg->n_kv_blocks, be->cfg.n_kv_blocks);
+        return SL_EINVAL;
+    }
+    if (n_ctx > be->cfg.max_ctx) {
+        snprintf(err, SL_ERR_LEN, "scheduler: n_ctx %d exceeds the backend's max_ctx %d", n_ctx, be->cfg.max_ctx);
+        return SL_EINVAL;
+    }
+
+    sl_sched *s = calloc(1, sizeof *s);
+    if (!s)
+        goto nomem;
+    s->be = be;
+    s->io = *io;
+    s->cfg = *cfg;
+    s->n_vocab = n_vocab;
+    s->n_ctx = n_ctx;
+    s->trace = cfg->trace ? cfg->trace : stderr;
+    s->n_slots = 2 * cfg->max_seqs;
+    int32_t M = cfg->max_seqs;
+    s->eog = malloc((size_t)(n_eog ? n_eog : 1) * sizeof *s->eog);
+    s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
+    s->hist_mem = malloc((size_t)s->n_slots * (size_t)n_ctx * sizeof *s->hist_mem);
+    s->live = malloc((size_t)M * sizeof *s->live);
+    s->waiting = malloc((size_t)s->n_slots * sizeof *s->waiting);
+    s->batch = calloc((size_t)M, sizeof *s->batch);
+    s->batch_slot = malloc((size_t)M * sizeof *s->batch_slot);
+    s->logits = malloc((size_t)M * (size_t)n_vocab * sizeof *s->logits);
+    if (!s->eog || !s->slots || !s->hist_mem || !s->live || !s->waiting || !s->batch || !s->batch_slot ||
+        !s->logits)
+        goto nomem;
+    if (n_eog)
+        memcpy(s->eog, eog, (size_t)n_eog * sizeof *eog);
+    s->n_eog = n_eog;
+    sl_status rc = sl_kv_blocks_init(&s->kv, cfg->n_kv_blocks, cfg->kv_block_size);
+    if (rc < 0)
+        goto nomem;
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        s->slots[i].hist = s->hist_mem + (size_t)i * (size_t)n_ctx;
+        if (sl_kv_blocks_table_init(&s->kv, &s->slots[i].table, (uint32_t)n_ctx) < 0)
+            goto nomem;
+    }
+    if (sl_sampler_scratch_create(n_vocab, &s->scratch) < 0)
+        goto nomem;
+    s->stats.kv_blocks_total = cfg->n_kv_blocks;
+    s->stats.kv_blocks_free = cfg->n_kv_blocks;
+    *out = s;
+    return SL_OK;
+nomem:
+    sl_sched_destroy(s);
+    snprintf(err, SL_ERR_LEN, "scheduler: out of memory sizing %d sequences of %d positions", cfg->max_seqs, n_ctx);
+    return SL_ENOMEM;
+}
+
+void sl_sched_destroy(sl_sched *s)
+{
+    if (!s)
+        return;
+    if (s->slots) {
+        for (int32_t i = 0; i < s->n_slots; i++) {
+            sl_kv_blocks_release(&s->kv, &s->slots[i].table);
+            sl_kv_blocks_table_fini(&s->slots[i].table);
+        }
+    }
+    sl_kv_blocks_fini(&s->kv);
+    sl_sampler_scratch_destroy(s->scratch);
+    free(s->eog);
+    free(s->slots);
+    free(s->hist_mem);
+    free(s->live);
+    free(s->waiting);
+    free(s->batch);
+    free(s->batch_slot);
+    free(s->logits);
+    free(s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* bookkeeping                                                               */
+
+static double ms_between(uint64_t a, uint64_t b)
+{
+    return b > a ? (double)(b - a) / 1e6 : 0.0;
+}
+
+static void trace(sl_sched *s, const seq *q, const char *stage, uint64_t now)
+{
+    if (s->cfg.ttft_trace)
+        fprintf(s->trace, "TTFT_TRACE id=%llu stage=%s ms=%.3f\n", (unsigned long long)q->req.id, stage,
+                ms_between(q->req.submit_ns, now));
+}
+
+static void list_remove(int32_t *list, int32_t *n, int32_t slot)
+{
+    for (int32_t i = 0; i < *n; i++)
+        if (list[i] == slot) {
+            memmove(list + i, list + i + 1, (size_t)(*n - i - 1) * sizeof *list);
+            (*n)--;
+            return;
+        }
+    assert(!"slot not in list");
+}
+
+/* Ends a request: frees its blocks and slot, tells the source (unless it is
+ * gone). Transition: any state -> SEQ_FREE. */
+static void seq_end(sl_sched *s, int32_t slot, int reason, const char *error)
+{
+    seq *q = &s->slots[slot];
+    if (q->state == SEQ_WAITING)
+        list_remove(s->waiting, &s->n_waiting, slot);
+    else if (q->state == SEQ_PREFILL || q->state == SEQ_DECODE)
+        list_remove(s->live, &s->n_live, slot);
+    sl_kv_blocks_release(&s->kv, &q->table);
+    if (!q->dropped) {
+        sl_sched_timings t = {
+            .queue_ms = q->admit_ns ? ms_between(q->req.submit_ns, q->admit_ns) : 0,
+            .prompt_ms = q->first_ns ? ms_between(q->prefill_ns, q->first_ns) : 0,
+            .predicted_ms = q->first_ns ? ms_between(q->first_ns, q->last_ns) : 0,
+            .n_prompt_tokens = q->req.n_prompt,
+            .n_generated = q->n_emitted,
+            .n_preempted = q->n_preempted,
+        };
+        s->io.finish(s->io.ctx, q->req.id, reason, error, &t);
+    }
+    memset(&q->req, 0, sizeof q->req);
+    q->state = SEQ_FREE;
+}
+
+/* Positions a prefill must fill. A fresh request: the whole prompt, and its
+ * last row gives the first token. A recompute after preemption: all but the
+ * last generated token, landing exactly in the decode state it left (that
+ * token is fed by the next decode, as it would have been). So recompute never
+ * samples anything itself, and a token still owed to the client (paused) is
+ * never joined by a second one. */
+static int32_t prefill_target(const seq *q)
+{
+    return q->n_gen > 0 ? q->n_hist - 1 : q->n_hist;
+}
+
+static bool is_eog(const sl_sched *s, int32_t tok)
+{
+    for (int32_t i = 0; i < s->n_eog; i++)
+        if (s->eog[i] == tok)
+            return true;
+    return false;
+}
+
+/* Frees a live sequence's blocks and puts it back at the head of the waiting
+ * list: recompute re-prefills prompt + generated tokens, and sampling resumes
+ * at draw_index n_gen, so nothing already emitted is produced again.
+ * Transition: SEQ_PREFILL/SEQ_DECODE -> SEQ_WAITING. */
+static void seq_preempt(sl_sched *s, int32_t slot)
+{
+    seq *q = &s->slots[slot];
+    list_remove(s->live, &s->n_live, slot);
+    sl_kv_blocks_release(&s->kv, &q->table);
+    q->n_cached = 0;
+    q->state = SEQ_WAITING;
+    q->n_preempted++;
+    s->stats.n_preemptions++;
+    memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof *s->waiting);
+    s->waiting[0] = slot;
+    s->n_waiting++;
+}
+
+/* ------------------------------------------------------------------------ */
+/* accounting checker                                                        */
+
+int sl_sched_check(const sl_sched *s)
+{
+    const sl_kv_table *tables[8192];
+    uint32_t n_tables = 0;
+    int32_t n_live = 0, n_waiting = 0;
+    for (int32_t i = 0; i < s->n_slots; i++) {
+        const seq *q = &s->slots[i];
+        uint32_t bs = s->kv.block_size;
+        switch (q->state) {
+        case SEQ_FREE:
+            if (q->table.n_used)
+                return 0;                                   /* 1 */
+            break;
+        case SEQ_WAITING:
+            n_waiting++;
+            if (q->table.n_used || q->n_cached)
+                return 0;                                   /* 2 */
+            break;
+        case SEQ_PREFILL:
+        case SEQ_DECODE:
+            n_live++;
+            if (q->state == SEQ_PREFILL && q->n_cached >= prefill_target(q))
+                return 0;                                   /* 3 */
+            if (q->state == SEQ_DECODE && q->n_cached != q->n_hist - 1)
+                return 0;                                   /* 3 */
+            if ((uint64_t)q->table.n_used * bs < (uint64_t)q->n_cached)
+                return 0;                                   /* 4 */
+            break;
+        }
+        if (q->state != SEQ_FREE) {
+            if (q->n_hist != q->req.n_prompt + q->n_gen)
+                return 0;                                   /* 5 */
+            if (q->n_emitted > q->n_gen || q->n_emitted < q->n_gen - 1 || (q->paused != (q->n_emitted < q->n_gen)))
+                return 0;                                   /* 6 */
+            if (q->n_gen > q->req.max_tokens || q->n_hist > s->n_ctx)
+                return 0;                                   /* 7 */
+        }
+        if (q->table.n_used && n_tables < sizeof tables / sizeof *tables)
+            tables[n_tables++] = &q->table;
+    }
+    if (n_live != s->n_live || n_waiting != s->n_waiting || s->n_live > s->cfg.max_seqs)
+        return 0;                                           /* 8 */
+    return sl_kv_blocks_check(&s->kv, tables, n_tables);   /* 9 */
+}
+
+/* ------------------------------------------------------------------------ */
+/* intake: poll, validate                                                    */
+
+static int32_t free_slot(const sl_sched *s)
+{
+    for (int32_t i = 0; i < s->n_slots; i++)
+        if (s->slots[i].state == SEQ_FREE)
+            return i;
+    return -1;
+}
+
+/* Refuses what shared memory must not be trusted with. Returns NULL if the
+ * request may run, else the reason (in buf when formatted). */
+static const char *validate(const sl_sched *s, const sl_sched_request *r, char *buf, size_t cap)
+{
+    const char *why;
+    if (!r->prompt || r->n_prompt < 1)
+        return "the prompt is empty";
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab) {
+            snprintf(buf, cap, "prompt token %d at %d is outside the vocabulary (%d)", r->prompt[i], i, s->n_vocab);
+            return buf;
+        }
+    if (sl_sampling_validate(&r->params, s->n_vocab, &why) < 0) {
+        snprintf(buf, cap, "invalid sampling parameter: %s", why ? why : "?");
+        return buf;
+    }
+    if (r->max_tokens < 1)
+        return "max_tokens must be >= 1";
+    if (r->min_tokens < 0 || r->min_tokens > r->max_tokens)
+        return "min_tokens must be in [0, max_tokens]";
+    if ((int64_t)r->n_prompt + r->max_tokens > s->n_ctx) {
+        snprintf(buf, cap, "prompt (%d tokens) + max_tokens (%d) exceeds the context length (%d)", r->n_prompt,
+                 r->max_tokens, s->n_ctx);
+        return buf;
+    }
+    /* A sequence the whole pool cannot hold would be preempted forever. */
+    uint32_t need = sl_kv_blocks_needed(&s->kv, NULL, (uint32_t)(r->n_prompt + r->max_tokens));
+    if (need > s->kv.n_blocks) {
+        snprintf(buf, cap, "prompt + max_tokens needs %u KV blocks; the cache has %u", need, s->kv.n_blocks);
+        return buf;
+    }
+    return NULL;
+}
+
+static void intake(sl_sched *s, uint64_t now)
+{
+    for (;;) {
+        int32_t slot = free_slot(s);
+        if (slot < 0)
+            return;   /* the rest waits in the source's queue (backpressure) */
+        seq *q = &s->slots[slot];
+        if (s->io.poll(s->io.ctx, &q->req) != SL_OK)
+            return;
+        char buf[160];
+        const char *why = validate(s, &q->req, buf, sizeof buf);
+        q->state = SEQ_WAITING;
+        q->paused = q->prefill_started = q->dropped = false;
+        q->n_gen = q->n_emitted = q->n_cached = q->n_preempted = 0;
+        q->seen_ns = now;
+        q->admit_ns = q->prefill_ns = q->first_ns = q->last_ns = 0;
+        q->chunk = 0;
+        s->waiting[s->n_waiting++] = slot;
+        if (why) {
+            q->n_hist = q->req.n_prompt > 0 ? q->req.n_prompt : 0;   /* keeps invariant 5 for the checker */
+            seq_end(s, slot, SL_SCHED_FINISH_ERROR, why);
+            continue;
+        }
+        memcpy(q->hist, q->req.prompt, (size_t)q->req.n_prompt * sizeof *q->hist);
+        q->n_hist = q->req.n_prompt;
+        trace(s, q, "queued", now);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* the batch window (seed CUDA_BATCH_WINDOW_MS)                              */
+
+/* When the worker is idle, returns the time admission may start for the
+ * waiting requests; 0 = now. While sequences run, joins never wait: the next
+ * step boundary is the earliest moment anyway. */
+static uint64_t window_deadline(const sl_sched *s)
+{
+    if (s->n_live > 0 || s->n_waiting == 0)
+        return 0;
+    int32_t k = s->n_waiting;
+    if (k >= s->cfg.max_seqs)
+        return 0;                         /* the batch is full: go */
+    uint64_t t0 = s->slots[s->waiting[0]].seen_ns;
+    for (int32_t i = 1; i < k; i++)
+        if (s->slots[s->waiting[i]].seen_ns < t0)
+            t0 = s->slots[s->waiting[i]].seen_ns;
+    if (s->cfg.window_ms > 0)
+        return t0 + (uint64_t)s->cfg.window_ms * NS_PER_MS;
+    if (k > 1)
+        return t0 + ADAPTIVE_PEERS_WAIT_NS;
+    if (s->last_round_n > 1 || s->last_step_seqs > 1)
+        return t0 + ADAPTIVE_RECENT_WAIT_NS;
+    return 0;                             /* alone, and recent steps single: never wait */
+}
+
+/* ------------------------------------------------------------------------ */
+/* one step                                                                  */
+
+/* Fails every live and waiting request and rebuilds the batch state from
+ * nothing, so the next step cannot reuse anything of the failed one. */
+static void fail_all(sl_sched *s, const char *why)
+{
+    while (s->n_live > 0)
+        seq_end(s, s->live[0], SL_SCHED_FINISH_ERROR, why);
+    while (s->n_waiting > 0)
+        seq_end(s, s->waiting[0], SL_SCHED_FINISH_ERROR, why);
+    assert(sl_kv_blocks_free_count(&s->kv) == s->kv.n_blocks);
+    s->last_step_seqs = 0;
+    s->last_round_n = 0;
+    s->stats.n_step_failures++;
+}
+
+/* Delivers the sequence's pending token; then applies the stop rules.
+ * Returns true if the sequence is still running afterwards. */
+static bool deliver(sl_sched *s, int32_t slot, uint64_t now)
+{
+    seq *q = &s->slots[slot];
+    int32_t tok = q->hist[q->n_hist - 1];
+    const sl_logprob_record *rec = q->req.params.n_logprobs >= 0 ? &q->rec : NULL;
+    sl_status rc = s->io.emit(s->io.ctx, q->req.id, tok, rec);
+    if (rc == SL_AGAIN) {
+        q->paused = true;
+        return true;
+    }
+    if (rc == SL_ESTALE) {
+        q->dropped = true;
+        seq_end(s, slot, SL_SCHED_FINISH_CANCELLED, NULL);
+        return false;
+    }
+    if (rc < 0) {
+        seq_end(s, slot, SL_SCHED_FINISH_ERROR, "delivering a token failed");
+        return false;
+    }
+    q->paused = false;
+    q->n_emitted++;
+    q->last_ns = now;
+    if (!q->req.ignore_eos && is_eog(s, tok))
+        seq_end(s, slot, SL_SCHED_FINISH_STOP, NULL);
+    else if (q->n_gen >= q->req.max_tokens || q->n_hist >= s->n_ctx)
+        seq_end(s, slot, SL_SCHED_FINISH_LENGTH, NULL);
+    else
+        return true;
+    return false;
+}
+
+/* Samples the next token of a sequence whose history is all in KV but for
+ * the token fed this step, from its logits row. Per-request failures end
+ * only this request. */
+static void sample_one(sl_sched *s, int32_t slot, float *row, uint64_t now)
+{
+    seq *q = &s->slots[slot];
+    if (!q->req.ignore_eos && q->n_gen < q->req.min_tokens)
+        for (int32_t i = 0; i < s->n_eog; i++)
+            if (s->eog[i] >= 0 && s->eog[i] < s->n_vocab)
+                row[s->eog[i]] = -INFINITY;
+    int32_t tok = -1;
+    bool want = q->req.params.n_logprobs >= 0;
+    if (want)
+        q->rec.token = -1;
+    sl_status rc = sl_sampler_sample(&q->req.params, row, s->n_vocab, q->hist, q->n_hist, (uint64_t)q->n_gen,
+                                     s->scratch, &tok, want ? &q->rec : NULL);
+    if (rc < 0 || tok < 0 || tok >= s->n_vocab) {
+        seq_end(s, slot, SL_SCHED_FINISH_ERROR, "sampling failed");
+        return;
+    }
+    if (want && q->rec.token != tok) {
+        seq_end(s, slot, SL_SCHED_FINISH_ERROR, "the token's logprob record is missing");
+        return;
+    }
+    q->hist[q->n_hist++] = tok;
+    q->n_gen++;
+    q->state = SEQ_DECODE;
+    if (!q->first_ns) {
+        q->first_ns = now;
+        trace(s, q, "first_token", now);
+    }
+    deliver(s, slot, now);
+}
+
+sl_status sl_sched_step(sl_sched *s)
+{
+    uint64_t now = s->io.now_ns(s->io.ctx);
+
+    /* 1. cancels: every request held, live or waiting, frees at once */
+    for (int32_t i = 0; i < s->n_slots; i++)
+        if (s->slots[i].state != SEQ_FREE && s->io.cancelled(s->io.ctx, s->slots[i].req.id))
+            seq_end(s, i, SL_SCHED_FINISH_CANCELLED, NULL);
+
+    /* 2. retry paused emits (oldest first) */
+    for (int32_t i = 0; i < s->n_live;) {
+        int32_t slot = s->live[i];
+        if (s->slots[slot].paused && !deliver(s, slot, now))
+            continue;   /* it left the live list: same index is the next one */
+        i++;
+    }
+
+    /* 3. intake */
+    intake(s, now);
+
+    /* 4. decodes: each running sequence needs a block for its next position;
+     *    when the pool is short, preempt the newest live sequence (perhaps
+     *    itself) and retry. Oldest first, so a victim is never in the batch. */
+    int32_t n_batch = 0, n_tokens = 0;
+    for (int32_t i = 0; i < s->n_live; i++) {
+        int32_t slot = s->live[i];
+        seq *q = &s->slots[slot];
+        q->chunk = 0;
+        if (q->state != SEQ_DECODE || q->paused)
+            continue;
+        sl_status rc;
+        while ((rc = sl_kv_blocks_reserve(&s->kv, &q->table, (uint32_t)q->n_hist)) == SL_AGAIN) {
+            int32_t victim = s->live[s->n_live - 1];
+            seq_preempt(s, victim);
+            if (victim == slot)
+                break;
+        }
+        if (q->state != SEQ_DECODE)
+            { i--; continue; }  /* preempted itself: it was the last live entry */
+        if (rc < 0) {
+            seq_end(s, slot, SL_SCHED_FINISH_ERROR, "KV table capacity exceeded");
+            i--;
+            continue;
+        }
+        q->chunk = 1;
+        n_tokens++;
+    }
+
+    /* 5. admission (joins): waiting requests in order, while slots, blocks
+     *    and the window allow; staggered prefill admits one per step. */
+    uint64_t deadline = window_deadline(s);
+    bool was_idle = s->n_live == 0;
+    int32_t admitted = 0;
+    if (deadline && now < deadline) {
+        s->wait_ns = deadline - now;
+    } else {
+        while (s->n_waiting > 0 && s->n_live < s->cfg.max_seqs) {
+            if (s->cfg.staggered_prefill && admitted >= 1)
+                break;
+            int32_t slot = s->waiting[0];
+            seq *q = &s->slots[slot];
+            /* blocks for the prefill plus the first decode position */
+            int32_t target = prefill_target(q);
+            uint32_t need = sl_kv_blocks_needed(&s->kv, NULL, (uint32_t)target + 1);
+            if (need > sl_kv_blocks_free_count(&s->kv))
+                break;   /* FIFO: nobody overtakes the head */
+            sl_status rc = sl_kv_blocks_reserve(&s->kv, &q->table, (uint32_t)target);
+            assert(rc == SL_OK);
+            (void)rc;
+            list_remove(s->waiting, &s->n_waiting, slot);
+            s->live[s->n_live++] = slot;
+            q->state = SEQ_PREFILL;
+            q->n_cached = 0;
+            q->chunk = 0;
+            if (!q->admit_ns) {
+                q->admit_ns = now;
+                trace(s, q, "admitted", now);
+            }
+            admitted++;
+        }
+        if (was_idle && admitted > 0)
+            s->last_round_n = admitted + s->n_waiting;   /* the round's size: admitted now or next steps */
+    }
+
+    /* 6. prefill chunks under what the budget leaves, oldest first */
+    for (int32_t i = 0; i < s->n_live && n_tokens < s->cfg.token_budget; i++) {
+        seq *q = &s->slots[s->live[i]];
+        if (q->state != SEQ_PREFILL)
+            continue;
+        int32_t n = prefill_target(q) - q->n_cached;
+        if (n > s->cfg.prefill_chunk)
+            n = s->cfg.prefill_chunk;
+        if (n > s->cfg.token_budget - n_tokens)
+            n = s->cfg.token_budget - n_tokens;
+        q->chunk = n;
+        n_tokens += n;
+    }
+
+    /* in-flight is published after joins and before the step */
+    s->stats.in_flight = s->n_live;
+    if (s->n_live > s->stats.peak_in_flight)
+        s->stats.peak_in_flight = s->n_live;
+    s->stats.n_waiting = s->n_waiting;
+
+    for (int32_t i = 0; i < s->n_live; i++) {
+        int32_t slot = s->live[i];
+        seq *q = &s->slots[slot];
+        if (!q->chunk)
+            continue;
+        s->batch[n_batch] = (sl_batch_seq){
+            .tokens = q->hist + q->n_cached,
+            .n_tokens = q->chunk,
+            .pos = q->n_cached,
+            .blocks = q->table.blocks,
+            .n_blocks = (int32_t)q->table.n_used,
+            .logits_all = false,
+        };
+        s->batch_slot[n_batch++] = slot;
+    }
+    assert(sl_sched_check(s));
+    if (n_batch == 0) {
+        if (!(deadline && now < deadline))
+            s->wait_ns = s->n_live > 0 ? PAUSED_RETRY_NS : IDLE_WAIT_NS;
+        s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv);
+        return SL_AGAIN;
+    }
+
+    /* 7. one forward */
+    uint64_t t0 = s->io.now_ns(s->io.ctx);
+    for (int32_t b = 0; b < n_batch; b++) {
+        seq *q = &s->slots[s->batch_slot[b]];
+        if (q->state == SEQ_PREFILL && !q->prefill_started) {
+            q->prefill_started = true;
+            q->prefill_ns = t0;
+            trace(s, q, "first_prefill_chunk", t0);
+        }
+    }
+    sl_status rc = sl_backend_forward(s->be, s->batch, n_batch, s->logits);
+    uint64_t t1 = s->io.now_ns(s->io.ctx);
+    s->stats.steps++;
+    s->stats.step_seqs = n_batch;
+    s->stats.step_tokens = n_tokens;
+    s->stats.step_ns = t1 - t0;
+    if (rc < 0) {
+        fail_all(s, rc == SL_EBACKEND ? "the backend failed a step" : "the backend refused the batch");
+    } else {
+        /* 8. sample, emit, stop; in batch order (each row is this entry's) */
+        s->last_step_seqs = n_batch;
+        for (int32_t b = 0; b < n_batch; b++) {
+            int32_t slot = s->batch_slot[b];
+            seq *q = &s->slots[slot];
+            q->n_cached += q->chunk;
+            q->chunk = 0;
+            if (q->state == SEQ_PREFILL && q->n_cached < prefill_target(q))
+                continue;   /* more chunks to come */
+            if (q->state == SEQ_PREFILL && q->n_gen > 0)
+                q->state = SEQ_DECODE;   /* recompute done: decode resumes with the last token */
+            else
+                sample_one(s, slot, s->logits + (size_t)b * (size_t)s->n_vocab, t1);
+        }
+    }
+    assert(sl_sched_check(s));
+    s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv);
+    s->io.step_done(s->io.ctx, &s->stats);
+    return SL_OK;
+}
+
+uint64_t sl_sched_wait_ns(const sl_sched *s)
+{
+    return s->wait_ns;
+}
+
+void sl_sched_run(sl_sched *s, volatile int *stop)
+{
+    while (!*stop)
+        if (sl_sched_step(s) == SL_AGAIN && !*stop)
+            s->io.wait(s->io.ctx, s->wait_ns);
+}
+
+/* ------------------------------------------------------------------------ */
+/* stats and effective-config                                               */
+
+void sl_sched_stats_get(const sl_sched *s, sl_sched_stats *out)
+{
+    *out = s->stats;
+}
+
+void sl_sched_snapshot_fill(const sl_sched *s, sl_sched_snapshot *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->kind, sizeof out->kind, "continuous");
+    if (s->be->model)
+        snprintf(out->model, sizeof out->model, "%s", s->be->model->name);
+    if (s->be->ops && s->be->ops->name)
+        snprintf(out->backend, sizeof out->backend, "%s", s->be->ops->name);
+    const sl_sched_config *c = &s->cfg;
+    out->max_in_flight = (sl_sched_knob){c->max_seqs, c->source.max_seqs, 0};
+    out->window_ms = (sl_sched_knob){c->window_ms, c->source.window_ms, 0};
+    out->prefill_chunk_size = (sl_sched_knob){c->prefill_chunk, c->source.prefill_chunk, 0};
+    out->token_budget = (sl_sched_knob){c->token_budget, c->source.token_budget, 0};
+    out->staggered_prefill = (sl_sched_knob){c->staggered_prefill, c->source.staggered_prefill, 0};
+    out->ttft_trace = (sl_sched_knob){c->ttft_trace, c->source.ttft_trace, 0};
+    out->kv_block_size = (sl_sched_knob){c->kv_block_size, c->source.kv_block_size, 0};
+    out->kv_blocks = (sl_sched_knob){c->n_kv_blocks, c->source.n_kv_blocks, 0};
+    /* every live sequence holds at least one block */
+    if ((uint32_t)c->max_seqs <= c->n_kv_blocks) {
+        out->slots_admitted = c->max_seqs;
+        snprintf(out->admission_ceiling_reason, sizeof out->admission_ceiling_reason, "max_seqs");
+    } else {
+        out->slots_admitted = (int32_t)c->n_kv_blocks;
+        snprintf(out->admission_ceiling_reason, sizeof out->admission_ceiling_reason,
+                 "kv_blocks (%u blocks of %u positions)", c->n_kv_blocks, c->kv_block_size);
+    }
+    out->in_flight_now = s->stats.in_flight;
+    out->peak_in_flight = s->stats.peak_in_flight;
+    out->queue_capacity = s->n_slots - c->max_seqs;
+    out->n_vocab = s->n_vocab;
+    out->n_ctx = s->n_ctx;
+    out->kv_bytes = s->be->kv_bytes;
+}

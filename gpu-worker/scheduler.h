@@ -1,0 +1,213 @@
+/* gpu-worker/scheduler.h: the continuous-batching scheduler (one iteration-
+ * level loop over a batched backend). The essay, with the numbered token and
+ * block accounting invariants, is docs/SCHEDULER.md.
+ * Where:     the worker process, on its one scheduler thread. It talks to the
+ *            outside world (shared memory, doorbell, clock) only through an
+ *            sl_sched_io table, so tests drive it with fakes.
+ * Who:       one thread calls every function here; the io callbacks are
+ *            called on that thread, never re-entered.
+ * Model:     each step admits waiting requests (KV blocks and the batch window
+ *            permitting), decodes every running sequence by one token,
+ *            advances prefills by chunks under a per-step token budget, runs
+ *            one backend forward, samples, emits, and finishes or frees.
+ * Ownership: the scheduler owns its arrays (sized once at create; a step
+ *            never allocates) and the KV block bookkeeping; the backend, the
+ *            eog array, the io table and each request's prompt belong to the
+ *            caller (a prompt stays valid until finish() is called for it).
+ * Errors:    a failure that belongs to one request fails only that request
+ *            (finish with SL_SCHED_FINISH_ERROR and a reason); a backend step
+ *            failure fails every live and waiting request, resets the batch
+ *            state, and the scheduler carries on. */
+#ifndef SL_SCHEDULER_H
+#define SL_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kernels/backend.h"
+#include "shared/sampling.h"
+#include "shared/status.h"
+
+/* Where a config value came from (effective-config reports it). */
+typedef enum {
+    SL_SCHED_SOURCE_DEFAULT = 0,  /* sl_sched_config_default */
+    SL_SCHED_SOURCE_FLAG,         /* a command-line flag */
+    SL_SCHED_SOURCE_ENV,          /* a SLUICE_* environment variable */
+    SL_SCHED_SOURCE_SEED_ALIAS,   /* the seed's environment name (CUDA_MAX_BATCH, ...) */
+} sl_sched_source;
+
+/* Why a request ended. */
+typedef enum {
+    SL_SCHED_FINISH_STOP = 0,     /* an end-of-generation token (not with ignore_eos) */
+    SL_SCHED_FINISH_LENGTH,       /* max_tokens or the context length reached */
+    SL_SCHED_FINISH_CANCELLED,    /* the cancel flag was seen */
+    SL_SCHED_FINISH_ERROR,        /* refused at admission, or a failed step; error text says which */
+} sl_sched_finish_reason;
+
+/* The scheduler's knobs. Fill with sl_sched_config_default, then override
+ * (and set the matching `source` entry). */
+typedef struct {
+    int32_t max_seqs;          /* most live sequences (seed CUDA_MAX_BATCH); >= 1 */
+    int32_t token_budget;      /* most new tokens in one step; >= max_seqs, <= backend max_batch_tokens */
+    int32_t prefill_chunk;     /* most prompt tokens one sequence prefills per step; >= 1 */
+    int32_t window_ms;         /* batch window (seed CUDA_BATCH_WINDOW_MS): 0 = adaptive, > 0 = fixed */
+    bool staggered_prefill;    /* seed STAGGERED_PREFILL: at most one new sequence starts prefill per step */
+    bool ttft_trace;           /* seed TTFT_TRACE: one line per request and stage */
+    FILE *trace;               /* where trace lines go; NULL = stderr */
+    uint32_t kv_block_size;    /* token positions per KV block; must equal the backend's */
+    uint32_t n_kv_blocks;      /* blocks in the pool; at most the backend's */
+    struct {                   /* an sl_sched_source for each knob above */
+        uint8_t max_seqs, token_budget, prefill_chunk, window_ms;
+        uint8_t staggered_prefill, ttft_trace, kv_block_size, n_kv_blocks;
+    } source;
+} sl_sched_config;
+
+/* Defaults (all sources SL_SCHED_SOURCE_DEFAULT): max_seqs 16,
+ * token_budget 256, prefill_chunk 256, window_ms 0 (adaptive), staggered
+ * and trace off, kv_block_size 16, n_kv_blocks 0 (the caller sizes the pool
+ * from its memory budget; create refuses 0). docs/SCHEDULER.md says why. */
+void sl_sched_config_default(sl_sched_config *c);
+
+/* One request handed to the scheduler by io.poll. */
+typedef struct {
+    uint64_t id;                 /* opaque handle of the source (mailbox index + incarnation) */
+    const int32_t *prompt;       /* n_prompt ids; valid until finish() is called for id */
+    int32_t n_prompt;
+    sl_sampling_params params;   /* validated again at admission */
+    int32_t max_tokens;          /* >= 1 */
+    int32_t min_tokens;          /* 0 <= min_tokens <= max_tokens: EOG ids banned until reached */
+    bool ignore_eos;             /* EOG ids do not stop (and are not banned) */
+    uint64_t submit_ns;          /* submission time on the io clock (CLOCK_MONOTONIC) */
+} sl_sched_request;
+
+/* What finish() reports for every request, measured on the io clock. A
+ * stage that never happened reads 0. */
+typedef struct {
+    double queue_ms;             /* submission to (first) admission */
+    double prompt_ms;            /* start of the step with its first prefill chunk to the end of
+                                    the step that produced its first token */
+    double predicted_ms;         /* first token to last token */
+    int32_t n_prompt_tokens;
+    int32_t n_generated;         /* tokens the client received */
+    int32_t n_preempted;         /* times it was preempted and recomputed */
+} sl_sched_timings;
+
+/* What step_done() gets after every step. */
+typedef struct {
+    uint64_t steps;              /* forward passes run so far */
+    int32_t in_flight;           /* live sequences (admitted, holding or owed KV), after joins */
+    int32_t peak_in_flight;      /* high-water mark of in_flight */
+    int32_t n_waiting;           /* polled requests not yet admitted (incl. preempted) */
+    int32_t step_seqs;           /* sequences in this step's batch */
+    int32_t step_tokens;         /* new tokens in this step's batch (<= token_budget) */
+    uint64_t step_ns;            /* duration of this step's forward on the io clock */
+    uint32_t kv_blocks_free;
+    uint32_t kv_blocks_total;
+    uint64_t n_preemptions;      /* total so far */
+    uint64_t n_step_failures;    /* whole-step failures so far */
+} sl_sched_stats;
+
+/* The outside world. All slots required. */
+typedef struct {
+    void *ctx;
+    /* Next waiting request into *out; SL_AGAIN if none. Never blocks. */
+    sl_status (*poll)(void *ctx, sl_sched_request *out);
+    /* One new token, with its logprob record when params.n_logprobs >= 0
+     * (else rec is NULL). SL_OK: delivered. SL_AGAIN: the consumer is full;
+     * the scheduler keeps the token and pauses the sequence until a retry
+     * succeeds. SL_ESTALE: the request is gone; the sequence is dropped
+     * without finish(). Other negatives fail the request. */
+    sl_status (*emit)(void *ctx, uint64_t id, int32_t token, const sl_logprob_record *rec);
+    /* The request ended (reason: sl_sched_finish_reason); error is a one-line
+     * reason for SL_SCHED_FINISH_ERROR, else NULL. Called exactly once per
+     * polled request (except after emit's SL_ESTALE). */
+    void (*finish)(void *ctx, uint64_t id, int reason, const char *error, const sl_sched_timings *t);
+    /* Whether the request was cancelled; read each step for each request the
+     * scheduler holds. */
+    bool (*cancelled)(void *ctx, uint64_t id);
+    /* Sleeps until new work may be there or timeout_ns passed (the doorbell). */
+    void (*wait)(void *ctx, uint64_t timeout_ns);
+    /* The monotonic clock, in ns. */
+    uint64_t (*now_ns)(void *ctx);
+    /* After every step: publish in-flight, peak, KV usage, heartbeat. */
+    void (*step_done)(void *ctx, const sl_sched_stats *s);
+} sl_sched_io;
+
+/* A config value and where it came from, as effective-config shows it. */
+typedef struct {
+    int64_t value;
+    uint32_t source;             /* sl_sched_source */
+    uint32_t _pad;
+} sl_sched_knob;
+
+/* The scheduler's part of the effective-config snapshot: plain fixed-width
+ * data, so the glue can copy it into the shared segment as is. */
+typedef struct {
+    char kind[16];               /* "continuous" */
+    char model[128];             /* the model's name ("" if unknown) */
+    char backend[16];            /* the backend's name */
+    sl_sched_knob max_in_flight; /* max_seqs */
+    sl_sched_knob window_ms;
+    sl_sched_knob prefill_chunk_size;
+    sl_sched_knob token_budget;
+    sl_sched_knob staggered_prefill;
+    sl_sched_knob ttft_trace;
+    sl_sched_knob kv_block_size;
+    sl_sched_knob kv_blocks;
+    int32_t slots_admitted;      /* live sequences admission can reach: min(max_seqs, KV blocks) */
+    char admission_ceiling_reason[64]; /* which of the two binds, in words */
+    int32_t in_flight_now;
+    int32_t peak_in_flight;
+    int32_t queue_capacity;      /* requests the scheduler holds waiting (the ring holds more) */
+    int32_t n_vocab;
+    int32_t n_ctx;               /* longest sequence: prompt + max_tokens must fit */
+    uint64_t kv_bytes;           /* bytes the backend's KV cache takes */
+} sl_sched_snapshot;
+
+typedef struct sl_sched sl_sched;
+
+/* Creates a scheduler over `be` (forward only; not owned) for a model of
+ * n_vocab tokens and n_ctx positions per sequence; eog holds n_eog end-of-
+ * generation ids (copied). cfg is copied; io is copied. Allocates everything
+ * a step needs. Returns SL_OK with *out set; SL_EINVAL with err naming the
+ * bad value (a knob out of range, a block size or count the backend does not
+ * have, a token budget over the backend's max_batch_tokens); SL_ENOMEM. On
+ * failure *out is NULL. */
+sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const int32_t *eog, int32_t n_eog,
+                          const sl_sched_config *cfg, const sl_sched_io *io, sl_sched **out,
+                          char err[SL_ERR_LEN]);
+
+/* Frees the scheduler. Requests it still holds are not finished (the worker
+ * is exiting; the master fails their mailboxes). NULL is a no-op. */
+void sl_sched_destroy(sl_sched *s);
+
+/* Runs one iteration: cancels, emit retries, intake, admission, one forward,
+ * sampling, emits, finishes. Never blocks, never allocates.
+ * Returns SL_OK when a forward ran (successfully or not: a failed step has
+ * already failed its requests); SL_AGAIN when there was nothing to run (idle,
+ * every sequence paused, or the batch window still open): the caller waits
+ * sl_sched_wait_ns() and calls again. */
+sl_status sl_sched_step(sl_sched *s);
+
+/* After a step returned SL_AGAIN: how long the caller may sleep on the
+ * doorbell before the next step is due (window deadline, paused emits'
+ * retry interval, or the idle heartbeat interval). */
+uint64_t sl_sched_wait_ns(const sl_sched *s);
+
+/* Loops sl_sched_step until *stop is non-zero, calling io.wait whenever a
+ * step returns SL_AGAIN. Returns when *stop is set (checked every step). */
+void sl_sched_run(sl_sched *s, volatile int *stop);
+
+/* The latest stats (as last passed to step_done). */
+void sl_sched_stats_get(const sl_sched *s, sl_sched_stats *out);
+
+/* Fills the effective-config snapshot from the config, backend and counters. */
+void sl_sched_snapshot_fill(const sl_sched *s, sl_sched_snapshot *out);
+
+/* The accounting checker (docs/SCHEDULER.md invariants 1-9), for
+ * `assert(sl_sched_check(s))` in debug builds and for tests. Returns 1 if
+ * every invariant holds, else 0. O(slots + KV blocks). */
+int sl_sched_check(const sl_sched *s);
+
+#endif

@@ -1,0 +1,394 @@
+/* gpu-worker/worker.c: the worker process: glue between the scheduler and
+ * the shared segment.
+ * The scheduler talks to the world through sl_sched_io; here each callback
+ * maps onto one shm call (pop, push, finish, cancel flag, doorbell), so the
+ * scheduler stays testable with fakes and this file holds no policy of its
+ * own beyond sizing (KV blocks from the memory budget) and publishing
+ * (heartbeat every step, the effective-config snapshot). The shm library
+ * keeps the request and token counters itself. */
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "gpu-worker/scheduler.h"
+#include "gpu-worker/worker.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "shared/shm.h"
+
+#define KV_BLOCK 16
+#define IDLE_BEAT_NS 100000000ull        /* beat at least every 100 ms while idle */
+#define SNAPSHOT_EVERY_NS 200000000ull   /* republish effective-config at most 5 times a second */
+#define MIN_STEP_BOUND_NS 2000000000ull  /* a step may always take 2 s before it looks wedged */
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+/* A request the scheduler holds: its ticket and a private copy of the prompt
+ * (the shm prompt arena is not contiguous). */
+typedef struct {
+    sl_shm_ticket ticket;
+    int32_t *prompt;
+    uint64_t first_emit_ns;
+    bool used;
+} held;
+
+typedef struct {
+    sl_shm_t *shm;
+    const sl_config *cfg;
+    held *held;                  /* indexed by slot in this table; id = slot */
+    uint32_t n_held;
+    uint64_t longest_step_ns;
+    uint64_t last_snapshot_ns;
+    sl_sched *sched;
+    const sl_model *model;
+    const char *backend_name;
+    uint64_t kv_bytes;
+} worker;
+
+static held *held_of(worker *w, uint64_t id)
+{
+    return id < w->n_held && w->held[id].used ? &w->held[id] : NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* sl_sched_io over the segment                                              */
+
+static sl_status io_poll(void *ctx, sl_sched_request *out)
+{
+    worker *w = ctx;
+    uint32_t slot;
+    for (slot = 0; slot < w->n_held && w->held[slot].used; slot++)
+        ;
+    if (slot == w->n_held)
+        return SL_AGAIN;   /* the scheduler holds as many as it can: leave the rest queued */
+    sl_shm_ticket t;
+    for (;;) {
+        sl_status rc = sl_shm_worker_pop(w->shm, &t);
+        if (rc == SL_ESTALE)
+            stop_flag = 1;   /* a newer worker generation exists: this process must go */
+        if (rc != SL_OK)
+            return SL_AGAIN;
+        uint32_t n_prompt, ignore_eos;
+        uint64_t request_id;
+        memset(out, 0, sizeof *out);
+        rc = sl_shm_request_get(w->shm, t, &out->params, &out->max_tokens, &out->min_tokens, &ignore_eos,
+                                &request_id, &n_prompt);
+        const sl_mailbox_shm *mb = sl_shm_mailbox(w->shm, t);
+        held *h = &w->held[slot];
+        if (rc == SL_OK && mb && n_prompt >= 1 && n_prompt <= (uint32_t)w->model->hp.n_ctx_train &&
+            (h->prompt = malloc(n_prompt * sizeof(int32_t))) != NULL &&
+            sl_shm_prompt_copy(w->shm, t, 0, n_prompt, h->prompt) == SL_OK) {
+            h->ticket = t;
+            h->used = true;
+            h->first_emit_ns = 0;
+            out->id = slot;
+            out->prompt = h->prompt;
+            out->n_prompt = (int32_t)n_prompt;
+            out->ignore_eos = ignore_eos != 0;
+            sl_shm_result_info info;
+            out->submit_ns = sl_shm_result(w->shm, t, &info) == SL_OK && info.timings.queued_ns
+                                 ? info.timings.queued_ns : sl_shm_now_ns();
+            return SL_OK;
+        }
+        free(h->prompt);
+        h->prompt = NULL;
+        /* a request we cannot even read fails alone, with a reason */
+        sl_shm_worker_finish(w->shm, t, SL_FINISH_REASON_ERROR, "invalid request in shared memory");
+    }
+}
+
+static sl_status io_emit(void *ctx, uint64_t id, int32_t token, const sl_logprob_record *rec)
+{
+    worker *w = ctx;
+    held *h = held_of(w, id);
+    if (!h)
+        return SL_ESTALE;
+    sl_status rc = sl_shm_worker_push(w->shm, h->ticket, token, rec);
+    if (rc == SL_OK) {
+        uint64_t now = sl_shm_now_ns();
+        if (!h->first_emit_ns)
+            h->first_emit_ns = now;
+    } else if (rc == SL_ESTALE || rc == SL_ESTATE) {
+        free(h->prompt);
+        memset(h, 0, sizeof *h);
+        return SL_ESTALE;
+    }
+    return rc;
+}
+
+static void io_finish(void *ctx, uint64_t id, int reason, const char *error, const sl_sched_timings *t)
+{
+    worker *w = ctx;
+    held *h = held_of(w, id);
+    if (!h)
+        return;
+    sl_finish_reason r = reason == SL_SCHED_FINISH_STOP     ? SL_FINISH_REASON_STOP
+                         : reason == SL_SCHED_FINISH_LENGTH ? SL_FINISH_REASON_LENGTH
+                         : reason == SL_SCHED_FINISH_CANCELLED ? SL_FINISH_REASON_CANCELLED
+                                                            : SL_FINISH_REASON_ERROR;
+    /* The computation began prompt_ms before the first token reached the client. */
+    if (h->first_emit_ns && t->prompt_ms > 0)
+        sl_shm_worker_set_admitted(w->shm, h->ticket, h->first_emit_ns - (uint64_t)(t->prompt_ms * 1e6));
+    sl_shm_worker_finish(w->shm, h->ticket, r, error);   /* counts the request in the segment */
+    free(h->prompt);
+    memset(h, 0, sizeof *h);
+}
+
+static bool io_cancelled(void *ctx, uint64_t id)
+{
+    worker *w = ctx;
+    held *h = held_of(w, id);
+    return !h || sl_shm_worker_cancelled(w->shm, h->ticket);
+}
+
+static void publish_snapshot(worker *w, const sl_sched_stats *st);
+
+static void io_wait(void *ctx, uint64_t timeout_ns)
+{
+    worker *w = ctx;
+    uint64_t now = sl_shm_now_ns();
+    sl_shm_heartbeat(w->shm, now, 0);
+    /* no step ran: cancellations and finishes since the last one still show */
+    if (now - w->last_snapshot_ns >= SNAPSHOT_EVERY_NS / 4) {
+        sl_sched_stats st;
+        sl_sched_stats_get(w->sched, &st);
+        publish_snapshot(w, &st);
+        w->last_snapshot_ns = now;
+    }
+    sl_shm_worker_flush_wakeups(w->shm);
+    if (stop_flag)
+        return;
+    sl_shm_worker_wait(w->shm, timeout_ns < IDLE_BEAT_NS ? timeout_ns : IDLE_BEAT_NS);
+}
+
+static uint64_t io_now(void *ctx)
+{
+    (void)ctx;
+    return sl_shm_now_ns();
+}
+
+static void io_step_done(void *ctx, const sl_sched_stats *st)
+{
+    worker *w = ctx;
+    if (st->step_ns > w->longest_step_ns)
+        w->longest_step_ns = st->step_ns;
+    /* The next step may take as long as several of the longest seen so far:
+     * a slow but progressing CPU prefill is not a wedge. */
+    uint64_t bound = 8 * w->longest_step_ns;
+    sl_shm_heartbeat(w->shm, sl_shm_now_ns(), bound > MIN_STEP_BOUND_NS ? bound : MIN_STEP_BOUND_NS);
+    sl_shm_worker_flush_wakeups(w->shm);
+    uint64_t now = sl_shm_now_ns();
+    if (now - w->last_snapshot_ns >= SNAPSHOT_EVERY_NS) {
+        publish_snapshot(w, st);
+        w->last_snapshot_ns = now;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* effective-config                                                          */
+
+static const char *source_name(uint32_t s)
+{
+    switch (s) {
+    case SL_CONFIG_SOURCE_FILE: return "file";
+    case SL_CONFIG_SOURCE_ENV: return "env";
+    case SL_CONFIG_SOURCE_SEED_ALIAS: return "seed-alias";
+    case SL_CONFIG_SOURCE_FLAG: return "flag";
+    }
+    return "default";
+}
+
+/* A knob's value as the scheduler uses it, with the source of the setting
+ * that gave it (the config knows file vs env, the scheduler does not). */
+static json_t *knob_of(const worker *w, const sl_sched_knob *k, int key)
+{
+    return json_pack("{s:I, s:s}", "value", (json_int_t)k->value, "source",
+                     key < 0 ? "default" : source_name(w->cfg->source[key]));
+}
+#define knob(k, key) knob_of(w, (k), (key))
+
+static void publish_snapshot(worker *w, const sl_sched_stats *st)
+{
+    sl_sched_snapshot snap;
+    sl_sched_snapshot_fill(w->sched, &snap);
+    if (w->cfg->model_alias[0])
+        snprintf(snap.model, sizeof snap.model, "%s", w->cfg->model_alias);
+    const sl_config *c = w->cfg;
+    json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:s, s:i, s:i, s:i, "
+                          "s:i, s:i, s:I, s:{s:i, s:s}, s:{s:I, s:s}}",
+                          "kind", snap.kind, "model", snap.model, "backend", snap.backend,
+                          "max_in_flight", knob(&snap.max_in_flight, SL_CFG_MAX_SEQS), "window_ms", knob(&snap.window_ms, SL_CFG_BATCH_WINDOW_MS),
+                          "prefill_chunk_size", knob(&snap.prefill_chunk_size, SL_CFG_PREFILL_CHUNK),
+                          "token_budget", knob(&snap.token_budget, SL_CFG_TOKEN_BUDGET),
+                          "staggered_prefill", knob(&snap.staggered_prefill, SL_CFG_STAGGERED_PREFILL),
+                          "ttft_trace", knob(&snap.ttft_trace, SL_CFG_TTFT_TRACE), "kv_block_size", knob(&snap.kv_block_size, -1),
+                          "kv_blocks", knob(&snap.kv_blocks, SL_CFG_KV_MEMORY), "slots_admitted", snap.slots_admitted,
+                          "admission_ceiling_reason", snap.admission_ceiling_reason,
+                          "in_flight_now", snap.in_flight_now, "peak_in_flight", snap.peak_in_flight,
+                          "queue_capacity", snap.queue_capacity, "n_vocab", snap.n_vocab, "n_ctx", snap.n_ctx,
+                          "kv_bytes", (json_int_t)snap.kv_bytes,
+                          "threads", "value", (int)c->threads, "source", source_name(c->source[SL_CFG_THREADS]),
+                          "kv_memory", "value", (json_int_t)c->kv_memory, "source",
+                          source_name(c->source[SL_CFG_KV_MEMORY]));
+    if (o && st) {
+        json_object_set_new(o, "waiting_now", json_integer(st->n_waiting));
+        json_object_set_new(o, "kv_blocks_free", json_integer(st->kv_blocks_free));
+        json_object_set_new(o, "steps", json_integer((json_int_t)st->steps));
+        json_object_set_new(o, "preemptions", json_integer((json_int_t)st->n_preemptions));
+        json_object_set_new(o, "step_failures", json_integer((json_int_t)st->n_step_failures));
+    }
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (text)
+        sl_shm_config_publish(w->shm, text, strlen(text));
+    free(text);
+    json_decref(o);
+}
+
+/* ------------------------------------------------------------------------ */
+/* startup                                                                   */
+
+/* KV budget: the configured bytes, else a quarter of available memory. */
+static uint64_t kv_budget(const sl_config *cfg)
+{
+    if (cfg->kv_memory)
+        return cfg->kv_memory;
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t avail = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : (1ull << 30);
+    return avail / 4;
+}
+
+static uint8_t sched_source(uint8_t s)
+{
+    switch (s) {
+    case SL_CONFIG_SOURCE_FLAG: return SL_SCHED_SOURCE_FLAG;
+    case SL_CONFIG_SOURCE_ENV: case SL_CONFIG_SOURCE_FILE: return SL_SCHED_SOURCE_ENV;
+    case SL_CONFIG_SOURCE_SEED_ALIAS: return SL_SCHED_SOURCE_SEED_ALIAS;
+    }
+    return SL_SCHED_SOURCE_DEFAULT;
+}
+
+int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
+{
+    char err[SL_ERR_LEN];
+    prctl(PR_SET_PDEATHSIG, SIGTERM);   /* never outlive the master */
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    sl_shm_t *shm = sl_shm_attach(cfg->shm_name, SL_SHM_ROLE_WORKER, 0, err);
+    if (!shm) {
+        fprintf(stderr, "sluice worker: %s\n", err);
+        return SL_WORKER_EXIT_FAILED;
+    }
+    sl_shm_set_eventfds(shm, wake_fds, n_fds);
+    sl_shm_set_worker_state(shm, SL_WORKER_STATE_LOADING, NULL);
+    sl_shm_heartbeat(shm, sl_shm_now_ns(), 0);
+
+    int exit_code = SL_WORKER_EXIT_CONFIG;
+    sl_model *m = NULL;
+    sl_tokenizer *tok = NULL;
+    sl_backend *be = NULL;
+    sl_sched *sched = NULL;
+    int32_t *eog = NULL;
+    worker w = {.shm = shm, .cfg = cfg};
+    if (sl_model_load(cfg->model, &m, err) < 0 || sl_tokenizer_create(m->gguf, &tok, err) < 0) {
+        fprintf(stderr, "sluice worker: %s\n", err);
+        goto out;
+    }
+    w.model = m;
+    int32_t n_ctx = cfg->ctx_size ? (int32_t)cfg->ctx_size : m->hp.n_ctx_train;
+    if (n_ctx > m->hp.n_ctx_train)
+        n_ctx = m->hp.n_ctx_train;
+    int32_t n_eog = 0;
+    eog = malloc((size_t)m->hp.n_vocab * sizeof *eog);
+    for (int32_t id = 0; eog && id < m->hp.n_vocab; id++)
+        if (sl_tokenizer_is_eog(tok, id))
+            eog[n_eog++] = id;
+
+    sl_sched_config sc;
+    sl_sched_config_default(&sc);
+#define KNOB(field, key, value) do { if (cfg->source[key] != SL_CONFIG_SOURCE_DEFAULT || (value)) { \
+        sc.field = (value); sc.source.field = sched_source(cfg->source[key]); } } while (0)
+    KNOB(max_seqs, SL_CFG_MAX_SEQS, (int32_t)cfg->max_seqs);
+    KNOB(token_budget, SL_CFG_TOKEN_BUDGET, (int32_t)cfg->token_budget);
+    KNOB(prefill_chunk, SL_CFG_PREFILL_CHUNK, (int32_t)cfg->prefill_chunk);
+    KNOB(window_ms, SL_CFG_BATCH_WINDOW_MS, (int32_t)cfg->batch_window_ms);
+    KNOB(staggered_prefill, SL_CFG_STAGGERED_PREFILL, cfg->staggered_prefill != 0);
+    KNOB(ttft_trace, SL_CFG_TTFT_TRACE, cfg->ttft_trace != 0);
+#undef KNOB
+    if (sc.token_budget < sc.max_seqs)
+        sc.token_budget = sc.max_seqs;
+    sc.kv_block_size = KV_BLOCK;
+    uint64_t block_bytes = sl_backend_kv_block_bytes(m, KV_BLOCK);
+    uint64_t blocks = kv_budget(cfg) / block_bytes;
+    uint64_t min_blocks = ((uint64_t)n_ctx + KV_BLOCK - 1) / KV_BLOCK;
+    if (blocks < min_blocks) {
+        /* at least one sequence of the full context must fit */
+        if (cfg->kv_memory) {
+            fprintf(stderr, "sluice worker: --kv-memory %llu bytes holds %llu KV blocks, but one sequence of "
+                    "%d tokens needs %llu (%llu bytes); raise --kv-memory or lower --ctx-size\n",
+                    (unsigned long long)cfg->kv_memory, (unsigned long long)blocks, n_ctx,
+                    (unsigned long long)min_blocks, (unsigned long long)(min_blocks * block_bytes));
+            goto out;
+        }
+        blocks = min_blocks;
+    }
+    if (blocks > (1u << 30))
+        blocks = 1u << 30;
+    sc.n_kv_blocks = (uint32_t)blocks;
+    sc.source.n_kv_blocks = cfg->kv_memory ? sched_source(cfg->source[SL_CFG_KV_MEMORY]) : SL_SCHED_SOURCE_DEFAULT;
+
+    sl_backend_config bc = {.device = cfg->device, .n_threads = (int)(cfg->threads ? cfg->threads : 1),
+                            .kv_block_size = KV_BLOCK, .n_kv_blocks = sc.n_kv_blocks,
+                            .max_batch_tokens = sc.token_budget, .max_ctx = n_ctx};
+    sl_status rc = sl_backend_create(m, &bc, &be, err);
+    if (rc < 0) {
+        fprintf(stderr, "sluice worker: %s\n", err);
+        exit_code = rc == SL_ENOMEM ? SL_WORKER_EXIT_FAILED : SL_WORKER_EXIT_CONFIG;
+        goto out;
+    }
+    w.backend_name = be->ops->name;
+    w.kv_bytes = be->kv_bytes;
+    /* the scheduler holds what it can run plus as many waiting again */
+    w.n_held = (uint32_t)sc.max_seqs * 2;
+    w.held = calloc(w.n_held, sizeof *w.held);
+    sl_sched_io io = {.ctx = &w, .poll = io_poll, .emit = io_emit, .finish = io_finish, .cancelled = io_cancelled,
+                      .wait = io_wait, .now_ns = io_now, .step_done = io_step_done};
+    if (!w.held || sl_sched_create(be, m->hp.n_vocab, n_ctx, eog, n_eog, &sc, &io, &sched, err) < 0) {
+        fprintf(stderr, "sluice worker: %s\n", w.held ? err : "out of memory");
+        goto out;
+    }
+    w.sched = sched;
+    publish_snapshot(&w, NULL);
+    sl_shm_set_worker_state(shm, SL_WORKER_STATE_READY, m->name);
+    sl_shm_heartbeat(shm, sl_shm_now_ns(), 0);
+    fprintf(stderr, "sluice worker: ready: %s on %s, %u KV blocks (%llu MiB), %d threads, up to %d sequences\n",
+            m->name, be->ops->name, sc.n_kv_blocks, (unsigned long long)(be->kv_bytes >> 20), bc.n_threads,
+            sc.max_seqs);
+    sl_sched_run(sched, (volatile int *)&stop_flag);
+    exit_code = SL_WORKER_EXIT_OK;
+out:
+    sl_sched_destroy(sched);
+    for (uint32_t i = 0; w.held && i < w.n_held; i++)
+        free(w.held[i].prompt);
+    free(w.held);
+    free(eog);
+    sl_backend_destroy(be);
+    sl_tokenizer_destroy(tok);
+    sl_model_destroy(m);
+    sl_shm_detach(shm);
+    return exit_code;
+}

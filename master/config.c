@@ -1,0 +1,368 @@
+/* master/config.c: one table describes every `sluice serve` setting (flag,
+ * variable, seed alias, type, range, default, help); parsing, --help and
+ * effective-config all read it, so they cannot drift apart. */
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "master/config.h"
+
+typedef enum { T_STR, T_U32, T_BYTES, T_BOOL } vtype;
+
+typedef struct {
+    sl_config_key key;
+    const char *flag;       /* long flag without "--"; also the config-file key */
+    char short_flag;        /* 0 = none */
+    const char *env;        /* SLUICE_* */
+    const char *seed;       /* the seed's variable name, or NULL */
+    vtype type;
+    size_t offset, size;    /* field in sl_config */
+    uint64_t lo, hi;        /* range for numbers */
+    const char *def;        /* default as text ("" = empty / computed) */
+    const char *help;
+} setting;
+
+#define F(field) offsetof(sl_config, field), sizeof(((sl_config *)0)->field)
+
+static const setting settings[] = {
+    {SL_CFG_MODEL, "model", 'm', "SLUICE_MODEL", NULL, T_STR, F(model), 0, 0, "",
+     "GGUF model file (default: the project's default model)"},
+    {SL_CFG_MODEL_ALIAS, "model-alias", 0, "SLUICE_MODEL_ALIAS", NULL, T_STR, F(model_alias), 0, 0, "",
+     "model name the API reports (default: the model's general.name)"},
+    {SL_CFG_HOST, "host", 0, "SLUICE_HOST", NULL, T_STR, F(host), 0, 0, "127.0.0.1", "address to listen on"},
+    {SL_CFG_PORT, "port", 'p', "SLUICE_PORT", NULL, T_U32, F(port), 0, 65535, "8080", "TCP port (0 = any free port)"},
+    {SL_CFG_FRONTENDS, "frontends", 0, "SLUICE_FRONTENDS", NULL, T_U32, F(n_frontends), 1, 256, "",
+     "HTTP front-end processes (default: number of cores)"},
+    {SL_CFG_API_KEY, "api-key", 0, "SLUICE_API_KEY", NULL, T_STR, F(api_key), 0, 0, "",
+     "require 'Authorization: Bearer KEY' (health and ready exempt)"},
+    {SL_CFG_ADMIN_SOCKET, "admin-socket", 0, "SLUICE_ADMIN_SOCKET", NULL, T_STR, F(admin_socket), 0, 0, "",
+     "admin Unix socket path (default: /tmp/sluice-PORT.sock), mode 0600"},
+    {SL_CFG_DEVICE, "device", 0, "SLUICE_DEVICE", NULL, T_STR, F(device), 0, 0, "auto", "auto | cpu | cuda"},
+    {SL_CFG_THREADS, "threads", 't', "SLUICE_THREADS", NULL, T_U32, F(threads), 1, 1024, "",
+     "worker compute threads on the CPU backend (default: number of cores)"},
+    {SL_CFG_KV_MEMORY, "kv-memory", 0, "SLUICE_KV_MEMORY", NULL, T_BYTES, F(kv_memory), 0, UINT64_MAX, "0",
+     "KV-cache bytes, suffix K/M/G allowed (0 = a quarter of free memory)"},
+    {SL_CFG_CTX_SIZE, "ctx-size", 'c', "SLUICE_CTX_SIZE", NULL, T_U32, F(ctx_size), 0, 1u << 24, "0",
+     "longest sequence, prompt + output (0 = the model's context)"},
+    {SL_CFG_MAX_SEQS, "max-seqs", 0, "SLUICE_MAX_SEQS", "CUDA_MAX_BATCH", T_U32, F(max_seqs), 1, 4096, "16",
+     "live sequences at most"},
+    {SL_CFG_TOKEN_BUDGET, "token-budget", 0, "SLUICE_TOKEN_BUDGET", NULL, T_U32, F(token_budget), 1, 65536, "256",
+     "new tokens per scheduler step (decodes + prefill chunks)"},
+    {SL_CFG_PREFILL_CHUNK, "prefill-chunk", 0, "SLUICE_PREFILL_CHUNK", NULL, T_U32, F(prefill_chunk), 1, 65536,
+     "256", "prompt tokens of one sequence per step at most"},
+    {SL_CFG_BATCH_WINDOW_MS, "batch-window-ms", 0, "SLUICE_BATCH_WINDOW_MS", "CUDA_BATCH_WINDOW_MS", T_U32,
+     F(batch_window_ms), 0, 10000, "0", "wait for stragglers up to this long (0 = adaptive)"},
+    {SL_CFG_STAGGERED_PREFILL, "staggered-prefill", 0, "SLUICE_STAGGERED_PREFILL", "STAGGERED_PREFILL", T_BOOL,
+     F(staggered_prefill), 0, 1, "0", "at most one new sequence starts prefill per step"},
+    {SL_CFG_TTFT_TRACE, "ttft-trace", 0, "SLUICE_TTFT_TRACE", "TTFT_TRACE", T_BOOL, F(ttft_trace), 0, 1, "0",
+     "one line per request and stage on the worker's stderr"},
+    {SL_CFG_QUEUE_DEPTH, "queue-depth", 0, "SLUICE_QUEUE_DEPTH", NULL, T_U32, F(queue_depth), 2, 65536, "256",
+     "requests waiting per front end before 429"},
+    {SL_CFG_MAX_BODY, "max-body", 0, "SLUICE_MAX_BODY", NULL, T_BYTES, F(max_body), 1024, 1ull << 32, "8M",
+     "request body bytes at most (413 beyond)"},
+    {SL_CFG_MAX_PROMPT_TOKENS, "max-prompt-tokens", 0, "SLUICE_MAX_PROMPT_TOKENS", NULL, T_U32,
+     F(max_prompt_tokens), 0, 1u << 24, "0", "prompt tokens at most (0 = the context)"},
+    {SL_CFG_DEFAULT_MAX_TOKENS, "default-max-tokens", 0, "SLUICE_DEFAULT_MAX_TOKENS", NULL, T_U32,
+     F(default_max_tokens), 0, 1u << 24, "0", "max_tokens when a request gives none (0 = up to the context)"},
+    {SL_CFG_IDLE_TIMEOUT_MS, "idle-timeout-ms", 0, "SLUICE_IDLE_TIMEOUT_MS", NULL, T_U32, F(idle_timeout_ms), 100,
+     3600000, "10000", "header, body and keep-alive idle limit"},
+    {SL_CFG_WRITE_TIMEOUT_MS, "write-timeout-ms", 0, "SLUICE_WRITE_TIMEOUT_MS", NULL, T_U32, F(write_timeout_ms),
+     100, 3600000, "30000", "a client that reads nothing for this long is dropped and its request cancelled"},
+    {SL_CFG_DRAIN_DELAY_S, "drain-delay", 0, "SLUICE_DRAIN_DELAY", NULL, T_U32, F(drain_delay_s), 0, 3600, "5",
+     "on SIGTERM, seconds /ready answers 503 before listeners close"},
+    {SL_CFG_DRAIN_TIMEOUT_S, "drain-timeout", 0, "SLUICE_DRAIN_TIMEOUT", NULL, T_U32, F(drain_timeout_s), 0, 86400,
+     "60", "then seconds in-flight requests get to finish"},
+    {SL_CFG_CHAT_TEMPLATE, "chat-template", 0, "SLUICE_CHAT_TEMPLATE", NULL, T_STR, F(chat_template), 0, 0, "",
+     "template file or built-in name (chatml, llama2, llama3, mistral, gemma, phi3) instead of the model's"},
+    {SL_CFG_LOG_BODIES, "log-bodies", 0, "SLUICE_LOG_BODIES", NULL, T_BOOL, F(log_bodies), 0, 1, "0",
+     "log request bodies (off by default: they may hold secrets)"},
+    {SL_CFG_HEARTBEAT_TIMEOUT_MS, "heartbeat-timeout-ms", 0, "SLUICE_HEARTBEAT_TIMEOUT_MS", NULL, T_U32,
+     F(heartbeat_timeout_ms), 100, 3600000, "5000",
+     "a worker whose step outlives its bound by this much is restarted"},
+};
+#define N_SETTINGS (sizeof settings / sizeof settings[0])
+
+_Static_assert(N_SETTINGS == SL_CFG_COUNT, "every sl_config_key has one settings row");
+
+const char *sl_config_key_name(sl_config_key k)
+{
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (settings[i].key == k)
+            return settings[i].flag;
+    return "?";
+}
+
+const char *sl_config_source_name(sl_config_source s)
+{
+    static const char *names[] = {"default", "file", "seed-alias", "env", "flag"};
+    switch (s) {
+    case SL_CONFIG_SOURCE_DEFAULT: return names[0];
+    case SL_CONFIG_SOURCE_FILE: return names[1];
+    case SL_CONFIG_SOURCE_SEED_ALIAS: return names[2];
+    case SL_CONFIG_SOURCE_ENV: return names[3];
+    case SL_CONFIG_SOURCE_FLAG: return names[4];
+    }
+    return "?";
+}
+
+/* Parses `text` into the field of setting s; `what` names the origin for
+ * errors ("--max-seqs", "SLUICE_MAX_SEQS", "FILE:3 max-seqs"). */
+static sl_status set_value(sl_config *cfg, const setting *s, const char *text, const char *what, char *err)
+{
+    char *field = (char *)cfg + s->offset;
+    if (s->type == T_STR) {
+        if (strlen(text) >= s->size) {
+            snprintf(err, SL_ERR_LEN, "%s: value is longer than %zu bytes", what, s->size - 1);
+            return SL_EINVAL;
+        }
+        memcpy(field, text, strlen(text) + 1);
+        return SL_OK;
+    }
+    uint64_t v;
+    if (s->type == T_BOOL) {
+        if (!strcmp(text, "1") || !strcasecmp(text, "true") || !strcasecmp(text, "yes") || !strcasecmp(text, "on"))
+            v = 1;
+        else if (!strcmp(text, "0") || !strcasecmp(text, "false") || !strcasecmp(text, "no") ||
+                 !strcasecmp(text, "off"))
+            v = 0;
+        else {
+            snprintf(err, SL_ERR_LEN, "%s: '%s' is not a boolean (1/0, true/false)", what, text);
+            return SL_EINVAL;
+        }
+    } else {
+        char *end;
+        errno = 0;
+        if (!isdigit((unsigned char)text[0])) {
+            snprintf(err, SL_ERR_LEN, "%s: '%s' is not a non-negative integer", what, text);
+            return SL_EINVAL;
+        }
+        unsigned long long x = strtoull(text, &end, 10);
+        uint64_t mult = 1;
+        if (s->type == T_BYTES && *end) {
+            switch (toupper((unsigned char)*end)) {
+            case 'K': mult = 1ull << 10; break;
+            case 'M': mult = 1ull << 20; break;
+            case 'G': mult = 1ull << 30; break;
+            case 'T': mult = 1ull << 40; break;
+            default: mult = 0;
+            }
+            end += mult ? 1 : 0;
+            if (mult && (*end == 'i' || *end == 'I'))
+                end++;
+            if (mult && (*end == 'B' || *end == 'b'))
+                end++;
+        }
+        if (errno || *end || mult == 0 || (mult > 1 && x > UINT64_MAX / mult)) {
+            snprintf(err, SL_ERR_LEN, "%s: '%s' is not a%s integer", what, text,
+                     s->type == T_BYTES ? " byte count (e.g. 512M, 4G) or" : " non-negative");
+            return SL_EINVAL;
+        }
+        v = x * mult;
+    }
+    if (v < s->lo || v > s->hi) {
+        snprintf(err, SL_ERR_LEN, "%s: %llu is out of range [%llu, %llu]", what, (unsigned long long)v,
+                 (unsigned long long)s->lo, (unsigned long long)s->hi);
+        return SL_EINVAL;
+    }
+    if (s->size == 8)
+        *(uint64_t *)field = v;
+    else
+        *(uint32_t *)field = (uint32_t)v;
+    return SL_OK;
+}
+
+static const setting *find_flag(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (strlen(settings[i].flag) == len && !strncmp(settings[i].flag, name, len))
+            return &settings[i];
+    return NULL;
+}
+
+static sl_status read_file(sl_config *cfg, const char *path, char *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, SL_ERR_LEN, "--config %s: cannot open: %s", path, strerror(errno));
+        return SL_EINVAL;
+    }
+    char line[2048];
+    int lineno = 0;
+    sl_status rc = SL_OK;
+    while (rc == SL_OK && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *p = line;
+        while (isspace((unsigned char)*p))
+            p++;
+        if (*p == '#' || *p == 0)
+            continue;
+        char *eq = strchr(p, '=');
+        char *nl = strchr(p, '\n');
+        if (nl)
+            *nl = 0;
+        if (!eq) {
+            snprintf(err, SL_ERR_LEN, "%s:%d: expected 'name = value'", path, lineno);
+            rc = SL_EINVAL;
+            break;
+        }
+        char *ke = eq;
+        while (ke > p && isspace((unsigned char)ke[-1]))
+            ke--;
+        char *v = eq + 1;
+        while (isspace((unsigned char)*v))
+            v++;
+        char *ve = v + strlen(v);
+        while (ve > v && isspace((unsigned char)ve[-1]))
+            *--ve = 0;
+        const setting *s = find_flag(p, (size_t)(ke - p));
+        char what[160];
+        snprintf(what, sizeof what, "%s:%d %.*s", path, lineno, (int)(ke - p), p);
+        if (!s) {
+            snprintf(err, SL_ERR_LEN, "%s: unknown setting", what);
+            rc = SL_EINVAL;
+        } else if ((rc = set_value(cfg, s, v, what, err)) == SL_OK) {
+            cfg->source[s->key] = SL_CONFIG_SOURCE_FILE;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+void sl_config_usage(FILE *f)
+{
+    fprintf(f, "usage: sluice serve [-m MODEL.gguf] [options]\n"
+               "Serves the model over an OpenAI-compatible HTTP API.\n\n"
+               "Every option can also come from its environment variable or from a\n"
+               "--config FILE of 'name = value' lines (name = the long option).\n"
+               "Precedence: option > SLUICE_* variable > seed alias > file > default.\n\n");
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const setting *s = &settings[i];
+        char flag[64];
+        snprintf(flag, sizeof flag, "%s%c%s--%s%s", s->short_flag ? "-" : "", s->short_flag ? s->short_flag : ' ',
+                 s->short_flag ? ", " : "  ", s->flag, s->type == T_BOOL ? "" : " V");
+        fprintf(f, "  %-26s %s\n", s->short_flag ? flag : flag + 2, s->help);
+        fprintf(f, "  %-26s [%s%s%s%s%s]\n", "", s->env, s->seed ? ", " : "", s->seed ? s->seed : "",
+                s->def[0] ? "; default " : "", s->def);
+    }
+    fprintf(f, "  %-26s %s\n", "--config FILE", "read settings from FILE");
+    fprintf(f, "  %-26s %s\n", "-h, --help", "this text");
+}
+
+static void set_defaults(sl_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    char err[SL_ERR_LEN];
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (settings[i].def[0])
+            set_value(cfg, &settings[i], settings[i].def, "default", err);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    cfg->n_frontends = n > 0 ? (uint32_t)(n < 64 ? n : 64) : 1;
+    cfg->threads = n > 0 ? (uint32_t)n : 1;
+}
+
+sl_status sl_config_parse(int argc, char **argv, sl_config *cfg, char err[SL_ERR_LEN])
+{
+    set_defaults(cfg);
+    err[0] = 0;
+    /* --config first: flags override the file wherever they appear */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *file = NULL;
+        if (!strcmp(a, "--config")) {
+            if (i + 1 >= argc) {
+                snprintf(err, SL_ERR_LEN, "--config needs a file");
+                return SL_EINVAL;
+            }
+            file = argv[++i];
+        } else if (!strncmp(a, "--config=", 9)) {
+            file = a + 9;
+        }
+        if (file && read_file(cfg, file, err) < 0)
+            return SL_EINVAL;
+    }
+    for (int pass = 0; pass < 2; pass++) {   /* seed aliases, then SLUICE_* */
+        for (size_t i = 0; i < N_SETTINGS; i++) {
+            const setting *s = &settings[i];
+            const char *name = pass == 0 ? s->seed : s->env;
+            const char *v = name ? getenv(name) : NULL;
+            if (!v)
+                continue;
+            if (set_value(cfg, s, v, name, err) < 0)
+                return SL_EINVAL;
+            cfg->source[s->key] = pass == 0 ? SL_CONFIG_SOURCE_SEED_ALIAS : SL_CONFIG_SOURCE_ENV;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            sl_config_usage(stdout);
+            return SL_AGAIN;
+        }
+        if (!strcmp(a, "--config")) {
+            i++;
+            continue;
+        }
+        if (!strncmp(a, "--config=", 9))
+            continue;
+        const setting *s = NULL;
+        const char *value = NULL;
+        if (a[0] == '-' && a[1] == '-') {
+            const char *eq = strchr(a + 2, '=');
+            s = find_flag(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
+            value = eq ? eq + 1 : NULL;
+        } else if (a[0] == '-' && a[1] && !a[2]) {
+            for (size_t k = 0; k < N_SETTINGS; k++)
+                if (settings[k].short_flag == a[1])
+                    s = &settings[k];
+        }
+        if (!s) {
+            snprintf(err, SL_ERR_LEN, "unknown option '%s' (sluice serve --help lists them)", a);
+            return SL_EINVAL;
+        }
+        if (!value) {
+            if (s->type == T_BOOL && (i + 1 >= argc || argv[i + 1][0] == '-'))
+                value = "1";
+            else if (i + 1 < argc)
+                value = argv[++i];
+            else {
+                snprintf(err, SL_ERR_LEN, "%s needs a value", a);
+                return SL_EINVAL;
+            }
+        }
+        char what[96];
+        snprintf(what, sizeof what, "--%s", s->flag);
+        if (set_value(cfg, s, value, what, err) < 0)
+            return SL_EINVAL;
+        cfg->source[s->key] = SL_CONFIG_SOURCE_FLAG;
+    }
+    if (strcmp(cfg->device, "auto") && strcmp(cfg->device, "cpu") && strcmp(cfg->device, "cuda")) {
+        snprintf(err, SL_ERR_LEN, "--device: '%s' is not one of auto, cpu, cuda", cfg->device);
+        return SL_EINVAL;
+    }
+    if (!cfg->admin_socket[0])
+        snprintf(cfg->admin_socket, sizeof cfg->admin_socket, "/tmp/sluice-%u.sock", cfg->port);
+    return SL_OK;
+}
+
+void sl_config_value_text(const sl_config *cfg, sl_config_key k, char *buf, size_t cap)
+{
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const setting *s = &settings[i];
+        if (s->key != k)
+            continue;
+        const char *field = (const char *)cfg + s->offset;
+        if (k == SL_CFG_API_KEY)
+            snprintf(buf, cap, "%s", field[0] ? "(set)" : "");
+        else if (s->type == T_STR)
+            snprintf(buf, cap, "%s", field);
+        else if (s->size == 8)
+            snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)field);
+        else
+            snprintf(buf, cap, "%u", *(const uint32_t *)field);
+        return;
+    }
+    snprintf(buf, cap, "?");
+}

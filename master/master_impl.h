@@ -1,0 +1,35 @@
+/* master/master_impl.h: the master's state, shared by its files (master.c
+ * supervises, admin.c answers the admin socket). Private to master/. */
+#ifndef SL_MASTER_IMPL_H
+#define SL_MASTER_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "shared/config.h"
+#include "shared/shm.h"
+
+typedef struct {
+    pid_t pid;                  /* 0 = not running */
+    uint64_t started_ns;
+    uint64_t next_start_ns;     /* earliest restart (backoff) */
+    uint32_t backoff_ms;
+    uint32_t restarts;
+} sl_child;
+
+typedef struct {
+    sl_config cfg;
+    int32_t n_ctx;
+    sl_shm_t *shm;
+    int listen_fds[SL_SHM_SLOTS_MAX];   /* per slot; kept for respawns until the drain */
+    int wake_fds[SL_SHM_SLOTS_MAX];     /* per slot eventfd, written by the worker */
+    int sig_fd;
+    int admin_fd;
+    sl_child worker;
+    sl_child frontends[SL_SHM_SLOTS_MAX];
+    bool draining;
+    uint64_t drain_started_ns;
+} sl_master;
+
+#endif

@@ -1,0 +1,141 @@
+"""Crashes and disconnects against the real server: a killed worker ends
+every stream cleanly and comes back; a killed front end is respawned while
+the others keep streaming; departed clients free their sequences; counters
+stay monotonic across front ends."""
+import os
+import re
+import signal
+import socket
+import time
+
+import pytest
+
+from paths import TESTDATA
+from serve import Server, start_streams
+
+
+@pytest.fixture(scope="module")
+def chat_model(make_model, tmp_path_factory):
+    import subprocess
+    d = tmp_path_factory.mktemp("tok")
+    tj = d / "tokenizer.json"
+    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/qwen3/tokenizer.json.xz")],
+                                  check=True, capture_output=True).stdout)
+    return make_model("tiny-qwen3", "Q8_0", tokenizer=str(tj),
+                      tokenizer_config=str(TESTDATA / "tokenizers/qwen3/tokenizer_config.json"), peak=4)
+
+
+@pytest.fixture
+def server(chat_model, tmp_path):
+    s = Server(chat_model, tmp_path, frontends=2)
+    yield s
+    s.stop()
+
+
+def wait_for(cond, timeout, step=0.02):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def content_events(ev):
+    """Events carrying generated text (not the role chunk): the worker has the request."""
+    return [e for e in ev if '"delta":{"content":' in e]
+
+
+def test_worker_kill_ends_streams_and_recovers(server):
+    worker, fes = server.pids()
+    streams = start_streams(server, 16)
+    assert wait_for(lambda: all(content_events(ev) for ev, _ in streams), 30), "streams did not start"
+    os.kill(worker, signal.SIGKILL)
+    t0 = time.time()
+    ended = wait_for(lambda: all(d.is_set() for _, d in streams), 2.0)
+    elapsed = time.time() - t0
+    if not ended:
+        wait_for(lambda: all(d.is_set() for _, d in streams), 20)
+        pytest.fail(f"a client hung after the worker died: {time.time() - t0:.2f}s for all; "
+                    f"{[ev[-1][:60] for ev, _ in streams]}")
+    for ev, _ in streams:
+        assert ev[-1].startswith('{"error"') or ev[-1] == "[DONE]", ev[-3:]
+    assert elapsed < 2.0
+    # front ends untouched, worker replaced, service back
+    assert server.get("/health")[0] == 200
+    server.wait_ready(30)
+    new_worker, new_fes = server.pids()
+    assert new_fes == fes and new_worker != worker
+    status, body = server.get("/v1/models")
+    assert status == 200
+    ev = start_streams(server, 1, max_tokens=5)[0]
+    assert ev[1].wait(30) and ev[0][-1] == "[DONE]"
+
+
+def test_frontend_kill_is_respawned_others_keep_streaming(server):
+    worker, fes = server.pids()
+    streams = start_streams(server, 8, max_tokens=400)
+    assert wait_for(lambda: all(content_events(ev) for ev, _ in streams), 30)
+    os.kill(fes[0], signal.SIGKILL)
+    assert wait_for(lambda: all(d.is_set() for _, d in streams), 60)
+    finished = [ev for ev, _ in streams if ev[-1] == "[DONE]"]
+    assert finished, "no stream on the surviving front end completed"
+    assert wait_for(lambda: server.pids()[1][0] not in (0, fes[0]), 10), "slot 0 was not respawned"
+    assert server.pids()[1][1] == fes[1] and server.pids()[0] == worker
+    server.wait_ready(10)
+    for _ in range(4):   # new connections land on either front end
+        ev = start_streams(server, 1, max_tokens=3)[0]
+        assert ev[1].wait(30) and ev[0][-1] == "[DONE]"
+
+
+def test_disconnects_free_the_sequences(server):
+    import http.client
+    import json
+    conns = []
+    body = json.dumps({"messages": [{"role": "user", "content": "go"}], "max_tokens": 3000, "stream": True,
+                       "ignore_eos": True})
+    for _ in range(16):
+        c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        c.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+        r = c.getresponse()
+        r.read1(64)   # the first event arrived: the request is live
+        conns.append((c, r))
+    in_flight = lambda: server.admin("effective-config")["worker"]["in_flight_now"]
+    assert wait_for(lambda: in_flight() == 16, 20)
+    for c, r in conns:   # the response holds a reference to the socket: shut it down for real
+        c.sock.shutdown(socket.SHUT_RDWR)
+        r.close()
+        c.close()
+    t0 = time.time()
+    assert wait_for(lambda: in_flight() == 0, 0.5 + 0.3), f"in-flight still {in_flight()}"
+    print(f"in-flight fell to zero {time.time() - t0:.3f}s after the disconnects")
+    stats = server.admin("stats")
+    assert wait_for(lambda: server.admin("stats")["mailboxes"]["free"] == sum(stats["mailboxes"].values()), 5)
+
+
+def test_metrics_counters_monotonic_across_frontends(server):
+    seen = {}
+    for i in range(20):
+        if i % 4 == 0:
+            ev = start_streams(server, 1, max_tokens=3)[0]
+            ev[1].wait(30)
+        status, text = server.get("/metrics")
+        assert status == 200
+        for line in text.decode().splitlines():
+            m = re.match(r"^(sluice_\w+_total)(\{[^}]*\})? (\S+)$", line)
+            if m:
+                key = m.group(1) + (m.group(2) or "")
+                v = float(m.group(3))
+                assert v >= seen.get(key, 0), f"{key} went back from {seen[key]} to {v}"
+                seen[key] = v
+    assert any(k.startswith("sluice_generation_tokens_total") and v > 0 for k, v in seen.items())
+
+
+def test_sigterm_drains_and_exits_zero(chat_model, tmp_path):
+    s = Server(chat_model, tmp_path, frontends=1)
+    ev = start_streams(s, 1, max_tokens=40)[0]
+    wait_for(lambda: content_events(ev[0]), 20)
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(timeout=30) == 0
+    assert ev[1].wait(5) and ev[0][-1] == "[DONE]", ev[0][-2:]
+    s.log.close()

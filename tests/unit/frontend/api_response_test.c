@@ -1,0 +1,397 @@
+/* tests/unit/frontend/api_response_test.c: frontend/api_response.c. Every
+ * object is parsed back with jansson and checked field by field against
+ * OpenAI's (and llama-server's) names; the last test runs a whole streamed
+ * request through the API layer. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/api_response.h"
+#include "frontend/api_sse.h"
+#include "frontend/api_stop.h"
+
+static json_t *load(const char *s)
+{
+    cr_assert_not_null(s);
+    json_error_t je;
+    json_t *v = json_loads(s, 0, &je);
+    cr_assert_not_null(v, "not JSON: %s (%s)", s, je.text);
+    return v;
+}
+
+/* Keys of `o` exactly `keys` (NULL-terminated), in any order. */
+static void expect_keys(json_t *o, const char *const *keys)
+{
+    size_t n = 0;
+    for (; keys[n]; n++)
+        cr_expect_not_null(json_object_get(o, keys[n]), "missing key %s", keys[n]);
+    cr_expect_eq(json_object_size(o), n, "object has %zu keys, want %zu", json_object_size(o), n);
+}
+
+/* ------------------------------------------------------------------ ids */
+
+Test(api_response, ids_have_prefix_hex_and_are_unique)
+{
+    enum { N = 2000 };
+    char (*ids)[SL_API_ID_LEN] = malloc(N * sizeof *ids);
+    for (int i = 0; i < N; i++) sl_api_id_make(ids[i], i & 1 ? SL_API_ENDPOINT_CHAT : SL_API_ENDPOINT_COMPLETIONS);
+    for (int i = 0; i < N; i++) {
+        const char *p = i & 1 ? "chatcmpl-" : "cmpl-";
+        cr_assert_eq(strncmp(ids[i], p, strlen(p)), 0, "%s", ids[i]);
+        const char *h = ids[i] + strlen(p);
+        cr_assert_eq(strlen(h), 32);
+        cr_assert_eq(strspn(h, "0123456789abcdef"), 32);
+    }
+    for (int i = 0; i < N; i++)
+        for (int j = i + 1; j < N; j++) cr_assert_str_neq(ids[i], ids[j]);
+    free(ids);
+}
+
+/* ------------------------------------------------------- whole responses */
+
+Test(api_response, chat_completion_has_openai_fields)
+{
+    sl_api_timings t = {.prompt_n = 10, .prompt_ms = 20.0, .predicted_n = 4, .predicted_ms = 8.0};
+    const char *text = "h\xc3\xa9llo \xf0\x9f\x98\x80\n\"q\"";
+    sl_api_result r = {
+        .endpoint = SL_API_ENDPOINT_CHAT, .id = "chatcmpl-abc", .created = 1700000000,
+        .model = "tiny", .text = text, .text_len = strlen(text), .finish = SL_API_FINISH_STOP,
+        .usage = {.prompt_tokens = 10, .completion_tokens = 4}, .timings = &t,
+    };
+    char *s = sl_api_response_build(&r);
+    /* UTF-8 goes out as UTF-8, not \u escapes; compact (no spaces after ':'). */
+    cr_expect_not_null(strstr(s, "h\xc3\xa9llo"));
+    cr_expect_null(strstr(s, "\\u"));
+    cr_expect_null(strstr(s, "\": "));
+    json_t *o = load(s);
+    expect_keys(o, (const char *[]){"id", "object", "created", "model", "choices", "usage", "timings", NULL});
+    cr_expect_str_eq(json_string_value(json_object_get(o, "id")), "chatcmpl-abc");
+    cr_expect_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
+    cr_expect_eq(json_integer_value(json_object_get(o, "created")), 1700000000);
+    cr_expect_str_eq(json_string_value(json_object_get(o, "model")), "tiny");
+    json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+    cr_assert_eq(json_array_size(json_object_get(o, "choices")), 1);
+    expect_keys(ch, (const char *[]){"index", "message", "logprobs", "finish_reason", NULL});
+    cr_expect_eq(json_integer_value(json_object_get(ch, "index")), 0);
+    cr_expect(json_is_null(json_object_get(ch, "logprobs")));
+    cr_expect_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "stop");
+    json_t *msg = json_object_get(ch, "message");
+    expect_keys(msg, (const char *[]){"role", "content", NULL});
+    cr_expect_str_eq(json_string_value(json_object_get(msg, "role")), "assistant");
+    cr_expect_str_eq(json_string_value(json_object_get(msg, "content")), text);
+    json_t *u = json_object_get(o, "usage");
+    expect_keys(u, (const char *[]){"prompt_tokens", "completion_tokens", "total_tokens", NULL});
+    cr_expect_eq(json_integer_value(json_object_get(u, "total_tokens")), 14);
+    json_t *tm = json_object_get(o, "timings");
+    expect_keys(tm, (const char *[]){"prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
+                                     "predicted_n", "predicted_ms", "predicted_per_token_ms",
+                                     "predicted_per_second", NULL});
+    cr_expect_eq(json_integer_value(json_object_get(tm, "prompt_n")), 10);
+    cr_expect_float_eq(json_number_value(json_object_get(tm, "prompt_per_token_ms")), 2.0, 1e-9);
+    cr_expect_float_eq(json_number_value(json_object_get(tm, "prompt_per_second")), 500.0, 1e-9);
+    cr_expect_float_eq(json_number_value(json_object_get(tm, "predicted_per_token_ms")), 2.0, 1e-9);
+    cr_expect_float_eq(json_number_value(json_object_get(tm, "predicted_per_second")), 500.0, 1e-9);
+    json_decref(o);
+    free(s);
+}
+
+Test(api_response, text_completion_and_zero_timings)
+{
+    sl_api_timings t = {0};
+    sl_api_result r = {
+        .endpoint = SL_API_ENDPOINT_COMPLETIONS, .id = "cmpl-1", .created = 5, .model = "m",
+        .text = "abc", .text_len = 3, .finish = SL_API_FINISH_LENGTH,
+        .usage = {.prompt_tokens = 2, .completion_tokens = 3}, .timings = &t,
+    };
+    char *s = sl_api_response_build(&r);
+    json_t *o = load(s);
+    cr_expect_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
+    json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+    expect_keys(ch, (const char *[]){"index", "text", "logprobs", "finish_reason", NULL});
+    cr_expect_str_eq(json_string_value(json_object_get(ch, "text")), "abc");
+    cr_expect_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "length");
+    /* no division by zero: derived rates are 0 */
+    cr_expect_float_eq(json_number_value(json_object_get(json_object_get(o, "timings"), "prompt_per_second")), 0.0, 0);
+    json_decref(o);
+    free(s);
+    r.timings = NULL;
+    r.text = NULL;
+    s = sl_api_response_build(&r);
+    o = load(s);
+    cr_expect_null(json_object_get(o, "timings"));
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "text")), "");
+    json_decref(o);
+    free(s);
+}
+
+/* --------------------------------------------------------------- logprobs */
+
+static sl_api_token_logprob tok(const char *text, size_t len, float lp)
+{
+    sl_api_token_logprob t;
+    memset(&t, 0, sizeof t);
+    t.chosen = (sl_api_token_alt){text, len, lp};
+    return t;
+}
+
+Test(api_response, chat_logprobs_have_token_bytes_and_top)
+{
+    sl_api_logprobs lp;
+    cr_assert_eq(sl_api_logprobs_init(&lp, SL_API_ENDPOINT_CHAT, 0), SL_OK);
+    sl_api_token_logprob a = tok("Hi", 2, -0.25f);
+    a.n_top = 2;
+    a.top[0] = (sl_api_token_alt){"Hi", 2, -0.25f};
+    a.top[1] = (sl_api_token_alt){"Hey", 3, -1.5f};
+    cr_assert_eq(sl_api_logprobs_push(&lp, &a), SL_OK);
+    sl_api_token_logprob b = tok("\xe2\x82", 2, -INFINITY);   /* first 2 bytes of the euro sign */
+    cr_assert_eq(sl_api_logprobs_push(&lp, &b), SL_OK);
+    sl_api_result r = {.endpoint = SL_API_ENDPOINT_CHAT, .id = "x", .model = "m", .text = "Hi",
+                       .text_len = 2, .finish = SL_API_FINISH_STOP, .logprobs = &lp};
+    char *s = sl_api_response_build(&r);
+    sl_api_logprobs_fini(&lp);
+    json_t *o = load(s);
+    json_t *l = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
+    expect_keys(l, (const char *[]){"content", NULL});
+    json_t *c = json_object_get(l, "content");
+    cr_assert_eq(json_array_size(c), 2);
+    json_t *e0 = json_array_get(c, 0);
+    expect_keys(e0, (const char *[]){"token", "logprob", "bytes", "top_logprobs", NULL});
+    cr_expect_str_eq(json_string_value(json_object_get(e0, "token")), "Hi");
+    cr_expect_float_eq(json_number_value(json_object_get(e0, "logprob")), -0.25, 1e-9);
+    json_t *bytes = json_object_get(e0, "bytes");
+    cr_expect_eq(json_array_size(bytes), 2);
+    cr_expect_eq(json_integer_value(json_array_get(bytes, 0)), 'H');
+    json_t *top = json_object_get(e0, "top_logprobs");
+    cr_assert_eq(json_array_size(top), 2);
+    expect_keys(json_array_get(top, 1), (const char *[]){"token", "logprob", "bytes", NULL});
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(top, 1), "token")), "Hey");
+    json_t *e1 = json_array_get(c, 1);
+    cr_expect_str_eq(json_string_value(json_object_get(e1, "token")), "\xef\xbf\xbd");  /* U+FFFD */
+    cr_expect_eq(json_integer_value(json_array_get(json_object_get(e1, "bytes"), 0)), 0xe2);
+    cr_expect_eq(json_integer_value(json_array_get(json_object_get(e1, "bytes"), 1)), 0x82);
+    cr_expect_float_eq(json_number_value(json_object_get(e1, "logprob")), -9999.0, 0);
+    cr_expect_eq(json_array_size(json_object_get(e1, "top_logprobs")), 0);
+    json_decref(o);
+    free(s);
+}
+
+Test(api_response, completion_logprobs_are_parallel_arrays)
+{
+    sl_api_logprobs lp;
+    cr_assert_eq(sl_api_logprobs_init(&lp, SL_API_ENDPOINT_COMPLETIONS, 7), SL_OK);
+    sl_api_token_logprob a = tok(" the", 4, -0.5f);
+    a.n_top = 2;
+    a.top[0] = (sl_api_token_alt){" the", 4, -0.5f};
+    a.top[1] = (sl_api_token_alt){" a", 2, -1.0f};
+    sl_api_token_logprob b = tok(" cat", 4, -2.0f);
+    cr_assert_eq(sl_api_logprobs_push(&lp, &a), SL_OK);
+    cr_assert_eq(sl_api_logprobs_push(&lp, &b), SL_OK);
+    sl_api_result r = {.endpoint = SL_API_ENDPOINT_COMPLETIONS, .id = "x", .model = "m",
+                       .text = " the cat", .text_len = 8, .logprobs = &lp};
+    char *s = sl_api_response_build(&r);
+    sl_api_logprobs_fini(&lp);
+    json_t *o = load(s);
+    json_t *l = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
+    expect_keys(l, (const char *[]){"tokens", "token_logprobs", "top_logprobs", "text_offset", NULL});
+    cr_expect_str_eq(json_string_value(json_array_get(json_object_get(l, "tokens"), 1)), " cat");
+    cr_expect_float_eq(json_number_value(json_array_get(json_object_get(l, "token_logprobs"), 1)), -2.0, 0);
+    json_t *t0 = json_array_get(json_object_get(l, "top_logprobs"), 0);
+    cr_expect(json_is_object(t0));
+    cr_expect_float_eq(json_number_value(json_object_get(t0, " a")), -1.0, 0);
+    cr_expect_eq(json_integer_value(json_array_get(json_object_get(l, "text_offset"), 0)), 7);
+    cr_expect_eq(json_integer_value(json_array_get(json_object_get(l, "text_offset"), 1)), 11);
+    /* null finish_reason while running */
+    cr_expect(json_is_null(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "finish_reason")));
+    json_decref(o);
+    free(s);
+}
+
+/* ----------------------------------------------------------------- chunks */
+
+static json_t *chunk(const sl_api_chunk *c)
+{
+    char *s = sl_api_chunk_build(c);
+    cr_assert_null(strchr(s, '\n'), "a chunk must be one line: %s", s);
+    json_t *o = load(s);
+    free(s);
+    return o;
+}
+
+Test(api_response, chat_stream_chunks_in_order)
+{
+    sl_api_usage u = {.prompt_tokens = 3, .completion_tokens = 2};
+    sl_api_timings t = {.prompt_n = 3, .prompt_ms = 3, .predicted_n = 2, .predicted_ms = 4};
+    sl_api_chunk c = {.endpoint = SL_API_ENDPOINT_CHAT, .id = "chatcmpl-z", .created = 9,
+                      .model = "m", .include_usage = true};
+
+    c.kind = SL_API_CHUNK_ROLE;
+    json_t *o = chunk(&c);
+    expect_keys(o, (const char *[]){"id", "object", "created", "model", "choices", "usage", NULL});
+    cr_expect_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion.chunk");
+    cr_expect(json_is_null(json_object_get(o, "usage")));
+    json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+    expect_keys(ch, (const char *[]){"index", "delta", "logprobs", "finish_reason", NULL});
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(ch, "delta"), "role")), "assistant");
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(ch, "delta"), "content")), "");
+    cr_expect(json_is_null(json_object_get(ch, "finish_reason")));
+    json_decref(o);
+
+    c.kind = SL_API_CHUNK_TEXT;
+    c.text = "w\xc3\xb6rld";
+    c.text_len = strlen(c.text);
+    o = chunk(&c);
+    ch = json_array_get(json_object_get(o, "choices"), 0);
+    expect_keys(json_object_get(ch, "delta"), (const char *[]){"content", NULL});
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(ch, "delta"), "content")), "w\xc3\xb6rld");
+    json_decref(o);
+
+    c.kind = SL_API_CHUNK_FINISH;
+    c.text = NULL;
+    c.text_len = 0;
+    c.finish = SL_API_FINISH_LENGTH;
+    o = chunk(&c);
+    ch = json_array_get(json_object_get(o, "choices"), 0);
+    cr_expect_eq(json_object_size(json_object_get(ch, "delta")), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "length");
+    json_decref(o);
+
+    c.kind = SL_API_CHUNK_USAGE;
+    c.usage = &u;
+    c.timings = &t;
+    o = chunk(&c);
+    cr_expect_eq(json_array_size(json_object_get(o, "choices")), 0);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "total_tokens")), 5);
+    cr_expect_float_eq(json_number_value(json_object_get(json_object_get(o, "timings"), "predicted_per_second")),
+                       500.0, 1e-9);
+    json_decref(o);
+
+    /* without include_usage there is no usage key at all */
+    c.include_usage = false;
+    c.kind = SL_API_CHUNK_TEXT;
+    c.text = "x";
+    c.text_len = 1;
+    o = chunk(&c);
+    cr_expect_null(json_object_get(o, "usage"));
+    json_decref(o);
+}
+
+Test(api_response, completion_stream_chunks)
+{
+    sl_api_chunk c = {.endpoint = SL_API_ENDPOINT_COMPLETIONS, .kind = SL_API_CHUNK_TEXT,
+                      .id = "cmpl-z", .created = 9, .model = "m", .text = "ab", .text_len = 2};
+    json_t *o = chunk(&c);
+    cr_expect_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
+    json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+    expect_keys(ch, (const char *[]){"index", "text", "logprobs", "finish_reason", NULL});
+    cr_expect_str_eq(json_string_value(json_object_get(ch, "text")), "ab");
+    json_decref(o);
+    c.kind = SL_API_CHUNK_FINISH;
+    c.finish = SL_API_FINISH_STOP;
+    c.text = NULL;
+    c.text_len = 0;
+    o = chunk(&c);
+    ch = json_array_get(json_object_get(o, "choices"), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(ch, "text")), "");
+    cr_expect_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "stop");
+    json_decref(o);
+}
+
+Test(api_response, invalid_utf8_text_becomes_replacement_chars)
+{
+    sl_api_chunk c = {.endpoint = SL_API_ENDPOINT_CHAT, .kind = SL_API_CHUNK_TEXT, .id = "i",
+                      .model = "m", .text = "a\xff" "b\xe2\x82", .text_len = 5};
+    json_t *o = chunk(&c);
+    json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(ch, "delta"), "content")),
+                     "a\xef\xbf\xbd" "b\xef\xbf\xbd");
+    json_decref(o);
+}
+
+Test(api_response, models_list)
+{
+    char *s = sl_api_models_build("tiny-q4", 1700000000);
+    cr_expect_str_eq(s, "{\"object\":\"list\",\"data\":[{\"id\":\"tiny-q4\",\"object\":\"model\","
+                        "\"created\":1700000000,\"owned_by\":\"sluice\"}]}");
+    free(s);
+}
+
+/* ------------------------------------------------------------ whole flow */
+
+/* What the server will do per streamed request, minus HTTP: parse, run the
+ * decoded pieces through the stop matcher, build chunks, frame them. */
+Test(api_response, stream_flow_from_request_to_sse)
+{
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,"
+                       "\"stream_options\":{\"include_usage\":true},\"stop\":[\"<|end|>\"]}";
+    sl_api_request req;
+    sl_api_error err;
+    cr_assert_eq(sl_api_request_parse(&req, SL_API_ENDPOINT_CHAT, body, strlen(body), 100, &err), SL_OK);
+    sl_api_stop stop;
+    cr_assert_eq(sl_api_stop_init(&stop, req.stop, req.stop_len, req.n_stop), SL_OK);
+    char id[SL_API_ID_LEN];
+    sl_api_id_make(id, req.endpoint);
+    sl_api_chunk c = {.endpoint = req.endpoint, .id = id, .created = 1, .model = "m",
+                      .include_usage = req.include_usage};
+    char sse[8192];
+    size_t n = 0;
+#define EMIT(json) do { char *j_ = (json); cr_assert_not_null(j_); \
+        n += sl_api_sse_frame(sse + n, sizeof sse - n, j_, strlen(j_)); free(j_); } while (0)
+    c.kind = SL_API_CHUNK_ROLE;
+    EMIT(sl_api_chunk_build(&c));
+    static const char *const pieces[] = {"Hel", "lo", " there", "<|", "end", "|>", "ignored"};
+    int generated = 0;
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0] && !stop.hit; i++, generated++) {
+        const char *e;
+        size_t el;
+        cr_assert_eq(sl_api_stop_push(&stop, pieces[i], strlen(pieces[i]), &e, &el), SL_OK);
+        if (!el) continue;
+        c.kind = SL_API_CHUNK_TEXT;
+        c.text = e;
+        c.text_len = el;
+        EMIT(sl_api_chunk_build(&c));
+    }
+    cr_assert(stop.hit);
+    c.kind = SL_API_CHUNK_FINISH;
+    c.text = NULL;
+    c.text_len = 0;
+    c.finish = SL_API_FINISH_STOP;
+    EMIT(sl_api_chunk_build(&c));
+    sl_api_usage u = {.prompt_tokens = 5, .completion_tokens = generated};
+    c.kind = SL_API_CHUNK_USAGE;
+    c.usage = &u;
+    EMIT(sl_api_chunk_build(&c));
+#undef EMIT
+    memcpy(sse + n, SL_API_SSE_DONE, sizeof SL_API_SSE_DONE);
+    n += sizeof SL_API_SSE_DONE - 1;
+
+    /* Read it back as a client would: concatenate the deltas. */
+    char text[256] = "";
+    int events = 0;
+    bool done = false, saw_usage = false;
+    for (char *ev = sse; ev < sse + n;) {
+        char *end = strstr(ev, "\n\n");
+        cr_assert_not_null(end);
+        *end = '\0';
+        cr_assert_eq(strncmp(ev, "data: ", 6), 0);
+        events++;
+        if (strcmp(ev + 6, "[DONE]") == 0) { done = true; break; }
+        json_t *o = load(ev + 6);
+        cr_expect_str_eq(json_string_value(json_object_get(o, "id")), id);
+        json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+        if (ch) {
+            const char *d = json_string_value(json_object_get(json_object_get(ch, "delta"), "content"));
+            if (d) strcat(text, d);
+        } else {
+            saw_usage = json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")) == 6;
+        }
+        json_decref(o);
+        ev = end + 2;
+    }
+    cr_expect(done);
+    cr_expect(saw_usage);
+    cr_expect_str_eq(text, "Hello there");
+    cr_expect_eq(events, 1 + 3 + 1 + 1 + 1);   /* role, 3 text, finish, usage, DONE */
+    sl_api_stop_fini(&stop);
+    sl_api_request_fini(&req);
+}
