@@ -682,10 +682,10 @@ static sl_status encode_plain(const sl_tokenizer *t, sl_tok_sink *s, const char 
     return rc;
 }
 
-static bool overlaps(const sl_span *sp, size_t n, size_t off, size_t len)
+static bool overlaps(const sl_tok_span *sp, size_t n, size_t off, size_t len)
 {
     for (size_t i = 0; i < n; i++)
-        if (off < sp[i].end && sp[i].start < off + len)
+        if (off < sp[i].off + sp[i].len && sp[i].off < off + len)
             return true;
     return false;
 }
@@ -699,7 +699,7 @@ static void sink_free(sl_tok_sink *s)
 
 /* allow_control: 0 never, 1 everywhere, 2 outside the untrusted spans. */
 static int64_t encode(const sl_tokenizer *t, const char *text, size_t len, int allow_control,
-                      const sl_span *sp, size_t n_sp, bool add_special,
+                      const sl_tok_span *sp, size_t n_sp, bool add_special,
                       int32_t *out, size_t cap)
 {
     if (!t || (!text && len) || (!out && cap))
@@ -761,7 +761,7 @@ int64_t sl_tokenize_special(const sl_tokenizer *t, const char *text, size_t len,
 }
 
 int64_t sl_tokenize_rendered(const sl_tokenizer *t, const char *text, size_t len,
-                             const sl_span *untrusted, size_t n_untrusted,
+                             const sl_tok_span *untrusted, size_t n_untrusted,
                              bool add_special, int32_t *out, size_t cap)
 {
     if (n_untrusted && !untrusted)

@@ -21,7 +21,6 @@
 #include <stdint.h>
 
 #include "model/gguf.h"
-#include "model/span.h"
 #include "shared/status.h"
 
 typedef struct sl_tokenizer sl_tokenizer;   /* opaque */
@@ -36,6 +35,12 @@ enum sl_token_attr {
     SL_TOKEN_ATTR_UNUSED       = 5,
     SL_TOKEN_ATTR_BYTE         = 6,   /* <0xNN> byte-fallback token */
 };
+
+/* A byte range [off, off+len) of a text. */
+typedef struct {
+    size_t off;
+    size_t len;
+} sl_tok_span;
 
 /* Builds a tokenizer from `g`'s tokenizer.ggml.* keys (model "llama" or
  * "gpt2"; pre-tokenizers listed in docs/TOKENIZER.md). On success *out owns
@@ -62,10 +67,10 @@ int64_t sl_tokenize_special(const sl_tokenizer *t, const char *text, size_t len,
  * where the match lies wholly outside every `untrusted` range (message
  * content, tool arguments ...); everything else is plain text. Pieces between
  * recognised control tokens are pre-tokenized independently, as HF does for
- * text between special tokens. Ranges may be in any order and may overlap
- * (the chat-template renderer gives them sorted and disjoint). Returns as sl_tokenize. */
+ * text between special tokens. Ranges may be in any order and may overlap;
+ * ranges past `len` are clipped. Returns as sl_tokenize. */
 int64_t sl_tokenize_rendered(const sl_tokenizer *t, const char *text, size_t len,
-                             const sl_span *untrusted, size_t n_untrusted,
+                             const sl_tok_span *untrusted, size_t n_untrusted,
                              bool add_special, int32_t *out, size_t cap);
 
 /* ---- accessors ---- */

@@ -243,7 +243,7 @@ def test_injection_content_stays_plain(work, name):
     content = "hi " + " x ".join(specials) + " bye"
     text = opener + "user\n" + content + closer
     off = len((opener + "user\n").encode())
-    span = [[off, off + len(content.encode())]]
+    span = [[off, len(content.encode())]]
     (got,) = [[int(x) for x in line.split()]
               for line in run_tool(["rendered", gguf], [{"text": text, "untrusted": span}])]
     assert got[0] == ids[opener] and got[-1] == ids[closer]

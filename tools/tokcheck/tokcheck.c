@@ -3,7 +3,7 @@
  * throughput.
  *   tokcheck encode GGUF [plain|special]   stdin: one JSON string per line;
  *                                          stdout: the ids, space-separated
- *   tokcheck rendered GGUF                 stdin: {"text": s, "untrusted": [[start, end], ...]}
+ *   tokcheck rendered GGUF                 stdin: {"text": s, "untrusted": [[off, len], ...]}
  *                                          (offsets in UTF-8 bytes); stdout: ids
  *   tokcheck decode GGUF [show|hide]       stdin: one JSON array of ids per line;
  *                                          stdout: the text as a JSON string; the
@@ -25,7 +25,7 @@ static int32_t *ids_buf;
 static size_t ids_cap;
 
 static int64_t encode_grow(const sl_tokenizer *t, int mode, const char *s, size_t n,
-                           const sl_span *sp, size_t nsp)
+                           const sl_tok_span *sp, size_t nsp)
 {
     for (;;) {
         int64_t r = mode == 0   ? sl_tokenize(t, s, n, ids_buf, ids_cap)
@@ -122,10 +122,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(cmd, "rendered") && json_is_object(j)) {
             json_t *tx = json_object_get(j, "text"), *un = json_object_get(j, "untrusted");
             size_t nsp = json_array_size(un);
-            sl_span *sp = calloc(nsp + 1, sizeof *sp);
+            sl_tok_span *sp = calloc(nsp + 1, sizeof *sp);
             for (size_t i = 0; i < nsp; i++) {
-                sp[i].start = (size_t)json_integer_value(json_array_get(json_array_get(un, i), 0));
-                sp[i].end = (size_t)json_integer_value(json_array_get(json_array_get(un, i), 1));
+                sp[i].off = (size_t)json_integer_value(json_array_get(json_array_get(un, i), 0));
+                sp[i].len = (size_t)json_integer_value(json_array_get(json_array_get(un, i), 1));
             }
             int64_t n = encode_grow(t, 2, json_string_value(tx), json_string_length(tx), sp, nsp);
             free(sp);

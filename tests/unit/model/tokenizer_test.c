@@ -228,7 +228,7 @@ Test(tokenizer, control_tokens_only_where_allowed)
     cr_assert_eq(n, 3);
     cr_assert_eq(ids[1], 258);
     /* untrusted range covering the token, or only part of it: plain text */
-    sl_span whole = {1, 8}, part = {5, 6}, before = {0, 1};
+    sl_tok_span whole = {1, 7}, part = {5, 1}, before = {0, 1};
     n = sl_tokenize_rendered(t, s, strlen(s), &whole, 1, false, ids, 32);
     for (int64_t i = 0; i < n; i++)
         cr_assert_neq(ids[i], 258);
