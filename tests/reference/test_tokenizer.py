@@ -331,7 +331,8 @@ def test_chat_prompt_tokens(work, name, tmp_path):
         text = r.stdout
         ranges = json.loads((tmp_path / "r.json").read_text())
         (got,) = [[int(x) for x in line.split()]
-                  for line in run_tool(["rendered", gguf], [{"text": text, "untrusted": ranges}])]
+                  for line in run_tool(["rendered", gguf],
+                                           [{"text": text, "untrusted": [[a, b - a] for a, b in ranges]}])]
         assert got == reference_prompt_ids(tok, text, ranges, specials), conv
         # every control token in the prompt came from the template's own text
         n_trusted_specials = len([i for i in reference_prompt_ids(tok, text, [], specials)
