@@ -352,8 +352,9 @@ static sl_status build_raw(sl_tokenizer *t)
     for (int32_t i = 0; i < n; i++)
         if (t->piece_off[i + 1] - t->piece_off[i] > mx)
             mx = t->piece_off[i + 1] - t->piece_off[i];
-    /* a piece plus the held bytes flushed as U+FFFD each */
-    t->max_piece = mx + sizeof(((sl_detok *)0)->_held) * 3 + 8;
+    /* worst case: the held bytes flushed as U+FFFD each, then a piece whose
+     * every byte is invalid (U+FFFD is 3 bytes) */
+    t->max_piece = 3 * mx + sizeof(((sl_detok *)0)->_held) * 3 + 8;
 
     t->by_raw.mask = table_size((size_t)n) - 1;
     t->by_raw.slots = calloc((size_t)t->by_raw.mask + 1, sizeof(uint32_t));
