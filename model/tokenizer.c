@@ -6,6 +6,7 @@
  * encoding does no string conversion and never touches the reader again. */
 #include "model/tokenizer_internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,11 +96,12 @@ uint32_t sl_tok_merge_find(const sl_tok_merges *m, int32_t a, int32_t b, int32_t
         return UINT32_MAX;
     uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     for (uint32_t i = (uint32_t)hash_u64(k) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->keys[i] == k) {
-            *res = m->result[i];
-            return m->rank[i];
+        const sl_tok_merge_slot *sl = &m->slots[i];
+        if (sl->key == k) {
+            *res = sl->result;
+            return sl->rank;
         }
-        if (!m->keys[i])
+        if (!sl->key)
             return UINT32_MAX;
     }
 }
@@ -109,12 +111,13 @@ static bool merge_insert(sl_tok_merges *m, int32_t a, int32_t b, uint32_t rank, 
 {
     uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     for (uint32_t i = (uint32_t)hash_u64(k) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->keys[i] == k)
+        sl_tok_merge_slot *sl = &m->slots[i];
+        if (sl->key == k)
             return false;
-        if (!m->keys[i]) {
-            m->keys[i] = k;
-            m->rank[i] = rank;
-            m->result[i] = res;
+        if (!sl->key) {
+            sl->key = k;
+            sl->rank = rank;
+            sl->result = res;
             m->n++;
             return true;
         }
@@ -153,7 +156,8 @@ static uint32_t byte_to_cp(uint8_t b)
     return 256 + n;
 }
 
-static int cp_to_byte[324];   /* filled once at create; read-only afterwards */
+static int cp_to_byte[324];   /* filled once (pthread_once); read-only afterwards */
+static pthread_once_t cp_once = PTHREAD_ONCE_INIT;
 
 static void init_cp_table(void)
 {
@@ -226,19 +230,6 @@ static void get_flag(const sl_gguf *g, const char *key, bool *v)
     bool b;
     if (sl_gguf_get_bool(g, key, &b) == SL_OK)
         *v = b;
-}
-
-static int cmp_spec(const void *a, const void *b, void *ctx)
-{
-    const sl_tokenizer *t = ctx;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint8_t fx = (uint8_t)t->text[t->text_off[x]], fy = (uint8_t)t->text[t->text_off[y]];
-    if (fx != fy)
-        return fx < fy ? -1 : 1;
-    uint32_t lx = t->text_off[x + 1] - t->text_off[x], ly = t->text_off[y + 1] - t->text_off[y];
-    if (lx != ly)
-        return lx > ly ? -1 : 1;   /* longest first */
-    return x < y ? -1 : x > y;
 }
 
 static sl_status load_tokens(sl_tokenizer *t, const sl_gguf *g, char err[SL_ERR_LEN])
@@ -361,8 +352,9 @@ static sl_status build_raw(sl_tokenizer *t)
     for (int32_t i = 0; i < n; i++)
         if (t->piece_off[i + 1] - t->piece_off[i] > mx)
             mx = t->piece_off[i + 1] - t->piece_off[i];
-    /* a piece plus the held bytes flushed as U+FFFD each */
-    t->max_piece = mx + sizeof(((sl_detok *)0)->_held) * 3 + 8;
+    /* worst case: the held bytes flushed as U+FFFD each, then a piece whose
+     * every byte is invalid (U+FFFD is 3 bytes) */
+    t->max_piece = 3 * mx + sizeof(((sl_detok *)0)->_held) * 3 + 8;
 
     t->by_raw.mask = table_size((size_t)n) - 1;
     t->by_raw.slots = calloc((size_t)t->by_raw.mask + 1, sizeof(uint32_t));
@@ -396,12 +388,10 @@ static sl_status load_merges(sl_tokenizer *t, const sl_gguf *g, char err[SL_ERR_
     }
     sl_tok_merges *m = &t->merges;
     m->mask = table_size((size_t)arr.n) - 1;
-    m->keys = calloc((size_t)m->mask + 1, sizeof(uint64_t));
-    m->rank = malloc(sizeof(uint32_t) * ((size_t)m->mask + 1));
-    m->result = malloc(sizeof(int32_t) * ((size_t)m->mask + 1));
+    m->slots = calloc((size_t)m->mask + 1, sizeof(sl_tok_merge_slot));
     char *buf = NULL;
     size_t buf_cap = 0;
-    if (!m->keys || !m->rank || !m->result)
+    if (!m->slots)
         return SL_ENOMEM;
     for (uint64_t r = 0; r < arr.n; r++) {
         sl_gguf_str s;
@@ -462,33 +452,71 @@ bad:
     return SL_OK;
 }
 
+/* SentencePiece text is one "word" to the reference, so BPE runs over the
+ * whole text. It may instead be cut before a U+2581 whenever no token
+ * contains the preceding character followed by U+2581: no symbol can then
+ * ever span the cut (merges and score-merges only make tokens), and each
+ * side's merge order is unchanged, so the result is identical while heaps
+ * stay small and words hit the cache. spm_nocut[b] marks bytes b that some
+ * token has right before a U+2581 (Gemma 3's ">\u2581</", runs of U+2581);
+ * no cut follows a character ending in such a byte. Needs U+2581 itself to be
+ * a token, so that no <unk> run can straddle a cut. */
+static bool spm_cuttable(sl_tokenizer *t)
+{
+    if (sl_tok_hash_find(t, "\xe2\x96\x81", 3) < 0)
+        return false;
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        const char *s = t->raw + t->raw_off[i];
+        uint32_t l = t->raw_off[i + 1] - t->raw_off[i];
+        for (uint32_t k = 1; k + 3 <= l; k++)
+            if (memcmp(s + k, "\xe2\x96\x81", 3) == 0)
+                t->spm_nocut[(uint8_t)s[k - 1]] = 1;
+    }
+    t->spm_nocut[0x81] = 1;   /* inside a run of U+2581: never cut */
+    return true;
+}
+
+static bool is_matched_added(uint8_t a)
+{
+    return a == SL_TOKEN_ATTR_CONTROL || a == SL_TOKEN_ATTR_USER_DEFINED ||
+           a == SL_TOKEN_ATTR_UNKNOWN;
+}
+
 static sl_status build_specials(sl_tokenizer *t)
 {
-    size_t n_spec = 0;
-    for (int32_t i = 0; i < t->n_vocab; i++) {
-        uint8_t a = t->attr[i];
-        if ((a == SL_TOKEN_ATTR_CONTROL || a == SL_TOKEN_ATTR_USER_DEFINED ||
-             a == SL_TOKEN_ATTR_UNKNOWN) && t->text_off[i + 1] > t->text_off[i])
-            n_spec++;
-    }
-    t->spec_ids = malloc(sizeof(int32_t) * (n_spec + 1));
-    if (!t->spec_ids)
+    size_t cap = 1;
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        if (is_matched_added(t->attr[i]))
+            cap += t->text_off[i + 1] - t->text_off[i];
+    t->trie = malloc(sizeof(sl_tok_trie_node) * cap);
+    if (!t->trie)
         return SL_ENOMEM;
-    size_t k = 0;
+    t->trie[0] = (sl_tok_trie_node){-1, -1, -1, 0};
+    t->n_trie = 1;
+    for (int b = 0; b < 256; b++)
+        t->trie_root[b] = -1;
     for (int32_t i = 0; i < t->n_vocab; i++) {
-        uint8_t a = t->attr[i];
-        if ((a == SL_TOKEN_ATTR_CONTROL || a == SL_TOKEN_ATTR_USER_DEFINED ||
-             a == SL_TOKEN_ATTR_UNKNOWN) && t->text_off[i + 1] > t->text_off[i])
-            t->spec_ids[k++] = i;
+        if (!is_matched_added(t->attr[i]))
+            continue;
+        const uint8_t *s = (const uint8_t *)t->text + t->text_off[i];
+        uint32_t l = t->text_off[i + 1] - t->text_off[i];
+        int32_t node = 0;
+        for (uint32_t k = 0; k < l; k++) {
+            int32_t c = t->trie[node].child;
+            while (c >= 0 && t->trie[c].byte != s[k])
+                c = t->trie[c].sibling;
+            if (c < 0) {
+                c = (int32_t)t->n_trie++;
+                t->trie[c] = (sl_tok_trie_node){-1, t->trie[node].child, -1, s[k]};
+                t->trie[node].child = c;
+                if (node == 0)
+                    t->trie_root[s[k]] = c;
+            }
+            node = c;
+        }
+        if (node && t->trie[node].id < 0)   /* duplicate texts: the lowest id wins */
+            t->trie[node].id = i;
     }
-    qsort_r(t->spec_ids, n_spec, sizeof(int32_t), cmp_spec, t);
-    size_t j = 0;
-    for (int b = 0; b < 256; b++) {
-        t->spec_start[b] = (uint32_t)j;
-        while (j < n_spec && (uint8_t)t->text[t->text_off[t->spec_ids[j]]] == b)
-            j++;
-    }
-    t->spec_start[256] = (uint32_t)n_spec;
     return SL_OK;
 }
 
@@ -496,7 +524,7 @@ sl_status sl_tokenizer_create(const sl_gguf *g, sl_tokenizer **out, char err[SL_
 {
     *out = NULL;
     err[0] = 0;
-    init_cp_table();
+    pthread_once(&cp_once, init_cp_table);   /* creates may run concurrently */
     sl_gguf_str model, pre = {"default", 7};
     if (sl_gguf_get_str(g, KEY_MODEL, &model) < 0) {
         snprintf(err, SL_ERR_LEN, "%s: missing or not a string", KEY_MODEL);
@@ -519,6 +547,8 @@ sl_status sl_tokenizer_create(const sl_gguf *g, sl_tokenizer **out, char err[SL_
     if ((rc = load_tokens(t, g, err)) < 0 || (rc = build_raw(t)) < 0 ||
         (rc = load_merges(t, g, err)) < 0 || (rc = build_specials(t)) < 0)
         goto fail;
+    if (t->kind == SL_TOK_KIND_SPM)
+        t->spm_words = spm_cuttable(t);
 
     int32_t n = t->n_vocab;
     for (int b = 0; b < 256; b++) {
@@ -596,8 +626,8 @@ void sl_tokenizer_destroy(sl_tokenizer *t)
     free(t->text); free(t->text_off); free(t->raw); free(t->raw_off);
     free(t->piece); free(t->piece_off); free(t->attr); free(t->eog); free(t->scores);
     free(t->by_raw.slots);
-    free(t->merges.keys); free(t->merges.rank); free(t->merges.result);
-    free(t->spec_ids);
+    free(t->merges.slots);
+    free(t->trie);
     free(t);
 }
 
@@ -633,7 +663,22 @@ static sl_status encode_plain(const sl_tokenizer *t, sl_tok_sink *s, const char 
     char *norm = s->buf;
     s->buf = NULL;
     s->buf_cap = 0;
-    sl_status rc = t->merges.n ? sl_tok_bpe_chars(t, s, norm, o) : sl_tok_spm_scores(t, s, norm, o);
+    sl_status rc = SL_OK;
+    sl_tok_word_fn word = t->merges.n ? sl_tok_bpe_chars : sl_tok_spm_scores;
+    if (!t->spm_words) {
+        rc = word(t, s, norm, o);
+    } else {
+        size_t w0 = 0;   /* cut where spm_cuttable() allows */
+        for (size_t i = 1; i + 3 <= o && rc == SL_OK; i++) {
+            if (norm[i] != '\xe2' || memcmp(norm + i, "\xe2\x96\x81", 3) != 0 ||
+                t->spm_nocut[(uint8_t)norm[i - 1]])
+                continue;
+            rc = sl_tok_word_cached(t, s, norm + w0, i - w0, word);
+            w0 = i;
+        }
+        if (rc == SL_OK)
+            rc = sl_tok_word_cached(t, s, norm + w0, o - w0, word);
+    }
     free(norm);
     return rc;
 }
@@ -649,7 +694,7 @@ static bool overlaps(const sl_tok_span *sp, size_t n, size_t off, size_t len)
 static void sink_free(sl_tok_sink *s)
 {
     free(s->sym); free(s->heap); free(s->buf);
-    free(s->pieces[0]); free(s->pieces[1]);
+    free(s->pieces[0]); free(s->pieces[1]); free(s->cache);
     sl_tok_pretok_release(s);
 }
 
@@ -660,7 +705,7 @@ static int64_t encode(const sl_tokenizer *t, const char *text, size_t len, int a
 {
     if (!t || (!text && len) || (!out && cap))
         return SL_EINVAL;
-    sl_tok_sink s = {.out = out, .cap = cap};
+    sl_tok_sink s = {.out = out, .cap = cap, .text_len = len};
     sl_status rc = SL_OK;
     if (add_special && t->add_bos && t->bos >= 0)
         sl_tok_emit(&s, t->bos);
@@ -669,20 +714,22 @@ static int64_t encode(const sl_tokenizer *t, const char *text, size_t len, int a
         uint8_t c = (uint8_t)text[pos];
         int32_t hit = -1;
         size_t hit_len = 0;
-        for (uint32_t k = t->spec_start[c]; k < t->spec_start[c + 1]; k++) {
-            int32_t id = t->spec_ids[k];
-            uint32_t o = t->text_off[id], l = t->text_off[id + 1] - o;
-            if (l > len - pos || memcmp(t->text + o, text + pos, l) != 0)
-                continue;
-            if (t->attr[id] != SL_TOKEN_ATTR_USER_DEFINED) {
-                if (allow_control == 0)
-                    continue;
-                if (allow_control == 2 && overlaps(sp, n_sp, pos, l))
-                    continue;
+        /* walk the trie; the deepest allowed token seen is the match */
+        int32_t node = t->trie_root[c];
+        for (size_t k = pos + 1; node >= 0; k++) {
+            int32_t id = t->trie[node].id;
+            if (id >= 0 && (t->attr[id] == SL_TOKEN_ATTR_USER_DEFINED ||
+                            allow_control == 1 ||
+                            (allow_control == 2 && !overlaps(sp, n_sp, pos, k - pos)))) {
+                hit = id;
+                hit_len = k - pos;
             }
-            hit = id;
-            hit_len = l;
-            break;   /* longest first */
+            if (k >= len)
+                break;
+            int32_t ch = t->trie[node].child;
+            while (ch >= 0 && t->trie[ch].byte != (uint8_t)text[k])
+                ch = t->trie[ch].sibling;
+            node = ch;
         }
         if (hit < 0) {
             pos++;
@@ -759,15 +806,18 @@ const char *sl_tokenizer_text(const sl_tokenizer *t, int32_t id, size_t *len)
 
 int32_t sl_tokenizer_find(const sl_tokenizer *t, const char *text, size_t len)
 {
-    /* stored text, not raw bytes: scan the added tokens first (few), then
-     * fall back to the raw table, which equals the text for SPM and for
-     * byte-level tokens whose text has no escaped bytes */
-    for (uint32_t k = 0; len && k < t->spec_start[256]; k++) {
-        int32_t id = t->spec_ids[k];
-        uint32_t o = t->text_off[id], l = t->text_off[id + 1] - o;
-        if (l == len && memcmp(t->text + o, text, len) == 0)
-            return id;
+    /* stored text, not raw bytes: the added tokens first (trie), then the
+     * raw table, which equals the text for SPM and for byte-level tokens
+     * whose text has no escaped bytes */
+    int32_t node = len ? t->trie_root[(uint8_t)text[0]] : -1;
+    for (size_t k = 1; node >= 0 && k < len; k++) {
+        int32_t ch = t->trie[node].child;
+        while (ch >= 0 && t->trie[ch].byte != (uint8_t)text[k])
+            ch = t->trie[ch].sibling;
+        node = ch;
     }
+    if (node >= 0 && t->trie[node].id >= 0)
+        return t->trie[node].id;
     int32_t id = sl_tok_hash_find(t, text, len);
     if (id >= 0) {
         uint32_t o = t->text_off[id], l = t->text_off[id + 1] - o;

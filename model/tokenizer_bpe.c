@@ -8,6 +8,7 @@
  * result equals HF's merge order exactly. */
 #include "model/tokenizer_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -93,7 +94,58 @@ static sl_status merge_and_emit(const sl_tokenizer *t, sl_tok_sink *s, size_t n)
     return SL_OK;
 }
 
+static sl_status bpe_word_uncached(const sl_tokenizer *t, sl_tok_sink *s, const char *w,
+                                   size_t len);
+
+static uint32_t word_hash(const char *w, size_t len)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (uint8_t)w[i]) * 16777619u;
+    return h;
+}
+
+/* Runs fn on the word through the sink's cache. The cache holds one kind of
+ * word per call (a tokenizer is either byte-level or SentencePiece). */
+sl_status sl_tok_word_cached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len,
+                             sl_tok_word_fn fn)
+{
+    sl_tok_cache_entry *ce = NULL;
+    if (len <= SL_TOK_CACHE_WORD && s->text_len >= 4096) {
+        if (!s->cache) {
+            /* ~one entry per 32 input bytes, 256..16384 entries */
+            uint32_t n = 256;
+            while (n < 16384 && n < s->text_len / 32)
+                n <<= 1;
+            s->cache = calloc(n, sizeof *s->cache);
+            s->cache_mask = n - 1;
+        }
+        if (s->cache) {
+            ce = &s->cache[word_hash(w, len) & s->cache_mask];
+            if (ce->wlen == len && memcmp(ce->w, w, len) == 0) {
+                for (uint32_t i = 0; i < ce->n_ids; i++)
+                    sl_tok_emit(s, ce->ids[i]);
+                return SL_OK;
+            }
+        }
+    }
+    size_t first = s->n;
+    sl_status rc = fn(t, s, w, len);
+    if (rc == SL_OK && ce && s->n - first <= SL_TOK_CACHE_IDS && s->n <= s->cap) {
+        ce->wlen = (uint8_t)len;
+        memcpy(ce->w, w, len);
+        ce->n_ids = (uint8_t)(s->n - first);
+        memcpy(ce->ids, s->out + first, sizeof(int32_t) * ce->n_ids);
+    }
+    return rc;
+}
+
 sl_status sl_tok_bpe_word(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len)
+{
+    return sl_tok_word_cached(t, s, w, len, bpe_word_uncached);
+}
+
+static sl_status bpe_word_uncached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len)
 {
     if (len == 1) {
         if (t->byte_tok[(uint8_t)w[0]] >= 0)

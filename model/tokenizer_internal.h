@@ -34,14 +34,39 @@ typedef struct {
     uint32_t mask;
 } sl_tok_hash;
 
-/* Open-addressing map (left id, right id) -> (rank, merged id). */
+/* Open-addressing map (left id, right id) -> (rank, merged id). One slot
+ * is 16 bytes so a probe costs one cache line, not three. */
 typedef struct {
-    uint64_t *keys;      /* (left << 32 | right) + 1; 0 = empty */
-    uint32_t *rank;
-    int32_t *result;
+    uint64_t key;        /* (left << 32 | right) + 1; 0 = empty */
+    uint32_t rank;
+    int32_t result;
+} sl_tok_merge_slot;
+
+typedef struct {
+    sl_tok_merge_slot *slots;
     uint32_t mask;
     uint32_t n;
 } sl_tok_merges;
+
+/* Per-call cache of short BPE words (text repeats its words; HF caches
+ * them too). Direct-mapped; an entry holds the word and its ids. */
+#define SL_TOK_CACHE_WORD 24
+#define SL_TOK_CACHE_IDS 12
+typedef struct {
+    uint8_t wlen;        /* 0 = empty */
+    uint8_t n_ids;
+    char w[SL_TOK_CACHE_WORD];
+    int32_t ids[SL_TOK_CACHE_IDS];
+} sl_tok_cache_entry;
+
+/* A trie node: children are a sibling list (fan-out is small below the
+ * first byte, which trie_root indexes directly). */
+typedef struct {
+    int32_t child;       /* first child, -1 none */
+    int32_t sibling;     /* next child of the same parent, -1 none */
+    int32_t id;          /* token ending here, -1 none */
+    uint8_t byte;
+} sl_tok_trie_node;
 
 struct sl_tokenizer {
     int kind;                      /* enum sl_tok_kind */
@@ -60,14 +85,18 @@ struct sl_tokenizer {
     int32_t byte_tok[256];         /* byte -> token (BPE: its byte-level char; SPM: <0xNN>), -1 none */
 
     /* Added tokens matched before the model runs: CONTROL/UNKNOWN (special
-     * parsing only) and USER_DEFINED (always), bucketed by first byte and
-     * longest first so the scan finds the leftmost-longest match. */
-    uint32_t spec_start[257];
-    int32_t *spec_ids;
+     * parsing only) and USER_DEFINED (always), in a byte trie so that the
+     * scan costs the match depth, not the number of added tokens (Gemma 3
+     * has 6,400, most starting with '<'). */
+    sl_tok_trie_node *trie;        /* node 0 is the root */
+    uint32_t n_trie;
+    int32_t trie_root[256];        /* root's child for each first byte, -1 none */
 
     sl_pretok pretok;              /* BPE only */
     bool add_space_prefix;         /* SPM: prepend U+2581 to every plain piece */
     bool ignore_merges;            /* BPE: a word already in the vocab is one token (llama3) */
+    bool spm_words;                /* SPM: text may be cut into words (see spm_cuttable) */
+    uint8_t spm_nocut[256];        /* 1: never cut after a char ending in this byte */
     bool add_bos, add_eos;
     int32_t bos, eos, eot, eom, pad, unk;
     size_t max_piece;
@@ -84,6 +113,9 @@ typedef struct {
     char *buf;  size_t buf_cap;    /* normalized text */
     void *md;                      /* pcre2_match_data_8 *, per call */
     size_t *pieces[2]; size_t pieces_cap[2];   /* pre-tokenizer piece lists (off, len pairs) */
+    sl_tok_cache_entry *cache;     /* BPE word cache, sized from the input length */
+    uint32_t cache_mask;
+    size_t text_len;               /* input size, to size the cache */
 } sl_tok_sink;
 
 static inline void sl_tok_emit(sl_tok_sink *s, int32_t id)
@@ -115,6 +147,11 @@ sl_status sl_tok_bpe_word(const sl_tokenizer *t, sl_tok_sink *s, const char *w, 
 /* Merge-based BPE over UTF-8 characters with byte fallback (HF's BPE model
  * for SentencePiece-converted vocabularies: Mistral, Gemma). */
 sl_status sl_tok_bpe_chars(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len);
+/* Runs an encoder on one word through the sink's per-call cache of short
+ * words (one kind of encoder per call). */
+typedef sl_status (*sl_tok_word_fn)(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len);
+sl_status sl_tok_word_cached(const sl_tokenizer *t, sl_tok_sink *s, const char *w, size_t len,
+                             sl_tok_word_fn fn);
 
 /* tokenizer_spm.c */
 /* Score-based SentencePiece BPE (GGUFs with scores and no merges). */

@@ -124,10 +124,14 @@ static sl_status split_one(const sl_tokenizer *t, sl_tok_sink *s, pcre2_code *co
     size_t start = 0, gap = 0;
     while (start < len) {
         int rc = pcre2_match(code, (PCRE2_SPTR)subj, len, start, 0, s->md, NULL);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT)   /* the interpreter keeps its frames on the heap */
+            rc = pcre2_match(code, (PCRE2_SPTR)subj, len, start, PCRE2_NO_JIT, s->md, NULL);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
-        if (rc < 0)
-            return SL_EINVAL;
+        if (rc == PCRE2_ERROR_NOMEMORY)
+            return SL_ENOMEM;
+        if (rc < 0)   /* a match or depth limit: the rest becomes one piece, never a failure */
+            break;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
         size_t ms = ov[0], me = ov[1];
         if (me == ms) {   /* an empty match splits nothing: step one character */

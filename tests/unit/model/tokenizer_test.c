@@ -3,6 +3,7 @@
  * byte fallback; streaming decode) and on llama.cpp's real vocabularies from
  * ../shared/testdata/vocab (known ids, random bytes never crash). */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,4 +379,53 @@ Test(tokenizer, random_bytes_never_crash)
         sl_detokenize(t, badids, 2, true, out, sizeof out);
         sl_tokenizer_destroy(t);
     }
+}
+
+/* ---- concurrency: one tokenizer, several threads ---- */
+
+typedef struct {
+    const sl_tokenizer *t;
+    const char *text;
+    const int32_t *want;
+    int64_t n_want;
+    int bad;
+} enc_job;
+
+static void *enc_worker(void *arg)
+{
+    enc_job *j = arg;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(j->n_want + 1));
+    char out[4096];
+    for (int it = 0; it < 40; it++) {
+        int64_t n = sl_tokenize(j->t, j->text, strlen(j->text), ids, (size_t)j->n_want + 1);
+        if (n != j->n_want || memcmp(ids, j->want, sizeof(int32_t) * (size_t)n) != 0)
+            j->bad++;
+        size_t m = sl_detokenize(j->t, ids, (size_t)n, true, out, sizeof out);
+        if (m != strlen(j->text) || memcmp(out, j->text, m) != 0)
+            j->bad++;
+    }
+    free(ids);
+    return NULL;
+}
+
+Test(tokenizer, concurrent_encode_decode_agree)
+{
+    sl_tokenizer *t = open_vocab("gpt-2");
+    cr_assert_not_null(t);
+    const char *text = "Concurrency \xf0\x9f\xa6\x99 test: the same words, the same ids. 12345 "
+                       "\xe4\xb8\xad\xe6\x96\x87   spaces\n\n";
+    int32_t want[256];
+    int64_t n = sl_tokenize(t, text, strlen(text), want, 256);
+    cr_assert_gt(n, 0);
+    pthread_t th[4];
+    enc_job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (enc_job){t, text, want, n, 0};
+        cr_assert_eq(pthread_create(&th[i], NULL, enc_worker, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(jobs[i].bad, 0);
+    }
+    sl_tokenizer_destroy(t);
 }
