@@ -94,19 +94,109 @@ static void b_step_done(void *ctx, const sl_sched_stats *s)
     b->last_step_end = t;
 }
 
+typedef struct {
+    sl_backend *be;
+    int32_t V, n_prompt, n_gen, n_ctx, per_seq, max_c;
+    const int32_t *prompt;   /* (max_c, n_prompt) */
+    sl_sampling_params sp;
+} bench;
+
+/* The dedicated loop, as `sluice generate` runs it: ms per decode step
+ * (forward + sample), the first step excluded as warm-up. */
+static double dedicated_step_ms(const bench *B)
+{
+    float *logits = malloc((size_t)B->V * sizeof *logits);
+    int32_t *hist = malloc((size_t)B->n_ctx * sizeof *hist);
+    int32_t *blocks = malloc((size_t)B->per_seq * sizeof *blocks);
+    sl_sampler_scratch *scr;
+    if (!logits || !hist || !blocks || sl_sampler_scratch_create(B->V, &scr) < 0) {
+        fprintf(stderr, "schedbench: out of memory\n");
+        exit(1);
+    }
+    for (int i = 0; i < B->per_seq; i++)
+        blocks[i] = i;
+    memcpy(hist, B->prompt, (size_t)B->n_prompt * sizeof *hist);
+    sl_batch_seq s = {.tokens = hist, .n_tokens = B->n_prompt, .pos = 0, .blocks = blocks, .n_blocks = B->per_seq};
+    sl_backend_forward(B->be, &s, 1, logits);
+    int32_t n = B->n_prompt, tok;
+    double ns = 0;
+    for (int g = 0; g < B->n_gen; g++) {
+        uint64_t t0 = now_ns();
+        sl_sampler_sample(&B->sp, logits, B->V, hist, n, (uint64_t)g, scr, &tok, NULL);
+        hist[n++] = tok;
+        if (g + 1 == B->n_gen)
+            break;
+        s = (sl_batch_seq){.tokens = &hist[n - 1], .n_tokens = 1, .pos = n - 1, .blocks = blocks,
+                           .n_blocks = B->per_seq};
+        sl_backend_forward(B->be, &s, 1, logits);
+        if (g > 0)
+            ns += (double)(now_ns() - t0);
+    }
+    sl_sampler_scratch_destroy(scr);
+    free(logits);
+    free(hist);
+    free(blocks);
+    return ns / (B->n_gen - 2) / 1e6;
+}
+
+/* c concurrent requests through the scheduler: aggregate tok/s (prefill
+ * included in the time) and, at c == 1, ms per batch-1 decode step. */
+static double sched_tps(const bench *B, int c, double *batch1_ms)
+{
+    sl_sched_request *reqs = calloc((size_t)c, sizeof *reqs);
+    for (int i = 0; i < c; i++) {
+        reqs[i].id = (uint64_t)i;
+        reqs[i].prompt = B->prompt + (size_t)i * (size_t)B->n_prompt;
+        reqs[i].n_prompt = B->n_prompt;
+        reqs[i].params = B->sp;
+        reqs[i].max_tokens = B->n_gen;
+        reqs[i].ignore_eos = true;
+        reqs[i].submit_ns = now_ns();
+    }
+    bench_io b = {.reqs = reqs, .n = c};
+    sl_sched_io io = {.ctx = &b, .poll = b_poll, .emit = b_emit, .finish = b_finish, .cancelled = b_cancelled,
+                      .wait = b_wait, .now_ns = b_now, .step_done = b_step_done};
+    sl_sched_config cfg;
+    sl_sched_config_default(&cfg);
+    cfg.max_seqs = B->max_c > 16 ? B->max_c : 16;
+    cfg.n_kv_blocks = B->be->cfg.n_kv_blocks;
+    if (cfg.token_budget < cfg.max_seqs)
+        cfg.token_budget = cfg.max_seqs;
+    sl_sched *sc;
+    char err[SL_ERR_LEN];
+    if (sl_sched_create(B->be, B->V, B->n_ctx, NULL, 0, &cfg, &io, &sc, err) < 0) {
+        fprintf(stderr, "schedbench: %s\n", err);
+        exit(1);
+    }
+    uint64_t t0 = now_ns();
+    sl_sched_run(sc, &b.stop);
+    double secs = (double)(now_ns() - t0) / 1e9;
+    *batch1_ms = b.batch1_steps ? b.batch1_ns / (double)b.batch1_steps / 1e6 : 0;
+    sl_sched_destroy(sc);
+    free(reqs);
+    return (double)b.tokens / secs;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = NULL, *conc = "1,4,16";
-    int threads = 4, n_prompt = 32, n_gen = 64;
+    int threads = 4, n_prompt = 32, n_gen = 64, reps = 5;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-m")) path = argv[i + 1];
         else if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-p")) n_prompt = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-n")) n_gen = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-c")) conc = argv[i + 1];
+        else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
     }
-    if (!path || threads < 1 || n_prompt < 1 || n_gen < 2) {
-        fprintf(stderr, "usage: schedbench -m MODEL.gguf [-t THREADS] [-p PROMPT] [-n TOKENS] [-c 1,4,16]\n");
+    if (!path || threads < 1 || n_prompt < 1 || n_gen < 3 || reps < 1 || reps > 64) {
+        fprintf(stderr, "usage: schedbench -m MODEL.gguf [-t THREADS] [-p PROMPT] [-n TOKENS] [-c 1,4,16] [-r REPS]\n");
         return 2;
     }
     char err[SL_ERR_LEN];
@@ -115,108 +205,60 @@ int main(int argc, char **argv)
         fprintf(stderr, "schedbench: %s\n", err);
         return 1;
     }
-    int max_c = 1;
+    bench B = {.n_prompt = n_prompt, .n_gen = n_gen, .n_ctx = n_prompt + n_gen, .max_c = 1};
     for (const char *p = conc; *p;) {
         int c = atoi(p);
-        if (c > max_c) max_c = c;
+        if (c > B.max_c) B.max_c = c;
         p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
     }
-    int32_t n_ctx = n_prompt + n_gen;
-    int32_t per_seq = (n_ctx + 15) / 16;
+    B.per_seq = (B.n_ctx + 15) / 16;
     sl_backend_config bc = {.device = "cpu", .n_threads = threads, .kv_block_size = 16,
-                            .n_kv_blocks = (uint32_t)(per_seq * max_c), .max_batch_tokens = 256, .max_ctx = n_ctx};
-    sl_backend *be;
-    if (sl_backend_create(m, &bc, &be, err) < 0) {
+                            .n_kv_blocks = (uint32_t)(B.per_seq * B.max_c), .max_batch_tokens = 256,
+                            .max_ctx = B.n_ctx};
+    if (sl_backend_create(m, &bc, &B.be, err) < 0) {
         fprintf(stderr, "schedbench: %s\n", err);
         return 1;
     }
-    int32_t V = m->hp.n_vocab;
-    int32_t *prompt = malloc((size_t)max_c * (size_t)n_prompt * sizeof *prompt);
-    for (int i = 0; i < max_c * n_prompt; i++)
-        prompt[i] = (int32_t)((i * 7919 + 13) % V);
+    B.V = m->hp.n_vocab;
+    int32_t *prompt = malloc((size_t)B.max_c * (size_t)n_prompt * sizeof *prompt);
+    for (int i = 0; i < B.max_c * n_prompt; i++)
+        prompt[i] = (int32_t)((i * 7919 + 13) % B.V);
+    B.prompt = prompt;
+    sl_sampling_params_default(&B.sp);
+    B.sp.temperature = 0;
+    printf("model %s, %d threads, prompt %d, %d tokens per request, %d reps (medians)\n", m->name, threads,
+           n_prompt, n_gen, reps);
 
-    /* (1) the dedicated loop, as `sluice generate` runs it */
-    sl_sampling_params sp;
-    sl_sampling_params_default(&sp);
-    sp.temperature = 0;
-    float *logits = malloc((size_t)V * sizeof *logits);
-    int32_t *hist = malloc((size_t)n_ctx * sizeof *hist);
-    int32_t *blocks = malloc((size_t)per_seq * sizeof *blocks);
-    sl_sampler_scratch *scr;
-    sl_sampler_scratch_create(V, &scr);
-    for (int i = 0; i < per_seq; i++)
-        blocks[i] = i;
-    memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
-    sl_batch_seq s = {.tokens = hist, .n_tokens = n_prompt, .pos = 0, .blocks = blocks, .n_blocks = per_seq};
-    sl_backend_forward(be, &s, 1, logits);
-    int32_t n = n_prompt, tok;
-    double loop_ns = 0;
-    for (int g = 0; g < n_gen; g++) {
-        uint64_t t0 = now_ns();
-        sl_sampler_sample(&sp, logits, V, hist, n, (uint64_t)g, scr, &tok, NULL);
-        hist[n++] = tok;
-        if (g + 1 == n_gen)
-            break;
-        s = (sl_batch_seq){.tokens = &hist[n - 1], .n_tokens = 1, .pos = n - 1, .blocks = blocks, .n_blocks = per_seq};
-        sl_backend_forward(be, &s, 1, logits);
-        if (g > 0)   /* the first iteration pays for warming up */
-            loop_ns += (double)(now_ns() - t0);
+    /* batch-1: the dedicated loop and the scheduler, alternated so drift hits both */
+    double loop[64], sched[64], ratio[64];
+    for (int r = 0; r < reps; r++) {
+        loop[r] = dedicated_step_ms(&B);
+        sched_tps(&B, 1, &sched[r]);
+        ratio[r] = sched[r] / loop[r];
     }
-    double loop_step_ms = loop_ns / (n_gen - 2) / 1e6;
+    qsort(loop, (size_t)reps, sizeof *loop, cmp_double);
+    qsort(sched, (size_t)reps, sizeof *sched, cmp_double);
+    qsort(ratio, (size_t)reps, sizeof *ratio, cmp_double);
+    printf("batch-1 decode step: dedicated loop %.3f ms, scheduler %.3f ms, ratio %.3f (min %.3f, max %.3f)\n",
+           loop[reps / 2], sched[reps / 2], ratio[reps / 2], ratio[0], ratio[reps - 1]);
 
-    /* (2) the scheduler at each concurrency */
-    printf("model %s, %d threads, prompt %d, %d tokens per request\n", m->name, threads, n_prompt, n_gen);
-    printf("dedicated loop (sluice generate): %.3f ms per decode step\n", loop_step_ms);
     double tps1 = 0;
     for (const char *p = conc; *p;) {
         int c = atoi(p);
         p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
-        sl_sched_request *reqs = calloc((size_t)c, sizeof *reqs);
-        for (int i = 0; i < c; i++) {
-            reqs[i].id = (uint64_t)i;
-            reqs[i].prompt = prompt + (size_t)i * (size_t)n_prompt;
-            reqs[i].n_prompt = n_prompt;
-            reqs[i].params = sp;
-            reqs[i].max_tokens = n_gen;
-            reqs[i].ignore_eos = true;
-            reqs[i].submit_ns = now_ns();
-        }
-        bench_io b = {.reqs = reqs, .n = c};
-        sl_sched_io io = {.ctx = &b, .poll = b_poll, .emit = b_emit, .finish = b_finish, .cancelled = b_cancelled,
-                          .wait = b_wait, .now_ns = b_now, .step_done = b_step_done};
-        sl_sched_config cfg;
-        sl_sched_config_default(&cfg);
-        cfg.max_seqs = max_c > 16 ? max_c : 16;
-        cfg.n_kv_blocks = bc.n_kv_blocks;
-        if (cfg.token_budget < cfg.max_seqs)
-            cfg.token_budget = cfg.max_seqs;
-        sl_sched *sc;
-        if (sl_sched_create(be, V, n_ctx, NULL, 0, &cfg, &io, &sc, err) < 0) {
-            fprintf(stderr, "schedbench: %s\n", err);
-            return 1;
-        }
-        uint64_t t0 = now_ns();
-        sl_sched_run(sc, &b.stop);
-        double secs = (double)(now_ns() - t0) / 1e9;
-        double tps = (double)b.tokens / secs;
+        double tps[64], b1;
+        for (int r = 0; r < reps; r++)
+            tps[r] = sched_tps(&B, c, &b1);
+        qsort(tps, (size_t)reps, sizeof *tps, cmp_double);
         if (c == 1)
-            tps1 = tps;
-        printf("concurrency %2d: %lld tokens in %.3f s = %.1f tok/s aggregate", c, (long long)b.tokens, secs, tps);
+            tps1 = tps[reps / 2];
+        printf("concurrency %2d: %.1f tok/s aggregate", c, tps[reps / 2]);
         if (tps1 > 0 && c > 1)
-            printf(" (%.2fx of 1)", tps / tps1);
-        if (b.batch1_steps > 1)
-            printf("; batch-1 step %.3f ms = %.3fx the dedicated loop", b.batch1_ns / (double)b.batch1_steps / 1e6,
-                   b.batch1_ns / (double)b.batch1_steps / 1e6 / loop_step_ms);
+            printf(" (%.2fx of 1)", tps[reps / 2] / tps1);
         printf("\n");
-        sl_sched_destroy(sc);
-        free(reqs);
     }
-    sl_sampler_scratch_destroy(scr);
-    free(logits);
-    free(hist);
-    free(blocks);
     free(prompt);
-    sl_backend_destroy(be);
+    sl_backend_destroy(B.be);
     sl_model_destroy(m);
     return 0;
 }
