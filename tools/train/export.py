@@ -108,6 +108,50 @@ def export_all(weights, cfg, vocab_path, out_dir, info=None):
     return paths
 
 
+def load_gguf(path):
+    """Weights (float32, shaped (ne1, ne0)) and train.py's config back from an
+    exported F16/F32 file: what parity.py checks against sluice."""
+    import gguf
+
+    r = gguf.GGUFReader(path)
+
+    def val(key):
+        f = r.fields[key]
+        return f.parts[f.data[0]].tolist()[0]
+
+    cfg = {"ctx": val("llama.context_length"), "dim": val("llama.embedding_length"),
+           "n_layer": val("llama.block_count"), "ffn": val("llama.feed_forward_length"),
+           "n_head": val("llama.attention.head_count"), "n_kv_head": val("llama.attention.head_count_kv"),
+           "head_dim": val("llama.attention.key_length"), "norm_eps": val("llama.attention.layer_norm_rms_epsilon"),
+           "rope_base": val("llama.rope.freq_base"), "vocab": 32000, "dropout": 0.0}
+    weights = {}
+    for t in r.tensors:
+        a = np.asarray(t.data)
+        if a.dtype not in (np.float16, np.float32):
+            raise ValueError(f"{path}: tensor {t.name} is not F16/F32; pass the F16 file")
+        weights[t.name] = a.astype(np.float32).reshape([int(n) for n in reversed(t.shape)])
+    cfg["vocab"] = weights["token_embd.weight"].shape[0]
+    return weights, cfg
+
+
+def split_file(path, part_bytes):
+    """Cuts path into path.part0, .part1, ... of part_bytes each (the GPU
+    machine hands back files of at most 16 MiB); `cat path.part*` rejoins."""
+    paths = []
+    with open(path, "rb") as fh:
+        i = 0
+        while True:
+            chunk = fh.read(part_bytes)
+            if not chunk:
+                break
+            paths.append(f"{path}.part{i}")
+            with open(paths[-1], "wb") as out:
+                out.write(chunk)
+            i += 1
+    os.remove(path)
+    return paths
+
+
 def load_ckpt(path):
     z = np.load(path)
     cfg = json.loads(str(z["__config__"]))

@@ -6,10 +6,11 @@ and sluice's forward pass (build/tools/fwdump) on the same token ids and
 compares the logits of every position. A wrong rope pairing, GQA head map,
 norm or tied-output convention shows up as a large error; F16 rounding and
 summation order stay below 1e-2 relative L2.
-    python3 tools/train/parity.py --ckpt OUT/model.npz --gguf OUT/sluice-default-f16.gguf
-With --random-scale S it first multiplies every 2-D weight by S and exports a
-fresh F16 file, so that an untrained checkpoint still gives peaked logits.
-Needs torch (Debian's python3-torch does) and the gguf package for --random-scale.
+    python3 tools/train/parity.py --gguf models/default/sluice-default-f16.gguf
+(weights and shapes read back from the F16 file), or --ckpt OUT/model.npz
+(train.py --save-npz). With --random-scale S it first multiplies every 2-D
+weight by S and exports a fresh F16 file, so that an untrained checkpoint
+still gives peaked logits. Needs torch (Debian's python3-torch) and gguf.
 """
 import argparse
 import os
@@ -43,14 +44,19 @@ def torch_model(weights, cfg):
 
 def main():
     ap = argparse.ArgumentParser(description="torch model vs sluice forward on the exported file")
-    ap.add_argument("--ckpt", required=True)
+    ap.add_argument("--ckpt", help="model.npz of train.py --save-npz (default: read --gguf)")
     ap.add_argument("--gguf", help="exported F16 file (default: export one from the checkpoint)")
     ap.add_argument("--vocab", default=os.path.join(REPO, ".train", "vocab.gguf"))
     ap.add_argument("--random-scale", type=float, default=0.0)
     ap.add_argument("--build", default=os.environ.get("SLUICE_BUILD_DIR", os.path.join(REPO, "build")))
     ap.add_argument("--tokens", default="1,560,272,5398,3580,5483,272,12599,304,272,6340,28723,13,2,1,22557")
     args = ap.parse_args()
-    weights, cfg = gguf_export.load_ckpt(args.ckpt)
+    if args.ckpt:
+        weights, cfg = gguf_export.load_ckpt(args.ckpt)
+    elif args.gguf:
+        weights, cfg = gguf_export.load_gguf(args.gguf)
+    else:
+        sys.exit("parity: give --ckpt or --gguf")
     td = tempfile.mkdtemp()
     if args.random_scale:
         weights = {k: (v * args.random_scale if v.ndim == 2 else v) for k, v in weights.items()}

@@ -13,14 +13,18 @@ without the q/k permutation HF checkpoints need, grouped-query attention,
 SwiGLU, tied input/output embeddings, Mistral's 32k vocabulary.
 
 Trade-off: the corpus is small (1.7M tokens) next to what the GPU could
-chew in the time budget, so the run is a fixed number of steps (the cosine
-schedule and the result depend only on the seed) and the weights kept are
-those of the best held-out evaluation; --minutes is a safety stop that still
-exports, not the schedule.
+chew in the time budget. So each run is a fixed number of steps (the cosine
+schedule and the result depend only on the seed), two runs differ in length
+and dropout (VARIANTS), and the weights kept are those of the best held-out
+evaluation of either; --minutes is a safety stop that still exports, not
+the schedule. The price: the held-out loss picked the checkpoint, so it is a
+slightly optimistic estimate (the bigram baseline's k is picked the same way).
 
 Writes into --out: train_log.json (config, loss curve, validation curve,
-best validation loss, timings), model.npz (float32 weights, GGUF names), and
-sluice-default-f16.gguf / sluice-default-q8_0.gguf (see export.py).
+best validation loss, timings) and sluice-default-f16.gguf /
+sluice-default-q8_0.gguf (see export.py); a file over --split-mb (15 MiB: the
+GPU machine hands back files of at most 16 MiB) is cut into NAME.part0,
+NAME.part1, ..., rejoined with `cat NAME.part* > NAME`.
 """
 import argparse
 import json
@@ -42,11 +46,18 @@ import export as gguf_export  # noqa: E402
 
 CONFIGS = {
     # ~12.1M parameters, 8.2M of them the (tied) embedding table.
-    "default": dict(dim=256, n_layer=5, n_head=4, n_kv_head=2, head_dim=64, ffn=768, ctx=256,
-                    batch=64, steps=3000, lr=2e-3, warmup=100, eval_every=100, dropout=0.1),
+    "default": dict(dim=256, n_layer=5, n_head=4, n_kv_head=2, head_dim=64, ffn=768, ctx=512,
+                    batch=32, steps=3000, lr=2e-3, warmup=100, eval_every=100, dropout=0.1),
     # Same shapes, shrunk, for the CPU dry run.
     "tiny": dict(dim=64, n_layer=2, n_head=2, n_kv_head=1, head_dim=32, ffn=256, ctx=64,
                  batch=8, steps=200, lr=3e-3, warmup=10, eval_every=20, dropout=0.0, val_windows_max=16),
+}
+# Runs of one invocation; the one with the best held-out loss is exported.
+# The corpus is small, so the question is how long to train and how hard to
+# regularise: a short run, and a long one with more dropout.
+VARIANTS = {
+    "a": dict(steps=2000, dropout=0.1),
+    "b": dict(steps=4000, dropout=0.2),
 }
 COMMON = dict(vocab=32000, norm_eps=1e-5, rope_base=10000.0, weight_decay=0.1, grad_clip=1.0,
               min_lr_frac=0.1, val_windows_max=4096)
@@ -190,74 +201,36 @@ def evaluate(model, val, c, device, autocast):
     return total / count
 
 
-def main():
-    ap = argparse.ArgumentParser(description="train the default model (see the file's top comment)")
-    ap.add_argument("--data", required=True, help="folder written by prepare.py")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--minutes", type=float, default=5.0, help="stop training after this long, then export")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--tiny", action="store_true", help="tiny config for a CPU dry run")
-    ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--steps", type=int, help="override the config's step count")
-    ap.add_argument("--compile", action="store_true", help="torch.compile the model (costs start-up time)")
-    args = ap.parse_args()
-    t_start = time.time()
-
-    c = dict(COMMON)
-    c.update(CONFIGS["tiny" if args.tiny else "default"])
-    if args.steps:
-        c["steps"] = args.steps
-    c["seed"] = args.seed
-    c["name"] = "sluice-default" + ("-tiny" if args.tiny else "")
-    c["file_stem"] = c["name"]
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.data, "meta.json")) as fh:
-        meta = json.load(fh)
-    assert meta["n_vocab"] == c["vocab"], "prepare.py used another vocabulary"
-
-    torch.manual_seed(args.seed)
-    np.random.seed(args.seed)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    dev = torch.device(args.device)
+def train_run(c, train, val, dev, deadline):
+    """One training run of config c until c["steps"] or the deadline.
+    Returns (best val loss, its step, its weights, the run's log)."""
     cuda = dev.type == "cuda"
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
 
     def autocast():
         if cuda:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return torch.autocast("cpu", enabled=False)
 
-    train = torch.from_numpy(np.fromfile(os.path.join(args.data, "train.bin"), dtype=np.uint16).astype(np.int64))
-    val = torch.from_numpy(np.fromfile(os.path.join(args.data, "val.bin"), dtype=np.uint16).astype(np.int64))
-    train_dev = train.to(dev)
-
+    torch.manual_seed(c["seed"])
     model = Llama(c, dev).to(dev)
-    n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": c["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
     kw = {"fused": True} if cuda and torch.__version__ >= "2" else {}
     opt = torch.optim.AdamW(groups, lr=c["lr"], betas=(0.9, 0.95), eps=1e-8, **kw)
-    fwd = torch.compile(model) if args.compile else model
+    fwd = torch.compile(model) if c.get("compile") else model
 
-    # Batches come from a CPU generator so the sequence of windows is the
-    # same on every device for a seed.
-    gen = torch.Generator().manual_seed(args.seed)
+    # Windows come from a CPU generator, so their sequence is the same on
+    # every device for a seed.
+    gen = torch.Generator().manual_seed(c["seed"])
     T, B = c["ctx"], c["batch"]
+    train_dev = train.to(dev)
     offs = torch.arange(T + 1, device=dev)
-    print(f"train: {n_params / 1e6:.2f}M parameters, {train.numel()} train / {val.numel()} val tokens, "
-          f"{c['steps']} steps of {B}x{T} on {dev}", flush=True)
-
-    log = {"config": c, "n_params": n_params, "device": str(dev), "torch": torch.__version__,
-           "data": {"train_tokens": int(train.numel()), "val_tokens": int(val.numel()),
-                    "bigram_val_ce_nats": meta["bigram"]["val_ce_nats"]},
+    log = {"variant": c["variant"], "steps": c["steps"], "dropout": c["dropout"], "lr": c["lr"],
            "loss_curve": [], "val_curve": []}
     best = (float("inf"), -1, None)
-    deadline = t_start + args.minutes * 60
-    t_train = time.time()
-    run_loss, run_n, step = 0.0, 0, 0
+    t0 = time.time()
+    run_loss, run_n, step = torch.zeros((), device=dev), 0, 0
     stopped = "steps"
     for step in range(c["steps"]):
         starts = torch.randint(0, train.numel() - T - 1, (B,), generator=gen).to(dev)
@@ -271,37 +244,107 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
         opt.step()
-        run_loss += loss.item()
+        run_loss += loss.detach()
         run_n += 1
         last = step == c["steps"] - 1
-        if (step + 1) % c["eval_every"] == 0 or last or time.time() > deadline:
+        late = time.time() > deadline
+        if (step + 1) % c["eval_every"] == 0 or last or late:
             vl = evaluate(model, val, c, dev, autocast)
-            el = time.time() - t_train
-            log["loss_curve"].append({"step": step + 1, "train_loss": run_loss / run_n, "seconds": round(el, 2)})
+            tl = run_loss.item() / run_n
+            el = time.time() - t0
+            log["loss_curve"].append({"step": step + 1, "train_loss": tl, "seconds": round(el, 2)})
             log["val_curve"].append({"step": step + 1, "val_loss": vl})
             if vl < best[0]:
                 best = (vl, step + 1, model.gguf_weights())
-            print(f"step {step + 1:5d}  train {run_loss / run_n:.4f}  val {vl:.4f}  lr {lr_at(step, c):.2e}  "
-                  f"{el:.1f}s", flush=True)
-            run_loss, run_n = 0.0, 0
-            if time.time() > deadline and not last:
+            print(f"[{c['variant']}] step {step + 1:5d}  train {tl:.4f}  val {vl:.4f}  "
+                  f"lr {lr_at(step, c):.2e}  {el:.1f}s", flush=True)
+            run_loss, run_n = torch.zeros((), device=dev), 0
+            if late and not last:
                 stopped = "time limit"
                 break
     if cuda:
         torch.cuda.synchronize()
-    train_s = time.time() - t_train
+    log.update({"stopped_by": stopped, "steps_run": step + 1, "best_step": best[1], "best_val_loss": best[0],
+                "final_train_loss": log["loss_curve"][-1]["train_loss"], "seconds": round(time.time() - t0, 1),
+                "tokens_seen": (step + 1) * B * T})
+    return best[0], best[1], best[2], log
 
-    val_loss, best_step, weights = best
-    log.update({"stopped_by": stopped, "steps_run": step + 1, "best_step": best_step,
-                "val_loss_nats": val_loss, "final_train_loss": log["loss_curve"][-1]["train_loss"],
-                "train_seconds": round(train_s, 1),
-                "tokens_seen": (step + 1) * B * T,
-                "bigram_minus_val": meta["bigram"]["val_ce_nats"] - val_loss})
-    np.savez(os.path.join(args.out, "model.npz"), __config__=json.dumps(c), **weights)
+
+def main():
+    ap = argparse.ArgumentParser(description="train the default model (see the file's top comment)")
+    ap.add_argument("--data", required=True, help="folder written by prepare.py")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--minutes", type=float, default=5.0,
+                    help="time for all training runs; each run stops at its share and the best is exported")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tiny", action="store_true", help="tiny config for a CPU dry run")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--variants", help="comma-separated names from VARIANTS (default: all)")
+    ap.add_argument("--steps", type=int, help="override every variant's step count")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (costs start-up time)")
+    ap.add_argument("--save-npz", action="store_true", help="also write model.npz (float32 weights, 48 MB)")
+    ap.add_argument("--split-mb", type=float, default=15.0,
+                    help="cut exported files larger than this into .partN pieces (0: never)")
+    args = ap.parse_args()
+    t_start = time.time()
+
+    base = dict(COMMON)
+    base.update(CONFIGS["tiny" if args.tiny else "default"])
+    base.update(seed=args.seed, compile=args.compile, name="sluice-default" + ("-tiny" if args.tiny else ""))
+    base["file_stem"] = base["name"]
+    names = args.variants.split(",") if args.variants else list(VARIANTS)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.data, "meta.json")) as fh:
+        meta = json.load(fh)
+    assert meta["n_vocab"] == base["vocab"], "prepare.py used another vocabulary"
+
+    np.random.seed(args.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    dev = torch.device(args.device)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    train = torch.from_numpy(np.fromfile(os.path.join(args.data, "train.bin"), dtype=np.uint16).astype(np.int64))
+    val = torch.from_numpy(np.fromfile(os.path.join(args.data, "val.bin"), dtype=np.uint16).astype(np.int64))
+    bigram = meta["bigram"]["val_ce_nats"]
+
+    deadline = t_start + args.minutes * 60
+    runs, best = [], None
+    for i, name in enumerate(names):
+        c = dict(base, variant=name)
+        if not args.tiny:
+            c.update(VARIANTS[name])
+        if args.steps:
+            c["steps"] = args.steps
+        # each run gets an equal share of the time left
+        run_deadline = time.time() + (deadline - time.time()) / (len(names) - i)
+        n_params = sum(p.numel() for p in Llama(c, torch.device("cpu")).parameters())
+        print(f"train: run {name}: {n_params / 1e6:.2f}M parameters, {train.numel()} train / {val.numel()} val "
+              f"tokens, {c['steps']} steps of {c['batch']}x{c['ctx']}, dropout {c['dropout']} on {dev}",
+              flush=True)
+        vl, step, weights, rlog = train_run(c, train, val, dev, run_deadline)
+        runs.append(rlog)
+        if best is None or vl < best[0]:
+            best = (vl, step, weights, c, rlog)
+    val_loss, best_step, weights, c, rlog = best
+
+    log = {"config": c, "n_params": n_params, "device": str(dev), "torch": torch.__version__,
+           "data": {"train_tokens": int(train.numel()), "val_tokens": int(val.numel()),
+                    "bigram_val_ce_nats": bigram},
+           "chosen_variant": c["variant"], "val_loss_nats": val_loss, "best_step": best_step,
+           "bigram_minus_val": bigram - val_loss,
+           "train_seconds": round(sum(r["seconds"] for r in runs), 1),
+           "loss_curve": rlog["loss_curve"], "val_curve": rlog["val_curve"], "runs": runs}
+    if args.save_npz:
+        np.savez(os.path.join(args.out, "model.npz"), __config__=json.dumps(c), **weights)
     info = (f"sluice default model: llama, {n_params / 1e6:.1f}M parameters, trained {best_step} steps on "
             f"KJV Bible + fortunes ({train.numel()} tokens), val CE {val_loss:.3f} nats")
     try:
         paths = gguf_export.export_all(weights, c, os.path.join(args.data, "vocab.gguf"), args.out, info)
+        if args.split_mb > 0:
+            paths = [q for p in paths
+                     for q in (gguf_export.split_file(p, int(args.split_mb * 2**20))
+                               if os.path.getsize(p) > args.split_mb * 2**20 else [p])]
         log["exported"] = [os.path.basename(p) for p in paths]
     except ImportError as e:
         print(f"train: gguf package missing ({e}); run export.py on model.npz", file=sys.stderr)
@@ -309,8 +352,9 @@ def main():
     log["total_seconds"] = round(time.time() - t_start, 1)
     with open(os.path.join(args.out, "train_log.json"), "w") as fh:
         json.dump(log, fh, indent=1)
-    print(f"train: best val {val_loss:.4f} nats at step {best_step} (bigram {meta['bigram']['val_ce_nats']:.4f}); "
-          f"{train_s:.1f}s training, {log['total_seconds']}s total; wrote {', '.join(log['exported'])}", flush=True)
+    print(f"train: best val {val_loss:.4f} nats (run {c['variant']}, step {best_step}; bigram {bigram:.4f}); "
+          f"{log['train_seconds']}s training, {log['total_seconds']}s total; wrote {', '.join(log['exported'])}",
+          flush=True)
 
 
 if __name__ == "__main__":
