@@ -21,11 +21,13 @@ import os
 import numpy as np
 
 # Plain paragraphs: a turn's text, then a blank line; an assistant turn ends
-# with </s>, which the model learnt at the end of every document. Mistral's
-# [INST] template would feed the model markers it never saw in training.
+# with </s>, which the model learnt at the end of every document, and <s>
+# opens the first turn and each turn after an assistant's, as it opened every
+# training document. Mistral's [INST] template would feed the model markers
+# it never saw in training.
 CHAT_TEMPLATE = (
-    "{{ bos_token }}"
     "{% for message in messages %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] == 'assistant' %}{{ bos_token }}{% endif %}"
     "{% if message['role'] == 'assistant' %}{{ message['content'] + eos_token }}"
     "{% else %}{{ message['content'] + '\\n\\n' }}{% endif %}"
     "{% endfor %}"

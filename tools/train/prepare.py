@@ -22,6 +22,7 @@ table small enough for a file under 30 MB.
 """
 import argparse
 import glob
+import hashlib
 import json
 import lzma
 import os
@@ -168,6 +169,8 @@ def main():
                              files=fort_files),
         },
         "train_tokens": int(train.size), "val_tokens": int(val.size),
+        "sha256": {"train.bin": hashlib.sha256(train.tobytes()).hexdigest(),
+                   "val.bin": hashlib.sha256(val.tobytes()).hexdigest()},
         "bigram": {"val_ce_nats": ces[str(best_k)], "k": best_k, "by_k": ces,
                    "how": "add-k bigram fitted on train.bin, cross-entropy over all consecutive pairs of val.bin; "
                           "k is the best of by_k on val (the strongest baseline)"},

@@ -56,7 +56,7 @@ CONFIGS = {
 # The corpus is small, so the question is how long to train and how hard to
 # regularise: a short run, and a long one with more dropout.
 VARIANTS = {
-    "a": dict(steps=2000, dropout=0.1),
+    "a": dict(steps=1500, dropout=0.1),
     "b": dict(steps=4000, dropout=0.2),
 }
 COMMON = dict(vocab=32000, norm_eps=1e-5, rope_base=10000.0, weight_decay=0.1, grad_clip=1.0,
@@ -330,7 +330,7 @@ def main():
 
     log = {"config": c, "n_params": n_params, "device": str(dev), "torch": torch.__version__,
            "data": {"train_tokens": int(train.numel()), "val_tokens": int(val.numel()),
-                    "bigram_val_ce_nats": bigram},
+                    "bigram_val_ce_nats": bigram, "sha256": meta.get("sha256")},
            "chosen_variant": c["variant"], "val_loss_nats": val_loss, "best_step": best_step,
            "bigram_minus_val": bigram - val_loss,
            "train_seconds": round(sum(r["seconds"] for r in runs), 1),
