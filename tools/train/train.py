@@ -119,8 +119,8 @@ class Block(nn.Module):
         rep = c["n_head"] // c["n_kv_head"]
         # query head h reads kv head h // rep, as llama.cpp and sluice do
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
+        k = k[:, :, None].expand(B, c["n_kv_head"], rep, T, c["head_dim"]).reshape(B, -1, T, c["head_dim"])
+        v = v[:, :, None].expand(B, c["n_kv_head"], rep, T, c["head_dim"]).reshape(B, -1, T, c["head_dim"])
         if hasattr(F, "scaled_dot_product_attention"):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:  # torch 1.x (Debian's python3-torch, the CPU dry run)
@@ -226,6 +226,8 @@ def train_run(c, train, val, dev, deadline):
     T, B = c["ctx"], c["batch"]
     train_dev = train.to(dev)
     offs = torch.arange(T + 1, device=dev)
+    # drawn up front: a small host-to-device copy every step would wait for the GPU
+    all_starts = torch.randint(0, train.numel() - T - 1, (c["steps"], B), generator=gen).to(dev)
     log = {"variant": c["variant"], "steps": c["steps"], "dropout": c["dropout"], "lr": c["lr"],
            "loss_curve": [], "val_curve": []}
     best = (float("inf"), -1, None)
@@ -233,8 +235,7 @@ def train_run(c, train, val, dev, deadline):
     run_loss, run_n, step = torch.zeros((), device=dev), 0, 0
     stopped = "steps"
     for step in range(c["steps"]):
-        starts = torch.randint(0, train.numel() - T - 1, (B,), generator=gen).to(dev)
-        chunk = train_dev[starts[:, None] + offs[None, :]]
+        chunk = train_dev[all_starts[step][:, None] + offs[None, :]]
         x, y = chunk[:, :-1], chunk[:, 1:]
         for g in opt.param_groups:
             g["lr"] = lr_at(step, c)
