@@ -2,15 +2,17 @@
 """tools/train/prepare.py: builds the training data of the default model.
 
 Runs on a developer machine (not the GPU machine), with the project's venv:
-    apt-get install -y bible-kjv bible-kjv-text fortunes fortunes-min
+    apt-get install -y bible-kjv bible-kjv-text fortunes fortunes-min r-cran-janeaustenr
     .venv/bin/python tools/train/prepare.py --out .train
 
 Corpus: the King James Bible (public domain; read through the `bible` program
-of Debian's bible-kjv, one chapter per document, verse numbers dropped) and
-the English fortune cookie files of Debian's fortunes/fortunes-min (BSD
-licence on the collection; one fortune per document). Every 20th document is
-held out for validation, so both sources are in both splits; a split by
-position would put Revelation alone in validation.
+of Debian's bible-kjv, one chapter per document, verse numbers dropped), Jane
+Austen's six novels (public domain; Debian's r-cran-janeaustenr, read with
+Rscript, one chapter per document) and the English fortune cookie files of
+Debian's fortunes/fortunes-min (BSD licence on the collection; one fortune
+per document). Every 20th document of each source is held out for
+validation, so every source is in both splits; a split by position would
+hold out Revelation and Persuasion alone.
 
 Writes into --out:
     train.bin, val.bin  uint16 token ids, documents as <s> text </s>
@@ -85,6 +87,35 @@ def fortune_documents():
     return docs, [os.path.basename(n) for n in names]
 
 
+AUSTEN = ["sensesensibility", "prideprejudice", "mansfieldpark", "emma", "northangerabbey", "persuasion"]
+
+
+def austen_documents():
+    """One document per chapter of Jane Austen's six novels (Project
+    Gutenberg texts that Debian's r-cran-janeaustenr ships as R data; Rscript
+    prints them). Hard-wrapped lines are joined into paragraphs, one per line;
+    _underscores_ marking italics are dropped; titles and VOLUME lines go."""
+    script = ("library(janeaustenr); for (n in c(%s)) { cat('@@BOOK', n, '\\n'); writeLines(get(n)) }"
+              % ",".join(f"'{n}'" for n in AUSTEN))
+    out = subprocess.run(["Rscript", "-e", script], capture_output=True, text=True, check=True).stdout
+    heading = re.compile(r"^\s*chapter\s+([0-9]+|[ivxlc]+)\.?\s*$", re.I)
+    docs = []
+    for book in out.split("@@BOOK")[1:]:
+        chapters, cur = [], None
+        for line in book.split("\n")[1:]:
+            if heading.match(line):
+                cur = []
+                chapters.append(cur)
+            elif cur is not None and not re.match(r"^\s*(VOLUME|END OF|THE END)\b", line):
+                cur.append(line)
+        for lines in chapters:
+            paras = [" ".join(p.split()) for p in "\n".join(lines).split("\n\n")]
+            text = "\n".join(p for p in paras if p).replace("_", "")
+            if text:
+                docs.append(normalise(text))
+    return docs
+
+
 def encode(tok, docs):
     ids = []
     for enc in tok.encode_batch(docs, add_special_tokens=False):
@@ -137,7 +168,8 @@ def main():
 
     kjv = kjv_documents()
     fort, fort_files = fortune_documents()
-    sources = [("kjv", kjv), ("fortunes", fort)]
+    austen = austen_documents()
+    sources = [("kjv", kjv), ("austen", austen), ("fortunes", fort)]
     train_docs, val_docs, stats = [], [], {}
     for name, docs in sources:
         tr = [d for i, d in enumerate(docs) if i % VAL_EVERY != VAL_EVERY - 1]
@@ -154,7 +186,7 @@ def main():
     train.tofile(os.path.join(args.out, "train.bin"))
     val.tofile(os.path.join(args.out, "val.bin"))
 
-    ks = [1.0, 0.1, 0.03, 0.01, 0.003, 0.001]
+    ks = [1.0, 0.1, 0.03, 0.01, 0.003, 0.001, 0.0003]
     ces = {str(k): bigram_ce(train, val, n_vocab, k) for k in ks}
     best_k = min(ks, key=lambda k: ces[str(k)])
     meta = {
@@ -164,6 +196,9 @@ def main():
         "sources": {
             "kjv": dict(stats["kjv"], package="bible-kjv-text (read with bible-kjv's `bible`)",
                         licence="public domain (translation of 1611)", document="chapter"),
+            "austen": dict(stats["austen"], package="r-cran-janeaustenr (read with Rscript)",
+                           licence="public domain texts (1811-1818; Project Gutenberg); package MIT",
+                           document="chapter", novels=AUSTEN),
             "fortunes": dict(stats["fortunes"], package="fortunes, fortunes-min",
                              licence="BSD (collection, Debian main)", document="fortune",
                              files=fort_files),
