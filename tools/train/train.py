@@ -304,9 +304,6 @@ def main():
     np.random.seed(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
     dev = torch.device(args.device)
-    if dev.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
     train = torch.from_numpy(np.fromfile(os.path.join(args.data, "train.bin"), dtype=np.uint16).astype(np.int64))
     val = torch.from_numpy(np.fromfile(os.path.join(args.data, "val.bin"), dtype=np.uint16).astype(np.int64))
     bigram = meta["bigram"]["val_ce_nats"]
@@ -331,7 +328,8 @@ def main():
             best = (vl, step, weights, c, rlog)
     val_loss, best_step, weights, c, rlog = best
 
-    log = {"config": c, "n_params": n_params, "device": str(dev), "torch": torch.__version__,
+    device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    log = {"config": c, "n_params": n_params, "device": device_name, "torch": torch.__version__,
            "data": {"train_tokens": int(train.numel()), "val_tokens": int(val.numel()),
                     "bigram_val_ce_nats": bigram, "sha256": meta.get("sha256")},
            "chosen_variant": c["variant"], "val_loss_nats": val_loss, "best_step": best_step,
