@@ -144,6 +144,7 @@ class Llama(nn.Module):
         self.tok_embd = nn.Embedding(c["vocab"], c["dim"])
         self.blocks = nn.ModuleList(Block(c) for _ in range(c["n_layer"]))
         self.output_norm = RMSNorm(c["dim"], c["norm_eps"])
+        self.drop = nn.Dropout(c["dropout"])  # on the embeddings too: rare tokens overfit first
         cos, sin = rope_tables(c["ctx"], c["head_dim"], c["rope_base"], device)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
@@ -154,7 +155,7 @@ class Llama(nn.Module):
                 nn.init.normal_(p, mean=0.0, std=std)
 
     def forward(self, idx, targets=None):
-        x = self.tok_embd(idx)
+        x = self.drop(self.tok_embd(idx))
         for b in self.blocks:
             x = b(x, self.cos, self.sin)
         logits = F.linear(self.output_norm(x), self.tok_embd.weight)
