@@ -285,6 +285,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--variants", help="comma-separated names from VARIANTS (default: all)")
     ap.add_argument("--steps", type=int, help="override every variant's step count")
+    ap.add_argument("--batch", type=int, help="override the windows per step")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (costs start-up time)")
     ap.add_argument("--save-npz", action="store_true", help="also write model.npz (float32 weights, 48 MB)")
     ap.add_argument("--split-mb", type=float, default=15.0,
@@ -317,6 +318,8 @@ def main():
             c.update(VARIANTS[name])
         if args.steps:
             c["steps"] = args.steps
+        if args.batch:
+            c["batch"] = args.batch
         # each run gets an equal share of the time left
         run_deadline = time.time() + (deadline - time.time()) / (len(names) - i)
         n_params = sum(p.numel() for p in Llama(c, torch.device("cpu")).parameters())
