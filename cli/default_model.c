@@ -20,7 +20,8 @@ int sl_cli_default_model(char *buf, size_t cap)
         return -1;
     exe[n] = 0;
     char *dir = dirname(exe);
-    const char *candidates[] = {"%s/../models/default.gguf", "%s/models/default.gguf"};
+    const char *candidates[] = {"%s/../models/default/sluice-default-q8_0.gguf",
+                                "%s/models/default/sluice-default-q8_0.gguf"};
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
         snprintf(buf, cap, candidates[i], dir);
         if (access(buf, R_OK) == 0)

@@ -55,20 +55,4 @@ if [ $want_build = 1 ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j"$jobs" >/dev/null
   echo "setup: built build/sluice"
-  # Until the project ships its trained model, the default model is a small
-  # seeded one with a real 32k vocabulary (Mistral's, from the team test data
-  # when present; otherwise a synthetic vocabulary).
-  if [ ! -f models/default.gguf ]; then
-    mkdir -p models
-    tok=../shared/testdata/tokenizers/mistral
-    if [ -f $tok/tokenizer.json.xz ]; then
-      xz -dkc $tok/tokenizer.json.xz > models/.tokenizer.json
-      build/tools/mkmodel -o models/default.gguf --preset tiny-llama --type Q8_0 --peak 4 \
-        --tokenizer models/.tokenizer.json --tokenizer-config $tok/tokenizer_config.json
-      rm -f models/.tokenizer.json
-    else
-      build/tools/mkmodel -o models/default.gguf --preset tiny-llama --type Q8_0 --peak 4 --n-vocab 32000
-    fi
-    echo "setup: wrote models/default.gguf"
-  fi
 fi
