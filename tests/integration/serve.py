@@ -18,7 +18,7 @@ class Server:
     def __init__(self, model, tmp_path, frontends=2, extra=(), env=None):
         self.admin_path = str(tmp_path / f"admin-{os.getpid()}-{id(self)}.sock")
         self.log_path = tmp_path / f"serve-{id(self)}.log"
-        cmd = [SLUICE, "serve", "-m", str(model), "--port", "0", "--frontends", str(frontends), "--threads", "1",
+        cmd = [SLUICE, "serve", *(["-m", str(model)] if model else []), "--port", "0", "--frontends", str(frontends), "--threads", "1",
                "--kv-memory", "256M", "--admin-socket", self.admin_path, "--drain-delay", "0",
                "--drain-timeout", "5", *extra]
         self.log = open(self.log_path, "w")
