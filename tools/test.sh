@@ -40,18 +40,7 @@ grep -E "tests passed|Synthesis" build-asan/ctest.log
 if grep -nE "LeakSanitizer|AddressSanitizer|runtime error:" build-asan/ctest.log; then
   echo "sanitizer reports in the unit tests (build-asan/ctest.log)"; exit 1
 fi
-done_stage "build (cuda: compile and link only; no GPU here)"
-if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-  export PATH=$PATH:/usr/local/cuda/bin
-  cmake -S . -B build-cuda -DSLUICE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build-cuda -j"$jobs" >/dev/null
-  ctest --test-dir build-cuda -R test_cuda_decode --output-on-failure | tail -3
-else
-  echo "nvcc not found: CUDA build skipped"
-fi
-done_stage "build (cuda: compile and link only; no GPU here)"
-
-stage "unit tests (criterion, asan+ubsan)"
+done_stage "unit tests (criterion, asan+ubsan)"
 
 stage "reference and integration tests (pytest)"
 SLUICE_BUILD_DIR=$PWD/build .venv/bin/python -m pytest -q tests/reference tests/integration ${1:+-k "$1"}
