@@ -1,0 +1,237 @@
+/* kernels/cpu/vec_dot_q8_avx2.c: AVX2 dot products of quantized weight rows
+ * with 8-bit activations (Q8_0 / Q8_K rows, act_quant.h).
+ * Compiled with -mavx2 -mfma -mf16c; called only after vec_dot.c has seen
+ * the CPU support them. Runs in the CPU backend's threads.
+ * Algorithm: the row is walked in chunks of 256 elements (one K-quant
+ * super-block, or up to eight Q8_0/Q4_0 blocks). A chunk is first staged:
+ * codes unpacked to one byte each, and for K-quants the integer scales laid
+ * out as the 16-lane int16 vectors the multiply-add wants. Then each
+ * activation row of the group (1 in decode, up to 32 in prefill) runs the
+ * same per-row code on the staged chunk:
+ *   vpmaddubsw (u8 code x s8 activation, pairs summed to int16: at most
+ *   2*63*127, no saturation), vpmaddwd by the sub-block scales (int32),
+ *   integer adds over the chunk, then one float FMA per block.
+ * Q8_0/Q4_0 codes are signed, so the unsigned operand is |w| and the sign
+ * moves to the activation (vpsignb), as ggml does. The integer sums equal
+ * the portable ones (vec_dot_q8.c) exactly; the float sums may differ in
+ * order. A row's result never depends on the group size: same code, same
+ * operations (tested bitwise).
+ * Trade-off: staging costs a store and a reload per 32 codes even for one
+ * row; in exchange decode and prefill share one kernel, which is what
+ * makes the batch-invariance argument a one-liner. */
+#include <assert.h>
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/vec_dot.h"
+#include "model/ggml_types.h"
+#include "model/quant.h"
+
+enum { CHUNK = 256, GROUP = 32 };
+
+/* A staged chunk. K types: codes unsigned (Q4_K 0..15, Q5_K 0..31, Q6_K
+ * 0..63, the -32 of Q6_K is applied through the activation's block sums);
+ * scv[k] holds the scale of each int16 lane of group k (32 codes);
+ * bias[16] pairs with the activation's 16 bsums: Q4_K/Q5_K mins (each
+ * twice), Q6_K scales. Q8_0/Q4_0: signed codes and one float scale per
+ * 32-block. */
+struct qstaged {
+    _Alignas(32) uint8_t codes[CHUNK];
+    _Alignas(32) int16_t scv[8][16];
+    _Alignas(32) int16_t bias[16];
+    float d, dmin;
+    float bd[8];
+    int nblk;
+};
+
+/* ======================================================================
+ * Staging
+ * ====================================================================== */
+
+static inline void stage_q8_0(const sl_block_q8_0 *b, int nblk, struct qstaged *st)
+{
+    for (int i = 0; i < nblk; i++) {
+        st->bd[i] = _cvtsh_ss(b[i].d);
+        _mm256_store_si256((__m256i *)(st->codes + 32 * i), _mm256_loadu_si256((const __m256i *)b[i].qs));
+    }
+    st->nblk = nblk;
+}
+
+static inline void stage_q4_0(const sl_block_q4_0 *b, int nblk, struct qstaged *st)
+{
+    const __m128i m4 = _mm_set1_epi8(0xF), eight = _mm_set1_epi8(8);
+    for (int i = 0; i < nblk; i++) {
+        st->bd[i] = _cvtsh_ss(b[i].d);
+        __m128i q = _mm_loadu_si128((const __m128i *)b[i].qs);
+        _mm_store_si128((__m128i *)(st->codes + 32 * i), _mm_sub_epi8(_mm_and_si128(q, m4), eight));
+        _mm_store_si128((__m128i *)(st->codes + 32 * i + 16),
+                        _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight));
+    }
+    st->nblk = nblk;
+}
+
+/* Q4_K (qh NULL) and Q5_K: see model/quant.h for the packing. */
+static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const uint8_t *qs,
+                            const uint8_t *qh, struct qstaged *st)
+{
+    const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10);
+    /* the 16 six-bit fields at once (sl_quant_get_scale_min_k4's rule):
+     * bytes 0-3 low scales, 4-7 low mins, 8-11 high nibbles, top two bits
+     * of bytes 0-7 are bits 4-5 of the high ones */
+    uint32_t u[3];
+    memcpy(u, scales, 12);
+    uint32_t sc_lo = u[0] & 0x3f3f3f3fu, mn_lo = u[1] & 0x3f3f3f3fu;
+    uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+    uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+    __m128i sc = _mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo), mn = _mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo);
+    for (int k = 0; k < 8; k++)   /* group k = sub-block k: one scale for all 16 lanes */
+        _mm256_store_si256((__m256i *)st->scv[k], _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc, _mm_set1_epi8((char)k))));
+    _mm256_store_si256((__m256i *)st->bias, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn)));
+    st->d = _cvtsh_ss(hd);
+    st->dmin = _cvtsh_ss(hdmin);
+    __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qh) {
+            __m256i bl = _mm256_set1_epi8((char)(1 << (2 * c))), bh = _mm256_set1_epi8((char)(2 << (2 * c)));
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bl), bl), b4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bh), bh), b4));
+        }
+        _mm256_store_si256((__m256i *)(st->codes + 64 * c), lo);
+        _mm256_store_si256((__m256i *)(st->codes + 64 * c + 32), hi);
+    }
+}
+
+static inline void stage_q6_K(const sl_block_q6_K *b, struct qstaged *st)
+{
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    __m128i sc = _mm_loadu_si128((const __m128i *)b->scales);
+    for (int k = 0; k < 8; k++) {  /* group k = sub-blocks 2k (lanes 0-7) and 2k+1 (lanes 8-15) */
+        __m128i sel = _mm_set_epi64x(0x0101010101010101ll * (2 * k + 1), 0x0101010101010101ll * (2 * k));
+        _mm256_store_si256((__m256i *)st->scv[k], _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, sel)));
+    }
+    _mm256_store_si256((__m256i *)st->bias, _mm256_cvtepi8_epi16(sc));
+    st->d = _cvtsh_ss(b->d);
+    for (int h = 0; h < 2; h++) {
+        __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+        __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+        uint8_t *o = st->codes + 128 * h;
+        _mm256_store_si256((__m256i *)o,
+                           _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)));
+        _mm256_store_si256((__m256i *)(o + 32),
+                           _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)));
+        _mm256_store_si256((__m256i *)(o + 64),
+                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)));
+        _mm256_store_si256((__m256i *)(o + 96),
+                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)));
+    }
+}
+
+/* ======================================================================
+ * Per-row dot of one staged chunk
+ * ====================================================================== */
+
+/* Q4_K/Q5_K (q6 false) or Q6_K (q6 true) super-block with one Q8_K block. */
+static inline __m256 kdot(const struct qstaged *st, const sl_block_q8_K *a, bool q6, __m256 acc)
+{
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    for (int k = 0; k < 8; k += 2) {   /* two integer chains */
+        __m256i p0 = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(st->codes + 32 * k)),
+                                          _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k)));
+        __m256i p1 = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(st->codes + 32 * k + 32)),
+                                          _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k + 32)));
+        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, _mm256_load_si256((const __m256i *)st->scv[k])));
+        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, _mm256_load_si256((const __m256i *)st->scv[k + 1])));
+    }
+    __m256i sumi = _mm256_add_epi32(s0, s1);
+    __m256i b = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)st->bias),
+                                  _mm256_loadu_si256((const __m256i *)a->bsums));
+    if (q6)   /* sum sc*(q-32)*x = sum sc*q*x - 32 * sum sc*bsum, exactly */
+        return _mm256_fmadd_ps(_mm256_set1_ps(st->d * a->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, _mm256_slli_epi32(b, 5))), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(st->d * a->d), _mm256_cvtepi32_ps(sumi), acc);
+    return _mm256_fnmadd_ps(_mm256_set1_ps(st->dmin * a->d), _mm256_cvtepi32_ps(b), acc);
+}
+
+/* Q8_0/Q4_0 chunk (st->nblk blocks) with as many Q8_0 activation blocks. */
+static inline __m256 dot0(const struct qstaged *st, const sl_block_q8_0 *a, __m256 acc)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int i = 0; i < st->nblk; i++) {
+        __m256i w = _mm256_load_si256((const __m256i *)(st->codes + 32 * i));
+        __m256i x = _mm256_loadu_si256((const __m256i *)a[i].qs);
+        __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+        __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(st->bd[i] * _cvtsh_ss(a[i].d)), s, acc);
+    }
+    return acc;
+}
+
+static inline float hsum(__m256 s)
+{
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    return _mm_cvtss_f32(v);
+}
+
+/* ======================================================================
+ * Rows
+ * ====================================================================== */
+
+/* mt (<= GROUP) activation rows through the whole weight row. Inlined with
+ * mt = 1 (decode: the accumulator stays in a register) and generic. */
+static inline __attribute__((always_inline)) void dot_group(uint32_t type, const void *w_row, const char *xa,
+                                                            size_t ldxa, int mt, float *out, int64_t n)
+{
+    struct qstaged st;
+    __m256 acc[GROUP];
+    for (int j = 0; j < mt; j++)
+        acc[j] = _mm256_setzero_ps();
+    if (type == SL_GGML_TYPE_Q8_0 || type == SL_GGML_TYPE_Q4_0) {
+        int64_t nb = n / 32;
+        for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+            int nblk = (int)(nb - b0 < 8 ? nb - b0 : 8);
+            if (type == SL_GGML_TYPE_Q8_0)
+                stage_q8_0((const sl_block_q8_0 *)w_row + b0, nblk, &st);
+            else
+                stage_q4_0((const sl_block_q4_0 *)w_row + b0, nblk, &st);
+            for (int j = 0; j < mt; j++)
+                acc[j] = dot0(&st, (const sl_block_q8_0 *)(xa + (size_t)j * ldxa) + b0, acc[j]);
+        }
+    } else {
+        bool q6 = type == SL_GGML_TYPE_Q6_K;
+        for (int64_t c = 0; c < n / CHUNK; c++) {
+            if (type == SL_GGML_TYPE_Q4_K) {
+                const sl_block_q4_K *b = (const sl_block_q4_K *)w_row + c;
+                stage_k4(b->d, b->dmin, b->scales, b->qs, NULL, &st);
+            } else if (type == SL_GGML_TYPE_Q5_K) {
+                const sl_block_q5_K *b = (const sl_block_q5_K *)w_row + c;
+                stage_k4(b->d, b->dmin, b->scales, b->qs, b->qh, &st);
+            } else {
+                stage_q6_K((const sl_block_q6_K *)w_row + c, &st);
+            }
+            for (int j = 0; j < mt; j++)
+                acc[j] = kdot(&st, (const sl_block_q8_K *)(xa + (size_t)j * ldxa) + c, q6, acc[j]);
+        }
+    }
+    for (int j = 0; j < mt; j++)
+        out[j] = hsum(acc[j]);
+}
+
+void sl_vec_dot_q8_multi_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                              float *out, int64_t n)
+{
+    assert(sl_act_format_of_type(type) == SL_ACT_Q8_0 || sl_act_format_of_type(type) == SL_ACT_Q8_K);
+    assert(n % sl_ggml_block_elems(type) == 0);
+    if (m == 1) {
+        dot_group(type, w_row, xa, ldxa, 1, out, n);
+        return;
+    }
+    for (int j0 = 0; j0 < m; j0 += GROUP)
+        dot_group(type, w_row, (const char *)xa + (size_t)j0 * ldxa, ldxa, m - j0 < GROUP ? m - j0 : GROUP,
+                  out + j0, n);
+}
