@@ -60,10 +60,12 @@ static void quantize_q8_0(const float *x, sl_block_q8_0 *y, int64_t n)
         float amax = 0.0f;
         for (int i = 0; i < SL_QK8_0; i++)
             amax = fmaxf(amax, fabsf(x[i]));
-        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        /* ggml's x86 quantize_row_q8_0 (what llama.cpp runs here), not its
+         * reference one: id = 127/amax, not 1/d, and round half to even */
+        float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[b].d = sl_fp32_to_fp16(d);
         for (int i = 0; i < SL_QK8_0; i++)   /* the clamp only tames NaN/inf */
-            y[b].qs[i] = (int8_t)roundf(fminf(fmaxf(x[i] * id, -127.0f), 127.0f));
+            y[b].qs[i] = (int8_t)rintf(fminf(fmaxf(x[i] * id, -127.0f), 127.0f));
     }
 }
 

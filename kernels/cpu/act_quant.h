@@ -57,8 +57,9 @@ enum sl_act_format sl_act_format_of_type(uint32_t type);
 size_t sl_act_row_bytes(enum sl_act_format f, int64_t n);
 
 /* Writes row x (n floats) into dst in format f. Rounding follows ggml:
- *   Q8_0: d = amax/127, q = round(x * (1/d)) half away from zero, d kept as
- *         fp16 (the codes are computed with the float d);
+ *   Q8_0: d = amax/127 kept as fp16, q = nearest-even(x * (127/amax)) (the
+ *         rule of ggml's x86 quantizer, which llama.cpp runs on this CPU;
+ *         its reference C one rounds x/d half away from zero);
  *   Q8_K: v = the element of largest magnitude, iscale = -127/v,
  *         q = min(127, nearest-even(iscale * x)), d = 1/iscale;
  *   an all-zero block gets d = 0 and zero codes. Non-finite inputs give

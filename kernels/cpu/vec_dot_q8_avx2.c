@@ -33,13 +33,12 @@ enum { CHUNK = 256, GROUP = 32 };
 /* A staged chunk. K types: codes unsigned (Q4_K 0..15, Q5_K 0..31, Q6_K
  * 0..63, the -32 of Q6_K is applied through the activation's block sums);
  * scv[k] holds the scale of each int16 lane of group k (32 codes);
- * bias[16] pairs with the activation's 16 bsums: Q4_K/Q5_K mins (each
- * twice), Q6_K scales. Q8_0/Q4_0: signed codes and one float scale per
- * 32-block. */
+ * mins[8] the Q4_K/Q5_K sub-block mins. Q8_0/Q4_0: signed codes and one
+ * float scale per 32-block. */
 struct qstaged {
     _Alignas(32) uint8_t codes[CHUNK];
     _Alignas(32) int16_t scv[8][16];
-    _Alignas(32) int16_t bias[16];
+    _Alignas(16) int16_t mins[8];
     float d, dmin;
     float bd[8];
     int nblk;
@@ -87,7 +86,7 @@ static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, 
     __m128i sc = _mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo), mn = _mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo);
     for (int k = 0; k < 8; k++)   /* group k = sub-block k: one scale for all 16 lanes */
         _mm256_store_si256((__m256i *)st->scv[k], _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc, _mm_set1_epi8((char)k))));
-    _mm256_store_si256((__m256i *)st->bias, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn)));
+    _mm_store_si128((__m128i *)st->mins, _mm_cvtepu8_epi16(mn));
     st->d = _cvtsh_ss(hd);
     st->dmin = _cvtsh_ss(hdmin);
     __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
@@ -112,7 +111,6 @@ static inline void stage_q6_K(const sl_block_q6_K *b, struct qstaged *st)
         __m128i sel = _mm_set_epi64x(0x0101010101010101ll * (2 * k + 1), 0x0101010101010101ll * (2 * k));
         _mm256_store_si256((__m256i *)st->scv[k], _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, sel)));
     }
-    _mm256_store_si256((__m256i *)st->bias, _mm256_cvtepi8_epi16(sc));
     st->d = _cvtsh_ss(b->d);
     for (int h = 0; h < 2; h++) {
         __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
@@ -135,25 +133,49 @@ static inline void stage_q6_K(const sl_block_q6_K *b, struct qstaged *st)
  * Per-row dot of one staged chunk
  * ====================================================================== */
 
-/* Q4_K/Q5_K (q6 false) or Q6_K (q6 true) super-block with one Q8_K block. */
-static inline __m256 kdot(const struct qstaged *st, const sl_block_q8_K *a, bool q6, __m256 acc)
+/* One row's running sums: 8 float lanes, one FMA per block (plus one for
+ * the K4 min terms). Q8_0 and Q6_K follow ggml's AVX2 vec_dot exactly (a
+ * Q8_0 model gives llama.cpp's logits bit for bit). For Q4_K/Q5_K ggml
+ * keeps the min terms in a separate sum added at the end; llama.cpp runs
+ * repacked Q4_K kernels anyway, so we fold them in per block instead: the
+ * two parts nearly cancel, and cancelling early is ~10x more accurate,
+ * which matters because with 8-bit activations a 1e-7 difference can round
+ * one code the other way downstream (test_forward.py measures this). */
+struct racc {
+    __m256 acc;
+};
+
+/* kind: 4 = Q4_K, 5 = Q5_K, 6 = Q6_K (compile-time at every call). Integer
+ * lanes hold ggml's partial sums: lane i of a 32-code group covers codes
+ * 4i..4i+3; Q6_K's -32 is taken per group as 32*(pair sums of x), as ggml
+ * does, so even the lanes (not just their total) are ggml's. */
+static inline struct racc kdot(const struct qstaged *st, const sl_block_q8_K *a, int kind, struct racc r)
 {
+    const __m256i m32 = _mm256_set1_epi8(32);
     __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
     for (int k = 0; k < 8; k += 2) {   /* two integer chains */
-        __m256i p0 = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(st->codes + 32 * k)),
-                                          _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k)));
-        __m256i p1 = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(st->codes + 32 * k + 32)),
-                                          _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k + 32)));
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k));
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k + 32));
+        __m256i p0 = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(st->codes + 32 * k)), x0);
+        __m256i p1 = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(st->codes + 32 * k + 32)), x1);
+        if (kind == 6) {   /* |q*x pair - 32*x pair| <= 16002 + 8128: no int16 overflow */
+            p0 = _mm256_sub_epi16(p0, _mm256_maddubs_epi16(m32, x0));
+            p1 = _mm256_sub_epi16(p1, _mm256_maddubs_epi16(m32, x1));
+        }
         s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, _mm256_load_si256((const __m256i *)st->scv[k])));
         s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, _mm256_load_si256((const __m256i *)st->scv[k + 1])));
     }
     __m256i sumi = _mm256_add_epi32(s0, s1);
-    __m256i b = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)st->bias),
-                                  _mm256_loadu_si256((const __m256i *)a->bsums));
-    if (q6)   /* sum sc*(q-32)*x = sum sc*q*x - 32 * sum sc*bsum, exactly */
-        return _mm256_fmadd_ps(_mm256_set1_ps(st->d * a->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, _mm256_slli_epi32(b, 5))), acc);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(st->d * a->d), _mm256_cvtepi32_ps(sumi), acc);
-    return _mm256_fnmadd_ps(_mm256_set1_ps(st->dmin * a->d), _mm256_cvtepi32_ps(b), acc);
+    r.acc = _mm256_fmadd_ps(_mm256_set1_ps(a->d * st->d), _mm256_cvtepi32_ps(sumi), r.acc);
+    if (kind != 6) {
+        /* min terms: sum_s m[s] * (bsums[2s] + bsums[2s+1]), in lanes 0-3 */
+        __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
+                                    _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
+        __m128i prod = _mm_madd_epi16(_mm_load_si128((const __m128i *)st->mins), bs);
+        r.acc = _mm256_fmadd_ps(_mm256_set1_ps(-a->d * st->dmin), _mm256_cvtepi32_ps(_mm256_zextsi128_si256(prod)),
+                                r.acc);
+    }
+    return r;
 }
 
 /* Q8_0/Q4_0 chunk (st->nblk blocks) with as many Q8_0 activation blocks. */
@@ -165,18 +187,19 @@ static inline __m256 dot0(const struct qstaged *st, const sl_block_q8_0 *a, __m2
         __m256i x = _mm256_loadu_si256((const __m256i *)a[i].qs);
         __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
         __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(st->bd[i] * _cvtsh_ss(a[i].d)), s, acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(st->bd[i] * _cvtsh_ss(a[i].d)), s, acc);   /* ggml's order */
     }
     return acc;
 }
 
 static inline float hsum(__m256 s)
 {
-    __m128 v = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    __m128 v = _mm_add_ps(_mm256_extractf128_ps(s, 1), _mm256_castps256_ps128(s));
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));
     v = _mm_add_ss(v, _mm_movehdup_ps(v));
     return _mm_cvtss_f32(v);
 }
+
 
 /* ======================================================================
  * Rows
@@ -188,9 +211,9 @@ static inline __attribute__((always_inline)) void dot_group(uint32_t type, const
                                                             size_t ldxa, int mt, float *out, int64_t n)
 {
     struct qstaged st;
-    __m256 acc[GROUP];
+    struct racc acc[GROUP];
     for (int j = 0; j < mt; j++)
-        acc[j] = _mm256_setzero_ps();
+        acc[j] = (struct racc){_mm256_setzero_ps()};
     if (type == SL_GGML_TYPE_Q8_0 || type == SL_GGML_TYPE_Q4_0) {
         int64_t nb = n / 32;
         for (int64_t b0 = 0; b0 < nb; b0 += 8) {
@@ -200,10 +223,12 @@ static inline __attribute__((always_inline)) void dot_group(uint32_t type, const
             else
                 stage_q4_0((const sl_block_q4_0 *)w_row + b0, nblk, &st);
             for (int j = 0; j < mt; j++)
-                acc[j] = dot0(&st, (const sl_block_q8_0 *)(xa + (size_t)j * ldxa) + b0, acc[j]);
+                acc[j].acc = dot0(&st, (const sl_block_q8_0 *)(xa + (size_t)j * ldxa) + b0, acc[j].acc);
         }
+        for (int j = 0; j < mt; j++)
+            out[j] = hsum(acc[j].acc);
     } else {
-        bool q6 = type == SL_GGML_TYPE_Q6_K;
+        int kind = type == SL_GGML_TYPE_Q4_K ? 4 : type == SL_GGML_TYPE_Q5_K ? 5 : 6;
         for (int64_t c = 0; c < n / CHUNK; c++) {
             if (type == SL_GGML_TYPE_Q4_K) {
                 const sl_block_q4_K *b = (const sl_block_q4_K *)w_row + c;
@@ -215,11 +240,11 @@ static inline __attribute__((always_inline)) void dot_group(uint32_t type, const
                 stage_q6_K((const sl_block_q6_K *)w_row + c, &st);
             }
             for (int j = 0; j < mt; j++)
-                acc[j] = kdot(&st, (const sl_block_q8_K *)(xa + (size_t)j * ldxa) + c, q6, acc[j]);
+                acc[j] = kdot(&st, (const sl_block_q8_K *)(xa + (size_t)j * ldxa) + c, kind, acc[j]);
         }
+        for (int j = 0; j < mt; j++)
+            out[j] = hsum(acc[j].acc);
     }
-    for (int j = 0; j < mt; j++)
-        out[j] = hsum(acc[j]);
 }
 
 void sl_vec_dot_q8_multi_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,

@@ -24,13 +24,13 @@ def act_round(x, wtype):
         u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
         return u.view(np.float32).astype(np.float64)
     if wtype in ("Q8_0", "Q4_0"):
-        # d = amax/127 kept as fp16; q = round(x/d) half away from zero
+        # d = amax/127 kept as fp16; q = nearest-even(x * 127/amax) (ggml's
+        # x86 quantizer, the one llama.cpp runs on x86)
         b = x.reshape(*x.shape[:-1], -1, 32)
-        d = np.abs(b).max(axis=-1, keepdims=True) / 127.0
-        inv = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)
-        v = b * inv
-        q = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5), -127, 127)
-        return (q * d.astype(np.float16).astype(np.float64)).reshape(x.shape)
+        amax = np.abs(b).max(axis=-1, keepdims=True)
+        inv = np.divide(127.0, amax, out=np.zeros_like(amax), where=amax > 0)
+        q = np.clip(np.rint(b * inv), -127, 127)
+        return (q * (amax / 127.0).astype(np.float16).astype(np.float64)).reshape(x.shape)
     if wtype in ("Q4_K", "Q5_K", "Q6_K"):
         # the element of largest magnitude, sign kept, maps to -127;
         # q = min(127, nearest-even(iscale*x)), d = 1/iscale
