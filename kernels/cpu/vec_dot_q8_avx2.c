@@ -149,23 +149,11 @@ struct racc {
  * lanes hold ggml's partial sums: lane i of a 32-code group covers codes
  * 4i..4i+3; Q6_K's -32 is taken per group as 32*(pair sums of x), as ggml
  * does, so even the lanes (not just their total) are ggml's. */
-static inline struct racc kdot(const struct qstaged *st, const sl_block_q8_K *a, int kind, struct racc r)
+/* The float part of a super-block, shared by kdot and kdot4 so a row gets
+ * the same operations whichever of them runs it. */
+static inline struct racc ktail(const struct qstaged *st, const sl_block_q8_K *a, int kind, __m256i sumi,
+                                struct racc r)
 {
-    const __m256i m32 = _mm256_set1_epi8(32);
-    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
-    for (int k = 0; k < 8; k += 2) {   /* two integer chains */
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k));
-        __m256i x1 = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k + 32));
-        __m256i p0 = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(st->codes + 32 * k)), x0);
-        __m256i p1 = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(st->codes + 32 * k + 32)), x1);
-        if (kind == 6) {   /* |q*x pair - 32*x pair| <= 16002 + 8128: no int16 overflow */
-            p0 = _mm256_sub_epi16(p0, _mm256_maddubs_epi16(m32, x0));
-            p1 = _mm256_sub_epi16(p1, _mm256_maddubs_epi16(m32, x1));
-        }
-        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p0, _mm256_load_si256((const __m256i *)st->scv[k])));
-        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p1, _mm256_load_si256((const __m256i *)st->scv[k + 1])));
-    }
-    __m256i sumi = _mm256_add_epi32(s0, s1);
     r.acc = _mm256_fmadd_ps(_mm256_set1_ps(a->d * st->d), _mm256_cvtepi32_ps(sumi), r.acc);
     if (kind != 6) {
         /* min terms: sum_s m[s] * (bsums[2s] + bsums[2s+1]), in lanes 0-3 */
@@ -176,6 +164,45 @@ static inline struct racc kdot(const struct qstaged *st, const sl_block_q8_K *a,
                                 r.acc);
     }
     return r;
+}
+
+/* The integer sums of one 32-code group k: (q - 32 for Q6_K) * x, pairs
+ * summed, times the group's scales. */
+static inline __m256i kgroup(const struct qstaged *st, int k, __m256i codes, __m256i x, int kind)
+{
+    __m256i p = _mm256_maddubs_epi16(codes, x);
+    if (kind == 6)   /* |q*x pair - 32*x pair| <= 16002 + 8128: no int16 overflow */
+        p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi8(32), x));
+    return _mm256_madd_epi16(p, _mm256_load_si256((const __m256i *)st->scv[k]));
+}
+
+static inline struct racc kdot(const struct qstaged *st, const sl_block_q8_K *a, int kind, struct racc r)
+{
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    for (int k = 0; k < 8; k += 2) {   /* two integer chains */
+        s0 = _mm256_add_epi32(s0, kgroup(st, k, _mm256_load_si256((const __m256i *)(st->codes + 32 * k)),
+                                         _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k)), kind));
+        s1 = _mm256_add_epi32(s1, kgroup(st, k + 1, _mm256_load_si256((const __m256i *)(st->codes + 32 * k + 32)),
+                                         _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k + 32)), kind));
+    }
+    return ktail(st, a, kind, _mm256_add_epi32(s0, s1), r);
+}
+
+/* kdot for four activation rows: each code and scale load serves four rows
+ * (prefill). Integer sums are exact in any order, and the float part is
+ * ktail, so each row's result is bitwise kdot's. */
+static inline void kdot4(const struct qstaged *st, const sl_block_q8_K *const a[4], int kind, struct racc r[4])
+{
+    __m256i s[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                    _mm256_setzero_si256()};
+    for (int k = 0; k < 8; k++) {
+        __m256i c = _mm256_load_si256((const __m256i *)(st->codes + 32 * k));
+        for (int j = 0; j < 4; j++)
+            s[j] = _mm256_add_epi32(s[j], kgroup(st, k, c, _mm256_loadu_si256((const __m256i *)(a[j]->qs + 32 * k)),
+                                                 kind));
+    }
+    for (int j = 0; j < 4; j++)
+        r[j] = ktail(st, a[j], kind, s[j], r[j]);
 }
 
 /* Q8_0/Q4_0 chunk (st->nblk blocks) with as many Q8_0 activation blocks. */
@@ -205,45 +232,91 @@ static inline float hsum(__m256 s)
  * Rows
  * ====================================================================== */
 
-/* mt (<= GROUP) activation rows through the whole weight row. Inlined with
- * mt = 1 (decode: the accumulator stays in a register) and generic. */
-static inline __attribute__((always_inline)) void dot_group(uint32_t type, const void *w_row, const char *xa,
-                                                            size_t ldxa, int mt, float *out, int64_t n)
+/* Software prefetch of the weight bytes PREFETCH_AHEAD past the chunk being
+ * staged, running into the next row (the matmul walks rows in order): at
+ * one thread decode waits on weight loads, and the hardware prefetcher
+ * alone got 5.5 of the 9.7 GB/s this machine reads (docs/PERF.md). */
+#ifndef PREFETCH_AHEAD
+#define PREFETCH_AHEAD 1024
+#define PREFETCH_HINT _MM_HINT_T0
+#endif
+
+static inline void prefetch_bytes(const char *p, int bytes)
+{
+    for (int o = 0; o < bytes; o += 64)
+        _mm_prefetch(p + PREFETCH_AHEAD + o, PREFETCH_HINT);
+}
+
+/* mt (<= GROUP) activation rows through a Q8_0/Q4_0 weight row. */
+static inline __attribute__((always_inline)) void rows0(bool q4, const void *w_row, const char *xa, size_t ldxa,
+                                                        int mt, float *out, int64_t n)
+{
+    struct qstaged st;
+    __m256 acc[GROUP];
+    for (int j = 0; j < mt; j++)
+        acc[j] = _mm256_setzero_ps();
+    int64_t nb = n / 32;
+    size_t bb = q4 ? sizeof(sl_block_q4_0) : sizeof(sl_block_q8_0);
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        int nblk = (int)(nb - b0 < 8 ? nb - b0 : 8);
+        prefetch_bytes((const char *)w_row + b0 * bb, (int)(nblk * bb));
+        if (q4)
+            stage_q4_0((const sl_block_q4_0 *)w_row + b0, nblk, &st);
+        else
+            stage_q8_0((const sl_block_q8_0 *)w_row + b0, nblk, &st);
+        for (int j = 0; j < mt; j++)
+            acc[j] = dot0(&st, (const sl_block_q8_0 *)(xa + (size_t)j * ldxa) + b0, acc[j]);
+    }
+    for (int j = 0; j < mt; j++)
+        out[j] = hsum(acc[j]);
+}
+
+/* mt (<= GROUP) activation rows through a K-quant weight row; kind is a
+ * constant at each call, so its branches vanish. */
+static inline __attribute__((always_inline)) void rowsk(int kind, const void *w_row, const char *xa, size_t ldxa,
+                                                        int mt, float *out, int64_t n)
 {
     struct qstaged st;
     struct racc acc[GROUP];
     for (int j = 0; j < mt; j++)
         acc[j] = (struct racc){_mm256_setzero_ps()};
-    if (type == SL_GGML_TYPE_Q8_0 || type == SL_GGML_TYPE_Q4_0) {
-        int64_t nb = n / 32;
-        for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-            int nblk = (int)(nb - b0 < 8 ? nb - b0 : 8);
-            if (type == SL_GGML_TYPE_Q8_0)
-                stage_q8_0((const sl_block_q8_0 *)w_row + b0, nblk, &st);
-            else
-                stage_q4_0((const sl_block_q4_0 *)w_row + b0, nblk, &st);
-            for (int j = 0; j < mt; j++)
-                acc[j].acc = dot0(&st, (const sl_block_q8_0 *)(xa + (size_t)j * ldxa) + b0, acc[j].acc);
+    int bb = kind == 4 ? (int)sizeof(sl_block_q4_K) : kind == 5 ? (int)sizeof(sl_block_q5_K) : (int)sizeof(sl_block_q6_K);
+    for (int64_t c = 0; c < n / CHUNK; c++) {
+        prefetch_bytes((const char *)w_row + c * bb, bb);
+        if (kind == 4) {
+            const sl_block_q4_K *b = (const sl_block_q4_K *)w_row + c;
+            stage_k4(b->d, b->dmin, b->scales, b->qs, NULL, &st);
+        } else if (kind == 5) {
+            const sl_block_q5_K *b = (const sl_block_q5_K *)w_row + c;
+            stage_k4(b->d, b->dmin, b->scales, b->qs, b->qh, &st);
+        } else {
+            stage_q6_K((const sl_block_q6_K *)w_row + c, &st);
         }
-        for (int j = 0; j < mt; j++)
-            out[j] = hsum(acc[j].acc);
-    } else {
-        int kind = type == SL_GGML_TYPE_Q4_K ? 4 : type == SL_GGML_TYPE_Q5_K ? 5 : 6;
-        for (int64_t c = 0; c < n / CHUNK; c++) {
-            if (type == SL_GGML_TYPE_Q4_K) {
-                const sl_block_q4_K *b = (const sl_block_q4_K *)w_row + c;
-                stage_k4(b->d, b->dmin, b->scales, b->qs, NULL, &st);
-            } else if (type == SL_GGML_TYPE_Q5_K) {
-                const sl_block_q5_K *b = (const sl_block_q5_K *)w_row + c;
-                stage_k4(b->d, b->dmin, b->scales, b->qs, b->qh, &st);
-            } else {
-                stage_q6_K((const sl_block_q6_K *)w_row + c, &st);
-            }
-            for (int j = 0; j < mt; j++)
-                acc[j] = kdot(&st, (const sl_block_q8_K *)(xa + (size_t)j * ldxa) + c, kind, acc[j]);
+        int j = 0;
+        for (; j + 4 <= mt; j += 4) {
+            const sl_block_q8_K *a4[4];
+            for (int i = 0; i < 4; i++)
+                a4[i] = (const sl_block_q8_K *)(xa + (size_t)(j + i) * ldxa) + c;
+            kdot4(&st, a4, kind, acc + j);
         }
-        for (int j = 0; j < mt; j++)
-            out[j] = hsum(acc[j].acc);
+        for (; j < mt; j++)
+            acc[j] = kdot(&st, (const sl_block_q8_K *)(xa + (size_t)j * ldxa) + c, kind, acc[j]);
+    }
+    for (int j = 0; j < mt; j++)
+        out[j] = hsum(acc[j].acc);
+}
+
+/* Inlined twice: mt = 1 (decode: accumulators stay in registers) and generic. */
+static inline __attribute__((always_inline)) void dot_group(uint32_t type, const void *w_row, const char *xa,
+                                                            size_t ldxa, int mt, float *out, int64_t n)
+{
+    switch (type) {
+    case SL_GGML_TYPE_Q8_0: rows0(false, w_row, xa, ldxa, mt, out, n); break;
+    case SL_GGML_TYPE_Q4_0: rows0(true, w_row, xa, ldxa, mt, out, n); break;
+    case SL_GGML_TYPE_Q4_K: rowsk(4, w_row, xa, ldxa, mt, out, n); break;
+    case SL_GGML_TYPE_Q5_K: rowsk(5, w_row, xa, ldxa, mt, out, n); break;
+    case SL_GGML_TYPE_Q6_K: rowsk(6, w_row, xa, ldxa, mt, out, n); break;
+    default: assert(!"vec_dot_q8_avx2: unsupported type");
     }
 }
 
