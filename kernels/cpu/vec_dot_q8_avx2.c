@@ -33,12 +33,13 @@ enum { CHUNK = 256, GROUP = 32 };
 /* A staged chunk. K types: codes unsigned (Q4_K 0..15, Q5_K 0..31, Q6_K
  * 0..63, the -32 of Q6_K is applied through the activation's block sums);
  * scv[k] holds the scale of each int16 lane of group k (32 codes);
- * mins[8] the Q4_K/Q5_K sub-block mins. Q8_0/Q4_0: signed codes and one
+ * mins[8] the Q4_K/Q5_K sub-block mins, sc16 the Q6_K scales. Q8_0/Q4_0: signed codes and one
  * float scale per 32-block. */
 struct qstaged {
     _Alignas(32) uint8_t codes[CHUNK];
     _Alignas(32) int16_t scv[8][16];
     _Alignas(16) int16_t mins[8];
+    _Alignas(32) int16_t sc16[16];
     float d, dmin;
     float bd[8];
     int nblk;
@@ -111,6 +112,7 @@ static inline void stage_q6_K(const sl_block_q6_K *b, struct qstaged *st)
         __m128i sel = _mm_set_epi64x(0x0101010101010101ll * (2 * k + 1), 0x0101010101010101ll * (2 * k));
         _mm256_store_si256((__m256i *)st->scv[k], _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, sel)));
     }
+    _mm256_store_si256((__m256i *)st->sc16, _mm256_cvtepi8_epi16(sc));
     st->d = _cvtsh_ss(b->d);
     for (int h = 0; h < 2; h++) {
         __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
@@ -134,26 +136,31 @@ static inline void stage_q6_K(const sl_block_q6_K *b, struct qstaged *st)
  * ====================================================================== */
 
 /* One row's running sums: 8 float lanes, one FMA per block (plus one for
- * the K4 min terms). Q8_0 and Q6_K follow ggml's AVX2 vec_dot exactly (a
- * Q8_0 model gives llama.cpp's logits bit for bit). For Q4_K/Q5_K ggml
- * keeps the min terms in a separate sum added at the end; llama.cpp runs
- * repacked Q4_K kernels anyway, so we fold them in per block instead: the
- * two parts nearly cancel, and cancelling early is ~10x more accurate,
- * which matters because with 8-bit activations a 1e-7 difference can round
- * one code the other way downstream (test_forward.py measures this). */
+ * the K4 min terms). Q8_0 follows ggml's AVX2 vec_dot exactly (a Q8_0
+ * model gives llama.cpp's logits bit for bit). The K-quants do not try:
+ * llama.cpp runs repacked Q4_K kernels, and matching its Q6_K lanes (an
+ * extra maddubs per 32 codes) did not give its bits either. So they take
+ * the cheaper and more accurate way: Q6_K's -32 through the activation's
+ * block sums (one madd per super-block), K4 min terms folded per block
+ * (the two parts nearly cancel; cancelling early is ~10x more accurate
+ * than ggml's separate sum). Accuracy matters because with 8-bit
+ * activations a 1e-7 difference can round one code the other way
+ * downstream (test_forward.py measures this).
+ * kind: 4 = Q4_K, 5 = Q5_K, 6 = Q6_K, a constant at every call. */
 struct racc {
     __m256 acc;
 };
 
-/* kind: 4 = Q4_K, 5 = Q5_K, 6 = Q6_K (compile-time at every call). Integer
- * lanes hold ggml's partial sums: lane i of a 32-code group covers codes
- * 4i..4i+3; Q6_K's -32 is taken per group as 32*(pair sums of x), as ggml
- * does, so even the lanes (not just their total) are ggml's. */
 /* The float part of a super-block, shared by kdot and kdot4 so a row gets
  * the same operations whichever of them runs it. */
 static inline struct racc ktail(const struct qstaged *st, const sl_block_q8_K *a, int kind, __m256i sumi,
                                 struct racc r)
 {
+    if (kind == 6) {   /* sum sc*(q-32)*x = sum sc*q*x - 32 * sum_s sc[s]*bsums[s], exactly */
+        __m256i corr = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)st->sc16),
+                                         _mm256_loadu_si256((const __m256i *)a->bsums));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+    }
     r.acc = _mm256_fmadd_ps(_mm256_set1_ps(a->d * st->d), _mm256_cvtepi32_ps(sumi), r.acc);
     if (kind != 6) {
         /* min terms: sum_s m[s] * (bsums[2s] + bsums[2s+1]), in lanes 0-3 */
@@ -166,14 +173,12 @@ static inline struct racc ktail(const struct qstaged *st, const sl_block_q8_K *a
     return r;
 }
 
-/* The integer sums of one 32-code group k: (q - 32 for Q6_K) * x, pairs
- * summed, times the group's scales. */
+/* The integer sums of one 32-code group k: q * x, pairs summed (at most
+ * 2*63*127, no int16 saturation), times the group's scales. */
 static inline __m256i kgroup(const struct qstaged *st, int k, __m256i codes, __m256i x, int kind)
 {
-    __m256i p = _mm256_maddubs_epi16(codes, x);
-    if (kind == 6)   /* |q*x pair - 32*x pair| <= 16002 + 8128: no int16 overflow */
-        p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi8(32), x));
-    return _mm256_madd_epi16(p, _mm256_load_si256((const __m256i *)st->scv[k]));
+    (void)kind;
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(codes, x), _mm256_load_si256((const __m256i *)st->scv[k]));
 }
 
 static inline struct racc kdot(const struct qstaged *st, const sl_block_q8_K *a, int kind, struct racc r)
