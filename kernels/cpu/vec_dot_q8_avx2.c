@@ -33,12 +33,13 @@ enum { CHUNK = 256, GROUP = 32 };
 /* A staged chunk. K types: codes unsigned (Q4_K 0..15, Q5_K 0..31, Q6_K
  * 0..63, the -32 of Q6_K is applied through the activation's block sums);
  * scv[k] holds the scale of each int16 lane of group k (32 codes);
- * mins[8] the Q4_K/Q5_K sub-block mins, sc16 the Q6_K scales. Q8_0/Q4_0: signed codes and one
+ * mins16 the Q4_K/Q5_K sub-block mins (each twice, one per 16 codes, to
+ * pair with the bsums), sc16 the Q6_K scales. Q8_0/Q4_0: signed codes and one
  * float scale per 32-block. */
 struct qstaged {
     _Alignas(32) uint8_t codes[CHUNK];
     _Alignas(32) int16_t scv[8][16];
-    _Alignas(16) int16_t mins[8];
+    _Alignas(32) int16_t mins16[16];
     _Alignas(32) int16_t sc16[16];
     float d, dmin;
     float bd[8];
@@ -87,7 +88,7 @@ static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, 
     __m128i sc = _mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo), mn = _mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo);
     for (int k = 0; k < 8; k++)   /* group k = sub-block k: one scale for all 16 lanes */
         _mm256_store_si256((__m256i *)st->scv[k], _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc, _mm_set1_epi8((char)k))));
-    _mm_store_si128((__m128i *)st->mins, _mm_cvtepu8_epi16(mn));
+    _mm256_store_si256((__m256i *)st->mins16, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn)));
     st->d = _cvtsh_ss(hd);
     st->dmin = _cvtsh_ss(hdmin);
     __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
@@ -163,12 +164,10 @@ static inline struct racc ktail(const struct qstaged *st, const sl_block_q8_K *a
     }
     r.acc = _mm256_fmadd_ps(_mm256_set1_ps(a->d * st->d), _mm256_cvtepi32_ps(sumi), r.acc);
     if (kind != 6) {
-        /* min terms: sum_s m[s] * (bsums[2s] + bsums[2s+1]), in lanes 0-3 */
-        __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
-                                    _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
-        __m128i prod = _mm_madd_epi16(_mm_load_si128((const __m128i *)st->mins), bs);
-        r.acc = _mm256_fmadd_ps(_mm256_set1_ps(-a->d * st->dmin), _mm256_cvtepi32_ps(_mm256_zextsi128_si256(prod)),
-                                r.acc);
+        /* min terms: lane s = m[s] * (bsums[2s] + bsums[2s+1]) */
+        __m256i prod = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)st->mins16),
+                                         _mm256_loadu_si256((const __m256i *)a->bsums));
+        r.acc = _mm256_fnmadd_ps(_mm256_set1_ps(st->dmin * a->d), _mm256_cvtepi32_ps(prod), r.acc);
     }
     return r;
 }
