@@ -52,8 +52,9 @@ bool sl_vec_dot_avx2_available(void);
 
 /* ---- activations prepared by act_quant.h ---------------------------------
  * out[j] = dot(w_row, activation row j) for 0 <= j < m, where row j starts
- * at byte j*ldxa of xa and is in format f: either f is F32/F16/BF16 (float
- * rows; sl_vec_dot_multi on them, ldxa a multiple of 4) or f is
+ * at byte j*ldxa of xa (xa and ldxa 4-byte aligned: blocks hold floats)
+ * and is in format f: either f is F32/F16/BF16 (float rows;
+ * sl_vec_dot_multi on them) or f is
  * sl_act_format_of_type(type), Q8_0 for Q8_0/Q4_0 weights, Q8_K for
  * Q4_K/Q5_K/Q6_K. Same determinism promise as sl_vec_dot_multi: out[j] is
  * bitwise what m = 1 gives for that row. Integer sums are exact; AVX2 and

@@ -65,7 +65,7 @@ static void qrow_make(uint32_t type, int64_t n, uint64_t seed, struct qrow *r)
 {
     r->n = n;
     r->f = sl_act_format_of_type(type);
-    r->lda = sl_act_row_bytes(r->f, n) + 7;   /* a stride that is not the length */
+    r->lda = (sl_act_row_bytes(r->f, n) + 7) / 4 * 4;   /* a stride that is not the length (4-aligned: Q8_K holds a float) */
     float *src = malloc((size_t)n * sizeof(float));
     r->q = malloc(sl_ggml_row_bytes(type, (uint64_t)n));
     r->w = malloc((size_t)n * sizeof(float));
