@@ -210,17 +210,34 @@ static inline void kdot4(const struct qstaged *st, const sl_block_q8_K *const a[
 }
 
 /* Q8_0/Q4_0 chunk (st->nblk blocks) with as many Q8_0 activation blocks. */
+/* One 32-block: |w| (unsigned operand) and w's sign moved onto x. */
+static inline __m256 block0(__m256i w, __m256i aw, float dw, const sl_block_q8_0 *a, __m256 acc)
+{
+    __m256i x = _mm256_loadu_si256((const __m256i *)a->qs);
+    __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+    __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    return _mm256_fmadd_ps(_mm256_set1_ps(dw * _cvtsh_ss(a->d)), s, acc);   /* ggml's order */
+}
+
 static inline __m256 dot0(const struct qstaged *st, const sl_block_q8_0 *a, __m256 acc)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
     for (int i = 0; i < st->nblk; i++) {
         __m256i w = _mm256_load_si256((const __m256i *)(st->codes + 32 * i));
-        __m256i x = _mm256_loadu_si256((const __m256i *)a[i].qs);
-        __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-        __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(st->bd[i] * _cvtsh_ss(a[i].d)), s, acc);   /* ggml's order */
+        acc = block0(w, _mm256_sign_epi8(w, w), st->bd[i], a + i, acc);
     }
     return acc;
+}
+
+/* dot0 for four activation rows sharing each code load (prefill); per row
+ * the same block0 calls in the same order, so bitwise dot0's results. */
+static inline void dot0x4(const struct qstaged *st, const sl_block_q8_0 *const a[4], __m256 acc[4])
+{
+    for (int i = 0; i < st->nblk; i++) {
+        __m256i w = _mm256_load_si256((const __m256i *)(st->codes + 32 * i));
+        __m256i aw = _mm256_sign_epi8(w, w);
+        for (int j = 0; j < 4; j++)
+            acc[j] = block0(w, aw, st->bd[i], a[j] + i, acc[j]);
+    }
 }
 
 static inline float hsum(__m256 s)
@@ -268,7 +285,14 @@ static inline __attribute__((always_inline)) void rows0(bool q4, const void *w_r
             stage_q4_0((const sl_block_q4_0 *)w_row + b0, nblk, &st);
         else
             stage_q8_0((const sl_block_q8_0 *)w_row + b0, nblk, &st);
-        for (int j = 0; j < mt; j++)
+        int j = 0;
+        for (; j + 4 <= mt; j += 4) {
+            const sl_block_q8_0 *a4[4];
+            for (int i = 0; i < 4; i++)
+                a4[i] = (const sl_block_q8_0 *)(xa + (size_t)(j + i) * ldxa) + b0;
+            dot0x4(&st, a4, acc + j);
+        }
+        for (; j < mt; j++)
             acc[j] = dot0(&st, (const sl_block_q8_0 *)(xa + (size_t)j * ldxa) + b0, acc[j]);
     }
     for (int j = 0; j < mt; j++)
