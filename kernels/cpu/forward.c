@@ -92,6 +92,16 @@ static void act_plan_make(const sl_weight *const *w, int n, act_plan *p)
     }
 }
 
+/* Raises *slots and *stride to what a matmul over these weights needs. */
+static void act_need(const sl_weight *const *w, int n, int *slots, size_t *stride)
+{
+    act_plan p;
+    act_plan_make(w, n, &p);
+    *slots = p.n > *slots ? p.n : *slots;
+    for (int s = 0; s < p.n; s++)
+        *stride = p.stride[s] > *stride ? p.stride[s] : *stride;
+}
+
 typedef struct {
     const act_plan *plan;
     const float *x;
@@ -428,25 +438,13 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
      * rounded F16/BF16 rows 4) */
     int n_slots = 0;
     size_t stride = 0;
-    for (int l = 0; l <= hp->n_layer; l++) {
-        const sl_layer *L = l < hp->n_layer ? &m->layers[l] : NULL;
-        const sl_weight *groups[5][3] = {{&m->output}};
-        int sizes[5] = {1};
-        int ng = 1;
-        if (L) {
-            const sl_weight *g[5][3] = {{&L->wq, &L->wk, &L->wv}, {&L->wo}, {&L->w_gate, &L->w_up}, {&L->w_down}};
-            int gs[5] = {3, 1, 2, 1};
-            memcpy(groups, g, sizeof g);
-            memcpy(sizes, gs, sizeof gs);
-            ng = 4;
-        }
-        for (int g = 0; g < ng; g++) {
-            act_plan p;
-            act_plan_make(groups[g], sizes[g], &p);
-            n_slots = p.n > n_slots ? p.n : n_slots;
-            for (int s = 0; s < p.n; s++)
-                stride = p.stride[s] > stride ? p.stride[s] : stride;
-        }
+    act_need((const sl_weight *const[]){&m->output}, 1, &n_slots, &stride);
+    for (int l = 0; m->layers && l < hp->n_layer; l++) {   /* NULL in shape-only test models */
+        const sl_layer *L = &m->layers[l];
+        act_need((const sl_weight *const[]){&L->wq, &L->wk, &L->wv}, 3, &n_slots, &stride);
+        act_need((const sl_weight *const[]){&L->wo}, 1, &n_slots, &stride);
+        act_need((const sl_weight *const[]){&L->w_gate, &L->w_up}, 2, &n_slots, &stride);
+        act_need((const sl_weight *const[]){&L->w_down}, 1, &n_slots, &stride);
     }
     cb->act_stride = stride;
     for (int s = 0; s < n_slots; s++)
