@@ -6,8 +6,9 @@
  * super-block, or up to eight Q8_0/Q4_0 blocks). A chunk is first staged:
  * codes unpacked to one byte each, and for K-quants the integer scales laid
  * out as the 16-lane int16 vectors the multiply-add wants. Then each
- * activation row of the group (1 in decode, up to 32 in prefill) runs the
- * same per-row code on the staged chunk:
+ * activation row of the group (1 in decode, up to 32 in prefill; four at a
+ * time share each code and scale load) runs the same per-row operations on
+ * the staged chunk:
  *   vpmaddubsw (u8 code x s8 activation, pairs summed to int16: at most
  *   2*63*127, no saturation), vpmaddwd by the sub-block scales (int32),
  *   integer adds over the chunk, then one float FMA per block.
@@ -18,7 +19,8 @@
  * operations (tested bitwise).
  * Trade-off: staging costs a store and a reload per 32 codes even for one
  * row; in exchange decode and prefill share one kernel, which is what
- * makes the batch-invariance argument a one-liner. */
+ * makes the batch-invariance argument a one-liner. Speed against llama.cpp
+ * and what is left: docs/PERF.md, "CPU engine". */
 #include <assert.h>
 #include <immintrin.h>
 #include <string.h>
