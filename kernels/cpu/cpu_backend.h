@@ -1,7 +1,8 @@
 /* kernels/cpu/cpu_backend.h: the CPU implementation of kernels/backend.h.
  * Threads from a sleeping pool, weights read in their GGUF types through
- * kernels/cpu/vec_dot.h (AVX2+FMA or portable, chosen at run time), float32
- * activations and a float32 paged KV cache. */
+ * kernels/cpu/vec_dot.h (AVX2+FMA or portable, chosen at run time), matmul
+ * inputs prepared as llama.cpp does (8-bit for quantized weights,
+ * kernels/cpu/act_quant.h), float32 elsewhere and a float32 paged KV cache. */
 #ifndef SL_CPU_BACKEND_H
 #define SL_CPU_BACKEND_H
 

@@ -3,8 +3,13 @@
  * Runs in the worker process (and `sluice generate`) on the scheduler thread,
  * fanning work out to a sleeping thread pool.
  *
- * The batch is flattened into T token rows. Each matmul reads every weight
- * row once per step and dots it with all T activation rows (vec_dot_multi),
+ * The batch is flattened into T token rows. Each matmul first prepares its
+ * T input rows once in the format the weights' type is dotted with (8-bit
+ * Q8_0/Q8_K blocks for quantized weights, fp16/bf16-rounded for F16/BF16:
+ * llama.cpp's numerics, see act_quant.h; SLUICE_CPU_ACT=f32 keeps them
+ * float32), shared by the weights that read the same input (q/k/v,
+ * gate/up). Then it reads every weight row once per step and dots it with
+ * all T prepared rows (sl_vec_dot_act_multi),
  * so a step's cost is dominated by one pass over the weights whatever T is:
  * that is what makes batching pay on a memory-bound machine. Work is split
  * over weight rows and (token, head) pairs only, never inside a dot product,
@@ -14,11 +19,13 @@
  *
  * KV cache: float32, per layer, per block [n_head_kv][block_size][head_dim],
  * so one head's keys for consecutive positions are contiguous. */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/threadpool.h"
@@ -49,20 +56,77 @@ typedef struct {
     int32_t *out_rows;        /* (T) token rows whose logits are asked */
     float *scores;            /* (n_threads, max_ctx) attention scores */
     float *tmp;               /* (n_threads, TOKEN_TILE) dot results */
+    void *act[MAX_FUSED];     /* (T, act_stride) bytes each: a matmul input in one act format */
+    size_t act_stride;        /* bytes per row of act[], the most any matmul needs */
     double *inv_freq;         /* (n_rot/2) rope inverse frequencies */
 } cpu_backend;
 
 /* ------------------------------------------------------------------------ */
 /* matmul: Y[t, r] = dot(W row r, X[t]) for up to MAX_FUSED weights        */
 
+/* How a matmul's input rows are prepared: one slot per distinct 8-bit or
+ * rounded format among its weights; weights in F32 format read x itself. */
+typedef struct {
+    int n;                             /* slots used */
+    enum sl_act_format fmt[MAX_FUSED]; /* per slot */
+    size_t stride[MAX_FUSED];          /* per slot: bytes per row, 64-aligned */
+    int slot_of[MAX_FUSED];            /* per weight: its slot, -1 for float32 x */
+} act_plan;
+
+static void act_plan_make(const sl_weight *const *w, int n, act_plan *p)
+{
+    p->n = 0;
+    for (int i = 0; i < n; i++) {
+        enum sl_act_format f = sl_act_format_of(w[i]->type);
+        p->slot_of[i] = -1;
+        if (f == SL_ACT_F32)
+            continue;
+        for (int s = 0; s < p->n; s++)
+            if (p->fmt[s] == f)
+                p->slot_of[i] = s;
+        if (p->slot_of[i] < 0) {
+            p->fmt[p->n] = f;
+            p->stride[p->n] = (sl_act_row_bytes(f, w[i]->ne0) + 63) / 64 * 64;
+            p->slot_of[i] = p->n++;
+        }
+    }
+}
+
+/* Raises *slots and *stride to what a matmul over these weights needs. */
+static void act_need(const sl_weight *const *w, int n, int *slots, size_t *stride)
+{
+    act_plan p;
+    act_plan_make(w, n, &p);
+    *slots = p.n > *slots ? p.n : *slots;
+    for (int s = 0; s < p.n; s++)
+        *stride = p.stride[s] > *stride ? p.stride[s] : *stride;
+}
+
+typedef struct {
+    const act_plan *plan;
+    const float *x;
+    int64_t ldx, ne;
+    void *const *dst;
+} act_job;
+
+static void act_task(void *ctx, int64_t t, int thread)
+{
+    (void)thread;
+    act_job *j = ctx;
+    for (int s = 0; s < j->plan->n; s++)
+        sl_act_quantize_row(j->plan->fmt[s], j->x + t * j->ldx, (char *)j->dst[s] + t * j->plan->stride[s], j->ne);
+}
+
 typedef struct {
     const sl_weight *w[MAX_FUSED];
+    enum sl_act_format fmt[MAX_FUSED];
+    const void *xa[MAX_FUSED];     /* prepared input rows of weight i */
+    size_t ldxa[MAX_FUSED];        /* their stride in bytes */
     float *y[MAX_FUSED];
     int64_t ldy[MAX_FUSED];
     int64_t first_task[MAX_FUSED + 1];
     int n;
-    const float *x;
-    int64_t ldx, T;
+    int64_t T;
     cpu_backend *cb;
 } matmul_job;
 
@@ -80,7 +144,8 @@ static void matmul_task(void *ctx, int64_t task, int thread)
         int mt = (int)(j->T - t0 < TOKEN_TILE ? j->T - t0 : TOKEN_TILE);
         for (int64_t r = r0; r < r1; r++) {
             const void *row = (const char *)w->data + r * w->row_bytes;
-            sl_vec_dot_multi(w->type, row, j->x + t0 * j->ldx, j->ldx, mt, tmp, w->ne0);
+            sl_vec_dot_act_multi(w->type, j->fmt[m], row, (const char *)j->xa[m] + t0 * j->ldxa[m], j->ldxa[m],
+                                 mt, tmp, w->ne0);
             for (int t = 0; t < mt; t++)
                 j->y[m][(t0 + t) * j->ldy[m] + r] = tmp[t];
         }
@@ -90,10 +155,26 @@ static void matmul_task(void *ctx, int64_t task, int thread)
 static void matmul(cpu_backend *cb, const float *x, int64_t ldx, int64_t T, int n, const sl_weight *const *w,
                    float *const *y, const int64_t *ldy)
 {
-    matmul_job j = {.n = n, .x = x, .ldx = ldx, .T = T, .cb = cb};
+    matmul_job j = {.n = n, .T = T, .cb = cb};
+    act_plan plan;
+    act_plan_make(w, n, &plan);
+    for (int s = 0; s < plan.n; s++)   /* sized for every matmul at creation */
+        assert(cb->act[s] && plan.stride[s] <= cb->act_stride);
+    if (plan.n > 0) {   /* each input row prepared once, for every weight that reads it */
+        act_job aj = {.plan = &plan, .x = x, .ldx = ldx, .ne = w[0]->ne0, .dst = cb->act};
+        sl_threadpool_run(cb->pool, act_task, &aj, T);
+    }
     j.first_task[0] = 0;
     for (int i = 0; i < n; i++) {
         j.w[i] = w[i];
+        j.fmt[i] = sl_act_format_of(w[i]->type);
+        if (plan.slot_of[i] < 0) {
+            j.xa[i] = x;
+            j.ldxa[i] = (size_t)ldx * sizeof(float);
+        } else {
+            j.xa[i] = cb->act[plan.slot_of[i]];
+            j.ldxa[i] = plan.stride[plan.slot_of[i]];
+        }
         j.y[i] = y[i];
         j.ldy[i] = ldy[i];
         j.first_task[i + 1] = j.first_task[i] + (w[i]->ne1 + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
@@ -299,6 +380,8 @@ static void cpu_destroy(sl_backend *b)
     free(cb->out_rows);
     free(cb->scores);
     free(cb->tmp);
+    for (int s = 0; s < MAX_FUSED; s++)
+        free(cb->act[s]);
     free(cb->inv_freq);
     free(cb);
 }
@@ -350,6 +433,22 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
     ALLOC(cb->scores, (int64_t)cfg->n_threads * cfg->max_ctx);
     ALLOC(cb->tmp, (int64_t)cfg->n_threads * TOKEN_TILE);
     ALLOC(cb->inv_freq, half);
+    /* activation slots: as many as the most formats one matmul mixes, each
+     * as wide as the widest prepared row (Q8_K ~1.14 bytes per element,
+     * rounded F16/BF16 rows 4) */
+    int n_slots = 0;
+    size_t stride = 0;
+    act_need((const sl_weight *const[]){&m->output}, 1, &n_slots, &stride);
+    for (int l = 0; m->layers && l < hp->n_layer; l++) {   /* NULL in shape-only test models */
+        const sl_layer *L = &m->layers[l];
+        act_need((const sl_weight *const[]){&L->wq, &L->wk, &L->wv}, 3, &n_slots, &stride);
+        act_need((const sl_weight *const[]){&L->wo}, 1, &n_slots, &stride);
+        act_need((const sl_weight *const[]){&L->w_gate, &L->w_up}, 2, &n_slots, &stride);
+        act_need((const sl_weight *const[]){&L->w_down}, 1, &n_slots, &stride);
+    }
+    cb->act_stride = stride;
+    for (int s = 0; s < n_slots; s++)
+        ok = ok && (cb->act[s] = aligned_alloc(64, (size_t)T * stride)) != NULL;
 #undef ALLOC
     if (!ok) {
         snprintf(err, SL_ERR_LEN, "cpu backend: out of memory (KV cache %llu MiB for %u blocks, "

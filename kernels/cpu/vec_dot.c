@@ -179,9 +179,11 @@ void sl_vec_dot_multi_portable(uint32_t type, const void *w_row, const float *x,
  * ====================================================================== */
 
 typedef void (*multi_fn)(uint32_t, const void *, const float *, int64_t, int, float *, int64_t);
+typedef void (*q8_fn)(uint32_t, const void *, const void *, size_t, int, float *, int64_t);
 
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 static multi_fn isa_multi = sl_vec_dot_multi_portable;
+static q8_fn isa_q8 = sl_vec_dot_q8_multi_portable;
 static const char *isa_name = "portable";
 
 bool sl_vec_dot_avx2_available(void)
@@ -202,6 +204,7 @@ static void isa_choose(void)
         return;
     if (sl_vec_dot_avx2_available()) {
         isa_multi = sl_vec_dot_multi_avx2;
+        isa_q8 = sl_vec_dot_q8_multi_avx2;
         isa_name = "avx2";
     }
 }
@@ -226,4 +229,17 @@ float sl_vec_dot(uint32_t type, const void *w_row, const float *x, int64_t n)
     pthread_once(&isa_once, isa_choose);
     isa_multi(type, w_row, x, 0, 1, &r, n);
     return r;
+}
+
+void sl_vec_dot_act_multi(uint32_t type, enum sl_act_format f, const void *w_row, const void *xa, size_t ldxa,
+                          int m, float *out, int64_t n)
+{
+    pthread_once(&isa_once, isa_choose);
+    if (f == SL_ACT_Q8_0 || f == SL_ACT_Q8_K) {
+        assert(f == sl_act_format_of_type(type));
+        isa_q8(type, w_row, xa, ldxa, m, out, n);
+    } else {
+        assert(ldxa % sizeof(float) == 0);
+        isa_multi(type, w_row, xa, (int64_t)(ldxa / sizeof(float)), m, out, n);
+    }
 }

@@ -1,5 +1,7 @@
 /* kernels/cpu/vec_dot.h: dot products of one weight row, kept in its GGUF
- * type, with float32 activations (the CPU matmul inner loop).
+ * type, with activation rows (the CPU matmul inner loop): float32 rows
+ * (sl_vec_dot*), or rows prepared by act_quant.h, 8-bit for quantized
+ * weights as llama.cpp does (sl_vec_dot_act_multi, the engine's default).
  * Where:     CPU backend threads; tools/quantdump (benchmark); tests.
  * Who:       any thread, concurrently; the ISA is chosen once, on first use
  *            (pthread_once), and never changes afterwards.
@@ -21,7 +23,10 @@
 #define SL_VEC_DOT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/cpu/act_quant.h"
 
 /* sum_i w_row[i] * x[i] over n elements; w_row holds n elements of `type`. */
 float sl_vec_dot(uint32_t type, const void *w_row, const float *x, int64_t n);
@@ -44,5 +49,24 @@ void sl_vec_dot_multi_portable(uint32_t type, const void *w_row, const float *x,
 void sl_vec_dot_multi_avx2(uint32_t type, const void *w_row, const float *x, int64_t ldx, int m,
                            float *out /* OUT */, int64_t n);
 bool sl_vec_dot_avx2_available(void);
+
+/* ---- activations prepared by act_quant.h ---------------------------------
+ * out[j] = dot(w_row, activation row j) for 0 <= j < m, where row j starts
+ * at byte j*ldxa of xa (xa and ldxa 4-byte aligned: blocks hold floats)
+ * and is in format f: either f is F32/F16/BF16 (float rows;
+ * sl_vec_dot_multi on them) or f is
+ * sl_act_format_of_type(type), Q8_0 for Q8_0/Q4_0 weights, Q8_K for
+ * Q4_K/Q5_K/Q6_K. Same determinism promise as sl_vec_dot_multi: out[j] is
+ * bitwise what m = 1 gives for that row. Integer sums are exact; AVX2 and
+ * portable differ only in the order of the float sums (~1e-7 relative). */
+void sl_vec_dot_act_multi(uint32_t type, enum sl_act_format f, const void *w_row, const void *xa,
+                          size_t ldxa, int m, float *out /* OUT */, int64_t n);
+
+/* The 8-bit implementations (f = sl_act_format_of_type(type), a quantized
+ * type), for tests and the benchmark; same contract as above. */
+void sl_vec_dot_q8_multi_portable(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                                  float *out /* OUT */, int64_t n);
+void sl_vec_dot_q8_multi_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                              float *out /* OUT */, int64_t n);
 
 #endif

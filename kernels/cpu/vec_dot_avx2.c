@@ -15,8 +15,9 @@
  *   FMAs).
  * Both compute the same operations, hence the same bits (tested).
  * Trade-off: with float activations ports 0/1 (convert, FMA) bound the
- * speed: ~3 uops per 8 Q4_K weights. An int8-activation variant (maddubs)
- * would about halve that at the cost of 1e-3-level error; not done. */
+ * speed: ~3 uops per 8 Q4_K weights. The int8-activation kernels
+ * (vec_dot_q8_avx2.c) about halve that and are the engine's default for
+ * quantized weights; these serve F32/F16/BF16 weights and SLUICE_CPU_ACT=f32. */
 #include "kernels/cpu/vec_dot.h"
 
 #include <assert.h>

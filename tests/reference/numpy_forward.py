@@ -1,10 +1,47 @@
 """A float64 numpy forward pass for the llama, qwen2 and qwen3 architectures
 that reads a GGUF file only through the `gguf` package (its reader and its
 reference dequantizers). This is the engine's reference: nothing in it comes
-from sluice's C code."""
+from sluice's C code.
+
+Before each weight matmul the input row is rounded the way llama.cpp (and the
+engine by default) feeds it to a weight of that type: 8-bit Q8_0 blocks of 32
+for Q4_0/Q8_0 weights, Q8_K blocks of 256 for the K-quants, fp16 or bf16 for
+F16/BF16 weights (quantized, then dequantized in float64). Model(path,
+act_quant=False) gives the plain float64 pass (the engine's SLUICE_CPU_ACT=f32
+path)."""
 import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
+
+
+def act_round(x, wtype):
+    """Rows of x (..., n) quantized as ggml's activations for a weight of
+    type `wtype` (a GGML type name), then dequantized, in float64."""
+    if wtype in ("F16",):
+        return x.astype(np.float32).astype(np.float16).astype(np.float64)
+    if wtype in ("BF16",):
+        u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+        u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+        return u.view(np.float32).astype(np.float64)
+    if wtype in ("Q8_0", "Q4_0"):
+        # d = amax/127 kept as fp16; q = nearest-even(x * 127/amax) (ggml's
+        # x86 quantizer, the one llama.cpp runs on x86)
+        b = x.reshape(*x.shape[:-1], -1, 32)
+        amax = np.abs(b).max(axis=-1, keepdims=True)
+        inv = np.divide(127.0, amax, out=np.zeros_like(amax), where=amax > 0)
+        q = np.clip(np.rint(b * inv), -127, 127)
+        return (q * (amax / 127.0).astype(np.float16).astype(np.float64)).reshape(x.shape)
+    if wtype in ("Q4_K", "Q5_K", "Q6_K"):
+        # the element of largest magnitude, sign kept, maps to -127;
+        # q = min(127, nearest-even(iscale*x)), d = 1/iscale
+        b = x.reshape(*x.shape[:-1], -1, 256)
+        i = np.abs(b).argmax(axis=-1)[..., None]
+        vmax = np.take_along_axis(b, i, axis=-1)
+        iscale = np.divide(-127.0, vmax, out=np.zeros_like(vmax), where=vmax != 0)
+        q = np.minimum(np.rint(iscale * b), 127)
+        d = np.divide(1.0, iscale, out=np.zeros_like(iscale), where=iscale != 0)
+        return (q * d).reshape(x.shape)
+    return x
 
 
 def _field(reader, key, default=None):
@@ -18,7 +55,7 @@ def _field(reader, key, default=None):
 
 
 class Model:
-    def __init__(self, path):
+    def __init__(self, path, act_quant=True):
         r = GGUFReader(path)
         self.arch = _field(r, "general.architecture")
         a = self.arch
@@ -31,12 +68,20 @@ class Model:
         self.eps = _field(r, f"{a}.attention.layer_norm_rms_epsilon")
         self.rope_base = _field(r, f"{a}.rope.freq_base", 10000.0)
         self.neox = a in ("qwen2", "qwen3")
-        self.t = {}
+        self.act_quant = act_quant
+        self.t, self.types = {}, {}
         for t in r.tensors:
+            self.types[t.name] = t.tensor_type.name
             w = dequantize(t.data, t.tensor_type).astype(np.float64)
             shape = [int(x) for x in reversed(t.shape.tolist())]
             self.t[t.name] = w.reshape(shape)
-        self.output = self.t.get("output.weight", self.t["token_embd.weight"])
+        out = "output.weight" if "output.weight" in self.t else "token_embd.weight"
+        self.output = self.t[out]
+        self.output_type = self.types[out]
+
+    def _mm(self, x, w, wtype):
+        """x @ w.T with x rounded as activations for a weight of type wtype."""
+        return (act_round(x, wtype) if self.act_quant else x) @ w.T
 
     def _rope(self, x, pos):
         # x: (T, H, D)
@@ -71,7 +116,8 @@ class Model:
             p = f"blk.{l}."
             g = lambda n: self.t[p + n]
             h = self._norm(x, g("attn_norm.weight"))
-            q, k, v = h @ g("attn_q.weight").T, h @ g("attn_k.weight").T, h @ g("attn_v.weight").T
+            mm = lambda x, n: self._mm(x, g(n), self.types[p + n])
+            q, k, v = mm(h, "attn_q.weight"), mm(h, "attn_k.weight"), mm(h, "attn_v.weight")
             if p + "attn_q.bias" in self.t:
                 q, k, v = q + g("attn_q.bias"), k + g("attn_k.bias"), v + g("attn_v.bias")
             q, k, v = q.reshape(T, H, D), k.reshape(T, KV, D), v.reshape(T, KV, D)
@@ -85,8 +131,8 @@ class Model:
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s /= s.sum(axis=-1, keepdims=True)
             att = np.einsum("hts,shd->thd", s, v).reshape(T, H * D)
-            x = x + att @ g("attn_output.weight").T
+            x = x + mm(att, "attn_output.weight")
             h = self._norm(x, g("ffn_norm.weight"))
-            gate, up = h @ g("ffn_gate.weight").T, h @ g("ffn_up.weight").T
-            x = x + (gate / (1 + np.exp(-gate)) * up) @ g("ffn_down.weight").T
-        return self._norm(x, self.t["output_norm.weight"]) @ self.output.T
+            gate, up = mm(h, "ffn_gate.weight"), mm(h, "ffn_up.weight")
+            x = x + mm(gate / (1 + np.exp(-gate)) * up, "ffn_down.weight")
+        return self._mm(self._norm(x, self.t["output_norm.weight"]), self.output, self.output_type)

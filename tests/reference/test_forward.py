@@ -1,7 +1,24 @@
 """The engine's logits against a float64 numpy forward pass that reads the
 file only through the `gguf` package, for every architecture x tensor type,
 on tiny shapes with real ratios, over a multi-token prompt and several greedy
-decode steps; and batch invariance of the engine itself."""
+decode steps; and batch invariance of the engine itself.
+
+Two paths. SLUICE_CPU_ACT=f32 keeps matmul inputs float32: it must match the
+plain float64 pass tightly. The default rounds each matmul input as llama.cpp
+does (8-bit blocks for quantized weights, fp16/bf16 for F16/BF16); the
+reference applies the same rounding in float64. That rounding is a step
+function, so the comparison is bimodal: where every code agrees the logits
+agree to ~1e-7; where an activation sits within float32 noise (~1e-7) of a
+rounding boundary, the two sides round it differently and that one code moves
+the logits by up to ~1e-2, and through the KV cache every later position too.
+The reference shows the same spread against itself: nudging its inputs by
+1e-7 moves its own logits by up to ~1e-2 on some of these models, and the
+AVX2 and portable engines (same integers, float sums in another order) differ
+the same way. So the default path is held to: no position strays beyond the
+size of such a flip, and across all cases position 0 (before any cache, the
+fewest chances to flip) agrees to float32 noise in most of them, which a
+wrong rounding rule could not do."""
+import os
 import subprocess
 
 import numpy as np
@@ -17,13 +34,18 @@ STEPS = 6
 N_VOCAB = 1024
 
 
-def run_engine(path, tmp_path, tokens, steps, **kw):
+FLOAT_TYPES = ("F32", "F16", "BF16")
+AGREE = 1e-5    # every rounded code the same: float32 noise only
+FLIP = 3e-2     # what one code rounded the other way can do on these models
+
+
+def run_engine(path, tmp_path, tokens, steps, env=None, **kw):
     out = tmp_path / "logits.bin"
     cmd = [tool("fwdump"), "-m", str(path), "--tokens", ",".join(map(str, tokens)),
            "--steps", str(steps), "--out", str(out)]
     for k, v in kw.items():
         cmd += [f"--{k.replace('_', '-')}", str(v)]
-    res = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    res = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
     fed = [int(t) for t in res.stdout.strip().split(",")]
     logits = np.fromfile(out, dtype=np.float32)
     return fed, logits, out.read_bytes()
@@ -31,14 +53,15 @@ def run_engine(path, tmp_path, tokens, steps, **kw):
 
 @pytest.mark.parametrize("qtype", TYPES)
 @pytest.mark.parametrize("preset", PRESETS)
-def test_logits_match_numpy_float64(make_model, tmp_path, preset, qtype):
+def test_float_path_matches_numpy_float64(make_model, tmp_path, preset, qtype):
+    """SLUICE_CPU_ACT=f32 against the plain float64 pass (no input rounding)."""
     path = make_model(preset, qtype, n_vocab=N_VOCAB)
-    fed, logits, _ = run_engine(path, tmp_path, PROMPT, STEPS, chunk=5)
+    fed, logits, _ = run_engine(path, tmp_path, PROMPT, STEPS, env={"SLUICE_CPU_ACT": "f32"}, chunk=5)
     assert fed[:len(PROMPT)] == PROMPT and len(fed) == len(PROMPT) + STEPS
-    ref = Model(str(path)).logits(fed)
+    ref = Model(str(path), act_quant=False).logits(fed)
     ours = logits.reshape(ref.shape)
     rel = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
-    bound = 1e-4 if qtype in ("F32", "F16", "BF16") else 1e-3
+    bound = 1e-4 if qtype in FLOAT_TYPES else 1e-3
     print(f"{preset} {qtype}: relative L2 {rel:.2e}")
     assert rel < bound
     # greedy continuation agrees with the reference's argmax where it is clear
@@ -46,6 +69,42 @@ def test_logits_match_numpy_float64(make_model, tmp_path, preset, qtype):
         top2 = np.sort(ref[i])[-2:]
         if top2[1] - top2[0] > 1e-3:
             assert fed[i + 1] == int(np.argmax(ref[i]))
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("preset", PRESETS)
+def test_logits_match_numpy_with_llamacpp_rounding(make_model, tmp_path, preset, qtype):
+    """The default path against the reference that rounds matmul inputs the
+    same way, position by position (see the module note on flips)."""
+    rel = rounded_path_errors(make_model, tmp_path, preset, qtype)
+    n_agree = int((rel < AGREE).sum())
+    print(f"{preset} {qtype}: per-position relative L2 max {rel.max():.2e}, position 0 {rel[0]:.2e}, "
+          f"{n_agree}/{len(rel)} positions < {AGREE:g}")
+    assert rel.max() < FLIP
+    if qtype in ("F16", "BF16"):
+        # fp16/bf16 round every element relative to itself: near-boundary
+        # values are common but each flip is small
+        assert rel[0] < 1e-3
+
+
+def rounded_path_errors(make_model, tmp_path, preset, qtype):
+    """Per-position relative L2 of the default path vs the rounding reference."""
+    path = make_model(preset, qtype, n_vocab=N_VOCAB)
+    fed, logits, _ = run_engine(path, tmp_path, PROMPT, STEPS, chunk=5)
+    assert fed[:len(PROMPT)] == PROMPT and len(fed) == len(PROMPT) + STEPS
+    ref = Model(str(path)).logits(fed)
+    ours = logits.reshape(ref.shape)
+    return np.linalg.norm(ours - ref, axis=1) / np.linalg.norm(ref, axis=1)
+
+
+def test_rounding_agrees_at_position_0_in_most_cases(make_model, tmp_path):
+    """8-bit types: position 0 within float32 noise of the rounding reference
+    in at least 80% of preset x type cases (a flip there is a coincidence;
+    a wrong rule, scale or sum would miss in every case)."""
+    cases = [(p, t) for p in PRESETS for t in TYPES if t not in FLOAT_TYPES]
+    misses = [(p, t) for p, t in cases if rounded_path_errors(make_model, tmp_path, p, t)[0] >= AGREE]
+    print(f"position 0 flipped in {len(misses)}/{len(cases)}: {misses}")
+    assert len(misses) <= 0.2 * len(cases)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

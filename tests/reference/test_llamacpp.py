@@ -49,42 +49,36 @@ def engine(path, tmp_path, prompt, steps):
 
 
 FLOAT_TYPES = ("F32", "F16", "BF16")
+AGREE = 1e-5   # all rounded activation codes the same: float32 noise only
+FLIP = 3e-2    # one near-tie code rounded the other way (see test_forward.py)
 
 
 @pytest.mark.parametrize("qtype", TYPES)
 @pytest.mark.parametrize("preset", PRESETS)
 def test_logits_and_greedy_match_llamacpp(make_model, tmp_path, preset, qtype):
-    """Logits within 1e-2 of llama.cpp's, or, for quantized weights, as far
-    from llama.cpp as llama.cpp itself is from the float64 reference: llama.cpp
-    quantizes activations to 8 bits in those matmuls (ours stay float32), and
-    that is where the difference comes from. Greedy continuations identical."""
+    """Both engines round matmul inputs the same way (8-bit blocks for
+    quantized weights, fp16/bf16 for F16/BF16), so the logits agree to float32
+    noise (1e-7; Q8_0 models bit for bit) at every position where no rounded
+    code differs, and within 1e-2 overall unless a near-tie activation rounds
+    the other way on one side: then that position and later ones differ by
+    up to a flip's size, and the float64 reference (same rounding) shows that
+    llama.cpp flips against it as often as we do. Greedy continuations
+    identical. "float64" below is that rounding reference."""
     path = make_model(preset, qtype, n_vocab=1024, peak=PEAK)
-    ours_all, our_toks = engine(path, tmp_path, PROMPT, GREEDY)
+    ours, our_toks = engine(path, tmp_path, PROMPT, GREEDY)
     llm = load(path)
-    theirs_all, their_toks = llamacpp_greedy(llm, PROMPT, GREEDY)
-    ours_all = ours_all.reshape(-1, theirs_all.shape[1])
+    theirs, their_toks = llamacpp_greedy(llm, PROMPT, GREEDY)
     n = len(PROMPT)
-    ours, theirs = ours_all[:n], theirs_all[:n]
+    ours = ours.reshape(-1, theirs.shape[1])[:n]
+    theirs = theirs[:n]
     ref = Model(str(path)).logits(PROMPT)
     rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))
     ours_theirs, ours_ref, theirs_ref = rel(ours, theirs), rel(ours, ref), rel(theirs, ref)
+    per_pos = np.linalg.norm(ours - theirs, axis=1) / np.linalg.norm(theirs, axis=1)
     print(f"{preset} {qtype}: relative L2 ours-llama.cpp {ours_theirs:.2e}, ours-float64 {ours_ref:.2e}, "
-          f"llama.cpp-float64 {theirs_ref:.2e}")
-    assert ours_ref < 1e-3
-    if qtype in FLOAT_TYPES:
-        assert ours_theirs < 1e-2
-        assert our_toks == their_toks
-        return
-    assert ours_theirs < 1e-2 or ours_theirs < 1.1 * theirs_ref
-    # Greedy tokens agree up to the first near-tie that llama.cpp's own
-    # activation noise (its per-logit deviation from ours) could flip.
-    for i in range(n - 1, len(our_toks) - 1):
-        noise = float(np.sqrt(np.mean((ours_all[i] - theirs_all[i]) ** 2)))
-        top2 = np.sort(ours_all[i])[-2:]
-        if top2[1] - top2[0] < 4 * noise:
-            print(f"near-tie at step {i - n + 1}: margin {top2[1] - top2[0]:.3f}, noise {noise:.3f}")
-            break
-        assert our_toks[i + 1] == their_toks[i + 1], f"greedy differs at step {i - n + 1}"
+          f"llama.cpp-float64 {theirs_ref:.2e}; {int((per_pos < AGREE).sum())}/{n} positions agree < {AGREE:g}")
+    assert ours_theirs < 1e-2 or per_pos.max() < FLIP
+    assert our_toks == their_toks
 
 
 @pytest.mark.parametrize("ftype,name", [(7, "Q8_0"), (2, "Q4_0"), (15, "Q4_K_M"), (17, "Q5_K_M"), (18, "Q6_K")])

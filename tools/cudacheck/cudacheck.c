@@ -410,6 +410,11 @@ static int run_ops(void)
 
 int main(int argc, char **argv)
 {
+    /* the CUDA backend keeps matmul inputs float32: compare it with the CPU
+     * backend's float path, not its default llama.cpp-style 8-bit one, whose
+     * logits sit ~1e-2 away (kernels/cpu/act_quant.h); set before the CPU
+     * backend first reads it; an explicit SLUICE_CPU_ACT wins */
+    setenv("SLUICE_CPU_ACT", "f32", 0);
     options o = {.prompt = 40, .chunk = 16, .gen = 32, .seqs = 4, .bench = 64, .tol = 5e-3,
                  .batches = {1, 8}, .n_batches = 2, .device = "cuda",
                  .threads = (int)sysconf(_SC_NPROCESSORS_ONLN)};

@@ -1,0 +1,135 @@
+/* kernels/cpu/act_quant.c: activation rows rounded to the format a weight
+ * type is dotted with (see act_quant.h). Runs in the CPU backend's threads.
+ * Plain C on purpose: one code path on every ISA, so the AVX2 and portable
+ * dot kernels see the same integer codes and differ only in float sums.
+ * Cost: a few ns per element, once per matmul input row; the matmul it feeds
+ * reads thousands of weights per element. */
+#include "kernels/cpu/act_quant.h"
+
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/ggml_types.h"
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static bool quant_on = true;
+
+static void env_read(void)
+{
+    const char *e = getenv("SLUICE_CPU_ACT");
+    quant_on = !(e && strcmp(e, "f32") == 0);
+}
+
+bool sl_act_quant_on(void)
+{
+    pthread_once(&env_once, env_read);
+    return quant_on;
+}
+
+enum sl_act_format sl_act_format_of_type(uint32_t type)
+{
+    switch (type) {
+    case SL_GGML_TYPE_F16: return SL_ACT_F16;
+    case SL_GGML_TYPE_BF16: return SL_ACT_BF16;
+    case SL_GGML_TYPE_Q4_0: case SL_GGML_TYPE_Q8_0: return SL_ACT_Q8_0;
+    case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K: case SL_GGML_TYPE_Q6_K: return SL_ACT_Q8_K;
+    default: return SL_ACT_F32;
+    }
+}
+
+enum sl_act_format sl_act_format_of(uint32_t type)
+{
+    return sl_act_quant_on() ? sl_act_format_of_type(type) : SL_ACT_F32;
+}
+
+size_t sl_act_row_bytes(enum sl_act_format f, int64_t n)
+{
+    switch (f) {
+    case SL_ACT_Q8_0: return (size_t)(n / SL_QK8_0) * sizeof(sl_block_q8_0);
+    case SL_ACT_Q8_K: return (size_t)(n / SL_QK_K) * sizeof(sl_block_q8_K);
+    default: return (size_t)n * sizeof(float);
+    }
+}
+
+static void quantize_q8_0(const float *x, sl_block_q8_0 *y, int64_t n)
+{
+    for (int64_t b = 0; b < n / SL_QK8_0; b++, x += SL_QK8_0) {
+        float amax = 0.0f;
+        for (int i = 0; i < SL_QK8_0; i++)
+            amax = fmaxf(amax, fabsf(x[i]));
+        /* ggml's x86 quantize_row_q8_0 (what llama.cpp runs here), not its
+         * reference one: id = 127/amax, not 1/d, and round half to even */
+        float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        y[b].d = sl_fp32_to_fp16(d);
+        for (int i = 0; i < SL_QK8_0; i++)   /* the clamp only tames NaN/inf */
+            y[b].qs[i] = (int8_t)rintf(fminf(fmaxf(x[i] * id, -127.0f), 127.0f));
+    }
+}
+
+/* ggml's nearest_int: round to nearest even through the float adder
+ * (|v| <= 127 here, far inside the trick's 2^22 range). */
+static inline int nearest_int(float v)
+{
+    float f = v + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &f, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+static void quantize_q8_K(const float *x, sl_block_q8_K *y, int64_t n)
+{
+    for (int64_t b = 0; b < n / SL_QK_K; b++, x += SL_QK_K) {
+        float amax = 0.0f, vmax = 0.0f;
+        for (int i = 0; i < SL_QK_K; i++)
+            if (fabsf(x[i]) > amax) {
+                amax = fabsf(x[i]);
+                vmax = x[i];
+            }
+        if (!(amax > 0.0f) || !isfinite(amax)) {   /* zero (or NaN/inf) block */
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        float iscale = -127.0f / vmax;
+        for (int i = 0; i < SL_QK_K; i++) {
+            int v = nearest_int(iscale * x[i]);
+            y[b].qs[i] = (int8_t)(v > 127 ? 127 : v < -128 ? -128 : v);
+        }
+        for (int k = 0; k < SL_QK_K / 16; k++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++)
+                s += y[b].qs[16 * k + i];
+            y[b].bsums[k] = (int16_t)s;
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+void sl_act_quantize_row(enum sl_act_format f, const float *x, void *dst, int64_t n)
+{
+    float *o = dst;
+    switch (f) {
+    case SL_ACT_Q8_0:
+        assert(n % SL_QK8_0 == 0);
+        quantize_q8_0(x, dst, n);
+        break;
+    case SL_ACT_Q8_K:
+        assert(n % SL_QK_K == 0);
+        quantize_q8_K(x, dst, n);
+        break;
+    case SL_ACT_F16:
+        for (int64_t i = 0; i < n; i++)
+            o[i] = sl_fp16_to_fp32(sl_fp32_to_fp16(x[i]));
+        break;
+    case SL_ACT_BF16:
+        for (int64_t i = 0; i < n; i++)
+            o[i] = sl_bf16_to_fp32(sl_fp32_to_bf16(x[i]));
+        break;
+    case SL_ACT_F32:
+        if (o != x)
+            memcpy(o, x, (size_t)n * sizeof *x);
+        break;
+    }
+}

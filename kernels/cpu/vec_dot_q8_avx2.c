@@ -1,0 +1,365 @@
+/* kernels/cpu/vec_dot_q8_avx2.c: AVX2 dot products of quantized weight rows
+ * with 8-bit activations (Q8_0 / Q8_K rows, act_quant.h).
+ * Compiled with -mavx2 -mfma -mf16c; called only after vec_dot.c has seen
+ * the CPU support them. Runs in the CPU backend's threads.
+ * Algorithm: the row is walked in chunks of 256 elements (one K-quant
+ * super-block, or up to eight Q8_0/Q4_0 blocks). A chunk is first staged:
+ * codes unpacked to one byte each, and for K-quants the integer scales laid
+ * out as the 16-lane int16 vectors the multiply-add wants. Then each
+ * activation row of the group (1 in decode, up to 32 in prefill; four at a
+ * time share each code and scale load) runs the same per-row operations on
+ * the staged chunk:
+ *   vpmaddubsw (u8 code x s8 activation, pairs summed to int16: at most
+ *   2*63*127, no saturation), vpmaddwd by the sub-block scales (int32),
+ *   integer adds over the chunk, then one float FMA per block.
+ * Q8_0/Q4_0 codes are signed, so the unsigned operand is |w| and the sign
+ * moves to the activation (vpsignb), as ggml does. The integer sums equal
+ * the portable ones (vec_dot_q8.c) exactly; the float sums may differ in
+ * order. A row's result never depends on the group size: same code, same
+ * operations (tested bitwise).
+ * Trade-off: staging costs a store and a reload per 32 codes even for one
+ * row; in exchange decode and prefill share one kernel, which is what
+ * makes the batch-invariance argument a one-liner. Speed against llama.cpp
+ * and what is left: docs/PERF.md, "CPU engine". */
+#include <assert.h>
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/vec_dot.h"
+#include "model/ggml_types.h"
+#include "model/quant.h"
+
+enum { CHUNK = 256, GROUP = 32 };
+
+/* A staged chunk. K types: codes unsigned (Q4_K 0..15, Q5_K 0..31, Q6_K
+ * 0..63, the -32 of Q6_K is applied through the activation's block sums);
+ * scv[k] holds the scale of each int16 lane of group k (32 codes);
+ * mins16 the Q4_K/Q5_K sub-block mins (each twice, one per 16 codes, to
+ * pair with the bsums), sc16 the Q6_K scales. Q8_0/Q4_0: signed codes and one
+ * float scale per 32-block. */
+struct qstaged {
+    _Alignas(32) uint8_t codes[CHUNK];
+    _Alignas(32) int16_t scv[8][16];
+    _Alignas(32) int16_t mins16[16];
+    _Alignas(32) int16_t sc16[16];
+    float d, dmin;
+    float bd[8];
+    int nblk;
+};
+
+/* ======================================================================
+ * Staging
+ * ====================================================================== */
+
+static inline void stage_q8_0(const sl_block_q8_0 *b, int nblk, struct qstaged *st)
+{
+    for (int i = 0; i < nblk; i++) {
+        st->bd[i] = _cvtsh_ss(b[i].d);
+        _mm256_store_si256((__m256i *)(st->codes + 32 * i), _mm256_loadu_si256((const __m256i *)b[i].qs));
+    }
+    st->nblk = nblk;
+}
+
+static inline void stage_q4_0(const sl_block_q4_0 *b, int nblk, struct qstaged *st)
+{
+    const __m128i m4 = _mm_set1_epi8(0xF), eight = _mm_set1_epi8(8);
+    for (int i = 0; i < nblk; i++) {
+        st->bd[i] = _cvtsh_ss(b[i].d);
+        __m128i q = _mm_loadu_si128((const __m128i *)b[i].qs);
+        _mm_store_si128((__m128i *)(st->codes + 32 * i), _mm_sub_epi8(_mm_and_si128(q, m4), eight));
+        _mm_store_si128((__m128i *)(st->codes + 32 * i + 16),
+                        _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight));
+    }
+    st->nblk = nblk;
+}
+
+/* Q4_K (qh NULL) and Q5_K: see model/quant.h for the packing. */
+static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const uint8_t *qs,
+                            const uint8_t *qh, struct qstaged *st)
+{
+    const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10);
+    /* the 16 six-bit fields at once (sl_quant_get_scale_min_k4's rule):
+     * bytes 0-3 low scales, 4-7 low mins, 8-11 high nibbles, top two bits
+     * of bytes 0-7 are bits 4-5 of the high ones */
+    uint32_t u[3];
+    memcpy(u, scales, 12);
+    uint32_t sc_lo = u[0] & 0x3f3f3f3fu, mn_lo = u[1] & 0x3f3f3f3fu;
+    uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+    uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+    __m128i sc = _mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo), mn = _mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo);
+    for (int k = 0; k < 8; k++)   /* group k = sub-block k: one scale for all 16 lanes */
+        _mm256_store_si256((__m256i *)st->scv[k], _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc, _mm_set1_epi8((char)k))));
+    _mm256_store_si256((__m256i *)st->mins16, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn)));
+    st->d = _cvtsh_ss(hd);
+    st->dmin = _cvtsh_ss(hdmin);
+    __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qh) {
+            __m256i bl = _mm256_set1_epi8((char)(1 << (2 * c))), bh = _mm256_set1_epi8((char)(2 << (2 * c)));
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bl), bl), b4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bh), bh), b4));
+        }
+        _mm256_store_si256((__m256i *)(st->codes + 64 * c), lo);
+        _mm256_store_si256((__m256i *)(st->codes + 64 * c + 32), hi);
+    }
+}
+
+static inline void stage_q6_K(const sl_block_q6_K *b, struct qstaged *st)
+{
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    __m128i sc = _mm_loadu_si128((const __m128i *)b->scales);
+    for (int k = 0; k < 8; k++) {  /* group k = sub-blocks 2k (lanes 0-7) and 2k+1 (lanes 8-15) */
+        __m128i sel = _mm_set_epi64x(0x0101010101010101ll * (2 * k + 1), 0x0101010101010101ll * (2 * k));
+        _mm256_store_si256((__m256i *)st->scv[k], _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, sel)));
+    }
+    _mm256_store_si256((__m256i *)st->sc16, _mm256_cvtepi8_epi16(sc));
+    st->d = _cvtsh_ss(b->d);
+    for (int h = 0; h < 2; h++) {
+        __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+        __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+        uint8_t *o = st->codes + 128 * h;
+        _mm256_store_si256((__m256i *)o,
+                           _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)));
+        _mm256_store_si256((__m256i *)(o + 32),
+                           _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)));
+        _mm256_store_si256((__m256i *)(o + 64),
+                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)));
+        _mm256_store_si256((__m256i *)(o + 96),
+                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)));
+    }
+}
+
+/* ======================================================================
+ * Per-row dot of one staged chunk
+ * ====================================================================== */
+
+/* One row's running sums: 8 float lanes, one FMA per block (plus one for
+ * the K4 min terms). Q8_0 follows ggml's AVX2 vec_dot exactly (a Q8_0
+ * model gives llama.cpp's logits bit for bit). The K-quants do not try:
+ * llama.cpp runs repacked Q4_K kernels, and matching its Q6_K lanes (an
+ * extra maddubs per 32 codes) did not give its bits either. So they take
+ * the cheaper and more accurate way: Q6_K's -32 through the activation's
+ * block sums (one madd per super-block), K4 min terms folded per block
+ * (the two parts nearly cancel; cancelling early is ~10x more accurate
+ * than ggml's separate sum). Accuracy matters because with 8-bit
+ * activations a 1e-7 difference can round one code the other way
+ * downstream (test_forward.py measures this).
+ * kind: 4 = Q4_K, 5 = Q5_K, 6 = Q6_K, a constant at every call. */
+struct racc {
+    __m256 acc;
+};
+
+/* The float part of a super-block, shared by kdot and kdot4 so a row gets
+ * the same operations whichever of them runs it. */
+static inline struct racc ktail(const struct qstaged *st, const sl_block_q8_K *a, int kind, __m256i sumi,
+                                struct racc r)
+{
+    if (kind == 6) {   /* sum sc*(q-32)*x = sum sc*q*x - 32 * sum_s sc[s]*bsums[s], exactly */
+        __m256i corr = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)st->sc16),
+                                         _mm256_loadu_si256((const __m256i *)a->bsums));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+    }
+    r.acc = _mm256_fmadd_ps(_mm256_set1_ps(a->d * st->d), _mm256_cvtepi32_ps(sumi), r.acc);
+    if (kind != 6) {
+        /* min terms: lane s = m[s] * (bsums[2s] + bsums[2s+1]) */
+        __m256i prod = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)st->mins16),
+                                         _mm256_loadu_si256((const __m256i *)a->bsums));
+        r.acc = _mm256_fnmadd_ps(_mm256_set1_ps(st->dmin * a->d), _mm256_cvtepi32_ps(prod), r.acc);
+    }
+    return r;
+}
+
+/* The integer sums of one 32-code group k: q * x, pairs summed (at most
+ * 2*63*127, no int16 saturation), times the group's scales. */
+static inline __m256i kgroup(const struct qstaged *st, int k, __m256i codes, __m256i x, int kind)
+{
+    (void)kind;
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(codes, x), _mm256_load_si256((const __m256i *)st->scv[k]));
+}
+
+static inline struct racc kdot(const struct qstaged *st, const sl_block_q8_K *a, int kind, struct racc r)
+{
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    for (int k = 0; k < 8; k += 2) {   /* two integer chains */
+        s0 = _mm256_add_epi32(s0, kgroup(st, k, _mm256_load_si256((const __m256i *)(st->codes + 32 * k)),
+                                         _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k)), kind));
+        s1 = _mm256_add_epi32(s1, kgroup(st, k + 1, _mm256_load_si256((const __m256i *)(st->codes + 32 * k + 32)),
+                                         _mm256_loadu_si256((const __m256i *)(a->qs + 32 * k + 32)), kind));
+    }
+    return ktail(st, a, kind, _mm256_add_epi32(s0, s1), r);
+}
+
+/* kdot for four activation rows: each code and scale load serves four rows
+ * (prefill). Integer sums are exact in any order, and the float part is
+ * ktail, so each row's result is bitwise kdot's. */
+static inline void kdot4(const struct qstaged *st, const sl_block_q8_K *const a[4], int kind, struct racc r[4])
+{
+    __m256i s[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                    _mm256_setzero_si256()};
+    for (int k = 0; k < 8; k++) {
+        __m256i c = _mm256_load_si256((const __m256i *)(st->codes + 32 * k));
+        for (int j = 0; j < 4; j++)
+            s[j] = _mm256_add_epi32(s[j], kgroup(st, k, c, _mm256_loadu_si256((const __m256i *)(a[j]->qs + 32 * k)),
+                                                 kind));
+    }
+    for (int j = 0; j < 4; j++)
+        r[j] = ktail(st, a[j], kind, s[j], r[j]);
+}
+
+/* Q8_0/Q4_0 chunk (st->nblk blocks) with as many Q8_0 activation blocks. */
+/* One 32-block: |w| (unsigned operand) and w's sign moved onto x. */
+static inline __m256 block0(__m256i w, __m256i aw, float dw, const sl_block_q8_0 *a, __m256 acc)
+{
+    __m256i x = _mm256_loadu_si256((const __m256i *)a->qs);
+    __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+    __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    return _mm256_fmadd_ps(_mm256_set1_ps(dw * _cvtsh_ss(a->d)), s, acc);   /* ggml's order */
+}
+
+static inline __m256 dot0(const struct qstaged *st, const sl_block_q8_0 *a, __m256 acc)
+{
+    for (int i = 0; i < st->nblk; i++) {
+        __m256i w = _mm256_load_si256((const __m256i *)(st->codes + 32 * i));
+        acc = block0(w, _mm256_sign_epi8(w, w), st->bd[i], a + i, acc);
+    }
+    return acc;
+}
+
+/* dot0 for four activation rows sharing each code load (prefill); per row
+ * the same block0 calls in the same order, so bitwise dot0's results. */
+static inline void dot0x4(const struct qstaged *st, const sl_block_q8_0 *const a[4], __m256 acc[4])
+{
+    for (int i = 0; i < st->nblk; i++) {
+        __m256i w = _mm256_load_si256((const __m256i *)(st->codes + 32 * i));
+        __m256i aw = _mm256_sign_epi8(w, w);
+        for (int j = 0; j < 4; j++)
+            acc[j] = block0(w, aw, st->bd[i], a[j] + i, acc[j]);
+    }
+}
+
+static inline float hsum(__m256 s)
+{
+    __m128 v = _mm_add_ps(_mm256_extractf128_ps(s, 1), _mm256_castps256_ps128(s));
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    return _mm_cvtss_f32(v);
+}
+
+
+/* ======================================================================
+ * Rows
+ * ====================================================================== */
+
+/* Software prefetch of the weight bytes PREFETCH_AHEAD past the chunk being
+ * staged, running into the next row (the matmul walks rows in order): at
+ * one thread decode waits on weight loads, and the hardware prefetcher
+ * alone got 5.5 of the 9.7 GB/s this machine reads (docs/PERF.md). */
+#ifndef PREFETCH_AHEAD
+#define PREFETCH_AHEAD 1024
+#define PREFETCH_HINT _MM_HINT_T0
+#endif
+
+static inline void prefetch_bytes(const char *p, int bytes)
+{
+    for (int o = 0; o < bytes; o += 64)
+        _mm_prefetch(p + PREFETCH_AHEAD + o, PREFETCH_HINT);
+}
+
+/* mt (<= GROUP) activation rows through a Q8_0/Q4_0 weight row. */
+static inline __attribute__((always_inline)) void rows0(bool q4, const void *w_row, const char *xa, size_t ldxa,
+                                                        int mt, float *out, int64_t n)
+{
+    struct qstaged st;
+    __m256 acc[GROUP];
+    for (int j = 0; j < mt; j++)
+        acc[j] = _mm256_setzero_ps();
+    int64_t nb = n / 32;
+    size_t bb = q4 ? sizeof(sl_block_q4_0) : sizeof(sl_block_q8_0);
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        int nblk = (int)(nb - b0 < 8 ? nb - b0 : 8);
+        prefetch_bytes((const char *)w_row + b0 * bb, (int)(nblk * bb));
+        if (q4)
+            stage_q4_0((const sl_block_q4_0 *)w_row + b0, nblk, &st);
+        else
+            stage_q8_0((const sl_block_q8_0 *)w_row + b0, nblk, &st);
+        int j = 0;
+        for (; j + 4 <= mt; j += 4) {
+            const sl_block_q8_0 *a4[4];
+            for (int i = 0; i < 4; i++)
+                a4[i] = (const sl_block_q8_0 *)(xa + (size_t)(j + i) * ldxa) + b0;
+            dot0x4(&st, a4, acc + j);
+        }
+        for (; j < mt; j++)
+            acc[j] = dot0(&st, (const sl_block_q8_0 *)(xa + (size_t)j * ldxa) + b0, acc[j]);
+    }
+    for (int j = 0; j < mt; j++)
+        out[j] = hsum(acc[j]);
+}
+
+/* mt (<= GROUP) activation rows through a K-quant weight row; kind is a
+ * constant at each call, so its branches vanish. */
+static inline __attribute__((always_inline)) void rowsk(int kind, const void *w_row, const char *xa, size_t ldxa,
+                                                        int mt, float *out, int64_t n)
+{
+    struct qstaged st;
+    struct racc acc[GROUP];
+    for (int j = 0; j < mt; j++)
+        acc[j] = (struct racc){_mm256_setzero_ps()};
+    int bb = kind == 4 ? (int)sizeof(sl_block_q4_K) : kind == 5 ? (int)sizeof(sl_block_q5_K) : (int)sizeof(sl_block_q6_K);
+    for (int64_t c = 0; c < n / CHUNK; c++) {
+        prefetch_bytes((const char *)w_row + c * bb, bb);
+        if (kind == 4) {
+            const sl_block_q4_K *b = (const sl_block_q4_K *)w_row + c;
+            stage_k4(b->d, b->dmin, b->scales, b->qs, NULL, &st);
+        } else if (kind == 5) {
+            const sl_block_q5_K *b = (const sl_block_q5_K *)w_row + c;
+            stage_k4(b->d, b->dmin, b->scales, b->qs, b->qh, &st);
+        } else {
+            stage_q6_K((const sl_block_q6_K *)w_row + c, &st);
+        }
+        int j = 0;
+        for (; j + 4 <= mt; j += 4) {
+            const sl_block_q8_K *a4[4];
+            for (int i = 0; i < 4; i++)
+                a4[i] = (const sl_block_q8_K *)(xa + (size_t)(j + i) * ldxa) + c;
+            kdot4(&st, a4, kind, acc + j);
+        }
+        for (; j < mt; j++)
+            acc[j] = kdot(&st, (const sl_block_q8_K *)(xa + (size_t)j * ldxa) + c, kind, acc[j]);
+    }
+    for (int j = 0; j < mt; j++)
+        out[j] = hsum(acc[j].acc);
+}
+
+/* Inlined twice: mt = 1 (decode: accumulators stay in registers) and generic. */
+static inline __attribute__((always_inline)) void dot_group(uint32_t type, const void *w_row, const char *xa,
+                                                            size_t ldxa, int mt, float *out, int64_t n)
+{
+    switch (type) {
+    case SL_GGML_TYPE_Q8_0: rows0(false, w_row, xa, ldxa, mt, out, n); break;
+    case SL_GGML_TYPE_Q4_0: rows0(true, w_row, xa, ldxa, mt, out, n); break;
+    case SL_GGML_TYPE_Q4_K: rowsk(4, w_row, xa, ldxa, mt, out, n); break;
+    case SL_GGML_TYPE_Q5_K: rowsk(5, w_row, xa, ldxa, mt, out, n); break;
+    case SL_GGML_TYPE_Q6_K: rowsk(6, w_row, xa, ldxa, mt, out, n); break;
+    default: assert(!"vec_dot_q8_avx2: unsupported type");
+    }
+}
+
+void sl_vec_dot_q8_multi_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                              float *out, int64_t n)
+{
+    assert(sl_act_format_of_type(type) == SL_ACT_Q8_0 || sl_act_format_of_type(type) == SL_ACT_Q8_K);
+    assert(n % sl_ggml_block_elems(type) == 0);
+    if (m == 1) {
+        dot_group(type, w_row, xa, ldxa, 1, out, n);
+        return;
+    }
+    for (int j0 = 0; j0 < m; j0 += GROUP)
+        dot_group(type, w_row, (const char *)xa + (size_t)j0 * ldxa, ldxa, m - j0 < GROUP ? m - j0 : GROUP,
+                  out + j0, n);
+}
