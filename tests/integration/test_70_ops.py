@@ -108,7 +108,11 @@ class HAProxy:
             raise RuntimeError(f"haproxy did not come up: {self.log_path.read_text()}")
 
     def states(self):
-        """{server name: status} from the runtime API's `show stat` CSV."""
+        """{server name: "UP" or "DOWN"...} of the sluice backend."""
+        return {name: row["status"].split()[0] for name, row in self.rows().items()}   # "UP 1/2" -> "UP"
+
+    def rows(self):
+        """{server name: {column: value}} from the runtime API's `show stat` CSV."""
         try:
             with socket.socket(socket.AF_UNIX) as s:
                 s.connect(self.sock)
@@ -126,7 +130,7 @@ class HAProxy:
         for line in lines[1:]:
             row = dict(zip(cols, line.split(",")))
             if row.get("pxname") == "sluice" and row.get("svname") in ("a", "b"):
-                out[row["svname"]] = row["status"].split()[0]   # "UP", "DOWN", "UP 1/2"...
+                out[row["svname"]] = row
         return out
 
     def stop(self):
@@ -227,4 +231,6 @@ def test_worker_kill_requests_keep_succeeding(cluster):
     assert a.pids()[0] != worker
     later = served_by(h, 6)
     assert "a" in later, f"a serves again after its restart: {later}"
-    print(f"{len(names)} requests served while a's worker restarted; a back in rotation after {back:.2f}s")
+    retried = h.rows()["a"]
+    print(f"{len(names)} requests served while a's worker restarted (HAProxy retries on a: {retried['wretr']}, "
+          f"redispatches: {retried['wredis']}); a back in rotation after {back:.2f}s")
