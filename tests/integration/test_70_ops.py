@@ -196,7 +196,7 @@ def test_sse_streams_through_haproxy(cluster):
     # 16-100 ms, sometimes one burst).
     span = arrivals[-1] - arrivals[0]
     apart = sum(1 for x, y in zip(arrivals, arrivals[1:]) if y - x > 0.001)
-    assert span > 0.1 and apart >= 15, f"events arrived in bursts: span {span:.3f}s, {apart} gaps over 1 ms"
+    assert span > 0.1 and apart >= 10, f"events arrived in bursts: span {span:.3f}s, {apart} gaps over 1 ms"
     assert set(served_by(h, 4)) == {"a", "b"}, "leastconn should use both instances when idle"
 
 
