@@ -527,7 +527,10 @@ void sl_fe_streams_tick(sl_fe *fe, uint64_t now)
         if (st->inflight) {
             /* h2o 2.2.5 has no write timeout: shutting the socket down makes the
              * pending write fail, and h2o then calls stop(). */
-            if (wto > 0 && !st->write_timed_out && now - st->inflight_since_ns > wto && fd >= 0) {
+            /* pump() above may have started this write after `now` was read:
+             * compare without letting the unsigned difference wrap. */
+            if (wto > 0 && !st->write_timed_out && now > st->inflight_since_ns &&
+                now - st->inflight_since_ns > wto && fd >= 0) {
                 st->write_timed_out = true;
                 drop_ticket(st, true);
                 fprintf(stderr, "sluice-fe slot=%" PRIu32 ": request_id=%s write timeout, dropping the client\n",
@@ -545,7 +548,8 @@ void sl_fe_streams_tick(sl_fe *fe, uint64_t now)
                 continue;
             }
         }
-        if (st->started && !st->done && now - st->last_send_ns >= (uint64_t)SL_FE_PING_MS * 1000000ull) {
+        if (st->started && !st->done && now > st->last_send_ns &&
+            now - st->last_send_ns >= (uint64_t)SL_FE_PING_MS * 1000000ull) {
             st->inflight = true;
             st->inflight_since_ns = st->last_send_ns = now;
             h2o_iovec_t v = h2o_iovec_init(ping, sizeof ping - 1);
