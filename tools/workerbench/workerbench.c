@@ -103,6 +103,10 @@ static void run_concurrency(int c, int n_prompt, int gen)
     double lat_sum = 0, lat_max = 0, itl_sum = 0;
     for (int i = 0; i < c; i++) {
         req *r = &rs[i];
+        if (r->n == 0) {
+            fprintf(stderr, "workerbench: request %d produced no tokens (prompt + gen over the context?)\n", i);
+            exit(1);
+        }
         total += r->n;
         uint64_t end = r->tok_ns[r->n - 1];
         t1 = end > t1 ? end : t1;
