@@ -1,12 +1,14 @@
-/* kernels/cuda/attention.cu: one 8-warp block per (token row, query head)
+/* kernels/cuda/attention.cu: one 16-warp block per (token row, query head)
  * with online softmax ("attention_paged_online_softmax").
  *
- * Warp w walks positions w, w+8, w+16, ... of [0, pos]; a lane holds head
+ * Warp w walks positions w, w+16, w+32, ... of [0, pos]; a lane holds head
  * elements lane, lane+32, ... of q and of its running output, so a score is
  * one butterfly sum and no score matrix is ever stored. Each warp keeps its
- * own running max m, denominator l and output; the eight are merged at the
- * end in warp order. Every step is in an order fixed by (pos, head_dim), so
- * a row's output is the same alone or batched.
+ * own running max m, denominator l and output; the 16 are merged at the
+ * end in warp order. (16 warps rather than 8: a decode row's positions are
+ * walked in half the dependent steps; 32 would spill registers.) Every
+ * step is in an order fixed by (pos, head_dim), so a row's output is the
+ * same alone or batched.
  *
  * Trade-off: simple and exact-order, but each position costs a warp two
  * dependent global loads (block id, then K and V); the next position's are
@@ -17,7 +19,7 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/common.cuh"
 
-#define WARPS 8   /* positions walked in parallel per (row, head); merged in warp order */
+#define WARPS 16  /* positions walked in parallel per (row, head); merged in warp order */
 #define PER_LANE (SL_CUDA_ATTN_MAX_HEAD_DIM / SL_WARP)
 
 /* Position p's key and value rows for this lane (elements lane, lane+32,

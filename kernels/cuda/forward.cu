@@ -26,11 +26,14 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/eltwise.cuh"
 #include "kernels/cuda/embed.cuh"
+#include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/mmv.cuh"
+#include "kernels/cuda/profile.cuh"
 #include "kernels/cuda/qkv_post.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 
-#define LOGIT_ROWS 64              /* logits rows computed and copied back per chunk */
+#define MAX_LOGIT_ROWS 256         /* logits rows computed and copied back per chunk, at most */
 #define ALIGN 256                  /* device sub-allocation alignment (bytes) */
 #define RESERVE_MIN (512ull << 20) /* free memory left when sizing the KV cache ... */
 #define RESERVE_DIV 32             /* ... or 1/32 of the card, whichever is larger */
@@ -62,12 +65,26 @@ typedef struct {
     float *q, *k, *v;            /* (T, q_dim), (T, kv_dim) x2 */
     float *att;                  /* (T, q_dim) attention output */
     float *gate, *up;            /* (T, n_ff) */
-    float *logits;               /* (LOGIT_ROWS, n_vocab) */
+    float *logits;               /* (logit_rows, n_vocab) */
 
     /* per-step integers: host pinned staging, mirrored on the device:
      * [tokens T | tok_pos T | tok_table T | out_rows T | blocks cap] */
     int32_t *meta_h, *meta_d;
     int64_t meta_cap;            /* int32 entries both hold */
+
+    int64_t logit_rows;          /* rows cb->logits holds: min(max_batch_tokens, MAX_LOGIT_ROWS) */
+
+    /* decode-step graphs by row count T (1..graph_max), captured on first use */
+    cudaGraphExec_t *graphs;     /* (graph_cap + 1), NULL: graphs off (SLUICE_CUDA_GRAPHS=0, profiling) */
+    int64_t graph_cap;
+    int64_t graph_max;           /* graph_cap, or 0 after a failed capture */
+
+    /* tensor-core path for steps of >= gemm_min token rows (gemm.cuh); NULL: off */
+    sl_cuda_gemm *gemm;
+    __half *f16;                 /* one allocation holding every matrix's float16 copy */
+    int64_t gemm_min;
+
+    sl_cuda_profile *prof;       /* SLUICE_CUDA_PROFILE=1: per-op timing, else NULL */
 } cuda_backend;
 
 /* ------------------------------------------------------------------------ */
@@ -100,6 +117,16 @@ static cudaError_t pinned_malloc(void **p, size_t bytes)
 /* ------------------------------------------------------------------------ */
 /* teardown                                                                  */
 
+/* Frees the captured graphs (they hold the old staging pointers). */
+static void drop_graphs(cuda_backend *cb)
+{
+    for (int64_t t = 0; cb->graphs && t <= cb->graph_cap; t++)
+        if (cb->graphs[t]) {
+            cudaGraphExecDestroy(cb->graphs[t]);
+            cb->graphs[t] = NULL;
+        }
+}
+
 static void cuda_destroy(sl_backend *b)
 {
     cuda_backend *cb = (cuda_backend *)b;
@@ -107,6 +134,11 @@ static void cuda_destroy(sl_backend *b)
         return;
     if (cb->stream_ok)
         cudaStreamSynchronize(cb->stream);
+    sl_cuda_profile_destroy(cb->prof);
+    drop_graphs(cb);
+    free(cb->graphs);
+    sl_cuda_gemm_destroy(cb->gemm);
+    cudaFree(cb->f16);
     cudaFree(cb->weights);
     cudaFree(cb->kv.kv);
     float *bufs[] = {cb->x, cb->xn, cb->q, cb->k, cb->v, cb->att, cb->gate, cb->up, cb->logits};
@@ -129,6 +161,7 @@ static sl_status meta_reserve(cuda_backend *cb, int64_t need)
     if (need <= cb->meta_cap)
         return SL_OK;
     SL_CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    drop_graphs(cb);
     cudaFree(cb->meta_d);
     cudaFreeHost(cb->meta_h);
     cb->meta_d = NULL;
@@ -147,16 +180,22 @@ static sl_status meta_reserve(cuda_backend *cb, int64_t need)
             return SL_EBACKEND;  \
     } while (0)
 
-static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
+/* y = x w^T: on tensor cores for many rows when the float16 copy exists,
+ * else the small-batch kernels. */
+static sl_status mm(cuda_backend *cb, const sl_cuda_weight *w, const float *x, int64_t ldx, int64_t T, float *y,
+                    int64_t ldy)
 {
-    cuda_backend *cb = (cuda_backend *)b;
-    const sl_hparams *hp = &b->model->hp;
-    cudaStream_t st = cb->stream;
-    int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
-    int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff, V = hp->n_vocab;
-    int64_t Tmax = b->cfg.max_batch_tokens, bs = b->cfg.kv_block_size;
+    if (cb->gemm && w->f16 && T >= cb->gemm_min)
+        return sl_cuda_gemm_matmul(cb->gemm, w, (const __half *)w->f16, x, ldx, T, y, ldy);
+    return sl_cuda_matmul(w, x, ldx, T, y, ldy, cb->stream);
+}
 
-    /* flatten the batch into token rows and concatenated block tables */
+/* Flattens the batch into token rows and concatenated block tables in the
+ * pinned staging area and queues its copy to the device. Sets *T, *n_out. */
+static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t n_seqs, int64_t *T_out,
+                             int64_t *n_out_out)
+{
+    int64_t Tmax = cb->base.cfg.max_batch_tokens, bs = cb->base.cfg.kv_block_size;
     int64_t n_tab = 0;
     for (int32_t i = 0; i < n_seqs; i++)
         n_tab += ((int64_t)seqs[i].pos + seqs[i].n_tokens + bs - 1) / bs;
@@ -178,17 +217,48 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
         off += need;
     }
     SL_CUDA_CHECK(cudaMemcpyAsync(cb->meta_d, cb->meta_h, (size_t)(4 * Tmax + n_tab) * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, st));
-    const int32_t *d_tokens = cb->meta_d, *d_out_rows = cb->meta_d + 3 * Tmax;
+                                  cudaMemcpyHostToDevice, cb->stream));
+    *T_out = T;
+    *n_out_out = n_out;
+    return SL_OK;
+}
+
+/* Queues the embedding and every layer for T staged token rows. */
+static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
+{
+    const sl_hparams *hp = &cb->base.model->hp;
+    cudaStream_t st = cb->stream;
+    int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
+    int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
+    int64_t Tmax = cb->base.cfg.max_batch_tokens;
+    const int32_t *d_tokens = cb->meta_d;
     sl_cuda_batch batch = {cb->meta_d + Tmax, cb->meta_d + 2 * Tmax, cb->meta_d + 4 * Tmax};
+    sl_cuda_profile *pf = cb->prof;
 
     TRY(sl_cuda_embed(cb->x, &cb->tok_embd, d_tokens, T, st));
+    sl_cuda_profile_mark(pf, SL_PROF_EMBED, st);
+    /* few rows take the small-batch kernels, fused where the matrices allow */
+    bool few = !(cb->gemm && T >= cb->gemm_min);
     for (int l = 0; l < hp->n_layer; l++) {
         const cuda_layer *L = &cb->layers[l];
-        TRY(sl_cuda_rmsnorm(cb->xn, cb->x, NULL, L->attn_norm, T, E, hp->norm_eps, st));
-        TRY(sl_cuda_matmul(&L->wq, cb->xn, E, T, cb->q, q_dim, st));
-        TRY(sl_cuda_matmul(&L->wk, cb->xn, E, T, cb->k, kv_dim, st));
-        TRY(sl_cuda_matmul(&L->wv, cb->xn, E, T, cb->v, kv_dim, st));
+        /* the previous layer's residual add is fused into this norm */
+        if (l == 0)
+            TRY(sl_cuda_rmsnorm(cb->xn, cb->x, NULL, L->attn_norm, T, E, hp->norm_eps, st));
+        else
+            TRY(sl_cuda_add_rmsnorm(cb->x, cb->xn, cb->xn, L->attn_norm, T, E, hp->norm_eps, st));
+        sl_cuda_profile_mark(pf, SL_PROF_NORM, st);
+        const sl_cuda_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *yqkv[3] = {cb->q, cb->k, cb->v};
+        int64_t ldqkv[3] = {q_dim, kv_dim, kv_dim};
+        sl_status rc = few ? sl_cuda_mmv_multi(wqkv, yqkv, ldqkv, 3, cb->xn, E, T, st) : SL_EINVAL;
+        if (rc == SL_EINVAL) {
+            TRY(mm(cb, &L->wq, cb->xn, E, T, cb->q, q_dim));
+            TRY(mm(cb, &L->wk, cb->xn, E, T, cb->k, kv_dim));
+            TRY(mm(cb, &L->wv, cb->xn, E, T, cb->v, kv_dim));
+        } else {
+            TRY(rc);
+        }
+        sl_cuda_profile_mark(pf, SL_PROF_QKV, st);
         sl_cuda_qkv_params p = cb->qkv;
         p.bq = L->bq;
         p.bk = L->bk;
@@ -196,27 +266,112 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
         p.q_norm = L->q_norm;
         p.k_norm = L->k_norm;
         TRY(sl_cuda_qkv_post(cb->q, cb->k, cb->v, T, &p, &cb->kv, &batch, l, st));
+        sl_cuda_profile_mark(pf, SL_PROF_ROPE, st);
         TRY(sl_cuda_attention(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, l, st));
-        TRY(sl_cuda_matmul(&L->wo, cb->att, q_dim, T, cb->xn, E, st));
-        TRY(sl_cuda_add(cb->x, cb->xn, T * E, st));
-
-        TRY(sl_cuda_rmsnorm(cb->xn, cb->x, NULL, L->ffn_norm, T, E, hp->norm_eps, st));
-        TRY(sl_cuda_matmul(&L->w_gate, cb->xn, E, T, cb->gate, F, st));
-        TRY(sl_cuda_matmul(&L->w_up, cb->xn, E, T, cb->up, F, st));
-        TRY(sl_cuda_swiglu(cb->gate, cb->up, T * F, st));
-        TRY(sl_cuda_matmul(&L->w_down, cb->gate, F, T, cb->xn, E, st));
-        TRY(sl_cuda_add(cb->x, cb->xn, T * E, st));
+        sl_cuda_profile_mark(pf, SL_PROF_ATTN, st);
+        TRY(mm(cb, &L->wo, cb->att, q_dim, T, cb->xn, E));
+        sl_cuda_profile_mark(pf, SL_PROF_WO, st);
+        TRY(sl_cuda_add_rmsnorm(cb->x, cb->xn, cb->xn, L->ffn_norm, T, E, hp->norm_eps, st));
+        sl_cuda_profile_mark(pf, SL_PROF_NORM, st);
+        rc = few ? sl_cuda_mmv_swiglu(&L->w_gate, &L->w_up, cb->xn, E, T, cb->gate, F, st) : SL_EINVAL;
+        if (rc == SL_EINVAL) {
+            TRY(mm(cb, &L->w_gate, cb->xn, E, T, cb->gate, F));
+            TRY(mm(cb, &L->w_up, cb->xn, E, T, cb->up, F));
+            sl_cuda_profile_mark(pf, SL_PROF_GATE_UP, st);
+            TRY(sl_cuda_swiglu(cb->gate, cb->up, T * F, st));
+            sl_cuda_profile_mark(pf, SL_PROF_ELTWISE, st);
+        } else {
+            TRY(rc);
+            sl_cuda_profile_mark(pf, SL_PROF_GATE_UP, st);
+        }
+        TRY(mm(cb, &L->w_down, cb->gate, F, T, cb->xn, E));
+        sl_cuda_profile_mark(pf, SL_PROF_DOWN, st);
     }
+    /* the last layer's residual add (the others' are fused into the next norm) */
+    TRY(sl_cuda_add(cb->x, cb->xn, T * E, st));
+    sl_cuda_profile_mark(pf, SL_PROF_ELTWISE, st);
+    return SL_OK;
+}
 
-    /* the rows whose logits are asked, LOGIT_ROWS at a time: norm, project, copy back */
-    for (int64_t r0 = 0; r0 < n_out; r0 += LOGIT_ROWS) {
-        int64_t nr = n_out - r0 < LOGIT_ROWS ? n_out - r0 : LOGIT_ROWS;
-        TRY(sl_cuda_rmsnorm(cb->xn, cb->x, d_out_rows + r0, cb->output_norm, nr, E, hp->norm_eps, st));
-        TRY(sl_cuda_matmul(&cb->output, cb->xn, E, nr, cb->logits, V, st));
-        SL_CUDA_CHECK(cudaMemcpyAsync(logits + r0 * V, cb->logits, (size_t)(nr * V) * sizeof(float),
+/* Queues the final norm and output projection of nr asked rows, starting
+ * at entry r0 of the staged out_rows, into cb->logits. */
+static sl_status enqueue_logits(cuda_backend *cb, int64_t r0, int64_t nr)
+{
+    const sl_hparams *hp = &cb->base.model->hp;
+    const int32_t *d_out_rows = cb->meta_d + 3 * (int64_t)cb->base.cfg.max_batch_tokens;
+    TRY(sl_cuda_rmsnorm(cb->xn, cb->x, d_out_rows + r0, cb->output_norm, nr, hp->n_embd, hp->norm_eps,
+                        cb->stream));
+    TRY(mm(cb, &cb->output, cb->xn, hp->n_embd, nr, cb->logits, hp->n_vocab));
+    sl_cuda_profile_mark(cb->prof, SL_PROF_OUTPUT, cb->stream);
+    return SL_OK;
+}
+
+/* The graph of a decode step of T sequences (layers + logits of all T
+ * rows), captured on first use. Kernel arguments are the fixed scratch and
+ * staging pointers, the per-step values (tokens, positions, tables) are
+ * read from the staged device buffer, so a replay serves any decode step
+ * of the same T. NULL when capture failed (graphs are then turned off). */
+static cudaGraphExec_t decode_graph(cuda_backend *cb, int64_t T)
+{
+    if (cb->graphs[T])
+        return cb->graphs[T];
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+        goto off;
+    {
+        sl_status rc = enqueue_layers(cb, T);
+        if (rc == SL_OK)
+            rc = enqueue_logits(cb, 0, T);
+        cudaError_t e = cudaStreamEndCapture(cb->stream, &g);
+        if (rc != SL_OK || e != cudaSuccess || !g)
+            goto off;
+    }
+    if (cudaGraphInstantiate(&exec, g, 0) != cudaSuccess)
+        goto off;
+    cudaGraphDestroy(g);
+    cb->graphs[T] = exec;
+    return exec;
+off:
+    if (g)
+        cudaGraphDestroy(g);
+    cudaGetLastError();   /* a failed capture leaves its error behind */
+    fprintf(stderr, "cuda: capturing the decode graph for %lld rows failed; running without graphs\n",
+            (long long)T);
+    cb->graph_max = 0;
+    return NULL;
+}
+
+static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
+{
+    cuda_backend *cb = (cuda_backend *)b;
+    cudaStream_t st = cb->stream;
+    int64_t V = b->model->hp.n_vocab;
+    bool decode = true;
+    for (int32_t i = 0; i < n_seqs; i++)
+        decode = decode && seqs[i].n_tokens == 1;
+
+    int64_t T, n_out;
+    sl_cuda_profile_begin(cb->prof, st);
+    TRY(stage_batch(cb, seqs, n_seqs, &T, &n_out));
+    cudaGraphExec_t g = decode && T <= cb->graph_max ? decode_graph(cb, T) : NULL;
+    if (g) {
+        SL_CUDA_CHECK(cudaGraphLaunch(g, st));
+        SL_CUDA_CHECK(cudaMemcpyAsync(logits, cb->logits, (size_t)(n_out * V) * sizeof(float),
                                       cudaMemcpyDeviceToHost, st));
+    } else {
+        TRY(enqueue_layers(cb, T));
+        /* the rows whose logits are asked, logit_rows at a time: norm, project, copy back */
+        for (int64_t r0 = 0; r0 < n_out; r0 += cb->logit_rows) {
+            int64_t nr = n_out - r0 < cb->logit_rows ? n_out - r0 : cb->logit_rows;
+            TRY(enqueue_logits(cb, r0, nr));
+            SL_CUDA_CHECK(cudaMemcpyAsync(logits + r0 * V, cb->logits, (size_t)(nr * V) * sizeof(float),
+                                          cudaMemcpyDeviceToHost, st));
+        }
     }
+    sl_cuda_profile_mark(cb->prof, SL_PROF_COPY, st);
     SL_CUDA_CHECK(cudaStreamSynchronize(st));
+    sl_cuda_profile_end(cb->prof, T);
     return SL_OK;
 }
 
@@ -260,7 +415,7 @@ static const void *arena_put(arena *a, const void *src, size_t bytes)
 
 static sl_cuda_weight arena_weight(arena *a, const sl_weight *w)
 {
-    sl_cuda_weight d = {w->type, w->ne0, w->ne1, w->row_bytes, NULL};
+    sl_cuda_weight d = {w->type, w->ne0, w->ne1, w->row_bytes, NULL, NULL};
     d.data = (const uint8_t *)arena_put(a, w->data, (size_t)w->ne1 * w->row_bytes);
     return d;
 }
@@ -302,6 +457,76 @@ static size_t place_weights(cuda_backend *cb, arena *a, const double *inv_freq)
     return a->used;
 }
 
+#define MIB(x) ((unsigned long long)((x) >> 20))
+
+/* The tensor-core path (gemm.cuh): float16 copies of every matrix when
+ * they fit in half of the free memory (the KV cache is sized after), and a
+ * cuBLAS handle. Off, with a note, when they do not fit or the environment
+ * has SLUICE_CUDA_GEMM=0; only a CUDA failure is an error. */
+static sl_status setup_gemm(cuda_backend *cb, char err[SL_ERR_LEN])
+{
+    const char *e = getenv("SLUICE_CUDA_GEMM");
+    if (e && !strcmp(e, "0"))
+        return SL_OK;
+    const char *m = getenv("SLUICE_CUDA_GEMM_MIN");
+    cb->gemm_min = m && atoi(m) > 0 ? atoi(m) : 16;
+    const sl_hparams *hp = &cb->base.model->hp;
+    int n_w = 7 * hp->n_layer + 1;
+    sl_cuda_weight **ws = (sl_cuda_weight **)malloc((size_t)n_w * sizeof *ws);
+    if (!ws) {
+        snprintf(err, SL_ERR_LEN, "cuda backend: out of host memory");
+        return SL_ENOMEM;
+    }
+    int k = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        cuda_layer *L = &cb->layers[l];
+        sl_cuda_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            ws[k++] = lw[i];
+    }
+    ws[k++] = &cb->output;
+    size_t total = 0;
+    for (int i = 0; i < k; i++)
+        total += align_up(sl_cuda_gemm_bytes(ws[i]));
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    if (total > free_b / 2) {
+        fprintf(stderr, "cuda backend: tensor-core path off: float16 weight copies (%llu MiB) exceed half of the "
+                "free memory (%llu MiB)\n", MIB(total), MIB(free_b));
+        free(ws);
+        return SL_OK;
+    }
+    sl_status rc = SL_OK;
+    int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
+    int64_t widest = E > q_dim ? E : q_dim;
+    widest = widest > F ? widest : F;
+    if (dev_malloc((void **)&cb->f16, total) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, SL_ERR_LEN, "cuda backend: float16 weight copies (%llu MiB) do not fit: %llu MiB free",
+                 MIB(total), MIB(free_b));
+        rc = SL_ENOMEM;
+    } else {
+        int64_t rows = ((int64_t)cb->base.cfg.max_batch_tokens + SL_GEMM_COLS - 1) / SL_GEMM_COLS * SL_GEMM_COLS;
+        rc = sl_cuda_gemm_create(cb->stream, rows * widest, &cb->gemm, err, SL_ERR_LEN);
+    }
+    size_t at = 0;
+    for (int i = 0; rc == SL_OK && i < k; i++) {
+        __half *dst = (__half *)((uint8_t *)cb->f16 + at);
+        at += align_up(sl_cuda_gemm_bytes(ws[i]));
+        if (sl_cuda_gemm_dequant(ws[i], dst, cb->stream) != SL_OK) {
+            snprintf(err, SL_ERR_LEN, "cuda backend: dequantizing to float16 failed");
+            rc = SL_EBACKEND;
+        }
+        ws[i]->f16 = dst;
+    }
+    if (rc == SL_OK && cudaStreamSynchronize(cb->stream) != cudaSuccess) {
+        snprintf(err, SL_ERR_LEN, "cuda backend: dequantizing to float16 failed");
+        rc = SL_EBACKEND;
+    }
+    free(ws);
+    return rc;
+}
+
 /* The model's matrices must be of a type the matmul kernel computes. */
 static bool check_types(const sl_model *m, char err[SL_ERR_LEN])
 {
@@ -325,7 +550,6 @@ static bool check_types(const sl_model *m, char err[SL_ERR_LEN])
     return true;
 }
 
-#define MIB(x) ((unsigned long long)((x) >> 20))
 
 extern "C" __attribute__((visibility("default"))) sl_status
 sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backend **out, char err[SL_ERR_LEN])
@@ -420,9 +644,13 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         cb->qkv.eps = hp->norm_eps;
 
         /* scratch for max_batch_tokens rows */
-        int64_t T = cfg->max_batch_tokens, E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
+        /* rows rounded up: the tensor-core path writes whole SL_GEMM_COLS-row chunks */
+        int64_t T = ((int64_t)cfg->max_batch_tokens + SL_GEMM_COLS - 1) / SL_GEMM_COLS * SL_GEMM_COLS;
+        int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
         int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim, V = hp->n_vocab;
-        int64_t xn_dim = E > q_dim ? E : q_dim, lr = T < LOGIT_ROWS ? T : LOGIT_ROWS;
+        int64_t xn_dim = E > q_dim ? E : q_dim;
+        cb->logit_rows = cfg->max_batch_tokens < MAX_LOGIT_ROWS ? cfg->max_batch_tokens : MAX_LOGIT_ROWS;
+        int64_t lr = (cb->logit_rows + SL_GEMM_COLS - 1) / SL_GEMM_COLS * SL_GEMM_COLS;
         struct {
             float **p;
             int64_t n;
@@ -445,6 +673,11 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         if (meta_reserve(cb, 4 * T + tab) < 0)
             FAIL(SL_ENOMEM, "cuda backend: per-step staging (%llu MiB) does not fit",
                  MIB((uint64_t)(4 * T + tab) * 4));
+
+        rc = setup_gemm(cb, err);
+        if (rc != SL_OK)
+            goto fail;
+        rc = SL_EBACKEND;
 
         /* KV cache: as asked, or from what is free now */
         /* sl_backend_kv_block_bytes()'s figure; computed here because the
@@ -481,6 +714,14 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
 #undef CUDA_OR_FAIL
 #undef FAIL
     alloc_countdown = 0;
+    cb->prof = sl_cuda_profile_create_from_env();
+    {
+        const char *g = getenv("SLUICE_CUDA_GRAPHS");
+        if (!cb->prof && !(g && !strcmp(g, "0"))) {
+            cb->graphs = (cudaGraphExec_t *)calloc((size_t)cb->logit_rows + 1, sizeof *cb->graphs);
+            cb->graph_cap = cb->graph_max = cb->graphs ? cb->logit_rows : 0;
+        }
+    }
     *out = &cb->base;
     return SL_OK;
 

@@ -20,6 +20,10 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/matmul_unit.cuh"
+#include "kernels/cuda/mmv.cuh"
+
+#include <stdlib.h>
+#include <string.h>
 
 #define TOKEN_TILE 8     /* activation rows per warp: 8 accumulators stay in registers */
 #define ROWS_PER_BLOCK 4 /* warps (weight rows) per 128-thread block */
@@ -80,6 +84,14 @@ sl_status sl_cuda_matmul(const sl_cuda_weight *w, const float *x, int64_t ldx, i
     if ((w->type == SL_GGML_TYPE_Q4_K || w->type == SL_GGML_TYPE_Q5_K) &&
         (((uintptr_t)w->data | w->row_bytes) & 15) != 0)
         return SL_EINVAL;
+    /* the fast kernel where it applies; SLUICE_CUDA_MMV=0 keeps the general one (A/B timing) */
+    static int use_mmv = -1;
+    if (use_mmv < 0) {
+        const char *e = getenv("SLUICE_CUDA_MMV");
+        use_mmv = !(e && !strcmp(e, "0"));
+    }
+    if (use_mmv && sl_cuda_mmv_supports(w, ldx, x))
+        return sl_cuda_mmv(w, x, ldx, T, y, ldy, stream);
     bool vec = ldx % 4 == 0 && ((uintptr_t)x & 15) == 0;
     dim3 grid((unsigned)((w->ne1 + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK),
               (unsigned)((T + TOKEN_TILE - 1) / TOKEN_TILE));

@@ -31,6 +31,43 @@ rmsnorm_row_per_block(float *y, const float *x, const int32_t *rows_idx, const f
         yr[j] = __fmul_rn(__fmul_rn(xr[j], scale), w[j]);
 }
 
+static __global__ void __launch_bounds__(THREADS)
+add_rmsnorm_row_per_block(float *x, const float *delta, float *y, const float *__restrict__ w, int64_t n, float eps)
+{
+    __shared__ double part[THREADS / SL_WARP];
+    int64_t i = blockIdx.x;
+    float *xr = x + i * n;
+    const float *dr = delta + i * n;
+    double ss = 0.0;
+    for (int64_t j = threadIdx.x; j < n; j += THREADS) {
+        float v = __fadd_rn(xr[j], dr[j]);
+        xr[j] = v;
+        ss += (double)v * v;
+    }
+    ss = sl_warp_sum_double(ss);
+    if (threadIdx.x % SL_WARP == 0)
+        part[threadIdx.x / SL_WARP] = ss;
+    __syncthreads();   /* also: every delta of the row is read before y (maybe delta) is written */
+    double tot = 0.0;
+#pragma unroll
+    for (int k = 0; k < THREADS / SL_WARP; k++)
+        tot += part[k];
+    float scale = (float)(1.0 / sqrt(tot / (double)n + (double)eps));
+    float *yr = y + i * n;
+    for (int64_t j = threadIdx.x; j < n; j += THREADS)
+        yr[j] = __fmul_rn(__fmul_rn(xr[j], scale), w[j]);
+}
+
+sl_status sl_cuda_add_rmsnorm(float *x, const float *delta, float *y, const float *w, int64_t rows, int64_t n,
+                              float eps, cudaStream_t stream)
+{
+    if (rows < 1)
+        return SL_OK;
+    add_rmsnorm_row_per_block<<<(unsigned)rows, THREADS, 0, stream>>>(x, delta, y, w, n, eps);
+    SL_CUDA_CHECK_LAUNCH();
+    return SL_OK;
+}
+
 sl_status sl_cuda_rmsnorm(float *y, const float *x, const int32_t *rows_idx, const float *w, int64_t rows,
                           int64_t n, float eps, cudaStream_t stream)
 {

@@ -15,4 +15,11 @@
 sl_status sl_cuda_rmsnorm(float *y, const float *x, const int32_t *rows_idx, const float *w, int64_t rows,
                           int64_t n, float eps, cudaStream_t stream);
 
+/* The residual add and the next RMSNorm in one launch: x += delta, then
+ * y = rmsnorm(x) * w, row by row (the bits of sl_cuda_add followed by
+ * sl_cuda_rmsnorm). y may equal delta: a row's delta is read before any of
+ * its y is written. */
+sl_status sl_cuda_add_rmsnorm(float *x, const float *delta, float *y, const float *w, int64_t rows, int64_t n,
+                              float eps, cudaStream_t stream);
+
 #endif

@@ -2,7 +2,7 @@
  * one command, for every model file given (run on a GPU machine).
  *
  *   cudacheck [--ops] [--faults] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]
- *             [--batches 1,8,...] [--tol X] [--threads N] [--no-cpu] [--no-bench]
+ *             [--batches 1,8,...] [--tol X] [--threads N] [--no-cpu] [--no-bench] [--strict-batch]
  *             [--device cuda|cpu] MODEL.gguf...
  *
  * --ops first runs the library's per-kernel self-test (sl_cuda_selftest in
@@ -15,7 +15,10 @@
  *     whether both pick the same token (greedy agreement).
  *  2. batch invariance on the GPU: --seqs sequences run alone (prefill in
  *     chunks, then decode) and together (one prefill call, then batched
- *     decode steps): every logits row must be bitwise equal.
+ *     decode steps): every logits row must be bitwise equal, or within
+ *     --tol with the same greedy token where a step of many rows took the
+ *     tensor-core path (--strict-batch: bitwise only; run it with
+ *     SLUICE_CUDA_GEMM=0, the small-batch kernels alone, which are exact).
  *  3. timing: decode tok/s at each --batches size (default 1,8; --bench
  *     steps after a --prompt prefill per sequence), logits copied back each
  *     step as the scheduler gets them.
@@ -24,8 +27,9 @@
  * SL_ENOMEM with a message (run it under compute-sanitizer for leaks).
  * --device cpu puts the CPU backend under test instead: every figure must
  * then be exact (a check of this tool on a machine without a GPU).
- * Fails (exit 1) when a relative L2 exceeds --tol (default 5e-3: both
- * backends keep activations in float32, so only summation order differs),
+ * Fails (exit 1) when a relative L2 exceeds --tol (default 5e-3: the
+ * small-batch kernels keep activations in float32, so only summation order
+ * differs; the tensor-core path rounds them to float16, ~1e-3 measured),
  * when greedy tokens disagree, or when batched differs from alone. Exit 2 on
  * bad usage or a model/backend that cannot be loaded. */
 #include <dlfcn.h>
@@ -43,7 +47,7 @@
 #define BLOCK 16
 
 typedef struct {
-    int ops, faults, prompt, chunk, gen, seqs, bench, threads, no_cpu, no_bench;
+    int ops, faults, prompt, chunk, gen, seqs, bench, threads, no_cpu, no_bench, strict_batch;
     int batches[8], n_batches, maxb;   /* timing batch sizes; maxb their largest */
     const char *device;                /* backend under test: cuda (cpu checks this tool itself) */
     double tol;
@@ -74,6 +78,19 @@ static double rel_l2(const float *g, const float *c, int64_t n)
         den += (double)c[i] * c[i];
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Batched vs alone: counts rows that are not bitwise equal, tracks the
+ * worst relative L2 and rows whose greedy token differs. */
+static void compare_row(const float *b, const float *a, int64_t V, int *diff_rows, double *worst, int *argmax_diff)
+{
+    if (memcmp(b, a, (size_t)V * sizeof(float)) == 0)
+        return;
+    (*diff_rows)++;
+    double d = rel_l2(b, a, V);
+    if (d > *worst)
+        *worst = d;
+    *argmax_diff += argmax(b, (int)V) != argmax(a, (int)V);
 }
 
 static const char *tname(uint32_t t)
@@ -249,7 +266,8 @@ static int check_model(const char *path, const options *o)
 
     /* 2. batched == alone on the GPU, bitwise */
     {
-        int G = o->gen, diff_rows = 0;
+        int G = o->gen, diff_rows = 0, argmax_diff = 0;
+        double worst_b = 0;
         int32_t *lens = next;   /* prompt length per sequence */
         for (int s = 0; s < S; s++)
             lens[s] = P - 3 * s > 4 ? P - 3 * s : 4;
@@ -287,7 +305,8 @@ static int check_model(const char *path, const options *o)
             goto out;
         }
         for (int s = 0; s < S; s++)
-            diff_rows += memcmp(lg + (int64_t)s * V, alone + (int64_t)s * (G + 1) * V, (size_t)V * 4) != 0;
+            compare_row(lg + (int64_t)s * V, alone + (int64_t)s * (G + 1) * V, V, &diff_rows, &worst_b,
+                        &argmax_diff);
         for (int i = 0; i < G; i++) {
             for (int s = 0; s < S; s++)
                 bs[s] = (sl_batch_seq){.tokens = &dec[s * (G + 1) + i], .n_tokens = 1, .pos = lens[s] + i,
@@ -299,16 +318,21 @@ static int check_model(const char *path, const options *o)
                 goto out;
             }
             for (int s = 0; s < S; s++)
-                diff_rows += memcmp(lg + (int64_t)s * V, alone + ((int64_t)s * (G + 1) + i + 1) * V,
-                                    (size_t)V * 4) != 0;
+                compare_row(lg + (int64_t)s * V, alone + ((int64_t)s * (G + 1) + i + 1) * V, V, &diff_rows,
+                            &worst_b, &argmax_diff);
         }
         free(dec);
+        /* bitwise equal, or (unless --strict-batch) within --tol with the same
+         * greedy token: steps of many rows take the tensor-core path, whose
+         * sums depend on the batch shape (docs/CUDA.md) */
+        bool close = worst_b <= o->tol && argmax_diff == 0 && !o->strict_batch;
         printf("  batched  %d sequences x %d rows: %s\n", S, G + 1,
-               diff_rows ? "DIFFER from alone" : "bitwise equal to alone");
+               !diff_rows ? "bitwise equal to alone" : close ? "within tolerance of alone" : "DIFFER from alone");
         if (diff_rows)
-            printf("           %d of %d rows differ\n", diff_rows, S * (G + 1));
-        fail |= diff_rows != 0;
-        diff_all = diff_rows;
+            printf("           %d of %d rows differ; worst rel L2 %.2e; %d greedy tokens differ\n", diff_rows,
+                   S * (G + 1), worst_b, argmax_diff);
+        fail |= diff_rows != 0 && !close;
+        diff_all = diff_rows == 0 ? 0 : close ? -1 : diff_rows;
     }
 
     /* 3. decode timing at batch 1 and 8 */
@@ -350,7 +374,7 @@ static int check_model(const char *path, const options *o)
     /* one grep-able line per model: file, types, the worst figures, verdict */
     const char *base = strrchr(path, '/');
     printf("result %-28s prefill %.2e decode %.2e greedy %d/%d batched %s %s\n", base ? base + 1 : path,
-           prefill_l2, decode_l2, agree_all, o->gen + 1, diff_all == 0 ? "equal" : "DIFFER", fail ? "FAIL" : "PASS");
+           prefill_l2, decode_l2, agree_all, o->gen + 1, diff_all == 0 ? "equal" : diff_all < 0 ? "close" : "DIFFER", fail ? "FAIL" : "PASS");
     rc = fail;
 out:
     free(lg);
@@ -429,6 +453,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--faults")) { o.faults = 1; continue; }
         if (!strcmp(a, "--no-cpu")) { o.no_cpu = 1; continue; }
         if (!strcmp(a, "--no-bench")) { o.no_bench = 1; continue; }
+        if (!strcmp(a, "--strict-batch")) { o.strict_batch = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "cudacheck: %s needs a value\n", a); return 2; }
         const char *v = argv[++i];
         if (!strcmp(a, "--prompt")) o.prompt = atoi(v);
@@ -455,7 +480,7 @@ int main(int argc, char **argv)
     if ((first >= argc && !o.ops) || o.prompt < 1 || o.chunk < 1 || o.gen < 0 || o.seqs < 1 || o.seqs > 64 || o.bench < 0 ||
         o.threads < 1 || !(o.tol > 0)) {
         fprintf(stderr, "usage: cudacheck [--ops] [--faults] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]\n"
-                        "                 [--batches 1,8,...] [--tol X] [--threads N] [--no-cpu] [--no-bench]\n"
+                        "                 [--batches 1,8,...] [--tol X] [--threads N] [--no-cpu] [--no-bench] [--strict-batch]\n"
                         "                 [--device cuda|cpu] MODEL.gguf...\n");
         return 2;
     }

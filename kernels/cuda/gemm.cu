@@ -1,0 +1,146 @@
+/* kernels/cuda/gemm.cu: see gemm.cuh. */
+#include <cublas_v2.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/matmul_unit.cuh"
+
+#define THREADS 256
+#define WORKSPACE (32u << 20)   /* cuBLAS workspace: fixed, so captures never allocate */
+
+struct sl_cuda_gemm {
+    cublasHandle_t handle;
+    void *workspace;
+    __half *xh;                 /* (max_x) activations in float16 */
+    int64_t max_x;
+};
+
+void sl_cuda_gemm_destroy(sl_cuda_gemm *g)
+{
+    if (!g)
+        return;
+    if (g->handle)
+        cublasDestroy(g->handle);
+    cudaFree(g->workspace);
+    cudaFree(g->xh);
+    free(g);
+}
+
+sl_status sl_cuda_gemm_create(cudaStream_t stream, int64_t max_x, sl_cuda_gemm **out, char *err, size_t err_len)
+{
+    *out = NULL;
+    sl_cuda_gemm *g = (sl_cuda_gemm *)calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(err, err_len, "cuda gemm: out of host memory");
+        return SL_ENOMEM;
+    }
+    g->max_x = max_x;
+    cublasStatus_t cs = cublasCreate(&g->handle);
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+        g->handle = NULL;
+        snprintf(err, err_len, "cuda gemm: cublasCreate failed (status %d)", (int)cs);
+        sl_cuda_gemm_destroy(g);
+        return SL_EBACKEND;
+    }
+    if (cudaMalloc(&g->workspace, WORKSPACE) != cudaSuccess ||
+        cudaMalloc((void **)&g->xh, (size_t)max_x * sizeof(__half)) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, err_len, "cuda gemm: workspace and %lld float16 activations do not fit", (long long)max_x);
+        sl_cuda_gemm_destroy(g);
+        return SL_ENOMEM;
+    }
+    if (cublasSetStream(g->handle, stream) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(g->handle, g->workspace, WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, err_len, "cuda gemm: binding the cuBLAS stream and workspace failed");
+        sl_cuda_gemm_destroy(g);
+        return SL_EBACKEND;
+    }
+    *out = g;
+    return SL_OK;
+}
+
+size_t sl_cuda_gemm_bytes(const sl_cuda_weight *w)
+{
+    return (size_t)w->ne0 * (size_t)w->ne1 * sizeof(__half);
+}
+
+/* One thread per 32-element unit: the small-batch kernel's decoder. */
+template <int TYPE>
+static __global__ void __launch_bounds__(THREADS)
+dequant_f16(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t rows, __half *__restrict__ dst)
+{
+    int64_t units = (n + UNIT - 1) / UNIT;
+    for (int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x; i < units * rows; i += (int64_t)gridDim.x * THREADS) {
+        int64_t r = i / units, u = i % units;
+        unit d;
+        decode_unit<TYPE>(W + r * row_bytes, u, n, d);
+        __half *o = dst + r * n + u * UNIT;
+        for (int k = 0; k < UNIT && u * UNIT + k < n; k++)
+            o[k] = __float2half_rn((k < 16 ? d.sa : d.sb) * d.q[k] - d.dm);
+    }
+}
+
+sl_status sl_cuda_gemm_dequant(const sl_cuda_weight *w, __half *dst, cudaStream_t stream)
+{
+    int64_t units = (w->ne0 + UNIT - 1) / UNIT * w->ne1;
+    unsigned grid = (unsigned)((units + THREADS - 1) / THREADS < 65536 ? (units + THREADS - 1) / THREADS : 65536);
+#define DQ(TY) dequant_f16<TY><<<grid, THREADS, 0, stream>>>(w->data, w->row_bytes, w->ne0, w->ne1, dst)
+    switch (w->type) {
+    case SL_GGML_TYPE_F32: DQ(SL_GGML_TYPE_F32); break;
+    case SL_GGML_TYPE_F16: DQ(SL_GGML_TYPE_F16); break;
+    case SL_GGML_TYPE_BF16: DQ(SL_GGML_TYPE_BF16); break;
+    case SL_GGML_TYPE_Q8_0: DQ(SL_GGML_TYPE_Q8_0); break;
+    case SL_GGML_TYPE_Q4_0: DQ(SL_GGML_TYPE_Q4_0); break;
+    case SL_GGML_TYPE_Q4_K: DQ(SL_GGML_TYPE_Q4_K); break;
+    case SL_GGML_TYPE_Q5_K: DQ(SL_GGML_TYPE_Q5_K); break;
+    case SL_GGML_TYPE_Q6_K: DQ(SL_GGML_TYPE_Q6_K); break;
+    default: return SL_EINVAL;
+    }
+#undef DQ
+    SL_CUDA_CHECK_LAUNCH();
+    return SL_OK;
+}
+
+/* the activations in float16; padding rows T .. Tp are zeros */
+static __global__ void __launch_bounds__(THREADS)
+to_f16(__half *__restrict__ dst, const float *__restrict__ x, int64_t ldx, int64_t n, int64_t T, int64_t Tp)
+{
+    for (int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x; i < n * Tp; i += (int64_t)gridDim.x * THREADS) {
+        int64_t t = i / n;
+        dst[i] = t < T ? __float2half_rn(x[t * ldx + i % n]) : __float2half_rn(0.0f);
+    }
+}
+
+sl_status sl_cuda_gemm_matmul(sl_cuda_gemm *g, const sl_cuda_weight *w, const __half *wh, const float *x,
+                              int64_t ldx, int64_t T, float *y, int64_t ldy)
+{
+    int64_t n = w->ne0, Tp = (T + SL_GEMM_COLS - 1) / SL_GEMM_COLS * SL_GEMM_COLS;
+    if (T < 1 || Tp * n > g->max_x || ldx < n || ldy < w->ne1 || n > 0x7fffffff || w->ne1 > 0x7fffffff ||
+        ldy > 0x7fffffff)
+        return SL_EINVAL;
+    cudaStream_t st;
+    if (cublasGetStream(g->handle, &st) != CUBLAS_STATUS_SUCCESS)
+        return SL_EBACKEND;
+    int64_t cnt = Tp * n;
+    unsigned grid = (unsigned)((cnt + THREADS - 1) / THREADS < 65536 ? (cnt + THREADS - 1) / THREADS : 65536);
+    to_f16<<<grid, THREADS, 0, st>>>(g->xh, x, ldx, n, T, Tp);
+    SL_CUDA_CHECK_LAUNCH();
+    /* Column-major, as cuBLAS sees it: C (ne1 x cols, ld ldy) = op(A) B with
+     * A = the row-major ne1 x n copy read as column-major n x ne1 (lda n),
+     * op = transpose; B = the row-major cols x n activations read as
+     * column-major n x cols (ldb n). One call per SL_GEMM_COLS rows. */
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t c = 0; c < Tp; c += SL_GEMM_COLS) {
+        cublasStatus_t cs = cublasGemmEx(g->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->ne1, SL_GEMM_COLS, (int)n, &one,
+                                         wh, CUDA_R_16F, (int)n, g->xh + c * n, CUDA_R_16F, (int)n, &zero,
+                                         y + c * ldy, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (cs != CUBLAS_STATUS_SUCCESS) {
+            fprintf(stderr, "cuda: cublasGemmEx (%lld x %d x %lld) failed: status %d\n", (long long)w->ne1,
+                    SL_GEMM_COLS, (long long)n, (int)cs);
+            return SL_EBACKEND;
+        }
+    }
+    return SL_OK;
+}

@@ -1,0 +1,52 @@
+/* kernels/cuda/gemm.cuh: Y = X W^T on tensor cores (cuBLAS) for batches of
+ * many token rows: prefill chunks and large decode batches.
+ * How:  each weight matrix gets a float16 copy, dequantized once at load
+ *       from its GGUF type (kept beside the quantized original, which the
+ *       small-batch kernels read); a call converts the activations to
+ *       float16 and runs cublasGemmEx with float32 accumulation and output.
+ * Why:  the small-batch kernels decode every weight once per 8 token rows,
+ *       so past a few dozen rows they are compute bound; tensor cores do the
+ *       same work an order of magnitude faster. The copy costs 2 bytes per
+ *       weight of device memory (sl_cuda_gemm_bytes), taken before the KV
+ *       cache is sized; the backend turns the path off when it does not fit.
+ * Accuracy: float16 activations and weights, float32 sums: results differ
+ *       from the small-batch path by float16 rounding (~1e-3 relative), so
+ *       a sequence's logits are bitwise the same batched or alone only
+ *       while both steps take the same path (docs/CUDA.md). */
+#ifndef SL_CUDA_GEMM_CUH
+#define SL_CUDA_GEMM_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/matmul.cuh"
+#include "shared/status.h"
+
+/* Token rows per cuBLAS call. Every call has exactly this many columns (the
+ * last chunk padded), so cuBLAS picks the same kernel whatever T is and a
+ * row's result does not depend on the batch: the tensor-core path keeps
+ * batch invariance on its own (across the switch from the small-batch
+ * kernels it does not). Output buffers need round_up(T, SL_GEMM_COLS) rows. */
+#define SL_GEMM_COLS 64
+
+typedef struct sl_cuda_gemm sl_cuda_gemm;
+
+/* A cuBLAS handle bound to `stream` with a fixed workspace (so steps can be
+ * captured into CUDA graphs) and room to convert max_x float activations. */
+sl_status sl_cuda_gemm_create(cudaStream_t stream, int64_t max_x, sl_cuda_gemm **out, char *err, size_t err_len);
+void sl_cuda_gemm_destroy(sl_cuda_gemm *g);
+
+/* Device bytes the float16 copy of w takes. */
+size_t sl_cuda_gemm_bytes(const sl_cuda_weight *w);
+
+/* Writes the float16 copy of w (ne1 x ne0, row-major) into dst. */
+sl_status sl_cuda_gemm_dequant(const sl_cuda_weight *w, __half *dst, cudaStream_t stream);
+
+/* y[t*ldy + r] = dot(wh row r, x row t) for t < T, r < w->ne1, where wh is
+ * w's float16 copy; rows T .. round_up(T, SL_GEMM_COLS) of y are scratch
+ * (written with the padding's results). round_up(T) * w->ne0 <= max_x.
+ * Launches only. */
+sl_status sl_cuda_gemm_matmul(sl_cuda_gemm *g, const sl_cuda_weight *w, const __half *wh, const float *x,
+                              int64_t ldx, int64_t T, float *y, int64_t ldy);
+
+#endif
