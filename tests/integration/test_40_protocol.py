@@ -151,6 +151,20 @@ def test_bad_request_table_is_large():
     assert len(BAD) >= 40
 
 
+def test_n_is_one(srv):
+    # n=1 (or absent, or null) works; n>1 is a 400 naming `n` (docs/API.md).
+    for extra in ({}, {"n": 1}, {"n": None}):
+        s, _, b = srv.post(CHAT, {"messages": MSG, **extra})
+        r = json.loads(b)
+        assert s == 200 and len(r["choices"]) == 1 and r["choices"][0]["index"] == 0, b
+    s, _, b = srv.post(COMP, {"prompt": "hi", "n": 1})
+    assert s == 200 and [c["index"] for c in json.loads(b)["choices"]] == [0]
+    for route, body in ((CHAT, {"messages": MSG, "n": 3}), (COMP, {"prompt": "hi", "n": 2})):
+        s, _, b = srv.post(route, body)
+        e = error_of(b)
+        assert s == 400 and e["param"] == "n" and "n=1" in e["message"]
+
+
 def test_context_check_message(srv):
     s, _, b = srv.post(COMP, {"prompt": "hello", "max_tokens": 256})
     e = error_of(b)
