@@ -198,7 +198,7 @@ static int build_request(conn *c, long id)
         c->req_cap = cap;
     }
     char *body = c->req + HEAD_MAX, *p = body, *end = c->req + cap;
-    p += sprintf(p, "{\"model\":\"%s\",%s", opt.model,
+    p += sprintf(p, "{%s%s%s%s", opt.model ? "\"model\":\"" : "", opt.model ? opt.model : "", opt.model ? "\"," : "",
                  opt.chat ? "\"messages\":[{\"role\":\"user\",\"content\":\"" : "\"prompt\":\"");
     uint64_t s = (uint64_t)id * 0x9e3779b97f4a7c15ull + 1;
     for (int i = 0; i < opt.prompt_words; i++) {
@@ -649,7 +649,7 @@ static void usage(FILE *f)
         "  --prompt-words W        prompt length in words (default 100)\n"
         "  --max-tokens M          max_tokens (default 128)\n"
         "  --ignore-eos            send ignore_eos: true (every request then makes M tokens)\n"
-        "  --model NAME            model field (default loadgen)\n"
+        "  --model NAME            model field (default: none, the server's model)\n"
         "  --api-key KEY           send Authorization: Bearer KEY\n"
         "  --threads T             event-loop threads (default: cores, at most the concurrency)\n"
         "  --timeout S             per-request limit (default 120)\n"
@@ -683,7 +683,7 @@ int main(int argc, char **argv)
     const char *url = NULL;
     opt = (options){.levels = {1}, .n_levels = 1, .requests = 100, .timeout = 120, .chat = 1, .prompt_words = 100,
                     .max_tokens = 128, .threads = (int)sysconf(_SC_NPROCESSORS_ONLN), .read_size = 65536,
-                    .model = "loadgen"};
+                    .model = NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -736,7 +736,7 @@ int main(int argc, char **argv)
     }
     if (!url || opt.n_levels == 0 || (opt.requests < 1 && !(opt.duration > 0)) || opt.prompt_words < 0 ||
         opt.prompt_words > 1000000 || opt.max_tokens < 1 || opt.threads < 1 || opt.threads > 1024 ||
-        !(opt.timeout > 0) || opt.read_size < 1 || strlen(opt.model) > 200 || strpbrk(opt.model, "\"\\") ||
+        !(opt.timeout > 0) || opt.read_size < 1 || (opt.model && (strlen(opt.model) > 200 || strpbrk(opt.model, "\"\\"))) ||
         (opt.api_key && (strlen(opt.api_key) > 200 || strpbrk(opt.api_key, "\r\n")))) {
         usage(stderr);
         return 2;
