@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tools/loadgen/event.h"
 #include "tools/loadgen/resp.h"
 
 #define MAX_LEVELS 16
@@ -233,27 +234,18 @@ static int on_event(void *ctx, const char *data, size_t len)
         c->saw_done = 1;
         return 0;
     }
-    json_error_t je;
-    json_t *o = json_loadb(data, len, 0, &je);
-    if (!json_is_object(o)) {
+    lg_event ev;
+    if (lg_event_parse(data, len, opt.chat, &ev) < 0) {
         c->bad_event++;
-        json_decref(o);
         return 0;
     }
-    if (json_object_get(o, "error"))
+    if (ev.error)
         c->stream_error = 1;
-    json_t *u = json_object_get(o, "usage");
-    if (json_is_object(u)) {
-        json_t *ct = json_object_get(u, "completion_tokens"), *pt = json_object_get(u, "prompt_tokens");
-        if (json_is_integer(ct))
-            c->completion_tokens = json_integer_value(ct);
-        if (json_is_integer(pt))
-            c->prompt_tokens = json_integer_value(pt);
+    if (ev.usage) {
+        c->completion_tokens = ev.completion_tokens;
+        c->prompt_tokens = ev.prompt_tokens;
     }
-    json_t *ch = json_array_get(json_object_get(o, "choices"), 0), *text = NULL;
-    if (ch)
-        text = opt.chat ? json_object_get(json_object_get(ch, "delta"), "content") : json_object_get(ch, "text");
-    if (json_is_string(text) && json_string_length(text) > 0) {
+    if (ev.content) {
         stats *st = &c->w->st;
         if (c->n_content == 0) {
             c->t_first = c->t_now;
@@ -264,7 +256,6 @@ static int on_event(void *ctx, const char *data, size_t len)
         c->t_last = c->t_now;
         c->n_content++;
     }
-    json_decref(o);
     return 0;
 }
 
