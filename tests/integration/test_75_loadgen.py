@@ -99,6 +99,16 @@ def test_error_kinds(stub, tmp_path):
     assert levels[0]["errors"]["connect"] == 3
 
 
+@pytest.mark.parametrize("fault,kind", [("bad-json", "malformed"), ("no-usage", "missing_usage"),
+                                        ("no-done", "malformed"), ("error-event", "stream_error"), ("close", "io")])
+def test_stream_faults_counted(stub, tmp_path, fault, kind):
+    url = stub("--fault", fault)
+    levels, _ = loadgen(tmp_path, url, "--concurrency", "2", "--requests", "5", "--max-tokens", "8", expect_rc=1)
+    lv = levels[0]
+    assert lv["errors"][kind] == 5 and lv["errors_total"] == 5, lv
+    assert lv["requests_ok"] == 0 and lv["completion_tokens"] == 0
+
+
 @pytest.fixture(scope="module")
 def chat_model(make_model, tmp_path_factory):
     d = tmp_path_factory.mktemp("tok")

@@ -1,7 +1,7 @@
 /* tools/stubserver/stubserver.c: a fake OpenAI-compatible server for
  * calibrating tools/loadgen: no model, no tokenizer, it only streams.
  *
- *   stubserver [--host H] [--port P] [--threads T] [--token-us U] [--ttft-us U]
+ *   stubserver [--host H] [--port P] [--threads T] [--token-us U] [--ttft-us U] [--fault F]
  *
  * POST /v1/chat/completions and /v1/completions answer, like sluice serve,
  * with a chunked text/event-stream: (chat) a role chunk, then max_tokens
@@ -11,6 +11,10 @@
  * GET /health answers 200. Tokens go out as fast as the socket takes them
  * (--token-us 0, the default: the whole response in one write), or one per
  * --token-us microseconds after --ttft-us (default: --token-us).
+ * --fault breaks every stream one way, for the load generator's error tests:
+ * bad-json (the second content chunk is not JSON), no-usage, no-done,
+ * error-event (an error event instead of the end), close (the connection
+ * closes after half the tokens).
  * Prints "stubserver: listening on http://HOST:PORT" once all threads listen.
  *
  * The trade-off: each thread has its own SO_REUSEPORT listener and epoll
@@ -41,7 +45,13 @@ static struct {
     const char *host;
     int port, threads;
     long token_ns, ttft_ns;
+    const char *fault;        /* NULL, or one of the --fault names */
 } opt;
+
+static int fault(const char *name)
+{
+    return opt.fault && !strcmp(opt.fault, name);
+}
 
 static int64_t now_ns(void)
 {
@@ -166,15 +176,24 @@ static int put_chunk(conn *c, const char *delta_or_text, const char *finish)
 static int put_token(conn *c)
 {
     c->sent++;
+    if (c->sent == 2 && fault("bad-json"))
+        return put_event(&c->out, "{\"choices\":[{\"delta\":", 21);
     return put_chunk(c, c->chat ? "{\"content\":\" tok\"}" : "\" tok\"", "null");
 }
 
 /* The final chunk, the usage chunk, [DONE] and the last HTTP chunk. */
 static int put_end(conn *c)
 {
+    if (fault("error-event")) {
+        static const char e[] = "{\"error\":{\"message\":\"stub fault\",\"type\":\"server_error\"}}";
+        c->streaming = 0;
+        if (put_event(&c->out, e, sizeof e - 1) < 0)
+            return -1;
+        return buf_append(&c->out, "0\r\n\r\n", 5);
+    }
     if (put_chunk(c, c->chat ? "{}" : "\"\"", "\"length\"") < 0)
         return -1;
-    if (c->usage) {
+    if (c->usage && !fault("no-usage")) {
         char ev[256];
         int n = snprintf(ev, sizeof ev,
                          "{\"id\":\"stub\",\"object\":\"%s\",\"created\":0,\"model\":\"stub\",\"choices\":[],"
@@ -183,10 +202,21 @@ static int put_end(conn *c)
         if (put_event(&c->out, ev, (size_t)n) < 0)
             return -1;
     }
-    if (put_event(&c->out, "[DONE]", 6) < 0)
+    if (!fault("no-done") && put_event(&c->out, "[DONE]", 6) < 0)
         return -1;
     c->streaming = 0;
     return buf_append(&c->out, "0\r\n\r\n", 5);
+}
+
+/* --fault close: half the tokens, then the connection closes (after the
+ * output is flushed: flush_out drops a close_after connection once idle). */
+static int cut_short(conn *c)
+{
+    if (!fault("close") || c->sent < c->n_tokens / 2)
+        return 0;
+    c->streaming = 0;
+    c->close_after = 1;
+    return 1;
 }
 
 static int simple_response(conn *c, int status, const char *reason, const char *type, const char *body)
@@ -279,10 +309,10 @@ static int handle_request(worker *w, conn *c, const char *head, size_t hlen, con
         return -1;
     c->streaming = 1;
     if (opt.token_ns == 0) {
-        while (c->sent < c->n_tokens)
+        while (c->sent < c->n_tokens && !cut_short(c))
             if (put_token(c) < 0)
                 return -1;
-        return put_end(c);
+        return c->streaming ? put_end(c) : 0;
     }
     c->due_ns = now_ns() + opt.ttft_ns;
     if (w->n_live == w->cap_live) {
@@ -357,7 +387,7 @@ static void on_timer(worker *w)
     for (int i = 0; i < w->n_live; i++) {
         conn *c = w->live[i];
         int bad = 0;
-        while (c->streaming && c->due_ns <= t) {
+        while (c->streaming && c->due_ns <= t && !cut_short(c)) {
             if (c->sent < c->n_tokens) {
                 bad |= put_token(c) < 0;
                 c->due_ns += opt.token_ns;
@@ -469,10 +499,16 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--threads")) opt.threads = atoi(v);
         else if (!strcmp(a, "--token-us")) opt.token_ns = atol(v) * 1000;
         else if (!strcmp(a, "--ttft-us")) ttft_us = atol(v);
+        else if (!strcmp(a, "--fault")) opt.fault = v;
         else {
             fprintf(stderr, "stubserver: unknown option %s\n", a);
             return 2;
         }
+    }
+    if (opt.fault && !fault("bad-json") && !fault("no-usage") && !fault("no-done") && !fault("error-event") &&
+        !fault("close")) {
+        fprintf(stderr, "stubserver: --fault is bad-json, no-usage, no-done, error-event or close\n");
+        return 2;
     }
     if (opt.threads < 1 || opt.threads > 1024 || opt.port < 0 || opt.port > 65535 || opt.token_ns < 0) {
         fprintf(stderr, "stubserver: bad option value\n");
