@@ -8,6 +8,8 @@
 #          check   cudacheck on each model (CUDA vs CPU logits, greedy agreement)
 #          engine  engine batch-1 decode tok/s (enginebench --device cuda)
 #          served  sluice serve --device cuda + loadgen at each concurrency level
+#          calibrate  loadgen against tools/stubserver (no model, no GPU): the
+#                  generator's own ceiling and CPU use at the served levels
 #          report  rebuild report.md from the results so far
 #          all     models check engine served, then report
 #   SIZE   1b | 8b | all (default all);  TYPE  q4 | q8 | all (default all)
@@ -33,7 +35,7 @@ cd "$(dirname "$0")/.."
 stage=${1:-}
 size_sel=${2:-all}
 type_sel=${3:-all}
-case "$stage" in models|check|engine|served|report|all) ;; *)
+case "$stage" in models|check|engine|served|calibrate|report|all) ;; *)
   sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
 case "$size_sel" in 1b|8b|all) ;; *) echo "gpu-bench: SIZE is 1b, 8b or all" >&2; exit 2 ;; esac
@@ -167,6 +169,37 @@ EOF
   [ $rc -eq 0 ]
 }
 
+# ---- calibrate: the load generator against the stub server. Unpaced (tokens
+# as fast as the stub writes them: the generator's ceiling), then paced at
+# twice issue 7's 1B rates: 2,500 tok/s on one stream, and 256 streams of
+# 500 tok/s (128,000 tok/s offered).
+run_calibrate() {
+  local stub_threads=4; [ "$tiny" = 1 ] && stub_threads=1
+  local name args
+  for name in unpaced paced-c1 paced-c256; do
+    local lv=$levels pace=()
+    case $name in
+      paced-c1)   lv=1;   pace=(--token-us 400) ;;
+      paced-c256) lv=256; pace=(--token-us 2000) ;;
+    esac
+    "$build/tools/stubserver" --threads "$stub_threads" "${pace[@]}" > "$state/stub-$name.log" 2>&1 &
+    local spid=$! port= i
+    for i in $(seq 50); do
+      port=$(grep -m1 -o 'listening on http://[^ ]*' "$state/stub-$name.log" | sed 's/.*://')
+      [ -n "$port" ] && break; sleep 0.1
+    done
+    "$build/tools/loadgen" --url "127.0.0.1:$port" --concurrency "$lv" --duration "${BENCH_CAL_DURATION:-10}" \
+      --prompt-words 100 --max-tokens 128 --ignore-eos --threads "$lg_threads" \
+      --json "$state/calibrate-$name.json" > "$state/calibrate-$name.log" 2>&1
+    local rc=$?
+    local cpu; cpu=$(awk '{printf "%.1f", ($14+$15)/100}' "/proc/$spid/stat" 2>/dev/null)
+    kill "$spid"; wait "$spid" 2>/dev/null
+    say "calibrate $name: loadgen rc=$rc; stub CPU ${cpu:-?} s (${stub_threads} threads)"
+    sed -n '2,$p' "$state/calibrate-$name.log" | tee -a "$log"
+    [ $rc -eq 0 ] || status=1
+  done
+}
+
 # ---- report: markdown from whatever results the state folder holds
 report() {
   local gpu; gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -230,6 +263,21 @@ print("\n| model | c | out tok/s | requests | errors | TTFT p50 / p99 ms | ITL p
       "| chunks/token | loadgen CPU % (all / busiest thread) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 print("\n".join(detail))
+cal = []
+for name in ("unpaced", "paced-c1", "paced-c256"):
+    try:
+        d = json.load(open(f"{state}/calibrate-{name}.json"))
+    except (OSError, ValueError):
+        continue
+    for x in d["levels"]:
+        cal.append(f"| {name} | {x['concurrency']} | {x['output_tok_s']:,.0f} | {x['errors_total']} | "
+                   f"{x['ttft_ms']['p50']:.2f} / {x['ttft_ms']['p99']:.2f} | {x['itl_ms']['p50']:.2f} / {x['itl_ms']['p99']:.2f} | "
+                   f"{x['cpu']['percent_of_one_core']:.0f} / {x['cpu']['busiest_thread_percent']:.0f} |")
+if cal:
+    print("\nLoad generator calibration against tools/stubserver (unpaced; paced 400 us/token at c=1, 2000 us/token at c=256):\n")
+    print("| stub | c | out tok/s | errors | TTFT p50 / p99 ms | ITL p50 / p99 ms | loadgen CPU % (all / busiest thread) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("\n".join(cal))
 EOF
 }
 
@@ -240,7 +288,9 @@ publish() {   # everything so far to $OUT (each call on the GPU machine gets an 
 }
 
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true; } | tee -a "$log"
-if [ "$stage" != report ]; then
+if [ "$stage" = calibrate ]; then
+  run_calibrate
+elif [ "$stage" != report ]; then
   for size in "${sizes[@]}"; do
     for type in "${types[@]}"; do
       ensure_model "$size" "$type" || { status=1; continue; }
