@@ -31,7 +31,7 @@
 # The load: --prompt-words 100 --max-tokens 128 --ignore-eos, streaming chat
 # completions with usage, as issue 7 states. Exit 0 only if every step passed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 stage=${1:-}
 size_sel=${2:-all}
 type_sel=${3:-all}
@@ -90,7 +90,7 @@ ensure_model() {   # size type
   local f; f=$(model_path "$1" "$2")
   [ -s "$f" ] && return 0
   ensure_tokenizer || { say "tokenizer: cannot decompress $tok_dir/tokenizer.json.xz"; return 1; }
-  local t=$(date +%s)
+  local t; t=$(date +%s)
   if "$build/tools/mkmodel" -o "$f.tmp" --preset "$(preset_of "$1")" --type "$2" --tokenizer "$tok_json" \
        --tokenizer-config "$tok_dir/tokenizer_config.json" --peak 8 > "$state/mkmodel-$1-$2.log" 2>&1; then
     mv "$f.tmp" "$f"; say "model $1 $2: $f ($(( $(date +%s) - t ))s, $(du -h "$f" | cut -f1))"
@@ -138,8 +138,8 @@ run_served() {
     --ctx-size 2048 --admin-socket "$state/admin-$$.sock" --drain-delay 0 --drain-timeout 5 \
     "${serve_extra[@]}" ${BENCH_SERVE_ARGS:-} > "$slog" 2>&1 &
   serve_pid=$!
-  local port= i
-  for i in $(seq 1200); do   # model load + CUDA start: up to 2 minutes
+  local port=""
+  for _ in $(seq 1200); do   # model load + CUDA start: up to 2 minutes
     port=$(grep -m1 -o 'listening on http://[^ ]*' "$slog" | sed 's/.*://')
     [ -n "$port" ] && break
     kill -0 "$serve_pid" 2>/dev/null || break
@@ -175,7 +175,7 @@ EOF
 # 500 tok/s (128,000 tok/s offered).
 run_calibrate() {
   local stub_threads=4; [ "$tiny" = 1 ] && stub_threads=1
-  local name args
+  local name
   for name in unpaced paced-c1 paced-c256; do
     local lv=$levels pace=()
     case $name in
@@ -183,8 +183,8 @@ run_calibrate() {
       paced-c256) lv=256; pace=(--token-us 2000) ;;
     esac
     "$build/tools/stubserver" --threads "$stub_threads" "${pace[@]}" > "$state/stub-$name.log" 2>&1 &
-    local spid=$! port= i
-    for i in $(seq 50); do
+    local spid=$! port=""
+    for _ in $(seq 50); do
       port=$(grep -m1 -o 'listening on http://[^ ]*' "$state/stub-$name.log" | sed 's/.*://')
       [ -n "$port" ] && break; sleep 0.1
     done
