@@ -43,6 +43,7 @@ import os
 import pathlib
 import random
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -119,7 +120,7 @@ class Target:
         self.tmp = tempfile.mkdtemp(prefix="sluice-soak-")
         self.admin_path = os.path.join(self.tmp, "admin.sock")
         self.log_path = pathlib.Path(args.log or os.path.join(self.tmp, "serve.log"))
-        cmd = [args.sluice, "serve", *(["-m", args.model] if args.model else []), "--port", "0",
+        cmd = [*shlex.split(args.wrap or ""), args.sluice, "serve", *(["-m", args.model] if args.model else []), "--port", "0",
                "--frontends", str(args.frontends), "--threads", "1", "--kv-memory", args.kv_memory,
                "--admin-socket", self.admin_path, "--drain-delay", "0", "--drain-timeout", "10"]
         self.log = open(self.log_path, "w")
@@ -445,6 +446,7 @@ def main():
     ap.add_argument("-m", "--model", help="GGUF model (default: the project's default model)")
     ap.add_argument("--frontends", type=int, default=2)
     ap.add_argument("--kv-memory", default="64M")
+    ap.add_argument("--wrap", help="command line the server runs under (e.g. 'valgrind --leak-check=full')")
     ap.add_argument("--log", help="where the started server's output goes (default: a temporary file)")
     ap.add_argument("--kill-worker-at", type=float, default=0.0, help="SIGKILL the worker after this fraction of the requests")
     ap.add_argument("--bound-mb", type=float, default=2.0, help="max RssAnon growth per process, MiB (0: not checked)")
