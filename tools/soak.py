@@ -37,7 +37,6 @@ Usage: tools/soak.py [-n 50000] [-c 8] [--sluice build/sluice] [-m MODEL]
 """
 import argparse
 import http.client
-import itertools
 import json
 import os
 import pathlib
