@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "gpu-worker/load_progress.h"
 #include "gpu-worker/sampler.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/vec_dot.h"
@@ -177,13 +178,18 @@ int sl_cli_generate(int argc, char **argv)
     }
     char err[SL_ERR_LEN];
     sl_model *m;
+    sl_load_progress lp;
+    sl_load_progress_init(&lp, stderr, isatty(STDERR_FILENO), "sluice generate");
+    sl_load_progress_stage(&lp, "opening %.140s", o.model);
     if (sl_model_load(o.model, &m, err) < 0) {
+        sl_load_progress_abort(&lp);
         fprintf(stderr, "sluice generate: %s\n", err);
         return 2;
     }
     sl_tokenizer *tok = NULL;
     if (sl_tokenizer_create(m->gguf, &tok, err) < 0) {
         if (o.prompt || !o.print_ids) {
+            sl_load_progress_abort(&lp);
             fprintf(stderr, "sluice generate: %s\n", err);
             sl_model_destroy(m);
             return 2;
@@ -200,17 +206,20 @@ int sl_cli_generate(int argc, char **argv)
             n_prompt = sl_tokenize_special(tok, o.prompt, len, true, prompt, (size_t)n_prompt);
     }
     if (n_prompt < 1) {
+        sl_load_progress_abort(&lp);
         fprintf(stderr, "sluice generate: the prompt is empty\n");
         return 2;
     }
     int64_t n_ctx = n_prompt + o.n_predict;
     if (n_ctx > m->hp.n_ctx_train) {
+        sl_load_progress_abort(&lp);
         fprintf(stderr, "sluice generate: prompt (%lld) + n-predict (%d) exceeds the model's context (%d)\n",
                 (long long)n_prompt, o.n_predict, m->hp.n_ctx_train);
         return 2;
     }
     const char *why;
     if (sl_sampling_validate(&o.sp, m->hp.n_vocab, &why) < 0) {
+        sl_load_progress_abort(&lp);
         fprintf(stderr, "sluice generate: invalid %s\n", why);
         return 2;
     }
@@ -220,11 +229,16 @@ int sl_cli_generate(int argc, char **argv)
     sl_backend_config cfg = {.device = "cpu", .n_threads = o.threads, .kv_block_size = KV_BLOCK,
                              .n_kv_blocks = (uint32_t)n_blocks, .max_batch_tokens = chunk,
                              .max_ctx = (int32_t)n_ctx};
+    sl_load_progress_read_weights(&lp, m);
+    sl_load_progress_stage(&lp, "creating the %s backend", cfg.device);
     sl_backend *be;
     if (sl_backend_create(m, &cfg, &be, err) < 0) {
+        sl_load_progress_abort(&lp);
         fprintf(stderr, "sluice generate: %s\n", err);
         return 1;
     }
+    sl_load_progress_done(&lp, "loaded %s (%.0f MiB of weights) on %s", m->name,
+                          (double)m->weight_bytes / (1024.0 * 1024.0), be->ops->name);
     int32_t *blocks = malloc((size_t)n_blocks * sizeof *blocks);
     int32_t *history = malloc((size_t)n_ctx * sizeof *history);
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);

@@ -141,6 +141,18 @@ void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, con
     free(body);
 }
 
+uint64_t sl_fe_body_limit(const sl_config *cfg)
+{
+    return cfg->max_body > 0 ? cfg->max_body : 1 << 20;
+}
+
+size_t sl_fe_h2o_body_limit(uint64_t max_body)
+{
+    uint64_t margin = max_body > SL_FE_BODY_MARGIN_MIN ? max_body : SL_FE_BODY_MARGIN_MIN;
+    uint64_t lim = max_body + margin;
+    return lim > SIZE_MAX ? SIZE_MAX : (size_t)lim;
+}
+
 /* ================================================================ mailbox release */
 
 void sl_fe_release_later(sl_fe *fe, sl_shm_ticket t)
@@ -450,7 +462,14 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
     }
 
     h2o_config_init(&fe->config);
-    fe->config.max_request_entity_size = cfg->max_body > 0 ? cfg->max_body : 1 << 20;
+    /* h2o answers bodies over its own limit itself, with a plain-text 413. So
+     * its limit sits above ours and routes.c answers (max_body, h2o limit] with
+     * our JSON 413. The margin is max_body again, at least 1 MiB: a client just
+     * over the limit gets an error it can parse, while a body far over it is
+     * still refused by h2o from Content-Length before it is read (h2o buffers
+     * whole bodies, so the margin bounds the memory one connection can pin
+     * at about 2 x max_body + 1 MiB). */
+    fe->config.max_request_entity_size = sl_fe_h2o_body_limit(sl_fe_body_limit(cfg));
     if (cfg->idle_timeout_ms > 0)
         fe->config.http1.req_timeout = cfg->idle_timeout_ms;
     fe->config.http1.upgrade_to_http2 = 0;   /* HTTP/1.1 only: 2.2.5's HTTP/2 lacks the Rapid Reset fix */

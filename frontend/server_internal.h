@@ -24,6 +24,7 @@
 #define SL_FE_TICK_MS 250            /* disconnect probe, pings, write timeouts, drain */
 #define SL_FE_PING_MS 5000           /* ": ping" while a stream has nothing to send */
 #define SL_FE_REQUEST_ID_MAX 64      /* longest X-Request-ID echoed; longer ones are replaced */
+#define SL_FE_BODY_MARGIN_MIN (1u << 20) /* h2o's body limit is max_body + max(max_body, this) */
 
 typedef struct sl_fe_stream sl_fe_stream;
 
@@ -95,6 +96,15 @@ void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, con
 /* One structured log line (stderr) for a finished request. */
 void sl_fe_log_request(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                        int64_t prompt_tokens, int64_t completion_tokens);
+
+/* The request body limit: --max-body, else 1 MiB. Bodies over it get our
+ * JSON 413 (routes.c) as long as h2o let them through. */
+uint64_t sl_fe_body_limit(const sl_config *cfg);
+
+/* The limit given to h2o (which answers bodies over it with its own plain
+ * 413 before our handler runs): max_body + max(max_body, 1 MiB), clamped to
+ * SIZE_MAX. */
+size_t sl_fe_h2o_body_limit(uint64_t max_body);
 
 /* HTTP reason phrase for a status. */
 const char *sl_fe_reason(int status);

@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "gpu-worker/load_progress.h"
 #include "gpu-worker/scheduler.h"
 #include "gpu-worker/worker.h"
 #include "kernels/backend.h"
@@ -308,10 +309,15 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     sl_sched *sched = NULL;
     int32_t *eog = NULL;
     worker w = {.shm = shm, .cfg = cfg};
+    sl_load_progress lp;
+    sl_load_progress_init(&lp, stderr, isatty(STDERR_FILENO), "sluice worker");
+    sl_load_progress_stage(&lp, "opening %.140s", cfg->model);
     if (sl_model_load(cfg->model, &m, err) < 0 || sl_tokenizer_create(m->gguf, &tok, err) < 0) {
+        sl_load_progress_abort(&lp);
         fprintf(stderr, "sluice worker: %s\n", err);
         goto out;
     }
+    sl_load_progress_read_weights(&lp, m);
     w.model = m;
     int32_t n_ctx = cfg->ctx_size ? (int32_t)cfg->ctx_size : m->hp.n_ctx_train;
     if (n_ctx > m->hp.n_ctx_train)
@@ -342,6 +348,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     if (blocks < min_blocks) {
         /* at least one sequence of the full context must fit */
         if (cfg->kv_memory) {
+            sl_load_progress_abort(&lp);
             fprintf(stderr, "sluice worker: --kv-memory %llu bytes holds %llu KV blocks, but one sequence of "
                     "%d tokens needs %llu (%llu bytes); raise --kv-memory or lower --ctx-size\n",
                     (unsigned long long)cfg->kv_memory, (unsigned long long)blocks, n_ctx,
@@ -358,12 +365,19 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     sl_backend_config bc = {.device = cfg->device, .n_threads = (int)(cfg->threads ? cfg->threads : 1),
                             .kv_block_size = KV_BLOCK, .n_kv_blocks = sc.n_kv_blocks,
                             .max_batch_tokens = sc.token_budget, .max_ctx = n_ctx};
+    /* The CUDA backend uploads the weights inside this call (no finer progress
+     * crosses the backend interface): the stage line names the wait. */
+    sl_load_progress_stage(&lp, "creating the %s backend (%u KV blocks)", bc.device ? bc.device : "auto",
+                           sc.n_kv_blocks);
     sl_status rc = sl_backend_create(m, &bc, &be, err);
     if (rc < 0) {
+        sl_load_progress_abort(&lp);
         fprintf(stderr, "sluice worker: %s\n", err);
         exit_code = rc == SL_ENOMEM ? SL_WORKER_EXIT_FAILED : SL_WORKER_EXIT_CONFIG;
         goto out;
     }
+    sl_load_progress_done(&lp, "loaded %s (%.0f MiB of weights) on %s", m->name,
+                          (double)m->weight_bytes / (1024.0 * 1024.0), be->ops->name);
     w.backend_name = be->ops->name;
     w.kv_bytes = be->kv_bytes;
     /* the scheduler holds what it can run plus as many waiting again */

@@ -3,6 +3,7 @@
  * the worker is dead or restarting). One client at a time, each bounded by a
  * short read timeout so a silent client cannot hold the master. */
 #include <errno.h>
+#include <grp.h>
 #include <jansson.h>
 #include <poll.h>
 #include <stdio.h>
@@ -46,6 +47,23 @@ sl_status sl_admin_open(sl_master *m, char err[SL_ERR_LEN])
         if (fd >= 0)
             close(fd);
         return SL_EIO;
+    }
+    if (m->cfg.admin_group[0] != '\0') {
+        /* Widened only after bind, so the socket is never more open than asked. */
+        errno = 0;
+        struct group *gr = getgrnam(m->cfg.admin_group);
+        const char *why = NULL;
+        if (gr == NULL)
+            why = errno ? strerror(errno) : "no such group";
+        else if (chown(m->cfg.admin_socket, (uid_t)-1, gr->gr_gid) < 0 || chmod(m->cfg.admin_socket, 0660) < 0)
+            why = strerror(errno);
+        if (why != NULL) {
+            snprintf(err, SL_ERR_LEN, "--admin-group %.64s for %.150s: %s", m->cfg.admin_group,
+                     m->cfg.admin_socket, why);
+            close(fd);
+            unlink(m->cfg.admin_socket);
+            return SL_EINVAL;
+        }
     }
     m->admin_fd = fd;
     return SL_OK;

@@ -15,7 +15,11 @@
 
 #define SL_ADMIN_LINE_MAX 256
 
-/* Binds and listens on cfg.admin_socket (replacing a stale socket file). */
+/* Binds and listens on cfg.admin_socket (replacing a stale socket file),
+ * mode 0600; with cfg.admin_group set, then gives that group the socket and
+ * mode 0660. Returns SL_OK; SL_EINVAL (path too long, another instance
+ * answers, unknown group or chown/chmod refused: err says which, and no
+ * socket file is left); SL_EIO (socket, bind or listen failed). */
 sl_status sl_admin_open(sl_master *m, char err[SL_ERR_LEN]);
 void sl_admin_close(sl_master *m);
 

@@ -40,6 +40,8 @@ static const setting settings[] = {
      "require 'Authorization: Bearer KEY' (health and ready exempt)"},
     {SL_CFG_ADMIN_SOCKET, "admin-socket", 0, "SLUICE_ADMIN_SOCKET", NULL, T_STR, F(admin_socket), 0, 0, "",
      "admin Unix socket path (default: /tmp/sluice-PORT.sock), mode 0600"},
+    {SL_CFG_ADMIN_GROUP, "admin-group", 0, "SLUICE_ADMIN_GROUP", NULL, T_STR, F(admin_group), 0, 0, "",
+     "group that may also use the admin socket (mode 0660 instead of 0600)"},
     {SL_CFG_DEVICE, "device", 0, "SLUICE_DEVICE", NULL, T_STR, F(device), 0, 0, "auto", "auto | cpu | cuda"},
     {SL_CFG_THREADS, "threads", 't', "SLUICE_THREADS", NULL, T_U32, F(threads), 1, 1024, "",
      "worker compute threads on the CPU backend (default: number of cores)"},

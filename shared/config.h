@@ -31,7 +31,7 @@ typedef enum {
     SL_CFG_TTFT_TRACE, SL_CFG_QUEUE_DEPTH, SL_CFG_MAX_BODY, SL_CFG_MAX_PROMPT_TOKENS,
     SL_CFG_DEFAULT_MAX_TOKENS, SL_CFG_IDLE_TIMEOUT_MS, SL_CFG_WRITE_TIMEOUT_MS, SL_CFG_DRAIN_DELAY_S,
     SL_CFG_DRAIN_TIMEOUT_S, SL_CFG_CHAT_TEMPLATE, SL_CFG_MODEL_ALIAS, SL_CFG_LOG_BODIES,
-    SL_CFG_HEARTBEAT_TIMEOUT_MS, SL_CFG_COUNT
+    SL_CFG_HEARTBEAT_TIMEOUT_MS, SL_CFG_ADMIN_GROUP, SL_CFG_COUNT
 } sl_config_key;
 
 typedef struct {
@@ -42,6 +42,7 @@ typedef struct {
     uint32_t n_frontends;                   /* front-end processes */
     char api_key[SL_CONFIG_KEY_MAX];        /* bearer key; empty = no auth */
     char admin_socket[SL_CONFIG_PATH_MAX];  /* Unix socket path of the master's admin interface */
+    char admin_group[64];                   /* group given access to the socket (0660); empty = 0600 */
     char device[16];                        /* auto | cpu | cuda */
     uint32_t threads;                       /* CPU compute threads of the worker */
     uint64_t kv_memory;                     /* bytes for the KV cache; 0 = a fraction of free memory */

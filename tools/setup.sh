@@ -24,7 +24,9 @@ debs=(build-essential cmake pkg-config git xz-utils curl ca-certificates
       libcriterion-dev libjansson-dev libpcre2-dev libh2o-evloop-dev libssl-dev
       python3 python3-venv python3-dev clang libclang-rt-14-dev wamerican
       # test_70_ops.py: HAProxy failover, and promtool (Debian ships it in 'prometheus')
-      haproxy prometheus)
+      haproxy prometheus
+      # README "Longer runs": memcheck of sluice serve under tools/soak.py
+      valgrind)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

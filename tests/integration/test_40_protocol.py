@@ -151,15 +151,98 @@ def test_bad_request_table_is_large():
     assert len(BAD) >= 40
 
 
+def test_n_is_one(srv):
+    # n=1 (or absent, or null) works; n>1 is a 400 naming `n` (docs/API.md).
+    for extra in ({}, {"n": 1}, {"n": None}):
+        s, _, b = srv.post(CHAT, {"messages": MSG, **extra})
+        r = json.loads(b)
+        assert s == 200 and len(r["choices"]) == 1 and r["choices"][0]["index"] == 0, b
+    s, _, b = srv.post(COMP, {"prompt": "hi", "n": 1})
+    assert s == 200 and [c["index"] for c in json.loads(b)["choices"]] == [0]
+    for route, body in ((CHAT, {"messages": MSG, "n": 3}), (COMP, {"prompt": "hi", "n": 2})):
+        s, _, b = srv.post(route, body)
+        e = error_of(b)
+        assert s == 400 and e["param"] == "n" and "n=1" in e["message"]
+
+
 def test_context_check_message(srv):
     s, _, b = srv.post(COMP, {"prompt": "hello", "max_tokens": 256})
     e = error_of(b)
     assert s == 400 and e["code"] == "context_length_exceeded" and "256" in e["message"]
 
 
+LIMIT = 65536    # the srv fixture's --max-body
+
+
+def padded_tokenize_body(size):
+    """A valid /tokenize body of exactly `size` bytes."""
+    head, tail = b'{"content": "x"', b"}"
+    return head + b" " * (size - len(head) - len(tail)) + tail
+
+
 def test_body_limit_413(srv):
     s, h, b = srv.post(CHAT, b"{" + b" " * 70000 + b"}")
-    assert s == 413
+    assert s == 413 and h["content-type"] == "application/json"
+    e = error_of(b)
+    assert e["type"] == "invalid_request_error" and e["code"] == "request_too_large"
+    assert str(LIMIT) in e["message"]
+    assert srv.request("GET", "/health")[0] == 200
+
+
+def test_body_exactly_at_limit_is_accepted(srv):
+    body = padded_tokenize_body(LIMIT)
+    assert len(body) == LIMIT
+    s, _, b = srv.post("/tokenize", body)
+    assert s == 200, b
+    s, _, b = srv.post("/tokenize", padded_tokenize_body(LIMIT + 1))
+    assert s == 413 and error_of(b)["code"] == "request_too_large"
+
+
+def raw_response(out):
+    """Splits one raw HTTP/1.1 response into (status, headers, body), de-chunking if needed."""
+    head, _, body = out.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    hdrs = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
+    if hdrs.get("transfer-encoding") == "chunked":
+        out_body, rest = b"", body
+        while rest:
+            n, rest = rest.split(b"\r\n", 1)
+            n = int(n, 16)
+            if n == 0:
+                break
+            out_body += rest[:n]
+            rest = rest[n + 2:]
+        body = out_body
+    elif "content-length" in hdrs:
+        body = body[:int(hdrs["content-length"])]
+    return int(lines[0].split()[1]), hdrs, body
+
+
+def test_body_limit_413_chunked(srv):
+    def chunked(data, piece=4096):
+        out = b""
+        for i in range(0, len(data), piece):
+            c = data[i:i + piece]
+            out += b"%x\r\n" % len(c) + c + b"\r\n"
+        return out + b"0\r\n\r\n"
+    head = (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+    s, h, b = raw_response(srv.raw(head + chunked(padded_tokenize_body(LIMIT + 1))))
+    assert s == 413 and h["content-type"] == "application/json"
+    e = error_of(b)
+    assert e["type"] == "invalid_request_error" and e["code"] == "request_too_large"
+    s, h, b = raw_response(srv.raw(head + chunked(padded_tokenize_body(LIMIT))))
+    assert s == 200 and json.loads(b)["tokens"]
+    assert srv.request("GET", "/health")[0] == 200
+
+
+def test_body_far_over_limit_is_h2os_413(srv):
+    # Beyond max_body + max(max_body, 1 MiB) h2o answers itself, from
+    # Content-Length, before reading the body (docs/API.md: known limit).
+    n = LIMIT + (1 << 20) + 1
+    out = srv.raw(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(n).encode()
+                  + b"\r\n\r\n", timeout=5.0)
+    assert out.startswith(b"HTTP/1.1 413")
     assert srv.request("GET", "/health")[0] == 200
 
 

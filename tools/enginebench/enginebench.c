@@ -2,7 +2,7 @@
  * prefill and decode tok/s of a model at a given batch size, and the machine's
  * memory read bandwidth (the roofline of memory-bound decode).
  *
- *   enginebench -m MODEL [--batch B] [--prompt N] [--gen G] [--threads T] [--reps R]
+ *   enginebench -m MODEL [--batch B] [--prompt N] [--gen G] [--threads T] [--reps R] [--device cpu|cuda]
  *   enginebench --membw [--threads T]
  *
  * B sequences each get an N-token prompt of fixed pseudo-random ids; they are
@@ -88,7 +88,7 @@ static int argmax(const float *x, int n)
 
 int main(int argc, char **argv)
 {
-    const char *path = NULL;
+    const char *path = NULL, *device = "cpu";
     int batch = 1, prompt = 128, gen = 32, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), reps = 2, bw = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--membw")) { bw = 1; continue; }
@@ -99,12 +99,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--gen")) gen = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device")) device = argv[++i];   /* cuda: tools/gpu-bench.sh */
         else { fprintf(stderr, "enginebench: unknown option %s\n", argv[i]); return 2; }
     }
     if (bw)
         return membw(threads);
     if (!path || batch < 1 || batch > 256 || prompt < 1 || gen < 1 || threads < 1 || reps < 1) {
         fprintf(stderr, "usage: enginebench -m MODEL [--batch B] [--prompt N] [--gen G] [--threads T] [--reps R]\n"
+                        "                   [--device cpu|cuda]\n"
                         "       enginebench --membw [--threads T]\n");
         return 2;
     }
@@ -118,7 +120,7 @@ int main(int argc, char **argv)
     int max_tokens = batch * prompt < PREFILL_CHUNK ? batch * prompt : PREFILL_CHUNK;
     if (max_tokens < batch)
         max_tokens = batch;
-    sl_backend_config cfg = {.device = "cpu", .n_threads = threads, .kv_block_size = BLOCK,
+    sl_backend_config cfg = {.device = device, .n_threads = threads, .kv_block_size = BLOCK,
                              .n_kv_blocks = (uint32_t)(per_seq * batch), .max_batch_tokens = max_tokens,
                              .max_ctx = ctx};
     sl_backend *b;

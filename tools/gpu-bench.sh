@@ -1,0 +1,310 @@
+#!/usr/bin/env bash
+# tools/gpu-bench.sh: issue 7's benchmark table on the GPU machine, in stages
+# that each fit in one 10-minute call there. Run from the repo root with the
+# release CUDA build in build-gpu/ (and .devlibs/ from ../shared/tools/device-pack).
+#
+# usage: tools/gpu-bench.sh STAGE [SIZE] [TYPE]
+#   STAGE  models  build the test models (cached: a second call reuses them)
+#          check   cudacheck on each model (CUDA vs CPU logits, greedy agreement)
+#          engine  engine batch-1 decode tok/s (enginebench --device cuda)
+#          served  sluice serve --device cuda + loadgen at each concurrency level
+#          calibrate  loadgen against tools/stubserver (no model, no GPU): the
+#                  generator's own ceiling and CPU use at the served levels
+#          report  rebuild report.md from the results so far
+#          all     models check engine served, then report
+#   SIZE   1b | 8b | all (default all);  TYPE  q4 | q8 | all (default all)
+# Every stage ends by copying all results so far and report.md to $OUT, so
+# the last call's $OUT holds the whole table even though each call there gets
+# an empty $OUT.
+#
+# Environment:
+#   SLUICE_BUILD_DIR   build folder (default build-gpu; build when BENCH_TINY=1)
+#   OUT                where results are copied (default /tmp/sluice-gpu-bench/out)
+#   BENCH_STATE        results kept between calls (default /tmp/sluice-gpu-bench/state)
+#   SLUICE_MODELS      model cache (default /tmp/sluice-gpu-bench/models)
+#   BENCH_LEVELS       loadgen concurrency levels (default 1,64,256)
+#   BENCH_DURATION     seconds per level (default 20; requests then run to completion)
+#   BENCH_LG_THREADS   loadgen threads (default 4)
+#   BENCH_SERVE_ARGS   extra flags for sluice serve
+#   BENCH_TINY=1       CPU dry run of this script: tiny-llama3 / tiny-llama stand
+#                      in for 1b / 8b, --device cpu, levels 1,4,8, 3 s per level
+# The load: --prompt-words 100 --max-tokens 128 --ignore-eos, streaming chat
+# completions with usage, as issue 7 states. Exit 0 only if every step passed.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+stage=${1:-}
+size_sel=${2:-all}
+type_sel=${3:-all}
+case "$stage" in models|check|engine|served|calibrate|report|all) ;; *)
+  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
+case "$size_sel" in 1b|8b|all) ;; *) echo "gpu-bench: SIZE is 1b, 8b or all" >&2; exit 2 ;; esac
+case "$type_sel" in q4|q8|all) ;; *) echo "gpu-bench: TYPE is q4, q8 or all" >&2; exit 2 ;; esac
+
+tiny=${BENCH_TINY:-0}
+if [ "$tiny" = 1 ]; then
+  build=${SLUICE_BUILD_DIR:-build}; device=cpu
+  levels=${BENCH_LEVELS:-1,4,8}; duration=${BENCH_DURATION:-3}
+  serve_extra=(--threads 2 --frontends 2 --kv-memory 256M)
+else
+  build=${SLUICE_BUILD_DIR:-build-gpu}; device=cuda
+  levels=${BENCH_LEVELS:-1,64,256}; duration=${BENCH_DURATION:-20}
+  serve_extra=()
+fi
+root=/tmp/sluice-gpu-bench
+out=${OUT:-$root/out}
+state=${BENCH_STATE:-$root/state}
+models=${SLUICE_MODELS:-$root/models}
+lg_threads=${BENCH_LG_THREADS:-4}
+mkdir -p "$out" "$state" "$models"
+[ -d .devlibs ] && export LD_LIBRARY_PATH=$PWD/.devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+for f in "$build/sluice" "$build/tools/mkmodel" "$build/tools/enginebench" "$build/tools/loadgen"; do
+  [ -x "$f" ] || { echo "gpu-bench: $f missing (build first)" >&2; exit 2; }
+done
+log=$state/gpu-bench.log
+say() { echo "$*" | tee -a "$log"; }
+status=0
+t0=$(date +%s)
+say "== gpu-bench $stage $size_sel $type_sel: $(date -u +%FT%TZ) build=$build device=$device tiny=$tiny"
+
+sizes=(1b 8b); [ "$size_sel" != all ] && sizes=("$size_sel")
+types=(Q4_K_M Q8_0)
+[ "$type_sel" = q4 ] && types=(Q4_K_M)
+[ "$type_sel" = q8 ] && types=(Q8_0)
+preset_of() {   # size -> mkmodel preset
+  if [ "$tiny" = 1 ]; then [ "$1" = 1b ] && echo tiny-llama3 || echo tiny-llama; else echo "$1"; fi
+}
+
+# ---- models: written to a temporary name, renamed when complete, so a call
+# cut off by the time limit never leaves a half model that a later call reuses
+tok_dir=../shared/testdata/tokenizers/llama3
+tok_json=$models/llama3-tokenizer.json
+model_path() { echo "$models/$(preset_of "$1")-$2.gguf"; }
+ensure_tokenizer() {
+  [ -s "$tok_json" ] && return 0
+  { xz -dc "$tok_dir/tokenizer.json.xz" 2>/dev/null ||
+    python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$tok_dir/tokenizer.json.xz"; } \
+    > "$tok_json.tmp" && mv "$tok_json.tmp" "$tok_json"
+}
+ensure_model() {   # size type
+  local f; f=$(model_path "$1" "$2")
+  [ -s "$f" ] && return 0
+  ensure_tokenizer || { say "tokenizer: cannot decompress $tok_dir/tokenizer.json.xz"; return 1; }
+  local t; t=$(date +%s)
+  if "$build/tools/mkmodel" -o "$f.tmp" --preset "$(preset_of "$1")" --type "$2" --tokenizer "$tok_json" \
+       --tokenizer-config "$tok_dir/tokenizer_config.json" --peak 8 > "$state/mkmodel-$1-$2.log" 2>&1; then
+    mv "$f.tmp" "$f"; say "model $1 $2: $f ($(( $(date +%s) - t ))s, $(du -h "$f" | cut -f1))"
+  else
+    rm -f "$f.tmp"; say "model $1 $2: mkmodel FAILED (see mkmodel-$1-$2.log)"; return 1
+  fi
+}
+
+# ---- check: CUDA vs CPU on the model, plus cudacheck's own batch-1 timing
+run_check() {   # size type
+  local f; f=$(model_path "$1" "$2")
+  local check=$build/tools/cudacheck
+  if [ ! -x "$check" ]; then say "check $1 $2: skipped ($check not built: CUDA builds only)"; return 0; fi
+  "$check" --device "$device" --prompt 100 --gen 16 --seqs 3 --bench 128 --batches 1 "$f" > "$state/check-$1-$2.log" 2>&1
+  local rc=$?
+  say "check $1 $2: rc=$rc $(grep -m1 '^result' "$state/check-$1-$2.log")"
+  [ $rc -eq 0 ]
+}
+
+# ---- engine: batch-1 decode, 100-token prompt, 128 steps, best of 3
+run_engine() {
+  local f; f=$(model_path "$1" "$2")
+  local thr=(); [ "$tiny" = 1 ] && thr=(--threads 2)
+  "$build/tools/enginebench" -m "$f" --device "$device" --batch 1 --prompt 100 --gen 128 --reps 3 "${thr[@]}" \
+    > "$state/engine-$1-$2.log" 2>&1
+  local rc=$?
+  say "engine $1 $2: rc=$rc $(grep -m1 '^decode' "$state/engine-$1-$2.log")"
+  [ $rc -eq 0 ]
+}
+
+# ---- served: sluice serve + loadgen
+serve_pid=
+stop_server() {
+  [ -n "$serve_pid" ] || return 0
+  kill -TERM "$serve_pid" 2>/dev/null
+  for _ in $(seq 200); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL -- "-$serve_pid" 2>/dev/null; wait "$serve_pid" 2>/dev/null
+  serve_pid=
+}
+trap stop_server EXIT
+run_served() {
+  local f; f=$(model_path "$1" "$2")
+  local slog=$state/serve-$1-$2.log
+  setsid "$build/sluice" serve -m "$f" --device "$device" --host 127.0.0.1 --port 0 --max-seqs 256 \
+    --ctx-size 2048 --admin-socket "$state/admin-$$.sock" --drain-delay 0 --drain-timeout 5 \
+    "${serve_extra[@]}" ${BENCH_SERVE_ARGS:-} > "$slog" 2>&1 &
+  serve_pid=$!
+  local port=""
+  for _ in $(seq 1200); do   # model load + CUDA start: up to 2 minutes
+    port=$(grep -m1 -o 'listening on http://[^ ]*' "$slog" | sed 's/.*://')
+    [ -n "$port" ] && break
+    kill -0 "$serve_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$port" ]; then say "served $1 $2: sluice serve did not start (see serve-$1-$2.log)"; stop_server; return 1; fi
+  python3 - "$port" <<'EOF' || { say "served $1 $2: not ready"; stop_server; return 1; }
+import sys, time, urllib.request
+for _ in range(1200):
+    try:
+        if urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/ready", timeout=1).status == 200:
+            sys.exit(0)
+    except OSError:
+        pass
+    time.sleep(0.1)
+sys.exit(1)
+EOF
+  local lg=("$build/tools/loadgen" --url "127.0.0.1:$port" --endpoint chat --prompt-words 100 --max-tokens 128
+            --ignore-eos --threads "$lg_threads" --timeout 300)
+  "${lg[@]}" --concurrency 8 --requests 16 > "$state/warmup-$1-$2.log" 2>&1   # first requests pay one-time costs
+  "${lg[@]}" --concurrency "$levels" --duration "$duration" --json "$state/served-$1-$2.json" \
+    > "$state/served-$1-$2.log" 2>&1
+  local rc=$?
+  say "served $1 $2: loadgen rc=$rc"
+  sed -n '2,$p' "$state/served-$1-$2.log" | tee -a "$log"
+  stop_server
+  [ $rc -eq 0 ]
+}
+
+# ---- calibrate: the load generator against the stub server. Unpaced (tokens
+# as fast as the stub writes them: the generator's ceiling), then paced at
+# twice issue 7's 1B rates: 2,500 tok/s on one stream, and 256 streams of
+# 500 tok/s (128,000 tok/s offered).
+run_calibrate() {
+  local stub_threads=4; [ "$tiny" = 1 ] && stub_threads=1
+  local name
+  for name in unpaced paced-c1 paced-c256; do
+    local lv=$levels pace=()
+    case $name in
+      paced-c1)   lv=1;   pace=(--token-us 400) ;;
+      paced-c256) lv=256; pace=(--token-us 2000) ;;
+    esac
+    "$build/tools/stubserver" --threads "$stub_threads" "${pace[@]}" > "$state/stub-$name.log" 2>&1 &
+    local spid=$! port=""
+    for _ in $(seq 50); do
+      port=$(grep -m1 -o 'listening on http://[^ ]*' "$state/stub-$name.log" | sed 's/.*://')
+      [ -n "$port" ] && break; sleep 0.1
+    done
+    "$build/tools/loadgen" --url "127.0.0.1:$port" --concurrency "$lv" --duration "${BENCH_CAL_DURATION:-10}" \
+      --prompt-words 100 --max-tokens 128 --ignore-eos --threads "$lg_threads" \
+      --json "$state/calibrate-$name.json" > "$state/calibrate-$name.log" 2>&1
+    local rc=$?
+    local cpu; cpu=$(awk '{printf "%.1f", ($14+$15)/100}' "/proc/$spid/stat" 2>/dev/null)
+    kill "$spid"; wait "$spid" 2>/dev/null
+    say "calibrate $name: loadgen rc=$rc; stub CPU ${cpu:-?} s (${stub_threads} threads)"
+    sed -n '2,$p' "$state/calibrate-$name.log" | tee -a "$log"
+    [ $rc -eq 0 ] || status=1
+  done
+}
+
+# ---- report: markdown from whatever results the state folder holds
+report() {
+  local gpu; gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  python3 - "$state" "$device" "$levels" "$tiny" "${gpu:-no GPU}" > "$state/report.md" <<'EOF'
+import datetime, json, os, re, sys
+state, device, levels = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")]
+tiny, gpu = sys.argv[4] == "1", sys.argv[5]
+# issue 7's goals (Q4_K_M rows); a tiny dry run has none
+goals = {} if tiny else {("1b", "Q4_K_M"): (1500, {1: 1000, 64: 20000, 256: 40000}),
+                         ("8b", "Q4_K_M"): (550, {1: 400, 64: 8000, 256: 15000})}
+def engine(size, typ):
+    try:
+        m = re.search(r"^decode: .*?: ([\d.]+) tok/s", open(f"{state}/engine-{size}-{typ}.log").read(), re.M)
+        return float(m.group(1)) if m else None
+    except OSError:
+        return None
+def check(size, typ):
+    try:
+        m = re.search(r"^result .*", open(f"{state}/check-{size}-{typ}.log").read(), re.M)
+        return m.group(0).split()[-1] if m else "?"
+    except OSError:
+        return "-"
+def fmt(x, goal=None):
+    if x is None:
+        return "-"
+    s = f"{x:,.0f}"
+    return s + (f" ({'ok' if x >= goal else 'below'} {goal:,})" if goal else "")
+rows, detail = [], []
+for size in ("1b", "8b"):
+    for typ in ("Q4_K_M", "Q8_0"):
+        e = engine(size, typ)
+        try:
+            d = json.load(open(f"{state}/served-{size}-{typ}.json"))
+            lv = {x["concurrency"]: x for x in d["levels"]}
+        except (OSError, ValueError):
+            lv = {}
+        if e is None and not lv and check(size, typ) == "-":
+            continue
+        eg, sg = goals.get((size, typ), (None, {}))
+        served = [fmt(lv[c]["output_tok_s"], sg.get(c)) if c in lv else "-" for c in levels]
+        ttft1 = f"{lv[levels[0]]['ttft_ms']['p50']:.1f}" if levels[0] in lv else "-"
+        rows.append(f"| {size} {typ} | {check(size, typ)} | {fmt(e, eg)} | " + " | ".join(served) + f" | {ttft1} |")
+        for c in levels:
+            if c not in lv:
+                continue
+            x = lv[c]
+            detail.append(f"| {size} {typ} | {c} | {x['output_tok_s']:,.0f} | {x['requests_ok']} | {x['errors_total']} | "
+                          f"{x['ttft_ms']['p50']:.1f} / {x['ttft_ms']['p99']:.1f} | "
+                          f"{x['itl_ms']['p50']:.2f} / {x['itl_ms']['p99']:.2f} | {x['e2e_ms']['p50']:.0f} | "
+                          f"{x['content_chunks'] / max(1, x['completion_tokens']):.3f} | "
+                          f"{x['cpu']['percent_of_one_core']:.0f} / {x['cpu']['busiest_thread_percent']:.0f} |")
+print(f"# gpu-bench results: device {device}, {gpu}, {datetime.date.today()}"
+      + (" (tiny stand-in models: tiny-llama3 for 1b, tiny-llama for 8b)" if tiny else "") + "\n")
+print("Output tok/s, streaming chat completions through `sluice serve`, 100-word prompts, "
+      "128 output tokens, ignore_eos; engine = enginebench batch-1 decode.\n")
+print("| model | check | engine batch-1 decode tok/s | " + " | ".join(f"served c={c} tok/s" for c in levels)
+      + f" | TTFT p50 ms c={levels[0]} |")
+print("| --- | --- | --- | " + " | ".join("---" for _ in levels) + " | --- |")
+print("\n".join(rows))
+print("\n| model | c | out tok/s | requests | errors | TTFT p50 / p99 ms | ITL p50 / p99 ms | E2E p50 ms "
+      "| chunks/token | loadgen CPU % (all / busiest thread) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("\n".join(detail))
+cal = []
+for name in ("unpaced", "paced-c1", "paced-c256"):
+    try:
+        d = json.load(open(f"{state}/calibrate-{name}.json"))
+    except (OSError, ValueError):
+        continue
+    for x in d["levels"]:
+        cal.append(f"| {name} | {x['concurrency']} | {x['output_tok_s']:,.0f} | {x['errors_total']} | "
+                   f"{x['ttft_ms']['p50']:.2f} / {x['ttft_ms']['p99']:.2f} | {x['itl_ms']['p50']:.2f} / {x['itl_ms']['p99']:.2f} | "
+                   f"{x['cpu']['percent_of_one_core']:.0f} / {x['cpu']['busiest_thread_percent']:.0f} |")
+if cal:
+    print("\nLoad generator calibration against tools/stubserver (unpaced; paced 400 us/token at c=1, 2000 us/token at c=256):\n")
+    print("| stub | c | out tok/s | errors | TTFT p50 / p99 ms | ITL p50 / p99 ms | loadgen CPU % (all / busiest thread) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("\n".join(cal))
+EOF
+}
+
+publish() {   # everything so far to $OUT (each call on the GPU machine gets an empty one)
+  report || say "report: failed"
+  [ "$(cd "$state" && pwd)" = "$(cd "$out" && pwd)" ] || cp -f "$state"/*.log "$state"/*.json "$state"/report.md "$out"/ 2>/dev/null
+  say "== gpu-bench $stage: $([ $status -eq 0 ] && echo PASS || echo FAIL) in $(( $(date +%s) - t0 ))s; results in $out"
+}
+
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true; } | tee -a "$log"
+if [ "$stage" = calibrate ]; then
+  run_calibrate
+elif [ "$stage" != report ]; then
+  for size in "${sizes[@]}"; do
+    for type in "${types[@]}"; do
+      ensure_model "$size" "$type" || { status=1; continue; }
+      case "$stage" in
+        check)  run_check "$size" "$type" || status=1 ;;
+        engine) run_engine "$size" "$type" || status=1 ;;
+        served) run_served "$size" "$type" || status=1 ;;
+        all)    run_check "$size" "$type" || status=1
+                run_engine "$size" "$type" || status=1
+                run_served "$size" "$type" || status=1 ;;
+      esac
+    done
+  done
+fi
+publish
+cat "$state/report.md"
+exit $status
