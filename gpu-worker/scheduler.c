@@ -17,6 +17,7 @@
 
 #include "gpu-worker/kv_blocks.h"
 #include "gpu-worker/sampler.h"
+#include "kernels/cpu/threadpool.h"
 
 #define NS_PER_MS 1000000ull
 #define ADAPTIVE_PEERS_WAIT_NS (3 * NS_PER_MS)  /* seed: stragglers when arrivals found peers */
@@ -71,7 +72,10 @@ struct sl_sched {
     sl_batch_seq *batch;    /* (max_seqs) this step's forward */
     int32_t *batch_slot;    /* (max_seqs) slot of each batch entry */
     float *logits;          /* (max_seqs, n_vocab) one row per batch entry */
-    sl_sampler_scratch *scratch;
+    sl_sampler_scratch **scratch;   /* (sample_threads) one per sampling thread */
+    sl_threadpool *pool;            /* sample_threads > 1, else NULL */
+    int32_t *to_sample;             /* (max_seqs) this step's batch entries to sample */
+    int32_t *sampled;               /* (max_seqs) their tokens, -1 on failure */
 
     /* window state */
     int32_t last_step_seqs;     /* sequences in the previous step's batch */
@@ -93,6 +97,7 @@ void sl_sched_config_default(sl_sched_config *c)
     c->window_ms = 0;
     c->kv_block_size = 16;
     c->n_kv_blocks = 0;
+    c->sample_threads = 1;
 }
 
 static sl_status bad(char err[SL_ERR_LEN], const char *what)
@@ -172,7 +177,16 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
         if (sl_kv_blocks_table_init(&s->kv, &s->slots[i].table, (uint32_t)n_ctx) < 0)
             goto nomem;
     }
-    if (sl_sampler_scratch_create(n_vocab, &s->scratch) < 0)
+    int32_t nt = cfg->sample_threads > 1 ? cfg->sample_threads : 1;
+    s->scratch = calloc((size_t)nt, sizeof *s->scratch);
+    s->to_sample = malloc((size_t)M * sizeof *s->to_sample);
+    s->sampled = malloc((size_t)M * sizeof *s->sampled);
+    if (!s->scratch || !s->to_sample || !s->sampled)
+        goto nomem;
+    for (int32_t i = 0; i < nt; i++)
+        if (sl_sampler_scratch_create(n_vocab, &s->scratch[i]) < 0)
+            goto nomem;
+    if (nt > 1 && sl_threadpool_create(nt, &s->pool) < 0)
         goto nomem;
     s->stats.kv_blocks_total = cfg->n_kv_blocks;
     s->stats.kv_blocks_free = cfg->n_kv_blocks;
@@ -195,7 +209,12 @@ void sl_sched_destroy(sl_sched *s)
         }
     }
     sl_kv_blocks_fini(&s->kv);
-    sl_sampler_scratch_destroy(s->scratch);
+    sl_threadpool_destroy(s->pool);
+    for (int32_t i = 0; s->scratch && i < (s->cfg.sample_threads > 1 ? s->cfg.sample_threads : 1); i++)
+        sl_sampler_scratch_destroy(s->scratch[i]);
+    free(s->scratch);
+    free(s->to_sample);
+    free(s->sampled);
     free(s->eog);
     free(s->slots);
     free(s->hist_mem);
@@ -493,27 +512,43 @@ static bool deliver(sl_sched *s, int32_t slot, uint64_t now)
     return false;
 }
 
-/* Samples the next token of a sequence whose history is all in KV but for
- * the token fed this step, from its logits row. Per-request failures end
- * only this request. */
-static void sample_one(sl_sched *s, int32_t slot, float *row, uint64_t now)
+/* Draws the next token of batch entry b from its logits row (a sequence
+ * whose history is all in KV but for the token fed this step): writes only
+ * the row, the request's logprob record and s->sampled[i], so the step's
+ * rows can be drawn on several threads at once. */
+static void draw_one(sl_sched *s, int32_t i, int thread)
 {
-    seq *q = &s->slots[slot];
+    int32_t b = s->to_sample[i];
+    seq *q = &s->slots[s->batch_slot[b]];
+    float *row = s->logits + (size_t)b * (size_t)s->n_vocab;
     if (!q->req.ignore_eos && q->n_gen < q->req.min_tokens)
-        for (int32_t i = 0; i < s->n_eog; i++)
-            if (s->eog[i] >= 0 && s->eog[i] < s->n_vocab)
-                row[s->eog[i]] = -INFINITY;
+        for (int32_t e = 0; e < s->n_eog; e++)
+            if (s->eog[e] >= 0 && s->eog[e] < s->n_vocab)
+                row[s->eog[e]] = -INFINITY;
     int32_t tok = -1;
     bool want = q->req.params.n_logprobs >= 0;
     if (want)
         q->rec.token = -1;
     sl_status rc = sl_sampler_sample(&q->req.params, row, s->n_vocab, q->hist, q->n_hist, (uint64_t)q->n_gen,
-                                     s->scratch, &tok, want ? &q->rec : NULL);
-    if (rc < 0 || tok < 0 || tok >= s->n_vocab) {
+                                     s->scratch[thread], &tok, want ? &q->rec : NULL);
+    s->sampled[i] = rc < 0 || tok < 0 || tok >= s->n_vocab ? -1 : tok;
+}
+
+static void draw_task(void *ctx, int64_t i, int thread)
+{
+    draw_one(ctx, (int32_t)i, thread);
+}
+
+/* Takes the drawn token into the sequence and delivers it. Per-request
+ * failures end only this request. */
+static void take_sample(sl_sched *s, int32_t slot, int32_t tok, uint64_t now)
+{
+    seq *q = &s->slots[slot];
+    if (tok < 0) {
         seq_end(s, slot, SL_SCHED_FINISH_ERROR, "sampling failed");
         return;
     }
-    if (want && q->rec.token != tok) {
+    if (q->req.params.n_logprobs >= 0 && q->rec.token != tok) {
         seq_end(s, slot, SL_SCHED_FINISH_ERROR, "the token's logprob record is missing");
         return;
     }
@@ -673,11 +708,13 @@ sl_status sl_sched_step(sl_sched *s)
     if (rc < 0) {
         fail_all(s, rc == SL_EBACKEND ? "the backend failed a step" : "the backend refused the batch");
     } else {
-        /* 8. sample, emit, stop; in batch order (each row is this entry's) */
+        /* 8. sample, emit, stop; in batch order (each row is this entry's).
+         *    The draws touch only their own request, so they may run on
+         *    several threads; taking them in and delivering stays in order. */
         s->last_step_seqs = n_batch;
+        int32_t n_draw = 0;
         for (int32_t b = 0; b < n_batch; b++) {
-            int32_t slot = s->batch_slot[b];
-            seq *q = &s->slots[slot];
+            seq *q = &s->slots[s->batch_slot[b]];
             q->n_cached += q->chunk;
             q->chunk = 0;
             if (q->state == SEQ_PREFILL && q->n_cached < prefill_target(q))
@@ -685,8 +722,15 @@ sl_status sl_sched_step(sl_sched *s)
             if (q->state == SEQ_PREFILL && q->n_gen > 0)
                 q->state = SEQ_DECODE;   /* recompute done: decode resumes with the last token */
             else
-                sample_one(s, slot, s->logits + (size_t)b * (size_t)s->n_vocab, t1);
+                s->to_sample[n_draw++] = b;
         }
+        if (s->pool && n_draw > 1)
+            sl_threadpool_run(s->pool, draw_task, s, n_draw);
+        else
+            for (int32_t i = 0; i < n_draw; i++)
+                draw_one(s, i, 0);
+        for (int32_t i = 0; i < n_draw; i++)
+            take_sample(s, s->batch_slot[s->to_sample[i]], s->sampled[i], t1);
     }
     assert(sl_sched_check(s));
     s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv);

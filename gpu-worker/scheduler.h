@@ -57,6 +57,8 @@ typedef struct {
     FILE *trace;               /* where trace lines go; NULL = stderr */
     uint32_t kv_block_size;    /* token positions per KV block; must equal the backend's */
     uint32_t n_kv_blocks;      /* blocks in the pool; at most the backend's */
+    int32_t sample_threads;    /* threads sampling a step's rows (each row is one request's, so the
+                                * tokens do not depend on it); 1 = the scheduler thread alone */
     struct {                   /* an sl_sched_source for each knob above */
         uint8_t max_seqs, token_budget, prefill_chunk, window_ms;
         uint8_t staggered_prefill, ttft_trace, kv_block_size, n_kv_blocks;

@@ -385,6 +385,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     w.held = calloc(w.n_held, sizeof *w.held);
     sl_sched_io io = {.ctx = &w, .poll = io_poll, .emit = io_emit, .finish = io_finish, .cancelled = io_cancelled,
                       .wait = io_wait, .now_ns = io_now, .step_done = io_step_done};
+    sc.sample_threads = bc.n_threads;   /* the CPU threads are idle while rows are sampled */
     if (!w.held || sl_sched_create(be, m->hp.n_vocab, n_ctx, eog, n_eog, &sc, &io, &sched, err) < 0) {
         fprintf(stderr, "sluice worker: %s\n", w.held ? err : "out of memory");
         goto out;

@@ -90,7 +90,9 @@ static void run(engine *e, fake_req *reqs, int n)
 
 static int32_t prompts[N_REQ][128];
 
-static void batched_equals_alone(bool sampled)
+/* The batched run draws with `threads` sampling threads, the solo runs with
+ * one: a request's tokens must not depend on either. */
+static void batched_equals_alone(bool sampled, int threads)
 {
     if (!make_model()) {
         cr_skip_test("mkmodel not built in $SLUICE_BUILD_DIR/tools: skipping the CPU backend test");
@@ -113,7 +115,9 @@ static void batched_equals_alone(bool sampled)
         r->req.ignore_eos = i % 2 == 0;
         r->arrive_ns = (uint64_t)(i % 4) * 1000;
     }
+    e.cfg.sample_threads = threads;
     run(&e, reqs, N_REQ);
+    e.cfg.sample_threads = 1;
     for (int i = 0; i < N_REQ; i++) {
         fake_req solo = reqs[i];
         solo.arrive_ns = 0;
@@ -133,10 +137,15 @@ static void batched_equals_alone(bool sampled)
 
 Test(scheduler_cpu, sixteen_greedy_requests_match_their_solo_runs)
 {
-    batched_equals_alone(false);
+    batched_equals_alone(false, 1);
 }
 
 Test(scheduler_cpu, sixteen_seeded_sampled_requests_match_their_solo_runs)
 {
-    batched_equals_alone(true);
+    batched_equals_alone(true, 1);
+}
+
+Test(scheduler_cpu, seeded_sampled_requests_drawn_on_three_threads_match_their_solo_runs)
+{
+    batched_equals_alone(true, 3);
 }
