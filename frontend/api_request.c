@@ -249,7 +249,7 @@ static bool flatten_content(json_t *m, sl_api_error *err)
     return true;
 }
 
-static bool check_messages(const json_t *msgs, sl_api_error *err)
+static bool check_messages(json_t *msgs, sl_api_error *err)
 {
     if (!msgs)
         return value_error(err, "messages", "'messages' is a required property");
