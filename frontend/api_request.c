@@ -4,6 +4,7 @@
  * C structs, because the chat template walks it as JSON anyway; the struct
  * only lifts out what the front end itself decides on. */
 #include <ctype.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,12 @@ static bool get_number(const json_t *o, const char *key, double lo, double hi,
     if (!isfinite(d) || d < lo || d > hi || (lo_open && d == lo))
         return value_error(err, key, "'%s' must be %s %g and <= %g, got %g",
                            key, lo_open ? ">" : ">=", lo, hi, d);
+    /* The sampler keeps floats: a value just above an open bound (top_p
+     * 5e-324) would round onto the bound and be refused later, under the
+     * sampler's name for it. It becomes the nearest float past the bound
+     * instead (FLT_MIN past 0: no denormals in the sampler's arithmetic). */
+    if (lo_open && (float)d <= (float)lo)
+        d = lo == 0.0 ? FLT_MIN : (double)nextafterf((float)lo, INFINITY);
     *out = d;
     return true;
 }
@@ -210,7 +217,39 @@ static bool check_content(const json_t *content, const char *at, sl_api_error *e
     return true;
 }
 
-static bool check_messages(const json_t *msgs, sl_api_error *err)
+/* Chat templates are written for string content: Qwen3's calls
+ * `content.startswith(...)` and `'</think>' in content`, and fails on a list
+ * or None. OpenAI clients send text parts, and `content: null` on an
+ * assistant turn that only calls tools. So, as vLLM does for such templates,
+ * the template sees one string: text parts joined with "\n", and "" for an
+ * absent or null content. The strings stay in the request's own tree, so the
+ * tokenizer still treats them as untrusted text. */
+static bool flatten_content(json_t *m, sl_api_error *err)
+{
+    json_t *content = json_object_get(m, "content");
+    if (json_is_string(content)) return true;
+    size_t n = json_is_array(content) ? json_array_size(content) : 0, len = 0;
+    for (size_t j = 0; j < n; j++)
+        len += json_string_length(json_object_get(json_array_get(content, j), "text")) + (j > 0);
+    char *buf = malloc(len + 1);
+    size_t at = 0;
+    for (size_t j = 0; buf && j < n; j++) {
+        json_t *text = json_object_get(json_array_get(content, j), "text");
+        if (j > 0) buf[at++] = '\n';
+        memcpy(buf + at, json_string_value(text), json_string_length(text));
+        at += json_string_length(text);
+    }
+    /* Parts were checked to be strings, which jansson holds as valid UTF-8. */
+    json_t *flat = buf ? json_stringn_nocheck(buf, at) : NULL;
+    free(buf);
+    if (!flat || json_object_set_new(m, "content", flat) != 0) {
+        sl_api_error_set(err, SL_API_ERR_INTERNAL, NULL, "out of memory");
+        return false;
+    }
+    return true;
+}
+
+static bool check_messages(json_t *msgs, sl_api_error *err)
 {
     if (!msgs)
         return value_error(err, "messages", "'messages' is a required property");
@@ -262,6 +301,7 @@ static bool check_messages(const json_t *msgs, sl_api_error *err)
         } else if (!has_content) {
             return value_error(err, p, "a %s message needs content", r);
         }
+        if (!flatten_content(m, err)) return false;
     }
     return true;
 }

@@ -42,7 +42,7 @@ typedef struct {
     const char *model;              /* NULL when absent (the server's model is used) */
 
     /* chat */
-    json_t *messages;               /* validated array; NULL for completions */
+    json_t *messages;               /* validated array, each content a string; NULL for completions */
     json_t *tools;                  /* array or NULL; kept for the template */
     json_t *tool_choice;            /* string or object or NULL; kept for the template */
 

@@ -428,3 +428,37 @@ Test(api_request, garbage_bytes_never_crash)
     }
     free(b);
 }
+
+Test(api_request, template_sees_string_content)
+{
+    /* Text parts are joined with "\n"; a null or absent content (tool calls
+     * only, a tool result by id) becomes "": templates such as Qwen3's test
+     * `'</think>' in content` and call content.startswith(). */
+    sl_api_request r;
+    parse_ok(&r, CHAT,
+             "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+             "{\"type\":\"text\",\"text\":\"\xc3\xa9\"}]},"
+             "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"function\":{\"name\":\"f\"}}]},"
+             "{\"role\":\"assistant\",\"tool_calls\":[]},"
+             "{\"role\":\"tool\",\"tool_call_id\":\"c1\"},"
+             "{\"role\":\"system\",\"content\":\"kept\"}]}");
+    static const char *want[] = {"a\n\xc3\xa9", "", "", "", "kept"};
+    cr_assert_eq(json_array_size(r.messages), 5);
+    for (size_t i = 0; i < 5; i++) {
+        json_t *c = json_object_get(json_array_get(r.messages, i), "content");
+        cr_assert(json_is_string(c), "messages[%zu].content", i);
+        cr_expect_str_eq(json_string_value(c), want[i], "messages[%zu].content", i);
+    }
+    cr_expect(json_is_array(json_object_get(json_array_get(r.messages, 1), "tool_calls")));
+    sl_api_request_fini(&r);
+}
+
+Test(api_request, tiny_value_past_open_bound_is_kept_positive)
+{
+    /* 5e-324 > 0 is allowed, but as a float it is 0, which the sampler refuses. */
+    sl_api_request r;
+    parse_ok(&r, CHAT, "{" M ",\"top_p\":5e-324,\"repeat_penalty\":1e-300}");
+    cr_expect_gt(r.sampling.top_p, 0.0f);
+    cr_expect_gt(r.sampling.repetition_penalty, 0.0f);
+    sl_api_request_fini(&r);
+}
