@@ -26,6 +26,8 @@
 #   BENCH_DURATION     seconds per level (default 20; requests then run to completion)
 #   BENCH_LG_THREADS   loadgen threads (default 4)
 #   BENCH_SERVE_ARGS   extra flags for sluice serve
+#   BENCH_TOKENIZER_DIR  llama3 tokenizer.json.xz + tokenizer_config.json
+#                      (default ../shared/testdata/tokenizers/llama3)
 #   BENCH_TINY=1       CPU dry run of this script: tiny-llama3 / tiny-llama stand
 #                      in for 1b / 8b, --device cpu, levels 1,4,8, 3 s per level
 # The load: --prompt-words 100 --max-tokens 128 --ignore-eos, streaming chat
@@ -77,7 +79,7 @@ preset_of() {   # size -> mkmodel preset
 
 # ---- models: written to a temporary name, renamed when complete, so a call
 # cut off by the time limit never leaves a half model that a later call reuses
-tok_dir=../shared/testdata/tokenizers/llama3
+tok_dir=${BENCH_TOKENIZER_DIR:-../shared/testdata/tokenizers/llama3}   # the team folder does not travel to the GPU machine: carry a copy
 tok_json=$models/llama3-tokenizer.json
 model_path() { echo "$models/$(preset_of "$1")-$2.gguf"; }
 ensure_tokenizer() {

@@ -83,6 +83,13 @@ typedef struct {
     sl_cuda_gemm *gemm;
     __half *f16;                 /* one allocation holding every matrix's float16 copy */
     int64_t gemm_min;
+    bool use_gemm;               /* this step's choice (forward_steps) */
+
+    /* the caller's logits array, page-locked in place so copies to it run at
+     * full speed (a pageable target halves them); grown as steps ask for more */
+    float *pinned_ptr;
+    size_t pinned_bytes;
+    bool pin_failed;
 
     sl_cuda_profile *prof;       /* SLUICE_CUDA_PROFILE=1: per-op timing, else NULL */
 } cuda_backend;
@@ -135,6 +142,8 @@ static void cuda_destroy(sl_backend *b)
     if (cb->stream_ok)
         cudaStreamSynchronize(cb->stream);
     sl_cuda_profile_destroy(cb->prof);
+    if (cb->pinned_ptr)
+        cudaHostUnregister(cb->pinned_ptr);
     drop_graphs(cb);
     free(cb->graphs);
     sl_cuda_gemm_destroy(cb->gemm);
@@ -185,7 +194,7 @@ static sl_status meta_reserve(cuda_backend *cb, int64_t need)
 static sl_status mm(cuda_backend *cb, const sl_cuda_weight *w, const float *x, int64_t ldx, int64_t T, float *y,
                     int64_t ldy)
 {
-    if (cb->gemm && w->f16 && T >= cb->gemm_min)
+    if (cb->use_gemm && w->f16)
         return sl_cuda_gemm_matmul(cb->gemm, w, (const __half *)w->f16, x, ldx, T, y, ldy);
     return sl_cuda_matmul(w, x, ldx, T, y, ldy, cb->stream);
 }
@@ -237,8 +246,11 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
 
     TRY(sl_cuda_embed(cb->x, &cb->tok_embd, d_tokens, T, st));
     sl_cuda_profile_mark(pf, SL_PROF_EMBED, st);
-    /* few rows take the small-batch kernels, fused where the matrices allow */
-    bool few = !(cb->gemm && T >= cb->gemm_min);
+    /* Few rows take the small-batch kernels, fused where the matrices allow;
+     * many rows, or any prefill chunk, the tensor-core path (cb->use_gemm,
+     * set by forward_steps): a prompt's rows then go through the same
+     * kernels however the scheduler chunks it. */
+    bool few = !cb->use_gemm;
     for (int l = 0; l < hp->n_layer; l++) {
         const cuda_layer *L = &cb->layers[l];
         /* the previous layer's residual add is fused into this norm */
@@ -342,6 +354,25 @@ off:
     return NULL;
 }
 
+/* Page-locks the first `bytes` of the caller's logits array (once per
+ * array and size: the scheduler passes the same array every step). A
+ * failure only costs speed. */
+static void pin_logits(cuda_backend *cb, float *logits, size_t bytes)
+{
+    if (cb->pin_failed || (logits == cb->pinned_ptr && bytes <= cb->pinned_bytes))
+        return;
+    if (cb->pinned_ptr)
+        cudaHostUnregister(cb->pinned_ptr);
+    cb->pinned_ptr = NULL;
+    if (cudaHostRegister(logits, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+        cudaGetLastError();
+        cb->pin_failed = true;
+        return;
+    }
+    cb->pinned_ptr = logits;
+    cb->pinned_bytes = bytes;
+}
+
 static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
 {
     cuda_backend *cb = (cuda_backend *)b;
@@ -354,6 +385,8 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     int64_t T, n_out;
     sl_cuda_profile_begin(cb->prof, st);
     TRY(stage_batch(cb, seqs, n_seqs, &T, &n_out));
+    cb->use_gemm = cb->gemm && (T >= cb->gemm_min || !decode);
+    pin_logits(cb, logits, (size_t)(n_out * V) * sizeof(float));
     cudaGraphExec_t g = decode && T <= cb->graph_max ? decode_graph(cb, T) : NULL;
     if (g) {
         SL_CUDA_CHECK(cudaGraphLaunch(g, st));
