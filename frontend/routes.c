@@ -338,10 +338,12 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     };
     int id = 0;
     bool auth = true, method_ok = false;
+    const char *allow = "GET, HEAD";   /* the route's methods, for a 405's Allow header (RFC 9110) */
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (path_is(req, table[i].path)) {
             id = table[i].id;
             auth = table[i].auth;
+            allow = table[i].method[0] == 'G' ? "GET, HEAD" : table[i].method;
             method_ok = method_is(req, table[i].method) || (table[i].method[0] == 'G' && method_is(req, "HEAD"));
             break;
         }
@@ -377,6 +379,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     if (!method_ok) {
         sl_api_error_set(&e, SL_API_ERR_METHOD_NOT_ALLOWED, NULL, "Method %.*s is not allowed here.",
                          (int)(req->method.len > 16 ? 16 : req->method.len), req->method.base);
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL, allow, strlen(allow));
         sl_fe_respond_error(fe, req, &ri, &e);
         return 0;
     }

@@ -65,10 +65,10 @@ def test_request_id_echoed_or_generated(srv):
 def test_unknown_route_and_method(srv):
     s, _, b = srv.request("GET", "/v2/nothing")
     assert s == 404 and error_of(b)["type"] == "not_found_error"
-    s, _, b = srv.request("GET", CHAT)
-    assert s == 405 and error_of(b)["code"] == "method_not_allowed"
-    s, _, b = srv.request("DELETE", "/health")
-    assert s == 405
+    s, h, b = srv.request("GET", CHAT)
+    assert s == 405 and error_of(b)["code"] == "method_not_allowed" and h["allow"] == "POST"
+    s, h, b = srv.request("DELETE", "/health")
+    assert s == 405 and h["allow"] == "GET, HEAD"
 
 
 BAD = [
