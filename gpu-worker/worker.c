@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gpu-worker/scheduler.h"
@@ -26,6 +27,7 @@
 #define IDLE_BEAT_NS 100000000ull        /* beat at least every 100 ms while idle */
 #define SNAPSHOT_EVERY_NS 200000000ull   /* republish effective-config at most 5 times a second */
 #define MIN_STEP_BOUND_NS 2000000000ull  /* a step may always take 2 s before it looks wedged */
+#define PAUSED_TICK_NS 10000000ull       /* while paused: cancels and intake every 10 ms */
 
 static volatile sig_atomic_t stop_flag;
 
@@ -51,6 +53,7 @@ typedef struct {
     uint32_t n_held;
     uint64_t longest_step_ns;
     uint64_t last_snapshot_ns;
+    bool paused;                 /* this worker has seen the pause flag and runs no step */
     sl_sched *sched;
     const sl_model *model;
     const char *backend_name;
@@ -179,20 +182,75 @@ static uint64_t io_now(void *ctx)
     return sl_shm_now_ns();
 }
 
+/* How long the next step may take before the master calls the worker wedged
+ * (it adds --heartbeat-timeout-ms): several of the longest step seen so far,
+ * so a slow but progressing CPU prefill is not a wedge. */
+static uint64_t step_bound(const worker *w)
+{
+    uint64_t bound = 8 * w->longest_step_ns;
+    return bound > MIN_STEP_BOUND_NS ? bound : MIN_STEP_BOUND_NS;
+}
+
 static void io_step_done(void *ctx, const sl_sched_stats *st)
 {
     worker *w = ctx;
     if (st->step_ns > w->longest_step_ns)
         w->longest_step_ns = st->step_ns;
-    /* The next step may take as long as several of the longest seen so far:
-     * a slow but progressing CPU prefill is not a wedge. */
-    uint64_t bound = 8 * w->longest_step_ns;
-    sl_shm_heartbeat(w->shm, sl_shm_now_ns(), bound > MIN_STEP_BOUND_NS ? bound : MIN_STEP_BOUND_NS);
+    sl_shm_heartbeat(w->shm, sl_shm_now_ns(), step_bound(w));
     sl_shm_worker_flush_wakeups(w->shm);
     uint64_t now = sl_shm_now_ns();
     if (now - w->last_snapshot_ns >= SNAPSHOT_EVERY_NS) {
         publish_snapshot(w, st);
         w->last_snapshot_ns = now;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* the loop: steps, or holding while paused                                  */
+
+/* One tick while paused (admin `pause`): no forward, so held requests make
+ * no progress, but cancellations end them and free slots take in new
+ * requests exactly as a running worker would; the beat is an idle one, so
+ * the master and /ready see a live worker. */
+static void hold(worker *w)
+{
+    sl_sched_step_paused(w->sched);
+    uint64_t now = sl_shm_now_ns();
+    sl_shm_heartbeat(w->shm, now, 0);
+    sl_shm_worker_flush_wakeups(w->shm);
+    if (!w->paused || now - w->last_snapshot_ns >= SNAPSHOT_EVERY_NS / 4) {
+        w->paused = true;   /* before publishing: the snapshot says "paused" from the first tick */
+        sl_sched_stats st;
+        sl_sched_stats_get(w->sched, &st);
+        publish_snapshot(w, &st);
+        w->last_snapshot_ns = now;
+    }
+    /* a plain sleep, not the doorbell: queued requests the full scheduler
+     * cannot take would make the doorbell wait return at once */
+    struct timespec ts = {0, (long)PAUSED_TICK_NS};
+    nanosleep(&ts, NULL);
+}
+
+static void run(worker *w)
+{
+    while (!stop_flag) {
+        if (sl_shm_paused(w->shm)) {
+            hold(w);
+            continue;
+        }
+        if (w->paused) {
+            w->paused = false;
+            sl_sched_stats st;
+            sl_sched_stats_get(w->sched, &st);
+            publish_snapshot(w, &st);
+            w->last_snapshot_ns = sl_shm_now_ns();
+        }
+        /* A step may start a forward right away: beat with its bound first,
+         * or a long step right after an idle beat (bound 0) would look
+         * wedged after --heartbeat-timeout-ms. */
+        sl_shm_heartbeat(w->shm, sl_shm_now_ns(), step_bound(w));
+        if (sl_sched_step(w->sched) == SL_AGAIN && !stop_flag)
+            io_wait(w, sl_sched_wait_ns(w->sched));
     }
 }
 
@@ -242,6 +300,8 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
                           "threads", "value", (int)c->threads, "source", source_name(c->source[SL_CFG_THREADS]),
                           "kv_memory", "value", (json_int_t)c->kv_memory, "source",
                           source_name(c->source[SL_CFG_KV_MEMORY]));
+    if (o)
+        json_object_set_new(o, "paused", json_boolean(w->paused));
     if (o && st) {
         json_object_set_new(o, "waiting_now", json_integer(st->n_waiting));
         json_object_set_new(o, "kv_blocks_free", json_integer(st->kv_blocks_free));
@@ -382,7 +442,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     fprintf(stderr, "sluice worker: ready: %s on %s, %u KV blocks (%llu MiB), %d threads, up to %d sequences\n",
             m->name, be->ops->name, sc.n_kv_blocks, (unsigned long long)(be->kv_bytes >> 20), bc.n_threads,
             sc.max_seqs);
-    sl_sched_run(sched, (volatile int *)&stop_flag);
+    run(&w);
     exit_code = SL_WORKER_EXIT_OK;
 out:
     sl_sched_destroy(sched);

@@ -300,7 +300,14 @@ static int setup(sl_master *m)
     while (ring < m->cfg.queue_depth && ring < 65536)
         ring <<= 1;
     lim.submit_ring_entries = ring;
-    uint64_t mailboxes = (uint64_t)m->cfg.n_frontends * ring + m->cfg.max_seqs;
+    lim.submit_queue_depth = m->cfg.queue_depth;   /* exact: the ring is only rounded up to index it */
+    /* Requests the server holds at once: queue_depth waiting per front end plus
+     * what the worker takes in (max_seqs running + max_seqs waiting in its
+     * scheduler, worker.c). Twice that, so mailboxes finished but not yet
+     * released by their front end never make the pool, rather than the queue
+     * depth, the limit (docs/OPERATIONS.md "Capacity and 429"). */
+    uint64_t held = (uint64_t)m->cfg.n_frontends * m->cfg.queue_depth + 2ull * m->cfg.max_seqs;
+    uint64_t mailboxes = 2 * held;
     lim.n_mailboxes = (uint32_t)(mailboxes < 1024 ? 1024 : mailboxes > 65535 ? 65535 : mailboxes);
     lim.prompt_tokens_max = m->n_ctx;
     char err[SL_ERR_LEN];
