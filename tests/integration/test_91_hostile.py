@@ -3,11 +3,11 @@ all at once, while one well-behaved client streams:
   - slowloris headers and slowloris bodies (a byte every 200 ms) are closed
     at --idle-timeout-ms, which bounds the whole header (or body), not the
     gap between bytes;
-  - a client that never reads is dropped at --write-timeout-ms and its
-    request cancelled;
   - clients that vanish mid-headers, mid-body, during prefill (a long prompt)
     and mid-stream; while queued (worker paused) has its own test.
-The good stream's inter-token gaps stay bounded, and afterwards the server is
+A client that never reads is dropped at --write-timeout-ms once the
+kernel stops taking its bytes (about 3 MB on loopback here) and its request
+is cancelled: its own test. The good stream's inter-token gaps stay bounded, and afterwards the server is
 back at idle: every mailbox free, every KV block free, nothing running or
 waiting (admin stats, effective-config and /metrics agree)."""
 import http.client
@@ -172,7 +172,7 @@ def is_idle(server):
 def test_hostile_clients_while_one_streams(server):
     port = server.port
     c0 = server.admin("stats")["counters"]
-    good, slow, vanished, nr = {}, {}, {}, {}
+    good, slow, vanished = {}, {}, {}
     threads = [threading.Thread(target=good_stream, args=(port, good), daemon=True)]
     threads[0].start()
     assert wait_for(lambda: "status" in good, 30)
@@ -184,7 +184,6 @@ def test_hostile_clients_while_one_streams(server):
                                                               f"body{k}")))
     for what in ("mid-headers", "mid-body", "prefill", "mid-stream"):
         threads.append(threading.Thread(target=vanish, args=(port, what, vanished)))
-    threads.append(threading.Thread(target=never_reads, args=(port, nr)))
     for t in threads[1:]:
         t.start()
     for t in threads[1:]:
@@ -195,9 +194,6 @@ def test_hostile_clients_while_one_streams(server):
     for k, v in sorted(slow.items()):
         assert v[0] == "closed", (k, v)
         assert IDLE_MS / 1000 - 0.1 <= v[1] <= IDLE_MS / 1000 + 2.0, (k, v)
-    # the never-reading client is dropped and its request cancelled
-    assert wait_for(lambda: "write timeout" in server.log_path.read_text(), 30), server.log_path.read_text()[-2000:]
-    nr["sock"].close()
     # the good stream: complete, gaps bounded
     assert good["status"] == 200 and good["done"] and len(good["times"]) >= 299, (good.get("status"), len(good.get("times", [])))
     gaps = [b - a for a, b in zip(good["times"], good["times"][1:])]
@@ -210,7 +206,7 @@ def test_hostile_clients_while_one_streams(server):
     # back to idle, by every view
     assert wait_for(lambda: is_idle(server), 30), (server.admin("stats"), server.admin("effective-config")["worker"])
     c1 = server.admin("stats")["counters"]
-    assert c1["requests_cancelled"] - c0["requests_cancelled"] >= 3, (c0, c1)   # prefill, mid-stream, never-read
+    assert c1["requests_cancelled"] - c0["requests_cancelled"] >= 2, (c0, c1)   # prefill, mid-stream
     assert c1["worker_restarts"] == c0["worker_restarts"] and c1["frontend_restarts"] == c0["frontend_restarts"]
     status, text = server.get("/metrics")
     text = text.decode()
@@ -242,3 +238,26 @@ def test_disconnect_while_queued(server):
         s.close()
     assert wait_for(lambda: is_idle(server), 10), (server.admin("stats"), server.admin("effective-config")["worker"])
     assert server.admin("resume") == {"paused": False}
+
+
+def test_never_reading_client_is_dropped_and_cancelled(server):
+    """The write timeout counts from a write the kernel would not take: first
+    the socket buffers fill (tcp_wmem grows the server's to 4 MiB; about 3 MB
+    on loopback here), which takes this stream (20 top logprobs, ~1.5 KB a
+    token) tens of seconds on this CPU. Then one --write-timeout-ms later the
+    client is dropped and the request cancelled."""
+    c0 = server.admin("stats")["counters"]
+    out = {}
+    t0 = time.time()
+    never_reads(server.port, out)
+    try:
+        assert wait_for(lambda: "write timeout" in server.log_path.read_text(), 150), \
+            server.log_path.read_text()[-2000:]
+        took = time.time() - t0
+        assert wait_for(lambda: is_idle(server), 10), server.admin("stats")
+        c1 = server.admin("stats")["counters"]
+        print(f"\nnever-reading client dropped after {took:.1f} s, "
+              f"{c1['tokens_generated'] - c0['tokens_generated']} tokens generated for it")
+        assert c1["requests_cancelled"] - c0["requests_cancelled"] == 1
+    finally:
+        out["sock"].close()
