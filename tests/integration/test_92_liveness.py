@@ -117,7 +117,7 @@ def test_sigstop_turns_ready_503_and_the_master_restarts(chat_model, tmp_path):
 
 
 def test_long_prefill_is_not_a_wedge(slow_model, tmp_path):
-    hb = 200
+    hb = 100   # the smallest the config allows
     s = Server(slow_model, tmp_path, frontends=1, extra=["--heartbeat-timeout-ms", str(hb), "--ctx-size", "2048"])
     try:
         w0 = s.admin("effective-config")["master"]["worker"]
