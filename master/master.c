@@ -266,6 +266,12 @@ static void begin_drain(sl_master *m)
 {
     m->draining = true;
     m->drain_started_ns = now_ns();
+    /* a paused worker would hold every in-flight request until the drain
+     * timeout ends it with an error */
+    if (sl_shm_paused(m->shm)) {
+        log_line("draining: resuming the paused worker");
+        sl_shm_set_paused(m->shm, 0);
+    }
     log_line("draining: /ready turns 503 for %u s, then in-flight requests get %u s", m->cfg.drain_delay_s,
              m->cfg.drain_timeout_s);
     for (uint32_t i = 0; i < m->cfg.n_frontends; i++) {

@@ -223,3 +223,21 @@ def test_pause_keeps_heartbeat_and_cancellations(chat_model, tmp_path):
         assert out[0][0] == 200
     finally:
         s.stop()
+
+
+def test_sigterm_resumes_a_paused_worker(chat_model, tmp_path):
+    """A drain resumes the worker: what it held completes instead of ending
+    with an error at the drain timeout."""
+    s = Server(chat_model, tmp_path, frontends=1)
+    try:
+        pause(s)
+        out = []
+        t = threading.Thread(target=post, args=(s.port, BODY, out), daemon=True)
+        t.start()
+        assert wait_for(lambda: s.admin("stats")["counters"]["requests_submitted"] >= 1, 10)
+    finally:
+        s.stop()
+    t.join(30)
+    assert out and out[0][0] == 200, out
+    assert s.proc.returncode == 0
+    assert "resuming the paused worker" in s.log_path.read_text()
