@@ -21,7 +21,7 @@ int sl_cli_admin(int argc, char **argv)
             snprintf(def, sizeof def, "/tmp/sluice-%s.sock", argv[++i]);
             path = def;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: sluice admin [--socket PATH | --port PORT] effective-config|stats|health\n");
+            printf("usage: sluice admin [--socket PATH | --port PORT] effective-config|stats|health|pause|resume\n");
             return 0;
         } else if (!cmd && argv[i][0] != '-')
             cmd = argv[i];
@@ -31,7 +31,7 @@ int sl_cli_admin(int argc, char **argv)
         }
     }
     if (!cmd) {
-        fprintf(stderr, "usage: sluice admin [--socket PATH | --port PORT] effective-config|stats|health\n");
+        fprintf(stderr, "usage: sluice admin [--socket PATH | --port PORT] effective-config|stats|health|pause|resume\n");
         return 2;
     }
     if (!path) {

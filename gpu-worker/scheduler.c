@@ -738,6 +738,19 @@ sl_status sl_sched_step(sl_sched *s)
     return SL_OK;
 }
 
+void sl_sched_step_paused(sl_sched *s)
+{
+    uint64_t now = s->io.now_ns(s->io.ctx);
+    for (int32_t i = 0; i < s->n_slots; i++)
+        if (s->slots[i].state != SEQ_FREE && s->io.cancelled(s->io.ctx, s->slots[i].req.id))
+            seq_end(s, i, SL_SCHED_FINISH_CANCELLED, NULL);
+    intake(s, now);
+    s->stats.in_flight = s->n_live;
+    s->stats.n_waiting = s->n_waiting;
+    s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv);
+    assert(sl_sched_check(s));
+}
+
 uint64_t sl_sched_wait_ns(const sl_sched *s)
 {
     return s->wait_ns;

@@ -192,6 +192,13 @@ void sl_sched_destroy(sl_sched *s);
  * sl_sched_wait_ns() and calls again. */
 sl_status sl_sched_step(sl_sched *s);
 
+/* The part of a step that runs no forward, for a paused worker (admin
+ * `pause`): cancels (held requests, live or waiting, end at once) and intake
+ * into free slots (they wait; nothing is admitted, no emit is retried), then
+ * refreshes the stats' in_flight, n_waiting and kv_blocks_free. Never blocks,
+ * never allocates; step_done is not called. */
+void sl_sched_step_paused(sl_sched *s);
+
 /* After a step returned SL_AGAIN: how long the caller may sleep on the
  * doorbell before the next step is due (window deadline, paused emits'
  * retry interval, or the idle heartbeat interval). */

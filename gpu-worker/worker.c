@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gpu-worker/load_progress.h"
@@ -27,6 +28,8 @@
 #define IDLE_BEAT_NS 100000000ull        /* beat at least every 100 ms while idle */
 #define SNAPSHOT_EVERY_NS 200000000ull   /* republish effective-config at most 5 times a second */
 #define MIN_STEP_BOUND_NS 2000000000ull  /* a step may always take 2 s before it looks wedged */
+#define FLOOR_FLOPS_PER_THREAD 1e9       /* first-step guess: a slow, loaded core (ASan builds reach ~3e9) */
+#define PAUSED_TICK_NS 10000000ull       /* while paused: cancels and intake every 10 ms */
 
 static volatile sig_atomic_t stop_flag;
 
@@ -51,7 +54,11 @@ typedef struct {
     held *held;                  /* indexed by slot in this table; id = slot */
     uint32_t n_held;
     uint64_t longest_step_ns;
+    uint64_t token_ns_max;       /* most ns one token of a step has cost (step_ns / step_tokens) */
+    uint64_t first_bound_ns;     /* the bound before any step was measured (from the model's size) */
+    int32_t token_budget;        /* tokens one step may carry */
     uint64_t last_snapshot_ns;
+    bool paused;                 /* this worker has seen the pause flag and runs no step */
     sl_sched *sched;
     const sl_model *model;
     const char *backend_name;
@@ -180,20 +187,95 @@ static uint64_t io_now(void *ctx)
     return sl_shm_now_ns();
 }
 
+/* How long the next step may take before the master calls the worker wedged
+ * (it adds --heartbeat-timeout-ms), so a slow but progressing CPU prefill is
+ * not a wedge: the largest of 2 s, 8x the longest step so far, and twice a
+ * full token budget at the dearest per-token cost seen (a worker that has
+ * only decoded may next get a full prefill chunk). Before any step it has
+ * nothing measured and guesses from the model's size (first_bound_ns). */
+static uint64_t step_bound(const worker *w)
+{
+    uint64_t bound = w->longest_step_ns ? 8 * w->longest_step_ns : w->first_bound_ns;
+    uint64_t by_tokens = 2 * w->token_ns_max * (uint64_t)w->token_budget;
+    if (by_tokens > bound)
+        bound = by_tokens;
+    return bound > MIN_STEP_BOUND_NS ? bound : MIN_STEP_BOUND_NS;
+}
+
+/* The first step's bound: a full token budget at FLOOR_FLOPS_PER_THREAD,
+ * counting 2 flops per weight of the layers (the output layer runs for one
+ * row per sequence only and is left out). */
+static uint64_t first_step_bound(const sl_hparams *hp, int32_t token_budget, int n_threads)
+{
+    double q = (double)hp->n_head * hp->head_dim, kv = (double)hp->n_head_kv * hp->head_dim;
+    double per_layer = (double)hp->n_embd * (2 * q + 2 * kv) + 3.0 * hp->n_embd * hp->n_ff;
+    double flops = 2.0 * per_layer * hp->n_layer * token_budget;
+    double s = flops / (FLOOR_FLOPS_PER_THREAD * (n_threads > 0 ? n_threads : 1));
+    return s > 3600.0 ? 3600000000000ull : (uint64_t)(s * 1e9);
+}
+
 static void io_step_done(void *ctx, const sl_sched_stats *st)
 {
     worker *w = ctx;
     if (st->step_ns > w->longest_step_ns)
         w->longest_step_ns = st->step_ns;
-    /* The next step may take as long as several of the longest seen so far:
-     * a slow but progressing CPU prefill is not a wedge. */
-    uint64_t bound = 8 * w->longest_step_ns;
-    sl_shm_heartbeat(w->shm, sl_shm_now_ns(), bound > MIN_STEP_BOUND_NS ? bound : MIN_STEP_BOUND_NS);
+    if (st->step_tokens > 0 && st->step_ns / (uint64_t)st->step_tokens > w->token_ns_max)
+        w->token_ns_max = st->step_ns / (uint64_t)st->step_tokens;
+    sl_shm_heartbeat(w->shm, sl_shm_now_ns(), step_bound(w));
     sl_shm_worker_flush_wakeups(w->shm);
     uint64_t now = sl_shm_now_ns();
     if (now - w->last_snapshot_ns >= SNAPSHOT_EVERY_NS) {
         publish_snapshot(w, st);
         w->last_snapshot_ns = now;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* the loop: steps, or holding while paused                                  */
+
+/* One tick while paused (admin `pause`): no forward, so held requests make
+ * no progress, but cancellations end them and free slots take in new
+ * requests exactly as a running worker would; the beat is an idle one, so
+ * the master and /ready see a live worker. */
+static void hold(worker *w)
+{
+    sl_sched_step_paused(w->sched);
+    uint64_t now = sl_shm_now_ns();
+    sl_shm_heartbeat(w->shm, now, 0);
+    sl_shm_worker_flush_wakeups(w->shm);
+    if (!w->paused || now - w->last_snapshot_ns >= SNAPSHOT_EVERY_NS / 4) {
+        w->paused = true;   /* before publishing: the snapshot says "paused" from the first tick */
+        sl_sched_stats st;
+        sl_sched_stats_get(w->sched, &st);
+        publish_snapshot(w, &st);
+        w->last_snapshot_ns = now;
+    }
+    /* a plain sleep, not the doorbell: queued requests the full scheduler
+     * cannot take would make the doorbell wait return at once */
+    struct timespec ts = {0, (long)PAUSED_TICK_NS};
+    nanosleep(&ts, NULL);
+}
+
+static void run(worker *w)
+{
+    while (!stop_flag) {
+        if (sl_shm_paused(w->shm)) {
+            hold(w);
+            continue;
+        }
+        if (w->paused) {
+            w->paused = false;
+            sl_sched_stats st;
+            sl_sched_stats_get(w->sched, &st);
+            publish_snapshot(w, &st);
+            w->last_snapshot_ns = sl_shm_now_ns();
+        }
+        /* A step may start a forward right away: beat with its bound first,
+         * or a long step right after an idle beat (bound 0) would look
+         * wedged after --heartbeat-timeout-ms. */
+        sl_shm_heartbeat(w->shm, sl_shm_now_ns(), step_bound(w));
+        if (sl_sched_step(w->sched) == SL_AGAIN && !stop_flag)
+            io_wait(w, sl_sched_wait_ns(w->sched));
     }
 }
 
@@ -243,6 +325,11 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
                           "threads", "value", (int)c->threads, "source", source_name(c->source[SL_CFG_THREADS]),
                           "kv_memory", "value", (json_int_t)c->kv_memory, "source",
                           source_name(c->source[SL_CFG_KV_MEMORY]));
+    if (o) {
+        json_object_set_new(o, "paused", json_boolean(w->paused));
+        /* what the master allows the next step, before --heartbeat-timeout-ms */
+        json_object_set_new(o, "step_bound_ms", json_integer((json_int_t)(step_bound(w) / 1000000)));
+    }
     if (o && st) {
         json_object_set_new(o, "waiting_now", json_integer(st->n_waiting));
         json_object_set_new(o, "kv_blocks_free", json_integer(st->kv_blocks_free));
@@ -379,6 +466,8 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     sl_load_progress_done(&lp, "loaded %s (%.0f MiB of weights) on %s", m->name,
                           (double)m->weight_bytes / (1024.0 * 1024.0), be->ops->name);
     w.backend_name = be->ops->name;
+    w.token_budget = sc.token_budget;
+    w.first_bound_ns = first_step_bound(&m->hp, sc.token_budget, bc.n_threads);
     w.kv_bytes = be->kv_bytes;
     /* the scheduler holds what it can run plus as many waiting again */
     w.n_held = (uint32_t)sc.max_seqs * 2;
@@ -397,7 +486,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     fprintf(stderr, "sluice worker: ready: %s on %s, %u KV blocks (%llu MiB), %d threads, up to %d sequences\n",
             m->name, be->ops->name, sc.n_kv_blocks, (unsigned long long)(be->kv_bytes >> 20), bc.n_threads,
             sc.max_seqs);
-    sl_sched_run(sched, (volatile int *)&stop_flag);
+    run(&w);
     exit_code = SL_WORKER_EXIT_OK;
 out:
     sl_sched_destroy(sched);

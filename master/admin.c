@@ -108,9 +108,10 @@ static json_t *master_json(sl_master *m)
         json_array_append_new(pids, json_integer(m->frontends[i].pid));
         restarts += m->frontends[i].restarts;
     }
-    return json_pack("{s:i, s:i, s:o, s:i, s:o, s:b, s:s}", "pid", (int)getpid(), "frontends",
+    return json_pack("{s:i, s:i, s:o, s:i, s:o, s:b, s:b, s:s}", "pid", (int)getpid(), "frontends",
                      (int)m->cfg.n_frontends, "frontend_pids", pids, "frontend_restarts", (int)restarts, "worker",
-                     worker_json(m), "draining", m->draining, "shm", m->cfg.shm_name);
+                     worker_json(m), "draining", m->draining, "paused", sl_shm_paused(m->shm), "shm",
+                     m->cfg.shm_name);
 }
 
 static json_t *config_json(sl_master *m)
@@ -151,8 +152,8 @@ static json_t *stats_json(sl_master *m)
     sl_shm_census(m->shm, &census);
     for (int i = 0; i < 7; i++)
         json_object_set_new(mb, states[i], json_integer(census.mailboxes[i]));
-    return json_pack("{s:o, s:o, s:i, s:i}", "counters", c, "mailboxes", mb, "orphans", (int)census.orphans,
-                     "prompt_blocks_free", (int)census.blocks_free);
+    return json_pack("{s:o, s:o, s:i, s:i, s:b}", "counters", c, "mailboxes", mb, "orphans", (int)census.orphans,
+                     "prompt_blocks_free", (int)census.blocks_free, "paused", sl_shm_paused(m->shm));
 }
 
 char *sl_admin_answer(sl_master *m, const char *cmd)
@@ -163,7 +164,16 @@ char *sl_admin_answer(sl_master *m, const char *cmd)
                       snapshot_json(m));
     else if (!strcmp(cmd, "stats"))
         o = stats_json(m);
-    else if (!strcmp(cmd, "health"))
+    else if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
+        /* The worker sees the flag at its next step boundary (a step already
+         * running finishes); its snapshot's "paused" says when it has. */
+        int on = cmd[0] == 'p';
+        if (sl_shm_paused(m->shm) != on)
+            fprintf(stderr, "sluice: admin: %s\n", on ? "paused: the worker runs no step until resume"
+                                                       : "resumed");
+        sl_shm_set_paused(m->shm, on);
+        o = json_pack("{s:b}", "paused", on);
+    } else if (!strcmp(cmd, "health"))
         o = json_pack("{s:s, s:o}", "status", m->draining ? "draining" : "ok", "worker", worker_json(m));
     if (!o)
         return NULL;
@@ -213,7 +223,7 @@ void sl_admin_serve_one(sl_master *m)
         reply(fd, "\n");
         free(answer);
     } else {
-        reply(fd, "{\"error\": \"unknown command (effective-config, stats, health)\"}\n");
+        reply(fd, "{\"error\": \"unknown command (effective-config, stats, health, pause, resume)\"}\n");
     }
     close(fd);
 }

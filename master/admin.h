@@ -6,6 +6,10 @@
  *                     generation, restarts, every setting with its source)
  *   stats             counters, mailbox census, histogram counts
  *   health            master alive, worker state and liveness
+ *   pause             the worker stops running forward steps (requests stay
+ *                     accepted and queued, cancellations still apply, the
+ *                     heartbeat goes on); answers {"paused": true}
+ *   resume            undoes pause; answers {"paused": false}
  * It answers while the worker restarts: nothing here waits on the worker. */
 #ifndef SL_ADMIN_H
 #define SL_ADMIN_H

@@ -283,6 +283,12 @@ static void begin_drain(sl_master *m)
 {
     m->draining = true;
     m->drain_started_ns = now_ns();
+    /* a paused worker would hold every in-flight request until the drain
+     * timeout ends it with an error */
+    if (sl_shm_paused(m->shm)) {
+        log_line("draining: resuming the paused worker");
+        sl_shm_set_paused(m->shm, 0);
+    }
     log_line("draining: /ready turns 503 for %u s, then in-flight requests get %u s", m->cfg.drain_delay_s,
              m->cfg.drain_timeout_s);
     for (uint32_t i = 0; i < m->cfg.n_frontends; i++) {
@@ -317,7 +323,14 @@ static int setup(sl_master *m)
     while (ring < m->cfg.queue_depth && ring < 65536)
         ring <<= 1;
     lim.submit_ring_entries = ring;
-    uint64_t mailboxes = (uint64_t)m->cfg.n_frontends * ring + m->cfg.max_seqs;
+    lim.submit_queue_depth = m->cfg.queue_depth;   /* exact: the ring is only rounded up to index it */
+    /* Requests the server holds at once: queue_depth waiting per front end plus
+     * what the worker takes in (max_seqs running + max_seqs waiting in its
+     * scheduler, worker.c). Twice that, so mailboxes finished but not yet
+     * released by their front end never make the pool, rather than the queue
+     * depth, the limit (docs/OPERATIONS.md "Capacity and 429"). */
+    uint64_t held = (uint64_t)m->cfg.n_frontends * m->cfg.queue_depth + 2ull * m->cfg.max_seqs;
+    uint64_t mailboxes = 2 * held;
     lim.n_mailboxes = (uint32_t)(mailboxes < 1024 ? 1024 : mailboxes > 65535 ? 65535 : mailboxes);
     lim.prompt_tokens_max = m->n_ctx;
     char err[SL_ERR_LEN];

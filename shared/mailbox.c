@@ -171,9 +171,11 @@ sl_status sl_shm_submit(sl_shm_t *fe, const sl_shm_request *req, sl_shm_ticket *
     if (!frontend_current(fe))
         return SL_ESTALE;
     sl_slot_shm *slot = &fe->slots[fe->slot];
+    /* the ring is a power of two; the queue depth the user set may be less */
     uint32_t ring_n = fe->limits.submit_ring_entries;
+    uint32_t depth = fe->limits.submit_queue_depth ? fe->limits.submit_queue_depth : ring_n;
     uint64_t tail = atomic_load_explicit(&slot->tail, memory_order_relaxed);
-    if (tail - atomic_load_explicit(&slot->head, memory_order_acquire) >= ring_n) {
+    if (tail - atomic_load_explicit(&slot->head, memory_order_acquire) >= depth) {
         sl_shm_counter_add(fe, SL_COUNTER_REQUESTS_REJECTED_FULL, 1);
         return SL_AGAIN;
     }

@@ -30,6 +30,7 @@ void sl_shm_limits_default(sl_shm_limits *l)
     l->prompt_block_tokens = 256;
     l->prompt_arena_blocks = 4096;
     l->logprobs = 1;
+    l->submit_queue_depth = 0;
 }
 
 static int is_pow2(uint32_t v) { return v != 0 && (v & (v - 1)) == 0; }
@@ -60,6 +61,8 @@ static sl_status shm_layout_compute(const sl_shm_limits *l, shm_layout *out, cha
         why = "prompt_block_tokens must be 16..65536";
     else if (l->logprobs > 1)
         why = "logprobs must be 0 or 1";
+    else if (l->submit_queue_depth > l->submit_ring_entries)
+        why = "submit_queue_depth must be at most submit_ring_entries";
     if (why == NULL) {
         uint32_t bpm = (l->prompt_tokens_max + l->prompt_block_tokens - 1) / l->prompt_block_tokens;
         if (l->prompt_arena_blocks < bpm || l->prompt_arena_blocks > (1u << 24))
@@ -411,6 +414,16 @@ void sl_shm_set_worker_state(sl_shm_t *w, sl_worker_state state, const char *mod
         snprintf(w->hdr->model_id, sizeof(w->hdr->model_id), "%s", model_id);
     }
     atomic_store_explicit(&w->hdr->worker_state, (uint32_t)state, memory_order_release);
+}
+
+void sl_shm_set_paused(sl_shm_t *m, int paused)
+{
+    atomic_store_explicit(&m->hdr->paused, paused ? 1u : 0u, memory_order_release);
+}
+
+int sl_shm_paused(const sl_shm_t *h)
+{
+    return atomic_load_explicit(&h->hdr->paused, memory_order_acquire) != 0;
 }
 
 void sl_shm_worker_info_get(const sl_shm_t *h, sl_shm_worker_info *out)

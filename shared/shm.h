@@ -42,11 +42,14 @@ typedef struct {
     uint32_t prompt_block_tokens;  /* tokens per prompt-arena block, 16..65536 */
     uint32_t prompt_arena_blocks;  /* blocks in the shared prompt arena (all mailboxes) */
     uint32_t logprobs;             /* 1 = every token entry has an sl_logprob_record beside it */
+    uint32_t submit_queue_depth;   /* per front-end slot: requests that may wait in its ring at
+                                      once (the user's queue depth, any value), 1..submit_ring_entries;
+                                      0 = submit_ring_entries */
 } sl_shm_limits;
 
 /* Fills `l` with serving defaults: 8 slots, 1024 mailboxes, 256 ring entries,
  * 256 token entries, prompts up to 32768 tokens in 256-token blocks, an arena of
- * 4096 blocks (1 Mi tokens, 4 MiB), logprobs on. */
+ * 4096 blocks (1 Mi tokens, 4 MiB), logprobs on, queue depth = ring entries. */
 void sl_shm_limits_default(sl_shm_limits *l);
 
 /* Mailbox states. The transitions and the party allowed to make each one are in
@@ -163,8 +166,8 @@ const sl_shm_limits *sl_shm_get_limits(const sl_shm_t *h);
 
 /* Claims a free mailbox, copies `req` and its prompt into it and publishes it in
  * this slot's submission ring, then rings the worker's doorbell. Never blocks.
- * Returns SL_OK with *ticket set; SL_AGAIN when no mailbox, prompt block or ring
- * entry is free (answer 429; nothing was taken); SL_EINVAL for a prompt of 0 or
+ * Returns SL_OK with *ticket set; SL_AGAIN when no mailbox or prompt block is
+ * free or submit_queue_depth requests already wait in this slot's ring (answer 429; nothing was taken); SL_EINVAL for a prompt of 0 or
  * more than prompt_tokens_max tokens; SL_ESTALE if this slot was reclaimed.
  * On failure *ticket is {UINT32_MAX, 0}. One thread per slot may call this. */
 sl_status sl_shm_submit(sl_shm_t *fe, const sl_shm_request *req, sl_shm_ticket *ticket /* OUT */);
@@ -258,6 +261,13 @@ void sl_shm_heartbeat(sl_shm_t *w, uint64_t now_ns, uint64_t max_step_ns);
  * identity at most once per worker, before or with READY: readers copy it once
  * they see READY, so it must not change under them. */
 void sl_shm_set_worker_state(sl_shm_t *w, sl_worker_state state, const char *model_id);
+
+/* Pause (admin `pause`/`resume`; master): while set, the worker runs no forward
+ * step but keeps beating, honouring cancellations and taking requests into its
+ * free scheduler slots. The flag lives in the segment, so a worker restarted
+ * while paused starts paused. sl_shm_paused: 1 if set (anyone). */
+void sl_shm_set_paused(sl_shm_t *m, int paused);
+int sl_shm_paused(const sl_shm_t *h);
 
 /* ---- anyone --------------------------------------------------------------------- */
 

@@ -39,7 +39,7 @@
 #include "shared/shm.h"
 
 #define SL_SHM_MAGIC 0x314d48534543554cULL /* "LUCESHM1" little-endian: 'L','U','C','E','S','H','M','1' */
-#define SL_SHM_LAYOUT_VERSION 1u
+#define SL_SHM_LAYOUT_VERSION 2u   /* 2: limits.submit_queue_depth, the pause flag */
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free to work across processes");
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "32-bit atomics must be lock-free to work across processes");
@@ -70,29 +70,32 @@ typedef struct {
     uint32_t layout_version;                /*    8 */
     uint32_t header_size;                   /*   12 sizeof(sl_header_shm) */
     uint64_t segment_size;                  /*   16 */
-    sl_shm_limits limits;                   /*   24 (32 bytes) */
-    uint32_t slot_size;                     /*   56 sizeof(sl_slot_shm) */
-    uint32_t mailbox_size;                  /*   60 sizeof(sl_mailbox_shm) */
-    uint64_t off_slots;                     /*   64 */
-    uint64_t off_ring;                      /*   72 */
-    uint64_t off_mailboxes;                 /*   80 */
-    uint64_t off_block_tables;              /*   88 */
-    uint64_t off_tokens;                    /*   96 */
-    uint64_t off_records;                   /*  104 (0 without logprobs) */
-    uint64_t off_block_owners;              /*  112 */
-    uint64_t off_arena;                     /*  120 */
+    sl_shm_limits limits;                   /*   24 (36 bytes) */
+    uint32_t slot_size;                     /*   60 sizeof(sl_slot_shm) */
+    uint32_t mailbox_size;                  /*   64 sizeof(sl_mailbox_shm) */
+    uint32_t _pad_ids;                      /*   68 */
+    uint64_t off_slots;                     /*   72 */
+    uint64_t off_ring;                      /*   80 */
+    uint64_t off_mailboxes;                 /*   88 */
+    uint64_t off_block_tables;              /*   96 */
+    uint64_t off_tokens;                    /*  104 */
+    uint64_t off_records;                   /*  112 (0 without logprobs) */
+    uint64_t off_block_owners;              /*  120 */
+    uint64_t off_arena;                     /*  128 */
     /* instance and worker */
-    _Atomic int32_t master_pid;             /*  128 creator, for stale-segment detection */
-    _Atomic uint32_t worker_generation;     /*  132 +1 at each worker death (recovery) */
-    _Atomic uint32_t worker_state;          /*  136 sl_worker_state */
-    _Atomic int32_t worker_pid;             /*  140 */
-    _Atomic uint64_t hb_step;               /*  144 steps begun */
-    _Atomic uint64_t hb_step_start_ns;      /*  152 current step (or idle beat) start */
-    _Atomic uint64_t hb_step_max_ns;        /*  160 longest the current step may take */
-    _Atomic uint32_t claim_hint;            /*  168 where front ends start looking for a free mailbox */
-    _Atomic uint32_t block_hint;            /*  172 same, for prompt blocks */
-    char model_id[SL_SHM_MODEL_ID_LEN];     /*  176 written before state READY */
-    char _pad0[16];                         /*  240 */
+    _Atomic int32_t master_pid;             /*  136 creator, for stale-segment detection */
+    _Atomic uint32_t worker_generation;     /*  140 +1 at each worker death (recovery) */
+    _Atomic uint32_t worker_state;          /*  144 sl_worker_state */
+    _Atomic int32_t worker_pid;             /*  148 */
+    _Atomic uint64_t hb_step;               /*  152 steps begun */
+    _Atomic uint64_t hb_step_start_ns;      /*  160 current step (or idle beat) start */
+    _Atomic uint64_t hb_step_max_ns;        /*  168 longest the current step may take */
+    _Atomic uint32_t claim_hint;            /*  176 where front ends start looking for a free mailbox */
+    _Atomic uint32_t block_hint;            /*  180 same, for prompt blocks */
+    char model_id[SL_SHM_MODEL_ID_LEN];     /*  184 written before state READY */
+    _Atomic uint32_t paused;                /*  248 1 = the worker runs no forward step (admin pause);
+                                                    set by the master, survives a worker restart */
+    uint32_t _pad0;                         /*  252 */
     /* doorbell: its own cache line, the only line every producer writes */
     _Atomic uint32_t doorbell;              /*  256 futex word: +1 per submission */
     _Atomic uint32_t worker_sleeping;       /*  260 1 while the worker may be in futex_wait */
@@ -108,10 +111,12 @@ typedef struct {
     char _pad2[16];                                      /* 9744 */
 } sl_header_shm;                                         /* 9760 */
 
+_Static_assert(sizeof(sl_shm_limits) == 36, "limits changed: bump SL_SHM_LAYOUT_VERSION");
 _Static_assert(offsetof(sl_header_shm, limits) == 24, "header layout");
-_Static_assert(offsetof(sl_header_shm, off_slots) == 64, "header layout");
-_Static_assert(offsetof(sl_header_shm, master_pid) == 128, "header layout");
-_Static_assert(offsetof(sl_header_shm, model_id) == 176, "header layout");
+_Static_assert(offsetof(sl_header_shm, off_slots) == 72, "header layout");
+_Static_assert(offsetof(sl_header_shm, master_pid) == 136, "header layout");
+_Static_assert(offsetof(sl_header_shm, model_id) == 184, "header layout");
+_Static_assert(offsetof(sl_header_shm, paused) == 248, "header layout");
 _Static_assert(offsetof(sl_header_shm, doorbell) == 256, "header layout");
 _Static_assert(offsetof(sl_header_shm, config_seq) == 320, "header layout");
 _Static_assert(offsetof(sl_header_shm, config_words) == 336, "header layout");
@@ -119,7 +124,6 @@ _Static_assert(offsetof(sl_header_shm, counters) == 8528, "header layout");
 _Static_assert(offsetof(sl_header_shm, hist_buckets) == 9040, "header layout");
 _Static_assert(offsetof(sl_header_shm, hist_sum) == 9712, "header layout");
 _Static_assert(sizeof(sl_header_shm) == 9760, "header layout");
-_Static_assert(sizeof(sl_shm_limits) == 32, "limits are 8 u32");
 
 /* One front end's submission ring: single producer (the slot's front end),
  * single consumer (the worker). Producer and consumer indices on separate lines. */

@@ -692,3 +692,43 @@ Test(scheduler, ttft_trace_writes_each_stage)
     free(buf);
     h_close(&h);
 }
+
+/* ------------------------------------------------------------------------ */
+/* paused (admin pause): intake and cancels, no forward                      */
+
+Test(scheduler, paused_step_takes_in_and_cancels_but_never_runs)
+{
+    sl_sched_config cfg = test_config();   /* max_seqs 8: 16 slots */
+    fake_req r[20];
+    for (int i = 0; i < 20; i++) {
+        r[i] = mkreq(i % 17, 40, 5, 0);
+        r[i].req.id = (uint64_t)i;
+    }
+    harness h;
+    h_open(&h, r, 20, &cfg, NULL);
+    for (int k = 0; k < 5; k++)
+        sl_sched_step_paused(h.s);
+    sl_sched_stats st;
+    sl_sched_stats_get(h.s, &st);
+    int polled = 0;
+    for (int i = 0; i < 20; i++)
+        polled += r[i].polled;
+    cr_assert_eq(polled, 16, "max_seqs running + max_seqs waiting are taken in");
+    cr_assert_eq(st.steps, 0);
+    cr_assert_eq(st.in_flight, 0);
+    cr_assert_eq(st.n_waiting, 16);
+    cr_assert_eq(st.kv_blocks_free, st.kv_blocks_total);
+    for (int i = 0; i < 20; i++)
+        cr_assert_eq(r[i].n_tokens, 0);
+    /* a cancel while paused ends the request and frees its slot for the next */
+    r[3].cancel = true;
+    sl_sched_step_paused(h.s);
+    cr_assert(r[3].finished);
+    cr_assert_eq(r[3].reason, SL_SCHED_FINISH_CANCELLED);
+    cr_assert(r[16].polled);
+    cr_assert(sl_sched_check(h.s));
+    /* resumed: everything else runs as if nothing happened */
+    h_run(&h);
+    assert_same_as_alone(&r[5], &cfg);
+    h_close(&h);
+}
