@@ -8,7 +8,8 @@
  *      token to each of the 64 sequences and writes each consumer's eventfd once;
  *      consumers sleep in poll and drain. Reports tokens/s delivered.
  *   3. wakeup latency: the worker asleep on the doorbell (submit -> pop), and 4
- *      consumers asleep in poll on their eventfds (push+flush -> read). p50/p99.
+ *      consumers asleep in poll on their eventfds (push+flush -> read). p50/p99;
+ *      then the floor: a bare eventfd between two processes, no library.
  * Usage: shmbench [seconds per token phase, default 3] [latency: only phase 3] */
 #include <errno.h>
 #include <poll.h>
@@ -37,6 +38,8 @@ typedef struct {
     uint32_t n_doorbell, n_eventfd[FES];
     uint64_t doorbell_ns[LAT_ROUNDS];
     uint64_t eventfd_ns[FES][LAT_ROUNDS];
+    _Atomic uint64_t bare_sent;   /* baseline: the sender's clock at its eventfd write */
+    uint64_t bare_ns[LAT_ROUNDS];
 } results;
 
 static results *R;
@@ -339,6 +342,38 @@ static void lat_eventfd_worker(int fanout)
     _exit(0);
 }
 
+/* Baseline without the library: one process writes its clock into shared
+ * memory and an eventfd every 300 us, another sleeps in poll on that eventfd
+ * and reads the clock. What a wakeup costs on this machine before any of
+ * our code runs: the floor under the eventfd figures above. */
+static void lat_bare_fe(void)
+{
+    wait_go();
+    int got = 0;
+    while (got < LAT_ROUNDS) {
+        struct pollfd p = {.fd = efds[0], .events = POLLIN};
+        if (poll(&p, 1, 200) <= 0)
+            continue;
+        uint64_t v, now = sl_shm_now_ns();
+        (void)!read(efds[0], &v, 8);
+        R->bare_ns[got++] = now - atomic_load(&R->bare_sent);
+    }
+    _exit(0);
+}
+
+static void lat_bare_sender(void)
+{
+    wait_go();
+    for (int i = 0; i < LAT_ROUNDS; i++) {
+        struct timespec ts = {0, 300000};
+        nanosleep(&ts, NULL);
+        atomic_store(&R->bare_sent, sl_shm_now_ns());
+        uint64_t one = 1;
+        (void)!write(efds[0], &one, 8);
+    }
+    _exit(0);
+}
+
 /* ---- driver ------------------------------------------------------------------------------ */
 
 static int cmp_u64(const void *a, const void *b)
@@ -476,5 +511,16 @@ latency:
         percentiles(fanout ? "wakeup, eventfd, 4 at once:" : "wakeup, eventfd (push -> read):", all, n);
         sl_shm_destroy(m);
     }
+
+    /* 3. latency: the machine's floor, a bare eventfd between two processes */
+    reset();
+    if (fork() == 0)
+        lat_bare_sender();
+    if (fork() == 0)
+        lat_bare_fe();
+    usleep(100000);
+    atomic_store(&R->go, 1);
+    reap(2);
+    percentiles("baseline, bare eventfd (no library):", R->bare_ns, LAT_ROUNDS);
     return 0;
 }
