@@ -215,15 +215,31 @@ void sl_admin_serve_one(sl_master *m)
             break;
         n += (size_t)r;
     }
-    line[n] = 0;
-    line[strcspn(line, "\r\n")] = 0;
-    char *answer = sl_admin_answer(m, line);
-    if (answer) {
-        reply(fd, answer);
-        reply(fd, "\n");
-        free(answer);
-    } else {
-        reply(fd, "{\"error\": \"unknown command (effective-config, stats, health, pause, resume)\"}\n");
+    char *text = sl_admin_reply(m, line, n);
+    if (text) {
+        reply(fd, text);
+        free(text);
     }
     close(fd);
+}
+
+char *sl_admin_reply(sl_master *m, const char *buf, size_t n)
+{
+    char line[SL_ADMIN_LINE_MAX + 1];
+    if (n > SL_ADMIN_LINE_MAX)
+        n = SL_ADMIN_LINE_MAX;
+    memcpy(line, buf, n);
+    line[n] = 0;
+    line[strcspn(line, "\r\n")] = 0;  /* a NUL inside the line ends the command too */
+    char *answer = sl_admin_answer(m, line);
+    if (answer == NULL)
+        return strdup("{\"error\": \"unknown command (effective-config, stats, health, pause, resume)\"}\n");
+    size_t len = strlen(answer);
+    char *text = realloc(answer, len + 2);
+    if (text == NULL) {
+        free(answer);
+        return NULL;
+    }
+    memcpy(text + len, "\n", 2);
+    return text;
 }

@@ -30,6 +30,12 @@ void sl_admin_close(sl_master *m);
 /* Accepts one client and answers it (bounded: 1 s to send its line). */
 void sl_admin_serve_one(sl_master *m);
 
+/* What the socket sends back for the `n` bytes a client sent (at most
+ * SL_ADMIN_LINE_MAX are read; the command ends at the first CR, LF or NUL):
+ * the answer and a newline, or an error document for an unknown command.
+ * Malloc'd; NULL only when out of memory. Any bytes are accepted. */
+char *sl_admin_reply(sl_master *m, const char *buf, size_t n);
+
 /* The JSON answer to `cmd` (malloc'd), or NULL for an unknown command. */
 char *sl_admin_answer(sl_master *m, const char *cmd);
 

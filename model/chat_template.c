@@ -173,6 +173,9 @@ sl_status sl_chat_template_render(const sl_chat_template *t, const json_t *messa
     jj_arena_init(&ar, JJ_RENDER_ARENA);
     jj_ctx c = {.ar = &ar, .err = err};
     c.now = opts && opts->has_now ? opts->now : (int64_t)time(NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    c.deadline_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + JJ_MAX_RENDER_NS;
     jj_buf b = {0};
     jj_val v;
     sl_status rc = SL_OK;

@@ -14,7 +14,8 @@
  *            only outside them, so a user who types "<|im_end|>" gets text.
  * Safety:    any template bytes and any messages give a result or an error,
  *            never a crash, an unbounded loop or unbounded memory: nesting,
- *            loop iterations, output size (8 MiB) and memory are capped.
+ *            loop iterations, output size (8 MiB), memory and render time
+ *            (2 s of wall time: SL_ERANGE) are capped.
  * Threads:   a compiled template is read-only; renders may run concurrently.
  * Errors:    SL_OK; SL_EFORMAT (template does not parse), SL_EUNSUPPORTED
  *            (construct outside the subset), SL_EINVAL (render error, including

@@ -114,6 +114,8 @@ typedef struct {
     sl_status rc;
     char *err;              /* SL_ERR_LEN bytes */
     int line;               /* line of the node being run, for messages */
+    uint64_t deadline_ns;   /* CLOCK_MONOTONIC end of the render's time budget; 0 = none */
+    uint32_t ticks;         /* jj_enter calls, to look at the clock every 16th */
 } jj_ctx;
 
 /* Limits: a template is hostile input. */
@@ -122,6 +124,7 @@ typedef struct {
 #define JJ_MAX_OUTPUT      (8u << 20)        /* bytes of rendered text and of any one string */
 #define JJ_MAX_ITERATIONS  1000000u          /* loop iterations per render */
 #define JJ_RENDER_ARENA    (256u << 20)      /* bytes of values per render */
+#define JJ_MAX_RENDER_NS   2000000000ull     /* wall time per render (see jj_enter) */
 
 int jj_fail(jj_ctx *c, sl_status rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -230,7 +233,8 @@ int jj_parse(jj_ctx *c, const jj_tok *toks, size_t n, jj_node **root);
 int jj_render(jj_ctx *c, const jj_node *root, jj_buf *out);
 int jj_eval(jj_ctx *c, jj_scope *s, const jj_node *n, jj_val *out);
 /* Counts one recursion level (and records n's line for messages); false with
- * rc set past JJ_MAX_DEPTH. The caller decrements c->depth when done. */
+ * rc set past JJ_MAX_DEPTH or past c->deadline_ns. The caller decrements
+ * c->depth when done. */
 bool jj_enter(jj_ctx *c, const jj_node *n);
 jj_val *jj_scope_lookup(jj_scope *s, jj_str name);
 /* Applies the filter chain of a filter block or block set to `input`. */

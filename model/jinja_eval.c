@@ -12,6 +12,14 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 bool jj_enter(jj_ctx *c, const jj_node *n)
 {
@@ -19,6 +27,15 @@ bool jj_enter(jj_ctx *c, const jj_node *n)
         c->line = n->line;
     if (++c->depth > JJ_MAX_DEPTH) {
         jj_fail(c, SL_ERANGE, "template recursion deeper than %d", JJ_MAX_DEPTH);
+        return false;
+    }
+    /* Counting iterations and bytes is not enough: one step may cost a scan of
+     * an 8 MiB string (`big | length`), so a million of them took hours (found
+     * by fuzz_jinja). Every step passes here, so the clock bounds the render
+     * to the budget plus the 16 steps between two looks. */
+    if ((++c->ticks & 15) == 0 && c->deadline_ns != 0 && monotonic_ns() > c->deadline_ns) {
+        jj_fail(c, SL_ERANGE, "template render took longer than %llu ms",
+                (unsigned long long)(JJ_MAX_RENDER_NS / 1000000));
         return false;
     }
     return true;

@@ -301,7 +301,7 @@ int jj_lex(jj_ctx *c, const char *src, size_t len, jj_tok **out, size_t *n_out)
             }
         }
         if (te > tb) {
-            jj_tok tok = {.t = JJ_T_TEXT, .line = line, .s = {s + tb, NULL, te - tb}};
+            jj_tok tok = {.t = JJ_T_TEXT, .line = line, .s = {.p = s + tb, .n = te - tb}};
             if (push(&t, tok) < 0)
                 return -1;
         }

@@ -192,7 +192,7 @@ static long byte_level_decode(const char *s, size_t n, char *dst)
 
 static const char *const k_eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>", "_<EOT>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "<EOT>", "_<EOT>", ("<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"),
     "<|end_of_text|>",
 };
 

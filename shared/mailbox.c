@@ -394,6 +394,14 @@ sl_status sl_shm_worker_pop(sl_shm_t *w, sl_shm_ticket *ticket)
         sl_slot_shm *slot = &w->slots[s];
         uint64_t head = atomic_load_explicit(&slot->head, memory_order_acquire);
         uint64_t tail = atomic_load_explicit(&slot->tail, memory_order_acquire);
+        /* tail - head never exceeds ring_n unless the words were corrupted (no
+         * death leaves that): the entries before tail - ring_n were overwritten
+         * anyway, so start there instead of skipping up to 2^64 dead entries
+         * (found by fuzz_shm: a hang). */
+        if (tail - head > ring_n) {
+            head = tail - ring_n;
+            atomic_store_explicit(&slot->head, head, memory_order_release);
+        }
         while (head != tail) {
             uint64_t e = atomic_load_explicit(&w->ring[(size_t)s * ring_n + (head & (ring_n - 1))], memory_order_relaxed);
             uint32_t i = (uint32_t)e, inc = (uint32_t)(e >> 32);

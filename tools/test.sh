@@ -42,6 +42,12 @@ if grep -nE "LeakSanitizer|AddressSanitizer|runtime error:" build-asan/ctest.log
 fi
 done_stage "unit tests (criterion, asan+ubsan)"
 
+stage "fuzz (libFuzzer, asan+ubsan, every target ${FUZZ_SECONDS:-60} s, two at a time)"
+# Builds build-fuzz with clang and runs the six harnesses on their seeds;
+# fails on any crash, sanitizer report or hang (tools/fuzz.sh).
+tools/fuzz.sh all "${FUZZ_SECONDS:-60}"
+done_stage "fuzz (libFuzzer, asan+ubsan, every target ${FUZZ_SECONDS:-60} s, two at a time)"
+
 stage "reference and integration tests (pytest)"
 SLUICE_BUILD_DIR=$PWD/build .venv/bin/python -m pytest -q tests/reference tests/integration ${1:+-k "$1"}
 done_stage "reference and integration tests (pytest)"

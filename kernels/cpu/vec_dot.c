@@ -12,6 +12,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "model/ggml_types.h"
 #include "model/quant.h"
@@ -190,8 +193,11 @@ bool sl_vec_dot_avx2_available(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-        && __builtin_cpu_supports("f16c");
+    /* f16c from cpuid directly: clang 14's __builtin_cpu_supports does not
+     * know "f16c" (the fuzz build uses clang) */
+    unsigned int a, b, c, d;
+    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
     return false;
 #endif

@@ -190,6 +190,16 @@ Test(jinja, limits_stop_hostile_templates)
     expect_error("{% for i in range(99999) %}{% for j in range(9) %}{{ 'abcdefghijklmnop' }}{% endfor %}{% endfor %}", SL_ERANGE, "output");
 }
 
+/* Found by fuzz_jinja: each step scans a 1 MB string, so the iteration cap
+ * alone allowed a million scans (hours under the sanitizers); the render's
+ * time budget ends it. */
+Test(jinja, time_budget_stops_costly_steps)
+{
+    expect_error("{% set b = 'abcdefgh' * 125000 %}{% for i in range(1000) %}{% for j in range(1000) %}"
+                 "{% if b | length %}{% endif %}{% endfor %}{% endfor %}",
+                 SL_ERANGE, "longer than");
+}
+
 Test(jinja, builtins_compile_and_render)
 {
     const char *names[] = {"chatml", "llama2", "llama3", "mistral", "gemma", "phi3"};
