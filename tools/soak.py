@@ -25,7 +25,7 @@ handed out in turn, so every process's RssShmem climbs by several MiB over
 the first ~7,000 requests, then stays flat) and the model's file pages; both
 are bounded by their mappings, and a heap leak shows in RssAnon alone. The
 default bound, 2 MiB per process, is set from measured runs
-(docs/reliability/soak.md): after the warm-up RssAnon grows by at most
+(docs/RELIABILITY.md): after the warm-up RssAnon grows by at most
 ~0.6 MiB (the worker's KV pages touched late), while a 100-byte leak per
 request over the default 50,000 requests is 2.5 MB or more in whichever
 process leaks (each of two front ends sees 25,000; the worker ~29,000

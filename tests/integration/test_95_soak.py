@@ -1,4 +1,4 @@
-"""Soak and leak runs, CI-sized (tools/soak.py; docs/reliability/soak.md has
+"""Soak and leak runs, CI-sized (tools/soak.py; docs/RELIABILITY.md has
 the full 50,000-request figures): 2,000 mixed requests against the release
 build go back to idle with no process's heap growing; a few hundred, with a
 worker kill, against the ASan+UBSan build end in a clean SIGTERM exit with no
