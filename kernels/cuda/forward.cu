@@ -540,7 +540,7 @@ static sl_status setup_gemm(cuda_backend *cb, char err[SL_ERR_LEN])
         rc = SL_ENOMEM;
     } else {
         int64_t rows = ((int64_t)cb->base.cfg.max_batch_tokens + SL_GEMM_COLS - 1) / SL_GEMM_COLS * SL_GEMM_COLS;
-        rc = sl_cuda_gemm_create(cb->stream, rows * widest, &cb->gemm, err, SL_ERR_LEN);
+        rc = sl_cuda_gemm_create(cb->stream, rows * widest, rows, &cb->gemm, err, SL_ERR_LEN);
     }
     size_t at = 0;
     for (int i = 0; rc == SL_OK && i < k; i++) {

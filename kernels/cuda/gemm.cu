@@ -14,7 +14,8 @@ struct sl_cuda_gemm {
     cublasHandle_t handle;
     void *workspace;
     __half *xh;                 /* (max_x) activations in float16 */
-    int64_t max_x;
+    float *scale;               /* (max_rows) each row's power-of-two divisor (to_f16_rows) */
+    int64_t max_x, max_rows;
 };
 
 void sl_cuda_gemm_destroy(sl_cuda_gemm *g)
@@ -25,10 +26,12 @@ void sl_cuda_gemm_destroy(sl_cuda_gemm *g)
         cublasDestroy(g->handle);
     cudaFree(g->workspace);
     cudaFree(g->xh);
+    cudaFree(g->scale);
     free(g);
 }
 
-sl_status sl_cuda_gemm_create(cudaStream_t stream, int64_t max_x, sl_cuda_gemm **out, char *err, size_t err_len)
+sl_status sl_cuda_gemm_create(cudaStream_t stream, int64_t max_x, int64_t max_rows, sl_cuda_gemm **out, char *err,
+                              size_t err_len)
 {
     *out = NULL;
     sl_cuda_gemm *g = (sl_cuda_gemm *)calloc(1, sizeof *g);
@@ -37,6 +40,7 @@ sl_status sl_cuda_gemm_create(cudaStream_t stream, int64_t max_x, sl_cuda_gemm *
         return SL_ENOMEM;
     }
     g->max_x = max_x;
+    g->max_rows = max_rows;
     cublasStatus_t cs = cublasCreate(&g->handle);
     if (cs != CUBLAS_STATUS_SUCCESS) {
         g->handle = NULL;
@@ -45,7 +49,8 @@ sl_status sl_cuda_gemm_create(cudaStream_t stream, int64_t max_x, sl_cuda_gemm *
         return SL_EBACKEND;
     }
     if (cudaMalloc(&g->workspace, WORKSPACE) != cudaSuccess ||
-        cudaMalloc((void **)&g->xh, (size_t)max_x * sizeof(__half)) != cudaSuccess) {
+        cudaMalloc((void **)&g->xh, (size_t)max_x * sizeof(__half)) != cudaSuccess ||
+        cudaMalloc((void **)&g->scale, (size_t)max_rows * sizeof(float)) != cudaSuccess) {
         cudaGetLastError();
         snprintf(err, err_len, "cuda gemm: workspace and %lld float16 activations do not fit", (long long)max_x);
         sl_cuda_gemm_destroy(g);
@@ -103,14 +108,58 @@ sl_status sl_cuda_gemm_dequant(const sl_cuda_weight *w, __half *dst, cudaStream_
     return SL_OK;
 }
 
-/* the activations in float16; padding rows T .. Tp are zeros */
+/* The activations in float16, one block per row. float16 ends at 65504, and
+ * real models have rare activations in the thousands: a row whose largest
+ * magnitude passes 2^14 is divided by a power of two first (exact) and its
+ * outputs multiplied back by scale_rows; every other row has scale 1, so
+ * its bits do not depend on the others. Padding rows T .. Tp are zeros. */
 static __global__ void __launch_bounds__(THREADS)
-to_f16(__half *__restrict__ dst, const float *__restrict__ x, int64_t ldx, int64_t n, int64_t T, int64_t Tp)
+to_f16_rows(__half *__restrict__ dst, float *__restrict__ scale, const float *__restrict__ x, int64_t ldx, int64_t n,
+            int64_t T)
 {
-    for (int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x; i < n * Tp; i += (int64_t)gridDim.x * THREADS) {
-        int64_t t = i / n;
-        dst[i] = t < T ? __float2half_rn(x[t * ldx + i % n]) : __float2half_rn(0.0f);
+    __shared__ float part[THREADS / SL_WARP];
+    int64_t t = blockIdx.x;
+    __half *d = dst + t * n;
+    if (t >= T) {
+        for (int64_t i = threadIdx.x; i < n; i += THREADS)
+            d[i] = __float2half_rn(0.0f);
+        if (threadIdx.x == 0)
+            scale[t] = 1.0f;
+        return;
     }
+    const float *xr = x + t * ldx;
+    float m = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += THREADS)
+        m = fmaxf(m, fabsf(xr[i]));
+    m = sl_warp_max(m);
+    if (threadIdx.x % SL_WARP == 0)
+        part[threadIdx.x / SL_WARP] = m;
+    __syncthreads();
+    float amax = part[0];
+#pragma unroll
+    for (int k = 1; k < THREADS / SL_WARP; k++)
+        amax = fmaxf(amax, part[k]);
+    /* s = 2^e with amax / s <= 2^14 (NaN and inf rows keep s = 1 and stay what they are) */
+    float s = 1.0f;
+    if (amax > 16384.0f && amax <= 3.0e38f)
+        s = exp2f(ceilf(log2f(amax / 16384.0f)));
+    float inv = 1.0f / s;   /* exact: a power of two */
+    for (int64_t i = threadIdx.x; i < n; i += THREADS)
+        d[i] = __float2half_rn(xr[i] * inv);
+    if (threadIdx.x == 0)
+        scale[t] = s;
+}
+
+/* y row t *= scale[t] where the row was scaled down (one block per row). */
+static __global__ void __launch_bounds__(THREADS)
+scale_rows(float *__restrict__ y, int64_t ldy, int64_t rows, const float *__restrict__ scale)
+{
+    int64_t t = blockIdx.x;
+    float s = scale[t];
+    if (s == 1.0f)
+        return;
+    for (int64_t i = threadIdx.x; i < rows; i += THREADS)
+        y[t * ldy + i] *= s;
 }
 
 sl_status sl_cuda_gemm_matmul(sl_cuda_gemm *g, const sl_cuda_weight *w, const __half *wh, const float *x,
@@ -123,9 +172,9 @@ sl_status sl_cuda_gemm_matmul(sl_cuda_gemm *g, const sl_cuda_weight *w, const __
     cudaStream_t st;
     if (cublasGetStream(g->handle, &st) != CUBLAS_STATUS_SUCCESS)
         return SL_EBACKEND;
-    int64_t cnt = Tp * n;
-    unsigned grid = (unsigned)((cnt + THREADS - 1) / THREADS < 65536 ? (cnt + THREADS - 1) / THREADS : 65536);
-    to_f16<<<grid, THREADS, 0, st>>>(g->xh, x, ldx, n, T, Tp);
+    if (Tp > g->max_rows)
+        return SL_EINVAL;
+    to_f16_rows<<<(unsigned)Tp, THREADS, 0, st>>>(g->xh, g->scale, x, ldx, n, T);
     SL_CUDA_CHECK_LAUNCH();
     /* Column-major, as cuBLAS sees it: C (ne1 x cols, ld ldy) = op(A) B with
      * A = the row-major ne1 x n copy read as column-major n x ne1 (lda n),
@@ -142,5 +191,7 @@ sl_status sl_cuda_gemm_matmul(sl_cuda_gemm *g, const sl_cuda_weight *w, const __
             return SL_EBACKEND;
         }
     }
+    scale_rows<<<(unsigned)T, THREADS, 0, st>>>(y, ldy, w->ne1, g->scale);
+    SL_CUDA_CHECK_LAUNCH();
     return SL_OK;
 }

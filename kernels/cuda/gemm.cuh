@@ -9,6 +9,9 @@
  *       same work an order of magnitude faster. The copy costs 2 bytes per
  *       weight of device memory (sl_cuda_gemm_bytes), taken before the KV
  *       cache is sized; the backend turns the path off when it does not fit.
+ * Range: a row of activations whose largest magnitude passes 2^14 is divided
+ *       by a power of two before the conversion and its outputs multiplied
+ *       back, so outliers in the thousands do not overflow float16.
  * Accuracy: float16 activations and weights, float32 sums: results differ
  *       from the small-batch path by float16 rounding (~1e-3 relative), so
  *       a sequence's logits are bitwise the same batched or alone only
@@ -32,8 +35,10 @@
 typedef struct sl_cuda_gemm sl_cuda_gemm;
 
 /* A cuBLAS handle bound to `stream` with a fixed workspace (so steps can be
- * captured into CUDA graphs) and room to convert max_x float activations. */
-sl_status sl_cuda_gemm_create(cudaStream_t stream, int64_t max_x, sl_cuda_gemm **out, char *err, size_t err_len);
+ * captured into CUDA graphs) and room to convert max_x float activations in
+ * up to max_rows rows (both counting the padding to SL_GEMM_COLS). */
+sl_status sl_cuda_gemm_create(cudaStream_t stream, int64_t max_x, int64_t max_rows, sl_cuda_gemm **out, char *err,
+                              size_t err_len);
 void sl_cuda_gemm_destroy(sl_cuda_gemm *g);
 
 /* Device bytes the float16 copy of w takes. */

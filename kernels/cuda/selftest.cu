@@ -7,6 +7,10 @@
  *   matmul    every type, T = 1..19: rel L2 vs a float64 dot of the rows
  *             dequantized by model/quant.c (tol 1e-5), and each row of a
  *             T-row call bitwise equal to the same row computed alone
+ *   gemm      the tensor-core path, Q4_K and Q6_K, 70 rows (two 64-row calls)
+ *             with two rows of activations near 1e5 (past float16's range
+ *             unless scaled): rel L2 vs float64 (tol 5e-3: float16 inputs),
+ *             and rows computed alone bitwise equal to the same rows batched
  *   rmsnorm   vs float64 (tol 1e-6)
  *   attention paged, shuffled block table, causal rows of one sequence and a
  *             decode row of another, vs float64 softmax (tol 1e-5)
@@ -17,6 +21,7 @@
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 
@@ -134,6 +139,89 @@ static int check_matmul(FILE *out, cudaStream_t st, uint32_t type)
                 bad ? "FAIL" : "ok");
     }
 done:
+    free(w);
+    free(x);
+    free(y);
+    free(y1);
+    free(wq);
+    free(ref);
+    return bad;
+}
+
+static int check_gemm(FILE *out, cudaStream_t st, uint32_t type)
+{
+    const int64_t n = 512, rows = 67, T = 70;
+    size_t rb = sl_ggml_row_bytes(type, (uint64_t)n);
+    uint64_t seed = 99 + type;
+    float *w = (float *)malloc((size_t)(rows * n) * sizeof(float)), *x = (float *)malloc((size_t)(T * n) * 4);
+    float *y = (float *)malloc((size_t)(T * rows) * 4), *y1 = (float *)malloc((size_t)rows * 4);
+    uint8_t *wq = (uint8_t *)malloc(rb * (size_t)rows);
+    double *ref = (double *)malloc((size_t)(T * rows) * sizeof(double));
+    int bad = 0, diff = 0;
+    double worst = 0, worst_big = 0;
+    sl_cuda_gemm *g = NULL;
+    char err[256];
+    dev_bufs d = {};
+    int64_t Tp = (T + SL_GEMM_COLS - 1) / SL_GEMM_COLS * SL_GEMM_COLS;
+    uint8_t *dw = (uint8_t *)d.alloc(rb * (size_t)rows);
+    __half *dh = (__half *)d.alloc((size_t)(rows * n) * sizeof(__half));
+    float *dx = (float *)d.alloc((size_t)(T * n) * 4), *dy = (float *)d.alloc((size_t)(Tp * rows) * 4);
+    if (!w || !x || !y || !y1 || !wq || !ref || !dw || !dh || !dx || !dy ||
+        sl_cuda_gemm_create(st, Tp * n, Tp, &g, err, sizeof err) != SL_OK) {
+        fprintf(out, "  gemm %s: setup failed\n", sl_ggml_type_name(type));
+        bad = 1;
+        goto done;
+    }
+    for (int64_t i = 0; i < rows * n; i++)
+        w[i] = uniform(&seed);
+    for (int64_t i = 0; i < T * n; i++)
+        x[i] = uniform(&seed);
+    for (int64_t i = 0; i < n; i++) {   /* outlier rows: float16 alone would overflow */
+        x[5 * n + i] *= 1.0e5f;
+        x[40 * n + i] *= 3.0e4f;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        sl_quant_quantize_row(type, w + r * n, wq + r * rb, n);
+        sl_quant_dequantize_row(type, wq + r * rb, w + r * n, n);
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0;
+            for (int64_t i = 0; i < n; i++)
+                s += (double)w[r * n + i] * x[t * n + i];
+            ref[t * rows + r] = s;
+        }
+    {
+        sl_cuda_weight cw = {type, n, rows, rb, dw, dh};
+        CK(cudaMemcpy(dw, wq, rb * (size_t)rows, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dx, x, (size_t)(T * n) * 4, cudaMemcpyHostToDevice));
+        if (sl_cuda_gemm_dequant(&cw, dh, st) != SL_OK || sl_cuda_gemm_matmul(g, &cw, dh, dx, n, T, dy, rows) != SL_OK) {
+            bad = 1;
+            goto done;
+        }
+        CK(cudaMemcpyAsync(y, dy, (size_t)(T * rows) * 4, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        worst = rel_l2(y, ref, T * rows);
+        double b1 = rel_l2(y + 5 * rows, ref + 5 * rows, rows), b2 = rel_l2(y + 40 * rows, ref + 40 * rows, rows);
+        worst_big = b1 > b2 ? b1 : b2;
+        static const int64_t alone[] = {0, 5, 40, 63, 64, 69};
+        for (size_t k = 0; k < sizeof alone / sizeof alone[0]; k++) {
+            int64_t t = alone[k];
+            if (sl_cuda_gemm_matmul(g, &cw, dh, dx + t * n, n, 1, dy, rows) != SL_OK) {
+                bad = 1;
+                goto done;
+            }
+            CK(cudaMemcpyAsync(y1, dy, (size_t)rows * 4, cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            diff += memcmp(y1, y + t * rows, (size_t)rows * 4) != 0;
+        }
+    }
+    bad |= !(worst <= 5e-3) || !(worst_big <= 5e-3) || diff != 0;
+    fprintf(out, "  gemm   %-5s n=%lld rows=%lld T=%lld (rows near 1e5): rel L2 %.2e (outlier rows %.2e), alone == batched: %s  %s\n",
+            sl_ggml_type_name(type), (long long)n, (long long)rows, (long long)T, worst, worst_big,
+            diff ? "NO" : "yes", bad ? "FAIL" : "ok");
+done:
+    sl_cuda_gemm_destroy(g);
     free(w);
     free(x);
     free(y);
@@ -277,6 +365,8 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out
     int fails = 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         fails += check_matmul(out, st, types[i]);
+    fails += check_gemm(out, st, SL_GGML_TYPE_Q4_K);
+    fails += check_gemm(out, st, SL_GGML_TYPE_Q6_K);
     fails += check_rmsnorm(out, st);
     fails += check_attention(out, st);
     cudaStreamDestroy(st);
