@@ -21,7 +21,7 @@
 #define KV_BLOCK 16
 
 typedef struct {
-    const char *model, *prompt, *tokens;
+    const char *model, *prompt, *tokens, *device;
     int n_predict, threads, chunk;
     bool ignore_eos, show_special, print_ids;
     sl_sampling_params sp;
@@ -44,6 +44,7 @@ static void usage(FILE *f)
         "      --presence-penalty X --frequency-penalty X (default 0)\n"
         "      --seed S            RNG seed (default 0)\n"
         "  -t, --threads N         compute threads (default: all cores)\n"
+        "      --device D          auto | cpu | cuda (default auto: the GPU when libsluice_cuda.so loads and finds one)\n"
         "      --chunk N           prefill chunk size in tokens (default 512)\n"
         "      --ignore-eos        do not stop at end-of-generation tokens\n"
         "      --show-special      print control tokens as text\n"
@@ -75,12 +76,13 @@ static int parse_options(int argc, char **argv, gen_options *o)
         {"seed", required_argument, 0, 9}, {"threads", required_argument, 0, 't'},
         {"chunk", required_argument, 0, 10}, {"ignore-eos", no_argument, 0, 11},
         {"show-special", no_argument, 0, 12}, {"print-ids", no_argument, 0, 13},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"device", required_argument, 0, 14}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     o->n_predict = 64;
     o->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     o->chunk = 512;
+    o->device = "auto";
     sl_sampling_params_default(&o->sp);
     o->sp.temperature = 0.8f;
     o->sp.top_k = 40;
@@ -116,6 +118,13 @@ static int parse_options(int argc, char **argv, gen_options *o)
         case 11: o->ignore_eos = true; break;
         case 12: o->show_special = true; break;
         case 13: o->print_ids = true; break;
+        case 14:
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "sluice generate: --device expects auto, cpu or cuda, got '%s'\n", optarg);
+                return -1;
+            }
+            o->device = optarg;
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -226,7 +235,7 @@ int sl_cli_generate(int argc, char **argv)
 
     int32_t n_blocks = (int32_t)((n_ctx + KV_BLOCK - 1) / KV_BLOCK);
     int chunk = o.chunk < n_prompt ? o.chunk : (int)n_prompt;
-    sl_backend_config cfg = {.device = "cpu", .n_threads = o.threads, .kv_block_size = KV_BLOCK,
+    sl_backend_config cfg = {.device = o.device, .n_threads = o.threads, .kv_block_size = KV_BLOCK,
                              .n_kv_blocks = (uint32_t)n_blocks, .max_batch_tokens = chunk,
                              .max_ctx = (int32_t)n_ctx};
     sl_load_progress_read_weights(&lp, m);

@@ -51,6 +51,7 @@ def test_token_id_prompt(vocab_model):
     (["-p", "x", "-n", "nan"], "-n"),
     (["-p", "x", "--bogus"], "unrecognized option"),
     (["-p", "x", "-n", "100000000"], "-n"),
+    (["-p", "x", "--device", "tpu"], "--device expects auto, cpu or cuda"),
 ])
 def test_bad_arguments(vocab_model, args, needle):
     r = gen("-m", str(vocab_model), *args)

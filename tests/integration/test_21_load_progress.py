@@ -44,7 +44,7 @@ def test_generate_on_a_tty_redraws_in_place(model):
     assert "\r" in text.replace("\r\n", "")                        # redrawn in place
     assert "sluice generate: opening " + str(model) in text
     assert re.search(r"reading weights \(\d+ MiB\) +100\.0% \(\d+ / \d+ MiB\)", text), text
-    assert "creating the cpu backend" in text
+    assert re.search(r"creating the (auto|cpu) backend", text), text
     assert re.search(r"sluice generate: loaded .* on cpu in \d+\.\d\d s\r?\n", text), text
 
 
@@ -56,7 +56,7 @@ def test_generate_into_a_pipe_has_one_line_per_stage(model):
     lines = r.stderr.splitlines()
     assert re.fullmatch(r"sluice generate: opening .* \(\d+\.\d\d s\)", lines[0]), lines
     assert re.fullmatch(r"sluice generate: reading weights \(\d+ MiB\) \(\d+\.\d\d s\)", lines[1]), lines
-    assert re.fullmatch(r"sluice generate: creating the cpu backend \(\d+\.\d\d s\)", lines[2]), lines
+    assert re.fullmatch(r"sluice generate: creating the (auto|cpu) backend \(\d+\.\d\d s\)", lines[2]), lines
     assert re.fullmatch(r"sluice generate: loaded .* on cpu in \d+\.\d\d s", lines[3]), lines
 
 
