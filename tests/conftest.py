@@ -3,7 +3,7 @@ import subprocess
 
 import pytest
 
-from paths import tool
+from paths import TESTDATA, tool
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +29,20 @@ def make_model(model_dir):
         return cache[key]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer(tmp_path_factory):
+    """mkmodel options for Qwen3's real tokenizer and chat template."""
+    d = tmp_path_factory.mktemp("qwen3tok")
+    tj = d / "tokenizer.json"
+    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/qwen3/tokenizer.json.xz")],
+                                  check=True, capture_output=True).stdout)
+    return dict(tokenizer=str(tj), tokenizer_config=str(TESTDATA / "tokenizers/qwen3/tokenizer_config.json"))
+
+
+@pytest.fixture(scope="session")
+def chat_model(make_model, qwen3_tokenizer):
+    """A tiny qwen3-shaped Q8_0 model with Qwen3's tokenizer and template, for
+    the tests that run the real server."""
+    return make_model("tiny-qwen3", "Q8_0", peak=4, **qwen3_tokenizer)

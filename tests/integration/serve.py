@@ -14,6 +14,16 @@ import urllib.request
 from paths import SLUICE
 
 
+def wait_for(cond, timeout, step=0.02):
+    """Polls cond() until it is true or timeout seconds pass; its last value."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
 class Server:
     def __init__(self, model, tmp_path, frontends=2, extra=(), env=None):
         self.admin_path = str(tmp_path / f"admin-{os.getpid()}-{id(self)}.sock")

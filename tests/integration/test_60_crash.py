@@ -10,19 +10,7 @@ import time
 
 import pytest
 
-from paths import TESTDATA
-from serve import Server, start_streams
-
-
-@pytest.fixture(scope="module")
-def chat_model(make_model, tmp_path_factory):
-    import subprocess
-    d = tmp_path_factory.mktemp("tok")
-    tj = d / "tokenizer.json"
-    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/qwen3/tokenizer.json.xz")],
-                                  check=True, capture_output=True).stdout)
-    return make_model("tiny-qwen3", "Q8_0", tokenizer=str(tj),
-                      tokenizer_config=str(TESTDATA / "tokenizers/qwen3/tokenizer_config.json"), peak=4)
+from serve import Server, start_streams, wait_for
 
 
 @pytest.fixture
@@ -30,15 +18,6 @@ def server(chat_model, tmp_path):
     s = Server(chat_model, tmp_path, frontends=2)
     yield s
     s.stop()
-
-
-def wait_for(cond, timeout, step=0.02):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 def content_events(ev):

@@ -14,8 +14,8 @@ import urllib.request
 
 import pytest
 
-from paths import REPO, TESTDATA
-from serve import Server, stream
+from paths import REPO
+from serve import Server, stream, wait_for
 
 
 def find_tool(name):
@@ -27,25 +27,6 @@ def find_tool(name):
 HAPROXY = find_tool("haproxy")
 PROMTOOL = find_tool("promtool")
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-
-
-@pytest.fixture(scope="module")
-def chat_model(make_model, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tok")
-    tj = d / "tokenizer.json"
-    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/qwen3/tokenizer.json.xz")],
-                                  check=True, capture_output=True).stdout)
-    return make_model("tiny-qwen3", "Q8_0", tokenizer=str(tj),
-                      tokenizer_config=str(TESTDATA / "tokenizers/qwen3/tokenizer_config.json"), peak=4)
-
-
-def wait_for(cond, timeout, step=0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 def post(base, body, timeout=30):

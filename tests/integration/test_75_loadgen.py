@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from paths import TESTDATA, tool
+from paths import tool
 from serve import Server
 
 
@@ -107,16 +107,6 @@ def test_stream_faults_counted(stub, tmp_path, fault, kind):
     lv = levels[0]
     assert lv["errors"][kind] == 5 and lv["errors_total"] == 5, lv
     assert lv["requests_ok"] == 0 and lv["completion_tokens"] == 0
-
-
-@pytest.fixture(scope="module")
-def chat_model(make_model, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tok")
-    tj = d / "tokenizer.json"
-    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/qwen3/tokenizer.json.xz")],
-                                  check=True, capture_output=True).stdout)
-    return make_model("tiny-qwen3", "Q8_0", tokenizer=str(tj),
-                      tokenizer_config=str(TESTDATA / "tokenizers/qwen3/tokenizer_config.json"), peak=4)
 
 
 def test_real_server_usage_totals(chat_model, tmp_path):

@@ -10,33 +10,12 @@ Retry-After. Resident memory stays flat through the burst; after `resume`
 every accepted request completes with 200."""
 import http.client
 import json
-import subprocess
 import threading
 import time
 
 import pytest
 
-from paths import TESTDATA
-from serve import Server
-
-
-@pytest.fixture(scope="module")
-def chat_model(make_model, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tok")
-    tj = d / "tokenizer.json"
-    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/qwen3/tokenizer.json.xz")],
-                                  check=True, capture_output=True).stdout)
-    return make_model("tiny-qwen3", "Q8_0", tokenizer=str(tj),
-                      tokenizer_config=str(TESTDATA / "tokenizers/qwen3/tokenizer_config.json"), peak=4)
-
-
-def wait_for(cond, timeout, step=0.02):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
+from serve import Server, wait_for
 
 
 def rss_kib(pid):

@@ -14,27 +14,15 @@ import http.client
 import json
 import re
 import socket
-import subprocess
 import threading
 import time
 
 import pytest
 
-from paths import TESTDATA
-from serve import Server
+from serve import Server, wait_for
 
 IDLE_MS = 1000
 WRITE_MS = 1000
-
-
-@pytest.fixture(scope="module")
-def chat_model(make_model, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tok")
-    tj = d / "tokenizer.json"
-    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/qwen3/tokenizer.json.xz")],
-                                  check=True, capture_output=True).stdout)
-    return make_model("tiny-qwen3", "Q8_0", tokenizer=str(tj),
-                      tokenizer_config=str(TESTDATA / "tokenizers/qwen3/tokenizer_config.json"), peak=4)
 
 
 @pytest.fixture
@@ -43,15 +31,6 @@ def server(chat_model, tmp_path):
                extra=["--idle-timeout-ms", str(IDLE_MS), "--write-timeout-ms", str(WRITE_MS), "--ctx-size", "4096"])
     yield s
     s.stop()
-
-
-def wait_for(cond, timeout, step=0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 def request_bytes(body, path="/v1/chat/completions"):

@@ -20,39 +20,15 @@ import json
 
 import pytest
 
-from paths import TESTDATA
-from serve import Server
-
-
-def _tokenizer(tmp_path_factory):
-    import subprocess
-    d = tmp_path_factory.mktemp("tok")
-    tj = d / "tokenizer.json"
-    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/qwen3/tokenizer.json.xz")],
-                                  check=True, capture_output=True).stdout)
-    return dict(tokenizer=str(tj), tokenizer_config=str(TESTDATA / "tokenizers/qwen3/tokenizer_config.json"))
+from serve import Server, wait_for
 
 
 @pytest.fixture(scope="module")
-def chat_model(make_model, tmp_path_factory):
-    return make_model("tiny-qwen3", "Q8_0", peak=4, **_tokenizer(tmp_path_factory))
-
-
-@pytest.fixture(scope="module")
-def slow_model(make_model, tmp_path_factory):
+def slow_model(make_model, qwen3_tokenizer):
     """Big enough that a 256-token prefill step takes about 0.5-1 s on one
     thread of this CPU (several heartbeat timeouts of 200 ms)."""
     return make_model("tiny-qwen3", "Q8_0", n_embd=512, n_layer=4, n_ff=1536, n_head=8, n_head_kv=4, head_dim=64,
-                      n_ctx=2048, **_tokenizer(tmp_path_factory))
-
-
-def wait_for(cond, timeout, step=0.02):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
+                      n_ctx=2048, **qwen3_tokenizer)
 
 
 class Prober:
