@@ -167,8 +167,9 @@ const sl_shm_limits *sl_shm_get_limits(const sl_shm_t *h);
 /* Claims a free mailbox, copies `req` and its prompt into it and publishes it in
  * this slot's submission ring, then rings the worker's doorbell. Never blocks.
  * Returns SL_OK with *ticket set; SL_AGAIN when no mailbox or prompt block is
- * free or submit_queue_depth requests already wait in this slot's ring (answer 429; nothing was taken); SL_EINVAL for a prompt of 0 or
- * more than prompt_tokens_max tokens; SL_ESTALE if this slot was reclaimed.
+ * free or submit_queue_depth requests already wait in this slot's ring (answer
+ * 429; nothing was taken); SL_EINVAL for a prompt of 0 or more than
+ * prompt_tokens_max tokens; SL_ESTALE if this slot was reclaimed.
  * On failure *ticket is {UINT32_MAX, 0}. One thread per slot may call this. */
 sl_status sl_shm_submit(sl_shm_t *fe, const sl_shm_request *req, sl_shm_ticket *ticket /* OUT */);
 
