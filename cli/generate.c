@@ -265,7 +265,7 @@ int sl_cli_generate(int argc, char **argv)
     for (int64_t done = 0; done < n_prompt; done += chunk) {
         int32_t n = (int32_t)(n_prompt - done < chunk ? n_prompt - done : chunk);
         sl_batch_seq s = {.tokens = prompt + done, .n_tokens = n, .pos = (int32_t)done, .blocks = blocks,
-                          .n_blocks = n_blocks, .logits_all = false};
+                          .n_blocks = n_blocks, .logits_all = false, .prompt = true};
         if (sl_backend_forward(be, &s, 1, logits) < 0) {
             fprintf(stderr, "sluice generate: forward pass failed\n");
             return 1;

@@ -678,6 +678,7 @@ sl_status sl_sched_step(sl_sched *s)
             .blocks = q->table.blocks,
             .n_blocks = (int32_t)q->table.n_used,
             .logits_all = false,
+            .prompt = q->state == SEQ_PREFILL,
         };
         s->batch_slot[n_batch++] = slot;
     }

@@ -29,6 +29,10 @@ typedef struct {
     const int32_t *blocks;    /* block table covering positions [0, pos + n_tokens) */
     int32_t n_blocks;
     bool logits_all;          /* true: a logits row per new token; false: only the last */
+    bool prompt;              /* the tokens are prompt (or recomputed history), not a token just
+                               * sampled: a backend with two numeric paths (CUDA: tensor cores
+                               * for prompts, docs/CUDA.md) keeps every prompt row on one, however
+                               * the prompt is chunked, also a chunk of one token */
 } sl_batch_seq;
 
 typedef struct {

@@ -378,9 +378,9 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     cuda_backend *cb = (cuda_backend *)b;
     cudaStream_t st = cb->stream;
     int64_t V = b->model->hp.n_vocab;
-    bool decode = true;
+    bool decode = true;   /* every sequence decodes one sampled token */
     for (int32_t i = 0; i < n_seqs; i++)
-        decode = decode && seqs[i].n_tokens == 1;
+        decode = decode && seqs[i].n_tokens == 1 && !seqs[i].prompt;
 
     int64_t T, n_out;
     sl_cuda_profile_begin(cb->prof, st);

@@ -7,16 +7,13 @@
 
 #define THREADS 256
 
-static __global__ void __launch_bounds__(THREADS)
-rmsnorm_row_per_block(float *y, const float *x, const int32_t *rows_idx, const float *__restrict__ w,
-                      int64_t n, float eps)
+/* The block's part after each thread summed its squares into ss: the fixed
+ * tree over the block, then y = x * scale * w for the row. The barrier also
+ * orders every read of the row's inputs before any write of y. */
+static __device__ __forceinline__ void finish_row(double ss, const float *xr, float *yr, const float *__restrict__ w,
+                                                  int64_t n, float eps)
 {
     __shared__ double part[THREADS / SL_WARP];
-    int64_t i = blockIdx.x, src = rows_idx ? rows_idx[i] : i;
-    const float *xr = x + src * n;
-    double ss = 0.0;
-    for (int64_t j = threadIdx.x; j < n; j += THREADS)
-        ss += (double)xr[j] * xr[j];
     ss = sl_warp_sum_double(ss);
     if (threadIdx.x % SL_WARP == 0)
         part[threadIdx.x / SL_WARP] = ss;
@@ -26,15 +23,26 @@ rmsnorm_row_per_block(float *y, const float *x, const int32_t *rows_idx, const f
     for (int k = 0; k < THREADS / SL_WARP; k++)
         tot += part[k];
     float scale = (float)(1.0 / sqrt(tot / (double)n + (double)eps));
-    float *yr = y + i * n;
     for (int64_t j = threadIdx.x; j < n; j += THREADS)
         yr[j] = __fmul_rn(__fmul_rn(xr[j], scale), w[j]);
 }
 
 static __global__ void __launch_bounds__(THREADS)
+rmsnorm_row_per_block(float *y, const float *x, const int32_t *rows_idx, const float *__restrict__ w,
+                      int64_t n, float eps)
+{
+    int64_t i = blockIdx.x, src = rows_idx ? rows_idx[i] : i;
+    const float *xr = x + src * n;
+    double ss = 0.0;
+    for (int64_t j = threadIdx.x; j < n; j += THREADS)
+        ss += (double)xr[j] * xr[j];
+    finish_row(ss, xr, y + i * n, w, n, eps);
+}
+
+/* y may be delta: finish_row's barrier comes after every read of delta */
+static __global__ void __launch_bounds__(THREADS)
 add_rmsnorm_row_per_block(float *x, const float *delta, float *y, const float *__restrict__ w, int64_t n, float eps)
 {
-    __shared__ double part[THREADS / SL_WARP];
     int64_t i = blockIdx.x;
     float *xr = x + i * n;
     const float *dr = delta + i * n;
@@ -44,18 +52,7 @@ add_rmsnorm_row_per_block(float *x, const float *delta, float *y, const float *_
         xr[j] = v;
         ss += (double)v * v;
     }
-    ss = sl_warp_sum_double(ss);
-    if (threadIdx.x % SL_WARP == 0)
-        part[threadIdx.x / SL_WARP] = ss;
-    __syncthreads();   /* also: every delta of the row is read before y (maybe delta) is written */
-    double tot = 0.0;
-#pragma unroll
-    for (int k = 0; k < THREADS / SL_WARP; k++)
-        tot += part[k];
-    float scale = (float)(1.0 / sqrt(tot / (double)n + (double)eps));
-    float *yr = y + i * n;
-    for (int64_t j = threadIdx.x; j < n; j += THREADS)
-        yr[j] = __fmul_rn(__fmul_rn(xr[j], scale), w[j]);
+    finish_row(ss, xr, y + i * n, w, n, eps);
 }
 
 sl_status sl_cuda_add_rmsnorm(float *x, const float *delta, float *y, const float *w, int64_t rows, int64_t n,

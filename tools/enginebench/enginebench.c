@@ -147,7 +147,7 @@ int main(int argc, char **argv)
             while (s < batch && budget > 0) {
                 int k = prompt - done < budget ? prompt - done : budget;
                 seqs[nb++] = (sl_batch_seq){.tokens = tokens + s * ctx + done, .n_tokens = k, .pos = done,
-                                            .blocks = blocks + s * per_seq, .n_blocks = per_seq};
+                                            .blocks = blocks + s * per_seq, .n_blocks = per_seq, .prompt = true};
                 budget -= k;
                 done += k;
                 if (done == prompt) {

@@ -116,7 +116,8 @@ int main(int argc, char **argv)
         owner[0] = 0;
         int n0 = fed < n_prompt ? (n_prompt - fed < chunk ? n_prompt - fed : chunk) : 1;
         batch[nb++] = (sl_batch_seq){.tokens = seqs[0].tokens + fed, .n_tokens = n0, .pos = fed,
-                                     .blocks = seqs[0].blocks, .n_blocks = blocks_per_seq, .logits_all = true};
+                                     .blocks = seqs[0].blocks, .n_blocks = blocks_per_seq, .logits_all = true,
+                                     .prompt = fed < n_prompt};
         for (int s = 1; s < n_seq; s++) {
             seq *q = &seqs[s];
             int left = q->n - q->done;
@@ -125,7 +126,8 @@ int main(int argc, char **argv)
             int k = left < chunk ? left : chunk;
             owner[nb] = s;
             batch[nb++] = (sl_batch_seq){.tokens = q->tokens + q->done, .n_tokens = k, .pos = q->done,
-                                         .blocks = q->blocks, .n_blocks = blocks_per_seq, .logits_all = false};
+                                         .blocks = q->blocks, .n_blocks = blocks_per_seq, .logits_all = false,
+                                         .prompt = true};
         }
         if (sl_backend_forward(b, batch, nb, logits) < 0) {
             fprintf(stderr, "fwdump: forward failed\n");

@@ -116,7 +116,8 @@ static double dedicated_step_ms(const bench *B)
     for (int i = 0; i < B->per_seq; i++)
         blocks[i] = i;
     memcpy(hist, B->prompt, (size_t)B->n_prompt * sizeof *hist);
-    sl_batch_seq s = {.tokens = hist, .n_tokens = B->n_prompt, .pos = 0, .blocks = blocks, .n_blocks = B->per_seq};
+    sl_batch_seq s = {.tokens = hist, .n_tokens = B->n_prompt, .pos = 0, .blocks = blocks, .n_blocks = B->per_seq,
+                      .prompt = true};
     sl_backend_forward(B->be, &s, 1, logits);
     int32_t n = B->n_prompt, tok;
     double ns = 0;
