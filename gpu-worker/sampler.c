@@ -23,6 +23,7 @@ struct sl_sampler_scratch {
     cand *cand;        /* (n_vocab) candidates of the current row */
     float *prob;       /* (n_vocab) exp((logit - max) / T) by token id */
     float *raw;        /* (n_vocab) raw row kept for the chosen token's logprob */
+    float *kept;       /* (n_vocab) the final candidates' weights by token id, 0 elsewhere */
     uint32_t *count;   /* (n_vocab) penalty counts; all zero between calls */
 };
 
@@ -36,8 +37,9 @@ sl_status sl_sampler_scratch_create(int32_t n_vocab, sl_sampler_scratch **out)
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
     s->prob = malloc((size_t)n_vocab * sizeof *s->prob);
     s->raw = malloc((size_t)n_vocab * sizeof *s->raw);
+    s->kept = calloc((size_t)n_vocab, sizeof *s->kept);
     s->count = calloc((size_t)n_vocab, sizeof *s->count);
-    if (!s->cand || !s->prob || !s->raw || !s->count) {
+    if (!s->cand || !s->prob || !s->raw || !s->kept || !s->count) {
         sl_sampler_scratch_destroy(s);
         return SL_ENOMEM;
     }
@@ -51,26 +53,9 @@ void sl_sampler_scratch_destroy(sl_sampler_scratch *s)
     free(s->cand);
     free(s->prob);
     free(s->raw);
+    free(s->kept);
     free(s->count);
     free(s);
-}
-
-/* ---------------------------------------------------------------- random */
-
-/* splitmix64's output function: a bijection with good avalanche, so
- * mix(seed ^ mix(i)) gives every (seed, i) its own well-spread word. */
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-double sl_sampler_uniform(uint64_t seed, uint64_t draw_index)
-{
-    uint64_t z = mix64(seed ^ mix64(draw_index));
-    return (double)(z >> 11) * 0x1.0p-53;   /* 53 random bits: exact in a double */
 }
 
 /* ---------------------------------------------------------------- order */
@@ -276,23 +261,11 @@ static void apply_penalties(const sl_sampling_params *p, float *l, int32_t n_voc
     }
 }
 
-/* One draw from unnormalised weights: the first index whose running sum
- * passes u * total. Renormalising is folded in here. */
-static int32_t draw_weighted(const cand *c, int32_t n, double u)
-{
-    double total = 0.0;
-    for (int32_t i = 0; i < n; i++) total += c[i].p;
-    double target = u * total, cum = 0.0;
-    int32_t last = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (c[i].p <= 0.0f) continue;
-        cum += c[i].p;
-        last = i;
-        if (cum > target) return c[i].id;
-    }
-    return c[last].id;   /* u * total rounded up to the full sum */
-}
-
+/* One draw from unnormalised weights by token id: the first id whose
+ * running sum, in id order, passes u * total (renormalising folded in).
+ * Id order is the one order every implementation can reproduce (the device
+ * sampler walks the row the same way), whatever order the filters found
+ * the candidates in. */
 static int32_t draw_weighted_row(const float *prob, int32_t n, double total, double u)
 {
     double target = u * total, cum = 0.0;
@@ -303,7 +276,19 @@ static int32_t draw_weighted_row(const float *prob, int32_t n, double total, dou
         last = i;
         if (cum > target) return i;
     }
-    return last;
+    return last;   /* u * total rounded up to the full sum */
+}
+
+/* Draws from candidates c[0..n) (any order): scatters their weights into
+ * the zeroed by-id array `kept`, draws in id order, and zeroes it again. */
+static int32_t draw_candidates(const cand *c, int32_t n, int32_t n_vocab, float *kept, double u)
+{
+    double total = 0.0;
+    for (int32_t i = 0; i < n; i++) kept[c[i].id] = c[i].p;
+    for (int32_t i = 0; i < n_vocab; i++) total += kept[i];
+    int32_t tok = draw_weighted_row(kept, n_vocab, total, u);
+    for (int32_t i = 0; i < n; i++) kept[c[i].id] = 0.0f;
+    return tok;
 }
 
 /* Step 6 of the header; the row already carries bias and penalties.
@@ -315,7 +300,7 @@ static int32_t sample_tempered(const sl_sampling_params *p, const float *l, int3
 {
     cand *c = s->cand;
     float temp = p->temperature;
-    double u = sl_sampler_uniform(p->seed, draw_index);
+    double u = sl_sampling_uniform(p->seed, draw_index);
     int32_t nc;
 
     if (p->top_k > 0 && p->top_k < n) {
@@ -379,7 +364,7 @@ static int32_t sample_tempered(const sl_sampling_params *p, const float *l, int3
         if (m == 0) { c[0] = top; m = 1; }   /* min_p > 1 (unvalidated) keeps the top */
         nc = m;
     }
-    return draw_weighted(c, nc, u);
+    return draw_candidates(c, nc, n, s->kept, u);
 }
 
 /* ---------------------------------------------------------------- entry */

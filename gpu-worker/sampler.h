@@ -1,4 +1,5 @@
-/* gpu-worker/sampler.h: one row of logits -> the next token (CPU reference).
+/* gpu-worker/sampler.h: one row of logits -> the next token (the reference;
+ * a backend that samples on its device implements the same steps).
  * Where:     the worker, once per sequence per decode step; `sluice generate`.
  * Who:       any thread, each with its own scratch; no global state.
  * Order:     1. NaN logits become -inf (bad model output never poisons a draw);
@@ -13,8 +14,13 @@
  *               6. top-k (partial selection), softmax of logits / temperature,
  *               top-p (smallest prefix by descending probability with mass
  *               >= top_p, at least one token), min-p (drop p < min_p * p_max),
- *               renormalise, one draw.
- * Random:    counter-based: the draw is a pure function of (seed, draw_index),
+ *               renormalise, one draw: the first kept token, in id order,
+ *               whose running weight passes u * total. The device sampler
+ *               (kernels/cuda/sample.cu) follows these steps in the same
+ *               order, so the two agree on a row but for rounding at a
+ *               boundary.
+ * Random:    counter-based (sl_sampling_uniform): the draw is a pure function
+ *            of (seed, draw_index),
  *            so a seeded request's output never depends on its batch peers
  *            and recompute after preemption lands on the same tokens.
  * Ties:      tokens are ordered by (logit descending, id ascending) wherever
@@ -65,9 +71,5 @@ void sl_sampler_scratch_destroy(sl_sampler_scratch *s);
 sl_status sl_sampler_sample(const sl_sampling_params *p, float *logits, int32_t n_vocab,
                             const int32_t *history, int32_t n_history, uint64_t draw_index,
                             sl_sampler_scratch *s, int32_t *token, sl_logprob_record *record);
-
-/* The uniform double in [0, 1) that draw `draw_index` of seed `seed` uses
- * (splitmix64 of both). Exposed so tests and the device sampler can share it. */
-double sl_sampler_uniform(uint64_t seed, uint64_t draw_index);
 
 #endif

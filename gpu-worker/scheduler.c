@@ -71,7 +71,9 @@ struct sl_sched {
 
     sl_batch_seq *batch;    /* (max_seqs) this step's forward */
     int32_t *batch_slot;    /* (max_seqs) slot of each batch entry */
-    float *logits;          /* (max_seqs, n_vocab) one row per batch entry */
+    float *logits;          /* (max_seqs, n_vocab) one row per batch entry; NULL when the backend samples */
+    sl_sample_req *reqs;    /* (max_seqs) this step's draws, when the backend samples on its device */
+    int32_t *drawn;         /* (max_seqs) their tokens by batch entry */
     sl_sampler_scratch **scratch;   /* (sample_threads) one per sampling thread */
     sl_threadpool *pool;            /* sample_threads > 1, else NULL */
     int32_t *to_sample;             /* (max_seqs) this step's batch entries to sample */
@@ -162,13 +164,18 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
     s->waiting = malloc((size_t)s->n_slots * sizeof *s->waiting);
     s->batch = calloc((size_t)M, sizeof *s->batch);
     s->batch_slot = malloc((size_t)M * sizeof *s->batch_slot);
-    s->logits = malloc((size_t)M * (size_t)n_vocab * sizeof *s->logits);
+    if (sl_backend_samples(be)) {
+        s->reqs = calloc((size_t)M, sizeof *s->reqs);
+        s->drawn = malloc((size_t)M * sizeof *s->drawn);
+    } else {
+        s->logits = malloc((size_t)M * (size_t)n_vocab * sizeof *s->logits);
+    }
     if (!s->eog || !s->slots || !s->hist_mem || !s->live || !s->waiting || !s->batch || !s->batch_slot ||
-        !s->logits)
+        !(s->logits || (s->reqs && s->drawn)))
         goto nomem;
-    if (n_eog)
-        memcpy(s->eog, eog, (size_t)n_eog * sizeof *eog);
-    s->n_eog = n_eog;
+    for (int32_t i = 0; i < n_eog; i++)   /* ids outside the vocabulary can never be drawn */
+        if (eog[i] >= 0 && eog[i] < n_vocab)
+            s->eog[s->n_eog++] = eog[i];
     sl_status rc = sl_kv_blocks_init(&s->kv, cfg->n_kv_blocks, cfg->kv_block_size);
     if (rc < 0)
         goto nomem;
@@ -223,6 +230,8 @@ void sl_sched_destroy(sl_sched *s)
     free(s->batch);
     free(s->batch_slot);
     free(s->logits);
+    free(s->reqs);
+    free(s->drawn);
     free(s);
 }
 
@@ -512,6 +521,33 @@ static bool deliver(sl_sched *s, int32_t slot, uint64_t now)
     return false;
 }
 
+/* min_tokens not reached: end-of-generation tokens may not be drawn. */
+static bool holds_back_eog(const seq *q)
+{
+    return !q->req.ignore_eos && q->n_gen < q->req.min_tokens;
+}
+
+/* Whether this step's forward ends with a token to draw for q: a decode
+ * step, or the last chunk of a prompt (not of a recompute after preemption,
+ * which resumes with the token it already has). */
+static bool draws_this_step(const seq *q)
+{
+    if (q->state != SEQ_PREFILL)
+        return true;
+    return q->n_cached + q->chunk >= prefill_target(q) && q->n_gen == 0;
+}
+
+/* The device-sampling request of batch entry b (sl_backend_forward_sample). */
+static sl_sample_req sample_req(sl_sched *s, seq *q)
+{
+    if (q->req.params.n_logprobs >= 0)
+        q->rec.token = -1;
+    bool ban = holds_back_eog(q);
+    return (sl_sample_req){.params = &q->req.params, .history = q->hist, .n_history = q->n_hist,
+                           .draw_index = (uint64_t)q->n_gen, .ban = ban ? s->eog : NULL,
+                           .n_ban = ban ? s->n_eog : 0, .record = &q->rec};
+}
+
 /* Draws the next token of batch entry b from its logits row (a sequence
  * whose history is all in KV but for the token fed this step): writes only
  * the row, the request's logprob record and s->sampled[i], so the step's
@@ -521,10 +557,9 @@ static void draw_one(sl_sched *s, int32_t i, int thread)
     int32_t b = s->to_sample[i];
     seq *q = &s->slots[s->batch_slot[b]];
     float *row = s->logits + (size_t)b * (size_t)s->n_vocab;
-    if (!q->req.ignore_eos && q->n_gen < q->req.min_tokens)
+    if (holds_back_eog(q))
         for (int32_t e = 0; e < s->n_eog; e++)
-            if (s->eog[e] >= 0 && s->eog[e] < s->n_vocab)
-                row[s->eog[e]] = -INFINITY;
+            row[s->eog[e]] = -INFINITY;
     int32_t tok = -1;
     bool want = q->req.params.n_logprobs >= 0;
     if (want)
@@ -700,7 +735,17 @@ sl_status sl_sched_step(sl_sched *s)
             trace(s, q, "first_prefill_chunk", t0);
         }
     }
-    sl_status rc = sl_backend_forward(s->be, s->batch, n_batch, s->logits);
+    int32_t n_draw = 0;
+    for (int32_t b = 0; b < n_batch; b++) {
+        seq *q = &s->slots[s->batch_slot[b]];
+        bool draw = draws_this_step(q);
+        if (draw)
+            s->to_sample[n_draw++] = b;
+        if (s->reqs)
+            s->reqs[b] = draw ? sample_req(s, q) : (sl_sample_req){0};
+    }
+    sl_status rc = s->reqs ? sl_backend_forward_sample(s->be, s->batch, n_batch, s->reqs, s->drawn)
+                           : sl_backend_forward(s->be, s->batch, n_batch, s->logits);
     uint64_t t1 = s->io.now_ns(s->io.ctx);
     s->stats.steps++;
     s->stats.step_seqs = n_batch;
@@ -713,19 +758,17 @@ sl_status sl_sched_step(sl_sched *s)
          *    The draws touch only their own request, so they may run on
          *    several threads; taking them in and delivering stays in order. */
         s->last_step_seqs = n_batch;
-        int32_t n_draw = 0;
         for (int32_t b = 0; b < n_batch; b++) {
             seq *q = &s->slots[s->batch_slot[b]];
             q->n_cached += q->chunk;
             q->chunk = 0;
-            if (q->state == SEQ_PREFILL && q->n_cached < prefill_target(q))
-                continue;   /* more chunks to come */
-            if (q->state == SEQ_PREFILL && q->n_gen > 0)
+            if (q->state == SEQ_PREFILL && q->n_cached >= prefill_target(q) && q->n_gen > 0)
                 q->state = SEQ_DECODE;   /* recompute done: decode resumes with the last token */
-            else
-                s->to_sample[n_draw++] = b;
         }
-        if (s->pool && n_draw > 1)
+        if (s->reqs)
+            for (int32_t i = 0; i < n_draw; i++)
+                s->sampled[i] = s->drawn[s->to_sample[i]];
+        else if (s->pool && n_draw > 1)
             sl_threadpool_run(s->pool, draw_task, s, n_draw);
         else
             for (int32_t i = 0; i < n_draw; i++)

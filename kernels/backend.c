@@ -126,7 +126,7 @@ int64_t sl_batch_logit_rows(const sl_batch_seq *seqs, int32_t n_seqs)
     return rows;
 }
 
-sl_status sl_backend_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
+static sl_status check_batch(const sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs)
 {
     if (n_seqs < 1)
         return SL_EINVAL;
@@ -148,7 +148,44 @@ sl_status sl_backend_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
     }
     if (total > b->cfg.max_batch_tokens)
         return SL_EINVAL;
-    return b->ops->forward(b, seqs, n_seqs, logits);
+    return SL_OK;
+}
+
+sl_status sl_backend_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
+{
+    sl_status rc = check_batch(b, seqs, n_seqs);
+    return rc < 0 ? rc : b->ops->forward(b, seqs, n_seqs, logits);
+}
+
+bool sl_backend_samples(const sl_backend *b)
+{
+    return b && b->ops->forward_sample;
+}
+
+sl_status sl_backend_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                    const sl_sample_req *reqs, int32_t *tokens)
+{
+    if (!sl_backend_samples(b))
+        return SL_EUNSUPPORTED;
+    sl_status rc = check_batch(b, seqs, n_seqs);
+    if (rc < 0)
+        return rc;
+    int32_t n_vocab = b->model->hp.n_vocab;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        const sl_sample_req *r = &reqs[i];
+        if (seqs[i].logits_all)
+            return SL_EINVAL;
+        if (!r->params)
+            continue;
+        if (sl_sampling_validate(r->params, n_vocab, NULL) < 0 || r->n_history < 0 ||
+            (r->n_history > 0 && !r->history) || r->n_ban < 0 || (r->n_ban > 0 && !r->ban) ||
+            (r->params->n_logprobs >= 0 && !r->record))
+            return SL_EINVAL;
+        for (int32_t j = 0; j < r->n_ban; j++)
+            if (r->ban[j] < 0 || r->ban[j] >= n_vocab)
+                return SL_EINVAL;
+    }
+    return b->ops->forward_sample(b, seqs, n_seqs, reqs, tokens);
 }
 
 void sl_backend_destroy(sl_backend *b)

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "model/model.h"
+#include "shared/sampling.h"
 #include "shared/status.h"
 
 typedef struct {
@@ -48,13 +49,35 @@ typedef struct {
 
 typedef struct sl_backend sl_backend;
 
-/* The vtable a backend implements. All slots required. */
+/* What one sequence of a step asks of a backend that samples on its device:
+ * the next token drawn from the sequence's last logits row by the steps of
+ * gpu-worker/sampler.h, after the `ban` tokens are set to -inf (the worker
+ * holds end-of-generation back until min_tokens). */
+typedef struct {
+    const sl_sampling_params *params; /* validated (sl_sampling_validate); NULL: no token wanted */
+    const int32_t *history;           /* the sequence's tokens so far (penalties read its window) */
+    int32_t n_history;
+    uint64_t draw_index;              /* index of the output token drawn (the seed's counter) */
+    const int32_t *ban;               /* may be NULL when n_ban is 0 */
+    int32_t n_ban;
+    sl_logprob_record *record;        /* OUT when params->n_logprobs >= 0, else unused */
+} sl_sample_req;
+
+/* The vtable a backend implements. All slots required but forward_sample. */
 typedef struct {
     const char *name;
     /* logits: OUT, one row of n_vocab floats per requested position, in
      * batch order (all rows of seqs[0], then seqs[1], ...). */
     sl_status (*forward)(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits);
     void (*destroy)(sl_backend *b);
+    /* Optional (NULL: the caller samples forward's logits on the host).
+     * The forward pass, then one draw per sequence whose req has params,
+     * on the device: tokens[i] OUT (-1 where none was asked), and only the
+     * chosen ids and asked records cross to the host. Every seqs[i] has
+     * logits_all false. Same guarantee as forward: a sequence's token and
+     * record do not depend on the rest of the batch. */
+    sl_status (*forward_sample)(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, const sl_sample_req *reqs,
+                                int32_t *tokens);
 } sl_backend_ops;
 
 struct sl_backend {
@@ -80,6 +103,15 @@ sl_status sl_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_
 /* Validates the batch against the config (token ids, block ids, table
  * length, token counts) and runs the forward pass. */
 sl_status sl_backend_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits);
+
+/* True when the backend draws tokens on its device (forward_sample). */
+bool sl_backend_samples(const sl_backend *b);
+
+/* Validates like sl_backend_forward (and: logits_all false everywhere,
+ * record set where logprobs are asked, ban ids in range) and runs
+ * forward_sample. SL_EUNSUPPORTED when the backend has none. */
+sl_status sl_backend_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                    const sl_sample_req *reqs, int32_t *tokens);
 
 void sl_backend_destroy(sl_backend *b);
 

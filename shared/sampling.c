@@ -18,6 +18,22 @@ void sl_sampling_params_default(sl_sampling_params *p)
     p->n_logprobs = -1;
 }
 
+/* splitmix64's output function: a bijection with good avalanche, so
+ * mix(seed ^ mix(i)) gives every (seed, i) its own well-spread word. */
+static uint64_t mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double sl_sampling_uniform(uint64_t seed, uint64_t draw_index)
+{
+    uint64_t z = mix64(seed ^ mix64(draw_index));
+    return (double)(z >> 11) * 0x1.0p-53;   /* 53 random bits: exact in a double */
+}
+
 #define FAIL(field) do { if (why) *why = field; return SL_EINVAL; } while (0)
 
 sl_status sl_sampling_validate(const sl_sampling_params *p, int32_t n_vocab, const char **why)

@@ -52,6 +52,10 @@ void sl_sampling_params_default(sl_sampling_params *p);
  * 0 <= n_logit_bias <= SL_LOGIT_BIAS_MAX, bias tokens in [0, n_vocab), biases
  * finite). Returns SL_OK or SL_EINVAL with `why` naming the field (why may be
  * NULL). */
+/* The uniform double in [0, 1) that draw `draw_index` of seed `seed` uses
+ * (splitmix64 of both): one definition for every sampler, host or device. */
+double sl_sampling_uniform(uint64_t seed, uint64_t draw_index);
+
 sl_status sl_sampling_validate(const sl_sampling_params *p, int32_t n_vocab, const char **why);
 
 #endif

@@ -32,6 +32,7 @@
 #include "kernels/cuda/profile.cuh"
 #include "kernels/cuda/qkv_post.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/sample.cuh"
 
 #define MAX_LOGIT_ROWS 256         /* logits rows computed and copied back per chunk, at most */
 #define ALIGN 256                  /* device sub-allocation alignment (bytes) */
@@ -91,6 +92,8 @@ typedef struct {
     size_t pinned_bytes;
     bool pin_failed;
 
+    sl_cuda_sampler *sampler;    /* draws tokens on the device (forward_sample) */
+
     sl_cuda_profile *prof;       /* SLUICE_CUDA_PROFILE=1: per-op timing, else NULL */
 } cuda_backend;
 
@@ -142,6 +145,7 @@ static void cuda_destroy(sl_backend *b)
     if (cb->stream_ok)
         cudaStreamSynchronize(cb->stream);
     sl_cuda_profile_destroy(cb->prof);
+    sl_cuda_sampler_destroy(cb->sampler);
     if (cb->pinned_ptr)
         cudaHostUnregister(cb->pinned_ptr);
     drop_graphs(cb);
@@ -373,7 +377,11 @@ static void pin_logits(cuda_backend *cb, float *logits, size_t bytes)
     cb->pinned_bytes = bytes;
 }
 
-static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
+/* One step: the forward pass, then either every asked logits row copied
+ * to `logits` (reqs NULL) or the tokens drawn on the device (reqs: one per
+ * sequence, each sequence's one row). */
+static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits,
+                               const sl_sample_req *reqs)
 {
     cuda_backend *cb = (cuda_backend *)b;
     cudaStream_t st = cb->stream;
@@ -385,24 +393,31 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     int64_t T, n_out;
     sl_cuda_profile_begin(cb->prof, st);
     TRY(stage_batch(cb, seqs, n_seqs, &T, &n_out));
+    if (reqs)
+        TRY(sl_cuda_sampler_stage(cb->sampler, reqs, n_seqs, st));
+    else
+        pin_logits(cb, logits, (size_t)(n_out * V) * sizeof(float));
     cb->use_gemm = cb->gemm && (T >= cb->gemm_min || !decode);
-    pin_logits(cb, logits, (size_t)(n_out * V) * sizeof(float));
     cudaGraphExec_t g = decode && T <= cb->graph_max ? decode_graph(cb, T) : NULL;
-    if (g) {
+    /* the rows whose logits are asked, logit_rows at a time (one chunk when
+     * a graph ran): norm, project, then copy back or draw */
+    if (g)
         SL_CUDA_CHECK(cudaGraphLaunch(g, st));
-        SL_CUDA_CHECK(cudaMemcpyAsync(logits, cb->logits, (size_t)(n_out * V) * sizeof(float),
-                                      cudaMemcpyDeviceToHost, st));
-    } else {
+    else
         TRY(enqueue_layers(cb, T));
-        /* the rows whose logits are asked, logit_rows at a time: norm, project, copy back */
-        for (int64_t r0 = 0; r0 < n_out; r0 += cb->logit_rows) {
-            int64_t nr = n_out - r0 < cb->logit_rows ? n_out - r0 : cb->logit_rows;
+    for (int64_t r0 = 0; r0 < n_out; r0 += cb->logit_rows) {
+        int64_t nr = n_out - r0 < cb->logit_rows ? n_out - r0 : cb->logit_rows;
+        if (!g)
             TRY(enqueue_logits(cb, r0, nr));
+        if (reqs)
+            TRY(sl_cuda_sampler_launch(cb->sampler, cb->logits, (int32_t)r0, (int32_t)nr, st));
+        else
             SL_CUDA_CHECK(cudaMemcpyAsync(logits + r0 * V, cb->logits, (size_t)(nr * V) * sizeof(float),
                                           cudaMemcpyDeviceToHost, st));
-        }
     }
-    sl_cuda_profile_mark(cb->prof, SL_PROF_COPY, st);
+    sl_cuda_profile_mark(cb->prof, reqs ? SL_PROF_SAMPLE : SL_PROF_COPY, st);
+    if (reqs)
+        TRY(sl_cuda_sampler_fetch(cb->sampler, st));
     SL_CUDA_CHECK(cudaStreamSynchronize(st));
     sl_cuda_profile_end(cb->prof, T);
     return SL_OK;
@@ -410,12 +425,26 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
 
 static sl_status cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
 {
-    sl_status rc = forward_steps(b, seqs, n_seqs, logits);
+    sl_status rc = forward_steps(b, seqs, n_seqs, logits, NULL);
     /* A step that failed half-way may still have copies in flight into the
      * staging area or the caller's logits: drain them before returning. */
     if (rc < 0)
         cudaStreamSynchronize(((cuda_backend *)b)->stream);
     return rc;
+}
+
+static sl_status cuda_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                     const sl_sample_req *reqs, int32_t *tokens)
+{
+    cuda_backend *cb = (cuda_backend *)b;
+    sl_status rc = forward_steps(b, seqs, n_seqs, NULL, reqs);
+    if (rc < 0) {
+        cudaStreamSynchronize(cb->stream);
+        return rc;
+    }
+    for (int32_t i = 0; i < n_seqs; i++)
+        tokens[i] = sl_cuda_sampler_result(cb->sampler, i, &reqs[i]);
+    return SL_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -618,8 +647,11 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         snprintf(err, SL_ERR_LEN, "cuda backend: out of host memory");
         return SL_ENOMEM;
     }
-    static const sl_backend_ops ops = {"cuda", cuda_forward, cuda_destroy};
-    cb->base.ops = &ops;
+    /* SLUICE_CUDA_SAMPLE=0: the worker samples on the host (for comparison) */
+    static const sl_backend_ops ops = {"cuda", cuda_forward, cuda_destroy, cuda_forward_sample};
+    static const sl_backend_ops ops_host_sampling = {"cuda", cuda_forward, cuda_destroy, NULL};
+    const char *samp = getenv("SLUICE_CUDA_SAMPLE");
+    cb->base.ops = samp && !strcmp(samp, "0") ? &ops_host_sampling : &ops;
     cb->base.model = m;
     cb->base.cfg = *cfg;
     cb->base.cfg.device = "cuda";
@@ -747,6 +779,11 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
 #undef CUDA_OR_FAIL
 #undef FAIL
     alloc_countdown = 0;
+    if (sl_cuda_sampler_create(hp->n_vocab, &cb->sampler) < 0) {
+        snprintf(err, SL_ERR_LEN, "cuda backend: out of host memory");
+        rc = SL_ENOMEM;
+        goto fail;
+    }
     cb->prof = sl_cuda_profile_create_from_env();
     {
         const char *g = getenv("SLUICE_CUDA_GRAPHS");

@@ -1,10 +1,13 @@
 /* tools/cudacheck/cudacheck.c: the CUDA backend against the CPU backend, in
  * one command, for every model file given (run on a GPU machine).
  *
- *   cudacheck [--ops] [--faults] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]
+ *   cudacheck [--ops] [--sampling] [--draws N] [--faults] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]
  *             [--batches 1,8,...] [--tol X] [--threads N] [--no-cpu] [--no-bench]
  *             [--device cuda|cpu] MODEL.gguf...
  *
+ * --sampling checks the device sampler against the reference sampler
+ * (gpu-worker/sampler.c) on synthetic rows, --draws draws per case
+ * (tools/cudacheck/sampling.c says what is compared).
  * --ops first runs the library's per-kernel self-test (sl_cuda_selftest in
  * kernels/cuda/selftest.cu: matmul per type, rmsnorm, paged attention against
  * float64 host references), which points at the kernel when a model fails.
@@ -40,14 +43,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpu-worker/sampler.h"
 #include "kernels/backend.h"
 #include "model/ggml_types.h"
+#include "tools/cudacheck/cudacheck.h"
 #include "model/model.h"
 
 #define BLOCK 16
 
 typedef struct {
-    int ops, faults, prompt, chunk, gen, seqs, bench, threads, no_cpu, no_bench;
+    int ops, sampling, draws, faults, prompt, chunk, gen, seqs, bench, threads, no_cpu, no_bench;
     int batches[8], n_batches, maxb;   /* timing batch sizes; maxb their largest */
     const char *device;                /* backend under test: cuda (cpu checks this tool itself) */
     double tol;
@@ -120,6 +125,85 @@ static sl_status prefill(sl_backend *b, const int32_t *tok, int n, int chunk, co
             return rc;
     }
     return SL_OK;
+}
+
+/* 2b. the device sampler inside the backend: one more step of the batched
+ * sequences (tables bt) through forward_sample, against the reference
+ * sampler on the same step's logits from the alone sequences (tables at,
+ * bitwise the same rows, part 2). Each parameter set reruns the same step
+ * (same token, same position: the KV writes repeat). Greedy must agree
+ * always; sampled draws but for rounding at a boundary (allowed once). */
+static int check_device_sampling(sl_backend *gpu, const options *o, int S, int G, const int32_t *lens,
+                                 const int32_t *bt, const int32_t *at, int per_seq, const int32_t *dec,
+                                 const float *alone, float *lg)
+{
+    int V = gpu->model->hp.n_vocab, bad = 0, differ = 0, rec_bad = 0, cases = 0;
+    (void)o;
+    int32_t feed[64], tok[64], hist[64][8];
+    sl_batch_seq bs[64];
+    sl_sample_req rq[64];
+    sl_logprob_record rec[64], ref;
+    sl_sampling_params p[4];
+    sl_sampler_scratch *scr = NULL;
+    if (S > 64 || sl_sampler_scratch_create(V, &scr) < 0)
+        return 1;
+    for (int k = 0; k < 4; k++) {
+        sl_sampling_params_default(&p[k]);
+        p[k].seed = 40 + (uint64_t)k;
+    }
+    p[0].temperature = 0.0f;
+    p[0].n_logprobs = 3;
+    p[1].temperature = 0.8f;
+    p[1].top_k = 40;
+    p[1].top_p = 0.9f;
+    p[2].repetition_penalty = 1.3f;
+    p[2].n_logprobs = 2;
+    p[3].min_p = 0.05f;
+    p[3].n_logit_bias = 1;
+    p[3].logit_bias[0] = (sl_logit_bias){1, 2.0f};
+    for (int s = 0; s < S; s++) {
+        feed[s] = (int32_t)argmax(alone + ((int64_t)s * (G + 1) + G) * V, V);
+        for (int j = 0; j < 8; j++)
+            hist[s][j] = j < G ? dec[s * (G + 1) + j] : feed[s];
+    }
+    /* the reference logits: the alone sequences' next step */
+    for (int s = 0; s < S; s++) {
+        sl_batch_seq q = {.tokens = &feed[s], .n_tokens = 1, .pos = lens[s] + G, .blocks = at + s * per_seq,
+                          .n_blocks = per_seq};
+        if (sl_backend_forward(gpu, &q, 1, lg + (int64_t)s * V) < 0) {
+            sl_sampler_scratch_destroy(scr);
+            return 1;
+        }
+    }
+    float *work = malloc((size_t)V * sizeof *work);
+    for (int k = 0; work && k < 4; k++) {
+        for (int s = 0; s < S; s++) {
+            bs[s] = (sl_batch_seq){.tokens = &feed[s], .n_tokens = 1, .pos = lens[s] + G, .blocks = bt + s * per_seq,
+                                   .n_blocks = per_seq};
+            rq[s] = (sl_sample_req){.params = &p[k], .history = hist[s], .n_history = 8,
+                                    .draw_index = (uint64_t)(G + s), .record = &rec[s]};
+        }
+        if (sl_backend_forward_sample(gpu, bs, S, rq, tok) < 0) {
+            bad = 1;
+            break;
+        }
+        for (int s = 0; s < S; s++, cases++) {
+            memcpy(work, lg + (int64_t)s * V, (size_t)V * sizeof *work);
+            int32_t t = -1;
+            sl_sampler_sample(&p[k], work, V, hist[s], 8, (uint64_t)(G + s), scr, &t, &ref);
+            differ += tok[s] != t;
+            bad |= p[k].temperature == 0.0f && tok[s] != t;
+            if (p[k].n_logprobs >= 0 && tok[s] == t &&
+                (rec[s].token != ref.token || rec[s].n_top != ref.n_top || fabsf(rec[s].logprob - ref.logprob) > 1e-5f))
+                rec_bad++;
+        }
+    }
+    bad |= !work || differ > 1 || rec_bad > 0;
+    free(work);
+    sl_sampler_scratch_destroy(scr);
+    printf("  sampling %d draws on the device vs the reference on the same logits: %d tokens differ, %d records "
+           "differ%s\n", cases, differ, rec_bad, bad ? "  FAIL" : "");
+    return bad;
 }
 
 static int check_model(const char *path, const options *o)
@@ -321,6 +405,9 @@ static int check_model(const char *path, const options *o)
                 compare_row(lg + (int64_t)s * V, alone + ((int64_t)s * (G + 1) + i + 1) * V, V, &diff_rows,
                             &worst_b, &argmax_diff);
         }
+        if (sl_backend_samples(gpu))
+            fail |= check_device_sampling(gpu, o, S, G, lens, tabs + (1 + S) * per_seq, tabs + per_seq, per_seq,
+                                          dec, alone, lg);
         free(dec);
         printf("  batched  %d sequences x %d rows: %s\n", S, G + 1,
                diff_rows ? "DIFFER from alone" : "bitwise equal to alone");
@@ -389,7 +476,7 @@ out:
 /* Loads libsluice_cuda.so as kernels/backend.c finds it ($SLUICE_CUDA_LIB,
  * next to this executable, one folder up) and runs its kernel self-test.
  * Returns the failures, or -1 when it could not run. */
-static int run_ops(void)
+void *cudacheck_load_lib(void)
 {
     char path[4200], exe[4096];
     const char *env = getenv("SLUICE_CUDA_LIB");
@@ -410,10 +497,16 @@ static int run_ops(void)
             }
         }
     }
-    if (!h) {
-        fprintf(stderr, "cudacheck: --ops: cannot load libsluice_cuda.so: %s\n", dlerror());
+    if (!h)
+        fprintf(stderr, "cudacheck: cannot load libsluice_cuda.so: %s\n", dlerror());
+    return h;
+}
+
+static int run_ops(void)
+{
+    void *h = cudacheck_load_lib();
+    if (!h)
         return -1;
-    }
     int (*selftest)(FILE *);
     *(void **)&selftest = dlsym(h, "sl_cuda_selftest");
     if (!selftest) {
@@ -435,7 +528,7 @@ int main(int argc, char **argv)
      * logits sit ~1e-2 away (kernels/cpu/act_quant.h); set before the CPU
      * backend first reads it; an explicit SLUICE_CPU_ACT wins */
     setenv("SLUICE_CPU_ACT", "f32", 0);
-    options o = {.prompt = 40, .chunk = 16, .gen = 32, .seqs = 4, .bench = 64, .tol = 5e-3,
+    options o = {.draws = 64, .prompt = 40, .chunk = 16, .gen = 32, .seqs = 4, .bench = 64, .tol = 5e-3,
                  .batches = {1, 8}, .n_batches = 2, .device = "cuda",
                  .threads = (int)sysconf(_SC_NPROCESSORS_ONLN)};
     int first = argc;
@@ -446,6 +539,7 @@ int main(int argc, char **argv)
             break;
         }
         if (!strcmp(a, "--ops")) { o.ops = 1; continue; }
+        if (!strcmp(a, "--sampling")) { o.sampling = 1; continue; }
         if (!strcmp(a, "--faults")) { o.faults = 1; continue; }
         if (!strcmp(a, "--no-cpu")) { o.no_cpu = 1; continue; }
         if (!strcmp(a, "--no-bench")) { o.no_bench = 1; continue; }
@@ -465,6 +559,7 @@ int main(int argc, char **argv)
             }
         }
         else if (!strcmp(a, "--threads")) o.threads = atoi(v);
+        else if (!strcmp(a, "--draws")) o.draws = atoi(v);
         else if (!strcmp(a, "--tol")) o.tol = atof(v);
         else if (!strcmp(a, "--device")) o.device = v;
         else { fprintf(stderr, "cudacheck: unknown option %s\n", a); return 2; }
@@ -472,9 +567,9 @@ int main(int argc, char **argv)
     o.maxb = 1;
     for (int i = 0; i < o.n_batches; i++)
         o.maxb = o.batches[i] > o.maxb ? o.batches[i] : o.maxb;
-    if ((first >= argc && !o.ops) || o.prompt < 1 || o.chunk < 1 || o.gen < 0 || o.seqs < 1 || o.seqs > 64 || o.bench < 0 ||
+    if ((first >= argc && !o.ops && !o.sampling) || o.draws < 1 || o.prompt < 1 || o.chunk < 1 || o.gen < 0 || o.seqs < 1 || o.seqs > 64 || o.bench < 0 ||
         o.threads < 1 || !(o.tol > 0)) {
-        fprintf(stderr, "usage: cudacheck [--ops] [--faults] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]\n"
+        fprintf(stderr, "usage: cudacheck [--ops] [--sampling] [--draws N] [--faults] [--prompt N] [--chunk N] [--gen N] [--seqs N] [--bench N]\n"
                         "                 [--batches 1,8,...] [--tol X] [--threads N] [--no-cpu] [--no-bench]\n"
                         "                 [--device cuda|cpu] MODEL.gguf...\n");
         return 2;
@@ -482,6 +577,11 @@ int main(int argc, char **argv)
     int failed = 0, errors = 0, n = 0;
     if (o.ops) {
         int f = run_ops();
+        errors += f < 0;
+        failed += f > 0;
+    }
+    if (o.sampling) {
+        int f = cudacheck_sampling(o.draws);
         errors += f < 0;
         failed += f > 0;
     }

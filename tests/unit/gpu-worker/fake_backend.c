@@ -1,8 +1,11 @@
 /* tests/unit/gpu-worker/fake_backend.c: see fake_backend.h. */
 #include "fake_backend.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "gpu-worker/sampler.h"
 
 static uint64_t mix(uint64_t z)
 {
@@ -63,6 +66,45 @@ static void fake_destroy(sl_backend *b)
 
 static const sl_backend_ops fake_ops = {.name = "fake", .forward = fake_forward, .destroy = fake_destroy};
 
+/* What a device sampler does, with the reference sampler: ban, then one
+ * draw per asked sequence from its row. */
+static sl_status fake_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                     const sl_sample_req *reqs, int32_t *tokens)
+{
+    fake_backend *f = (fake_backend *)b;
+    sl_status rc = fake_forward(b, seqs, n_seqs, f->rows);
+    if (rc < 0)
+        return rc;
+    int32_t V = f->model.hp.n_vocab;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        const sl_sample_req *r = &reqs[i];
+        tokens[i] = -1;
+        if (!r->params)
+            continue;
+        float *row = f->rows + (size_t)i * (size_t)V;
+        for (int32_t j = 0; j < r->n_ban; j++)
+            row[r->ban[j]] = -INFINITY;
+        rc = sl_sampler_sample(r->params, row, V, r->history, r->n_history, r->draw_index, f->scratch, &tokens[i],
+                               r->params->n_logprobs >= 0 ? r->record : NULL);
+        if (rc < 0)
+            return rc;
+    }
+    return SL_OK;
+}
+
+static const sl_backend_ops fake_ops_sampling = {
+    .name = "fake", .forward = fake_forward, .destroy = fake_destroy, .forward_sample = fake_forward_sample};
+
+sl_status fake_backend_sample_on_device(fake_backend *f)
+{
+    int32_t V = f->model.hp.n_vocab;
+    f->rows = malloc((size_t)f->base.cfg.max_batch_tokens * (size_t)V * sizeof *f->rows);
+    if (!f->rows || sl_sampler_scratch_create(V, &f->scratch) < 0)
+        return SL_ENOMEM;
+    f->base.ops = &fake_ops_sampling;
+    return SL_OK;
+}
+
 sl_status fake_backend_init(fake_backend *f, int32_t n_vocab, uint32_t block_size, uint32_t n_blocks,
                             int32_t max_batch_tokens, int32_t max_ctx, uint64_t *clock)
 {
@@ -89,4 +131,8 @@ void fake_backend_fini(fake_backend *f)
 {
     free(f->kv);
     f->kv = NULL;
+    free(f->rows);
+    f->rows = NULL;
+    sl_sampler_scratch_destroy(f->scratch);
+    f->scratch = NULL;
 }

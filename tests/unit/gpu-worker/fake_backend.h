@@ -20,11 +20,19 @@ typedef struct {
     uint64_t cost_token_ns;   /* per new token */
     int64_t fail_at;          /* index of the forward call that returns SL_EBACKEND; -1 none */
     int64_t calls;            /* forward calls so far */
+    /* fake_backend_sample_on_device: forward_sample draws with the reference
+     * sampler from the rows forward makes, as a device would */
+    struct sl_sampler_scratch *scratch;
+    float *rows;              /* (max_batch_tokens, n_vocab) */
 } fake_backend;
 
 /* Sets up the fake; the clock must outlive it. Returns SL_OK or SL_ENOMEM. */
 sl_status fake_backend_init(fake_backend *f, int32_t n_vocab, uint32_t block_size, uint32_t n_blocks,
                             int32_t max_batch_tokens, int32_t max_ctx, uint64_t *clock);
 void fake_backend_fini(fake_backend *f);
+
+/* Gives the fake a forward_sample (before the scheduler is created), so the
+ * scheduler's device-sampling path runs. SL_OK or SL_ENOMEM. */
+sl_status fake_backend_sample_on_device(fake_backend *f);
 
 #endif

@@ -262,13 +262,13 @@ Test(sampler, uniform_in_unit_interval)
 {
     double sum = 0;
     for (uint64_t i = 0; i < 10000; i++) {
-        double u = sl_sampler_uniform(42, i);
+        double u = sl_sampling_uniform(42, i);
         cr_assert(u >= 0.0 && u < 1.0);
         sum += u;
     }
     cr_assert(fabs(sum / 10000 - 0.5) < 0.02);
-    cr_assert_eq(sl_sampler_uniform(42, 5), sl_sampler_uniform(42, 5));
-    cr_assert_neq(sl_sampler_uniform(42, 5), sl_sampler_uniform(43, 5));
+    cr_assert_eq(sl_sampling_uniform(42, 5), sl_sampling_uniform(42, 5));
+    cr_assert_neq(sl_sampling_uniform(42, 5), sl_sampling_uniform(43, 5));
 }
 
 /* ---------------------------------------------------------------- distributions */

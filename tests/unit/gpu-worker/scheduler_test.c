@@ -21,6 +21,7 @@ typedef struct {
     int64_t fail_at;
     const int32_t *eog;
     int32_t n_eog;
+    bool device_sampling;     /* the backend draws tokens (forward_sample) */
 } knobs;
 
 typedef struct {
@@ -77,6 +78,8 @@ static void h_open(harness *h, fake_req *reqs, int n, const sl_sched_config *cfg
     h->be.cost_token_ns = k && k->cost_token_ns ? k->cost_token_ns : 10 * US;
     h->be.cost_fixed_ns = k ? k->cost_fixed_ns : 0;
     h->be.fail_at = k && k->fail_at ? k->fail_at : -1;
+    if (k && k->device_sampling)
+        cr_assert_eq(fake_backend_sample_on_device(&h->be), SL_OK);
     sl_sched_io io = fake_io_table(h->io);
     char err[SL_ERR_LEN];
     sl_status rc = sl_sched_create(&h->be.base, N_VOCAB, N_CTX, k ? k->eog : NULL, k ? k->n_eog : 0, cfg, &io,
@@ -599,6 +602,57 @@ Test(scheduler, seeded_sampled_requests_match_their_solo_runs)
     for (int i = 0; i < 8; i++)
         assert_same_as_alone(&r[i], &c);
     h_close(&h);
+}
+
+/* The device-sampling path (a backend with forward_sample) hands the
+ * backend exactly what the host path gives its sampler: the same tokens,
+ * stops and records for every kind of request, preemption included. */
+Test(scheduler, device_sampling_matches_host_sampling)
+{
+    sl_sched_config c = test_config();
+    c.n_kv_blocks = 14;   /* small enough to preempt */
+    fill_prompts();
+    int32_t eog[2] = {5, 17};
+    fake_req proto[6];
+    for (int i = 0; i < 6; i++) {
+        proto[i] = mkreq(i, 20 + 7 * i, 40, (uint64_t)i * 90 * US);
+        sl_sampling_params *p = &proto[i].req.params;
+        p->temperature = i == 0 ? 0.0f : 0.7f + 0.1f * (float)i;
+        p->seed = 77 + (uint64_t)i;
+        p->n_logprobs = i % 3 == 0 ? 4 : -1;
+    }
+    proto[1].req.params.top_k = 9;
+    proto[2].req.params.top_p = 0.8f;
+    proto[2].req.params.min_p = 0.05f;
+    proto[3].req.params.repetition_penalty = 1.4f;
+    proto[3].req.params.frequency_penalty = 0.3f;
+    proto[3].req.params.penalty_last_n = -1;
+    proto[4].req.params.n_logit_bias = 2;
+    proto[4].req.params.logit_bias[0] = (sl_logit_bias){3, 4.0f};
+    proto[4].req.params.logit_bias[1] = (sl_logit_bias){3, 1.5f};
+    proto[5].req.min_tokens = 30;
+    fake_req host[6], dev[6];
+    memcpy(host, proto, sizeof proto);
+    memcpy(dev, proto, sizeof proto);
+    knobs kh = {.eog = eog, .n_eog = 2}, kd = {.eog = eog, .n_eog = 2, .device_sampling = true};
+    harness h;
+    h_open(&h, host, 6, &c, &kh);
+    h_run(&h);
+    h_close(&h);
+    h_open(&h, dev, 6, &c, &kd);
+    h_run(&h);
+    sl_sched_stats st;
+    sl_sched_stats_get(h.s, &st);
+    cr_assert_gt(st.n_preemptions, 0, "the pool is small enough to force preemption");
+    h_close(&h);
+    for (int i = 0; i < 6; i++) {
+        cr_assert_eq(dev[i].reason, host[i].reason, "request %d", i);
+        cr_assert_eq(dev[i].n_tokens, host[i].n_tokens, "request %d", i);
+        cr_assert_arr_eq(dev[i].tokens, host[i].tokens, (size_t)host[i].n_tokens * sizeof(int32_t), "request %d", i);
+        cr_assert_not(dev[i].rec_missing, "request %d", i);
+    }
+    for (int j = 0; j < dev[5].n_tokens && j < 30; j++)
+        cr_assert(dev[5].tokens[j] != 5 && dev[5].tokens[j] != 17, "EOG held back before min_tokens");
 }
 
 /* ------------------------------------------------------------------------ */
