@@ -3,7 +3,23 @@
  * alike (a row at position p sees positions [0, p] of its sequence).
  * Where: libsluice_cuda.so, launched by forward.cu on the backend stream.
  * Guarantee: a row's output depends only on its q and its sequence's cache,
- * in a fixed order (batch invariance). */
+ * in a fixed order (batch invariance), split or not.
+ *
+ * Split-K ("flash-decoding"): a row whose context is long is cut into
+ * n_split position ranges, each walked by its own block; the ranges'
+ * partial softmax states are merged in range order. The count depends only
+ * on the row's own context (sl_cuda_attention_splits), never on the batch,
+ * so a sequence's output is bitwise the same alone or in any batch. A row
+ * with one split is computed by exactly the unsplit code path.
+ *
+ * Scratch: a split launch keeps (m, l, o[head_dim]) per (row, head, split)
+ * in a buffer the caller allocates once, sized by
+ * sl_cuda_attention_scratch_floats(max_batch_tokens, n_head, head_dim,
+ * max_ctx): rows x n_head x min(SPLIT_MAX, splits(max_ctx)) x (head_dim + 2)
+ * floats. At max_batch_tokens 1024 and max_ctx >= 16K (16 splits):
+ *   1B-class (n_head 32, head_dim 64):  1024*32*16*66  floats = 132 MiB
+ *   8B-class (n_head 32, head_dim 128): 1024*32*16*130 floats = 260 MiB
+ * and a quarter of that at max_ctx 4096 (4 splits); none at max_ctx <= 1024. */
 #ifndef SL_CUDA_ATTENTION_CUH
 #define SL_CUDA_ATTENTION_CUH
 
@@ -16,12 +32,49 @@
 /* Largest head_dim the kernel takes (8 floats per lane). */
 #define SL_CUDA_ATTN_MAX_HEAD_DIM 256
 
+/* Contexts up to this many positions are never split: one 16-warp block
+ * walks them in <= 64 dependent steps per warp, and a step that splits
+ * runs without its decode graph, which would cost more than it saves. */
+#define SL_CUDA_ATTN_SPLIT_MIN 1024
+/* Most splits of one row: 16 x 32 heads = 512 blocks for a lone decode
+ * row, about 4 per SM of an H200 (132 SMs); more only adds merge work and
+ * scratch. */
+#define SL_CUDA_ATTN_SPLIT_MAX 16
+
+/* Splits of a row whose context is n_ctx positions (its position + 1):
+ * min(SPLIT_MAX, ceil(n_ctx / SPLIT_MIN)), at least 1. The one rule the
+ * kernels and the host share. */
+static __host__ __device__ __forceinline__ int sl_cuda_attention_splits(int64_t n_ctx)
+{
+    int64_t n = (n_ctx + SL_CUDA_ATTN_SPLIT_MIN - 1) / SL_CUDA_ATTN_SPLIT_MIN;
+    return n < 1 ? 1 : n > SL_CUDA_ATTN_SPLIT_MAX ? SL_CUDA_ATTN_SPLIT_MAX : (int)n;
+}
+
+/* Floats of split scratch for steps of up to `rows` token rows whose
+ * contexts are at most max_ctx positions. 0 when no row can split. */
+static inline int64_t sl_cuda_attention_scratch_floats(int64_t rows, int n_head, int head_dim, int64_t max_ctx)
+{
+    int s = sl_cuda_attention_splits(max_ctx);
+    return s > 1 ? rows * n_head * s * ((int64_t)head_dim + 2) : 0;
+}
+
 /* out (T, n_head*head_dim) = softmax(q k^T / sqrt(head_dim)) v per row and
  * head, reading layer `layer` of the cache; q (T, n_head*head_dim). GQA:
- * query head h reads kv head h / (n_head / n_head_kv). Preconditions:
- * head_dim <= SL_CUDA_ATTN_MAX_HEAD_DIM, n_head a multiple of n_head_kv.
- * Async; SL_OK, SL_EINVAL, or SL_EBACKEND (launch failed, logged). */
+ * query head h reads kv head h / (n_head / n_head_kv).
+ * n_ctx: the step's longest context, max over rows of (position + 1). When
+ * it gives one split, this launches the plain kernel alone (one block per
+ * row and head, no scratch read, no second launch); otherwise the split
+ * kernel over splits(n_ctx) ranges per row and head, then the merge.
+ * scratch, scratch_floats: the split scratch (device); may be NULL / 0 when
+ * n_ctx never splits.
+ * Preconditions: head_dim <= SL_CUDA_ATTN_MAX_HEAD_DIM, n_head a multiple
+ * of n_head_kv, every row's position < n_ctx (a row past it is still
+ * computed correctly, with fewer splits, but then loses batch invariance).
+ * Async; SL_OK, SL_EINVAL (bad shape, or scratch smaller than
+ * T*n_head*splits(n_ctx)*(head_dim+2) floats), or SL_EBACKEND (launch
+ * failed, logged). */
 sl_status sl_cuda_attention(float *out, const float *q, int64_t T, int n_head, const sl_cuda_kv *kv,
-                            const sl_cuda_batch *batch, int layer, cudaStream_t stream);
+                            const sl_cuda_batch *batch, int layer, int64_t n_ctx, float *scratch,
+                            int64_t scratch_floats, cudaStream_t stream);
 
 #endif

@@ -65,6 +65,8 @@ typedef struct {
     float *xn;                   /* (T, max(n_embd, q_dim)) normed input / projection output */
     float *q, *k, *v;            /* (T, q_dim), (T, kv_dim) x2 */
     float *att;                  /* (T, q_dim) attention output */
+    float *att_split;            /* split-K partials, att_split_floats (attention.cuh); NULL: max_ctx never splits */
+    int64_t att_split_floats;
     float *gate, *up;            /* (T, n_ff) */
     float *logits;               /* (logit_rows, n_vocab) */
 
@@ -85,6 +87,7 @@ typedef struct {
     __half *f16;                 /* one allocation holding every matrix's float16 copy */
     int64_t gemm_min;
     bool use_gemm;               /* this step's choice (forward_steps) */
+    int64_t step_ctx;            /* this step's longest context, max(pos) + 1 (forward_steps) */
 
     /* the caller's logits array, page-locked in place so copies to it run at
      * full speed (a pageable target halves them); grown as steps ask for more */
@@ -154,7 +157,7 @@ static void cuda_destroy(sl_backend *b)
     cudaFree(cb->f16);
     cudaFree(cb->weights);
     cudaFree(cb->kv.kv);
-    float *bufs[] = {cb->x, cb->xn, cb->q, cb->k, cb->v, cb->att, cb->gate, cb->up, cb->logits};
+    float *bufs[] = {cb->x, cb->xn, cb->q, cb->k, cb->v, cb->att, cb->att_split, cb->gate, cb->up, cb->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         cudaFree(bufs[i]);
     cudaFree(cb->meta_d);
@@ -283,7 +286,8 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
         p.k_norm = L->k_norm;
         TRY(sl_cuda_qkv_post(cb->q, cb->k, cb->v, T, &p, &cb->kv, &batch, l, st));
         sl_cuda_profile_mark(pf, SL_PROF_ROPE, st);
-        TRY(sl_cuda_attention(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, l, st));
+        TRY(sl_cuda_attention(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, l, cb->step_ctx, cb->att_split,
+                              cb->att_split_floats, st));
         sl_cuda_profile_mark(pf, SL_PROF_ATTN, st);
         TRY(mm(cb, &L->wo, cb->att, q_dim, T, cb->xn, E));
         sl_cuda_profile_mark(pf, SL_PROF_WO, st);
@@ -387,8 +391,14 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     cudaStream_t st = cb->stream;
     int64_t V = b->model->hp.n_vocab;
     bool decode = true;   /* every sequence decodes one sampled token */
-    for (int32_t i = 0; i < n_seqs; i++)
+    cb->step_ctx = 0;
+    for (int32_t i = 0; i < n_seqs; i++) {
         decode = decode && seqs[i].n_tokens == 1 && !seqs[i].prompt;
+        if ((int64_t)seqs[i].pos + seqs[i].n_tokens > cb->step_ctx)
+            cb->step_ctx = (int64_t)seqs[i].pos + seqs[i].n_tokens;
+    }
+    /* a step whose attention splits runs without a graph: a graph bakes in the plain launch */
+    bool split = sl_cuda_attention_splits(cb->step_ctx) > 1;
 
     int64_t T, n_out;
     sl_cuda_profile_begin(cb->prof, st);
@@ -398,7 +408,7 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     else
         pin_logits(cb, logits, (size_t)(n_out * V) * sizeof(float));
     cb->use_gemm = cb->gemm && (T >= cb->gemm_min || !decode);
-    cudaGraphExec_t g = decode && T <= cb->graph_max ? decode_graph(cb, T) : NULL;
+    cudaGraphExec_t g = decode && !split && T <= cb->graph_max ? decode_graph(cb, T) : NULL;
     /* the rows whose logits are asked, logit_rows at a time (one chunk when
      * a graph ran): norm, project, then copy back or draw */
     if (g)
@@ -716,14 +726,19 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         int64_t xn_dim = E > q_dim ? E : q_dim;
         cb->logit_rows = cfg->max_batch_tokens < MAX_LOGIT_ROWS ? cfg->max_batch_tokens : MAX_LOGIT_ROWS;
         int64_t lr = (cb->logit_rows + SL_GEMM_COLS - 1) / SL_GEMM_COLS * SL_GEMM_COLS;
+        /* fixed for the worst case, so that a row's split never depends on what else is batched */
+        cb->att_split_floats = sl_cuda_attention_scratch_floats(cfg->max_batch_tokens, hp->n_head, hp->head_dim,
+                                                                cfg->max_ctx);
         struct {
             float **p;
             int64_t n;
         } sc[] = {{&cb->x, T * E},      {&cb->xn, T * xn_dim}, {&cb->q, T * q_dim},     {&cb->k, T * kv_dim},
                   {&cb->v, T * kv_dim}, {&cb->att, T * q_dim}, {&cb->gate, T * hp->n_ff}, {&cb->up, T * hp->n_ff},
-                  {&cb->logits, lr * V}};
+                  {&cb->logits, lr * V}, {&cb->att_split, cb->att_split_floats}};
         size_t sbytes = 0;
         for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
+            if (sc[i].n == 0)
+                continue;   /* att_split when max_ctx never splits */
             sbytes += (size_t)sc[i].n * sizeof(float);
             ce = dev_malloc((void **)sc[i].p, (size_t)sc[i].n * sizeof(float));
             if (ce != cudaSuccess) {

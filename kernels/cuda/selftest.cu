@@ -14,6 +14,12 @@
  *   rmsnorm   vs float64 (tol 1e-6)
  *   attention paged, shuffled block table, causal rows of one sequence and a
  *             decode row of another, vs float64 softmax (tol 1e-5)
+ *   attention split-K, head_dim 64 and 128, GQA: rows at 5, 70, 1023 (one
+ *   split)    split) and 1024, 1025, 3000, 9000, 17000 (2..16 splits, a
+ *             partial last one) of a long and a short sequence, vs float64
+ *             (tol 1e-5); each row alone (T=1) bitwise equal to the batch;
+ *             the one-split rows through the plain launch bitwise equal to
+ *             the same rows in the split launch
  * Runs on its own stream and allocations; reports one line per check. */
 #include <math.h>
 #include <stdlib.h>
@@ -329,7 +335,7 @@ static int check_attention(FILE *out, cudaStream_t st)
         CK(cudaMemcpy(dmeta, meta, sizeof meta, cudaMemcpyHostToDevice));
         sl_cuda_kv ckv = {dkv, NB, block_floats, BS, NKV, HD};
         sl_cuda_batch cb = {dmeta, dmeta + T, dmeta + 2 * T};
-        if (sl_cuda_attention(dout, dq, T, NH, &ckv, &cb, 0, st) < 0) {
+        if (sl_cuda_attention(dout, dq, T, NH, &ckv, &cb, 0, PB, NULL, 0, st) < 0) {
             bad = 1;
             goto done;
         }
@@ -345,6 +351,148 @@ done:
     free(q);
     free(o);
     free(ref);
+    return bad;
+}
+
+/* Split-K attention over long contexts. Sequence A (ctx 17001) and B
+ * (ctx 71) over one shuffled block table; rows (short ones first, so rows
+ * 0..NS-1 form a batch of their own):
+ *   B@5, B@70, A@1023 (1 split), A@1024, A@1025 (2), A@3000 (3), A@9000 (9),
+ *   A@17000 (16: capped). */
+static int check_attention_split(FILE *out, cudaStream_t st, int HD)
+{
+    enum { NH = 4, NKV = 2, BS = 16, T = 8, NS = 3, CA = 17001, CB = 71 };
+    static const int32_t row_pos[T] = {5, 70, 1023, 1024, 1025, 3000, 9000, 17000};
+    static const int row_seq[T] = {1, 1, 0, 0, 0, 0, 0, 0};   /* 0: A, 1: B */
+    const int bpa = (CA + BS - 1) / BS, bpb = (CB + BS - 1) / BS, NB = bpa + bpb;
+    const int64_t qn = (int64_t)T * NH * HD, block_floats = (int64_t)NKV * BS * HD;
+    const int64_t kv_n = 2 * (int64_t)NB * block_floats;   /* one layer */
+    const int64_t part_n = (int64_t)T * NH * SL_CUDA_ATTN_SPLIT_MAX * (HD + 2);
+    const int64_t meta_n = 2 * T + NB;
+    uint64_t seed = 1234 + (uint64_t)HD;
+    float *kv = (float *)malloc((size_t)kv_n * 4), *q = (float *)malloc((size_t)qn * 4);
+    float *o = (float *)malloc((size_t)qn * 4), *o1 = (float *)malloc((size_t)qn * 4);
+    double *ref = (double *)malloc((size_t)qn * sizeof(double)), *sc = (double *)malloc((size_t)CA * sizeof(double));
+    int32_t *meta = (int32_t *)malloc((size_t)meta_n * 4);
+    int bad = 0, diff_alone = 0, diff_plain = 0;
+    double e = 0;
+    dev_bufs d = {};
+    float *dkv = (float *)d.alloc((size_t)kv_n * 4), *dq = (float *)d.alloc((size_t)qn * 4);
+    float *dout = (float *)d.alloc((size_t)qn * 4), *dout1 = (float *)d.alloc((size_t)qn * 4);
+    float *dpart = (float *)d.alloc((size_t)part_n * 4);
+    int32_t *dmeta = (int32_t *)d.alloc((size_t)meta_n * 4);
+    if (!kv || !q || !o || !o1 || !ref || !sc || !meta || !dkv || !dq || !dout || !dout1 || !dpart || !dmeta) {
+        fprintf(out, "  attention split-K head_dim %d: setup failed\n", HD);
+        bad = 1;
+        goto done;
+    }
+    {
+        for (int64_t i = 0; i < kv_n; i++)
+            kv[i] = uniform(&seed);
+        for (int64_t i = 0; i < qn; i++)
+            q[i] = uniform(&seed) * 2;
+        /* tables: a random permutation of the NB blocks, A's first */
+        int32_t *pos = meta, *tab = meta + T, *blocks = meta + 2 * T;
+        for (int i = 0; i < NB; i++)
+            blocks[i] = i;
+        for (int i = NB - 1; i > 0; i--) {
+            int j = (int)(rng_next(&seed) % (uint64_t)(i + 1));
+            int32_t x = blocks[i];
+            blocks[i] = blocks[j];
+            blocks[j] = x;
+        }
+        for (int t = 0; t < T; t++) {
+            pos[t] = row_pos[t];
+            tab[t] = row_seq[t] ? bpa : 0;
+        }
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                int kvh = h / (NH / NKV);
+                const int32_t *tbl = blocks + tab[t];
+                const float *qh = q + ((int64_t)t * NH + h) * HD;
+                double mx = -1e300, sum = 0;
+                for (int p = 0; p <= pos[t]; p++) {
+                    const float *k = kv + tbl[p / BS] * block_floats + ((int64_t)kvh * BS + p % BS) * HD;
+                    double s = 0;
+                    for (int i = 0; i < HD; i++)
+                        s += (double)qh[i] * k[i];
+                    sc[p] = s / sqrt((double)HD);
+                    mx = sc[p] > mx ? sc[p] : mx;
+                }
+                for (int p = 0; p <= pos[t]; p++)
+                    sum += (sc[p] = exp(sc[p] - mx));
+                double *r = ref + ((int64_t)t * NH + h) * HD;
+                for (int i = 0; i < HD; i++)
+                    r[i] = 0;
+                for (int p = 0; p <= pos[t]; p++) {
+                    const float *v = kv + ((int64_t)NB + tbl[p / BS]) * block_floats + ((int64_t)kvh * BS + p % BS) * HD;
+                    double w = sc[p] / sum;
+                    for (int i = 0; i < HD; i++)
+                        r[i] += w * v[i];
+                }
+            }
+        CK(cudaMemcpy(dkv, kv, (size_t)kv_n * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dq, q, (size_t)qn * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dmeta, meta, (size_t)meta_n * 4, cudaMemcpyHostToDevice));
+        sl_cuda_kv ckv = {dkv, NB, block_floats, BS, NKV, HD};
+        const int64_t rq = (int64_t)NH * HD;   /* floats of one row */
+
+        /* (a) the whole batch through the split launch, vs float64 */
+        sl_cuda_batch cb = {dmeta, dmeta + T, dmeta + 2 * T};
+        if (sl_cuda_attention(dout, dq, T, NH, &ckv, &cb, 0, CA, dpart, part_n, st) < 0) {
+            bad = 1;
+            goto done;
+        }
+        CK(cudaMemcpyAsync(o, dout, (size_t)qn * 4, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        e = rel_l2(o, ref, qn);
+        for (int t = 0; t < T; t++) {   /* the worst row too: a long row's error must not hide in the sum */
+            double et = rel_l2(o + t * rq, ref + t * rq, rq);
+            e = et > e ? et : e;
+        }
+
+        /* (b) each row alone, its own context as the step's: bitwise equal */
+        CK(cudaMemset(dout1, 0xff, (size_t)qn * 4));
+        for (int t = 0; t < T; t++) {
+            sl_cuda_batch c1 = {dmeta + t, dmeta + T + t, dmeta + 2 * T};
+            if (sl_cuda_attention(dout1 + t * rq, dq + t * rq, 1, NH, &ckv, &c1, 0, row_pos[t] + 1, dpart, part_n,
+                                  st) < 0) {
+                bad = 1;
+                goto done;
+            }
+        }
+        CK(cudaMemcpyAsync(o1, dout1, (size_t)qn * 4, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        for (int t = 0; t < T; t++)
+            diff_alone += memcmp(o1 + t * rq, o + t * rq, (size_t)rq * 4) != 0;
+
+        /* (c) the one-split rows as a batch of their own: the plain launch
+         * (n_ctx 1024 never splits, no scratch), bitwise equal */
+        CK(cudaMemset(dout1, 0xff, (size_t)qn * 4));
+        if (sl_cuda_attention(dout1, dq, NS, NH, &ckv, &cb, 0, row_pos[NS - 1] + 1, NULL, 0, st) < 0) {
+            bad = 1;
+            goto done;
+        }
+        CK(cudaMemcpyAsync(o1, dout1, (size_t)(NS * rq) * 4, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        diff_plain = memcmp(o1, o, (size_t)(NS * rq) * 4) != 0;
+
+        /* too little scratch is refused, not overrun */
+        if (sl_cuda_attention(dout1, dq, T, NH, &ckv, &cb, 0, CA, dpart, part_n - 1, st) != SL_EINVAL)
+            bad = 1;
+    }
+    bad |= !(e <= 1e-5) || diff_alone != 0 || diff_plain != 0;
+    fprintf(out, "  attention split-K head_dim %d, %d/%d heads, rows at 5..17000 (1..16 splits): rel L2 %.2e, "
+            "alone == batched: %s, plain == split launch: %s  %s\n",
+            HD, NH, NKV, e, diff_alone ? "NO" : "yes", diff_plain ? "NO" : "yes", bad ? "FAIL" : "ok");
+done:
+    free(kv);
+    free(q);
+    free(o);
+    free(o1);
+    free(ref);
+    free(sc);
+    free(meta);
     return bad;
 }
 
@@ -369,6 +517,8 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out
     fails += check_gemm(out, st, SL_GGML_TYPE_Q6_K);
     fails += check_rmsnorm(out, st);
     fails += check_attention(out, st);
+    fails += check_attention_split(out, st, 64);
+    fails += check_attention_split(out, st, 128);
     cudaStreamDestroy(st);
     return fails;
 }
