@@ -1,92 +1,116 @@
-/* kernels/cuda/attention.cu: one 16-warp block per (token row, query head)
- * with online softmax ("attention_paged_online_softmax"); its split-K
- * variant, one block per (row, head, split) ("..._split"); and the merge
- * of a split row's partials ("attention_merge_splits").
+/* kernels/cuda/attention.cu: causal attention over the paged KV cache,
+ * one block per (token row, kv head, split): the block serves every query
+ * head of its GQA group ("attention_gqa_tiles"); and the merge of a split
+ * row's partials ("attention_merge_splits").
  *
- * Warp w walks positions p0+w, p0+w+16, ... of its block's range [p0, p1);
- * a lane holds head elements lane, lane+32, ... of q and of its running
- * output, so a score is one butterfly sum and no score matrix is ever
- * stored. Each warp keeps its own running max m, denominator l and output;
- * the 16 are merged at the end in warp order. (16 warps rather than 8: a
- * decode row's positions are walked in half the dependent steps; 32 would
- * spill registers.) Every step is in an order fixed by (pos, head_dim), so
- * a row's output is the same alone or batched.
+ * A block walks its position range in tiles of 32 positions: the tile's K
+ * and V rows are copied to shared memory asynchronously (cp.async, two
+ * buffers: the next tile is in flight while this one computes), so each
+ * K/V row is read once per group instead of once per query head. Warp w
+ * owns query heads w, w+4, ... of the group; for a tile it scores all 32
+ * positions at once (a lane per position, the dot product in d order),
+ * then updates its online softmax state (running max m, denominator l,
+ * output o with a lane per head element) over the tile's positions in
+ * order. No score matrix is ever stored, and every operation runs in an
+ * order fixed by (position, head_dim), so a row's output is the same alone
+ * or in any batch.
  *
  * Split-K: a launch with gridDim.y = S > 1 cuts a row of context ctx into
- * n = min(splits(ctx), S) ranges of ceil(ctx / n) positions rounded up to
- * a multiple of the 16 warps (the last one shorter; every range is
- * non-empty, see range_of). Block y = s >= n exits at once. A block of a
- * row with n == 1 walks [0, ctx) and writes its output exactly as the
- * unsplit launch does (one body, attention_rows, with the same operations
- * in the same order), so short rows are bitwise unchanged by the split
- * launch. A block of a split row writes its unnormalised state (M, L,
- * acc[head_dim]) to scratch slot (row, head, s); attention_merge_splits
- * then merges slots 0..n-1 in that order. n depends only on the row's own
- * position and S only picks scratch addresses, so the result is batch
- * invariant.
+ * n = min(splits(ctx), S) ranges of ceil(ctx / n) positions rounded up to a
+ * multiple of the tile (the last one shorter; every range is non-empty, see
+ * range_of). Block y = s >= n exits at once. A row with n == 1 runs exactly
+ * the unsplit code, so short rows are bitwise unchanged by the split
+ * launch. A split block writes its unnormalised state (m, l, o) per head to
+ * scratch slot (row, head, s); attention_merge_splits merges slots 0..n-1
+ * in that order. n depends only on the row's own position, so the result
+ * is batch invariant.
  *
  * Merge by a second small kernel rather than "the last block to finish
  * merges" (an atomic counter per (row, head)): it costs one more launch
- * per layer, only on steps that split (whose attention is long anyway),
- * and in exchange carries no state between steps (a counter left behind
- * by an aborted step would silently corrupt a later one), needs no
- * __threadfence or atomics, and keeps the short-row path free of them.
+ * per layer, only on steps that split, and carries no state between steps
+ * (a counter left behind by an aborted step would corrupt a later one).
  *
- * Trade-off: simple and exact-order, but each position costs a warp two
- * dependent global loads (block id, then K and V); the next position's are
- * issued before the current one computes, yet small batches stay latency
- * bound here. The speed round's remaining remedies: lanes over positions
- * for the scores, shared K/V tiles for the prefill rows of one sequence,
- * GQA groups sharing one read of K/V. */
+ * Trade-off: one row per block, so the prefill rows of one sequence each
+ * read their own prefix (a shared tile of rows would read it once); and a
+ * lone short decode row has only n_head_kv blocks (the split rule keeps
+ * short contexts whole so decode steps keep their CUDA graph). */
+#include <cuda_pipeline.h>
+
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/common.cuh"
 
-#define WARPS 16  /* positions walked in parallel per (row, head); merged in warp order */
+#define AW 4                     /* warps per block */
+#define AT (AW * SL_WARP)        /* threads per block */
+#define TILE 32                  /* positions per tile: one per lane when scoring */
+#define HPW 4                    /* query heads per warp, at most */
+#define HB (AW * HPW)            /* query heads per block, at most (larger groups take several blocks) */
 #define PER_LANE (SL_CUDA_ATTN_MAX_HEAD_DIM / SL_WARP)
 
-/* Position p's key and value rows for this lane (elements lane, lane+32,
- * ...; zeros past head_dim). V sits n_blocks blocks after K in the layer. */
-static __device__ __forceinline__ void load_kv(const sl_cuda_kv &kv, const sl_cuda_batch &b, int layer, int32_t table,
-                                               int32_t p, int kvh, int lane, float (&kr)[PER_LANE],
-                                               float (&vr)[PER_LANE])
+/* Shared memory of a block, in floats: two K tiles (rows padded by 4 so a
+ * lane per position reads float4s without bank conflicts), two V tiles,
+ * and the group's q rows. */
+static __host__ __device__ __forceinline__ int64_t smem_floats(int hd)
 {
-    const float *kp = sl_kv_slot(kv, b, layer, 0, table, p, kvh);
-    const float *vp = kp + kv.n_blocks * kv.block_floats;
-#pragma unroll
-    for (int i = 0; i < PER_LANE; i++) {
-        int d = lane + SL_WARP * i;
-        kr[i] = d < kv.head_dim ? kp[d] : 0.0f;
-        vr[i] = d < kv.head_dim ? vp[d] : 0.0f;
-    }
+    return 2 * (int64_t)TILE * (hd + 4) + 2 * (int64_t)TILE * hd + (int64_t)HB * hd;
 }
 
 /* Positions [*p0, *p1) of split s of n for a row of context ctx. Non-empty
- * for every s < n: with chunk = roundup16(ceil(ctx / n)) < ctx / n + 16,
- * (n - 1) * chunk < ctx as long as ctx > 16 n (n - 1), and any n the
- * kernel uses has ctx > (n - 1) * SPLIT_MIN >= 16 n (n - 1) (n <= 64). */
+ * for every s < n: with chunk = roundup32(ceil(ctx / n)) < ctx / n + 32,
+ * (n - 1) * chunk < ctx as long as ctx > 32 n (n - 1), and any n the
+ * kernel uses has ctx > (n - 1) * SPLIT_MIN >= 32 n (n - 1) (n <= 32). */
 static __device__ __forceinline__ void range_of(int32_t ctx, int n, int s, int32_t *p0, int32_t *p1)
 {
     int32_t chunk = (ctx + n - 1) / n;
-    chunk = (chunk + WARPS - 1) / WARPS * WARPS;
+    chunk = (chunk + TILE - 1) / TILE * TILE;
     *p0 = s * chunk;
     *p1 = ctx - *p0 < chunk ? ctx : *p0 + chunk;
 }
 
-/* The body of both launches. SPLIT false: the plain launch (gridDim.y 1,
- * part unused), compiled without the split bookkeeping. SPLIT true: part is
- * the split scratch, (T, n_head, gridDim.y, 2 + head_dim). Both run the
- * same floating-point operations in the same order for a row with one
- * split (selftest.cu checks the bits). */
+/* Queues the async copy of positions [pt, pt + np) of kv head kvh into one
+ * K/V buffer pair; kp[] gets each position's K row first. */
+static __device__ __forceinline__ void stage_tile(const sl_cuda_kv &kv, const sl_cuda_batch &b, int layer,
+                                                  int32_t table, int kvh, int32_t pt, int np, float *sK, float *sV,
+                                                  const float **kp)
+{
+    int hd = kv.head_dim, q4 = hd / 4;
+    if (threadIdx.x < np)
+        kp[threadIdx.x] = sl_kv_slot(kv, b, layer, 0, table, pt + (int32_t)threadIdx.x, kvh);
+    __syncthreads();
+    int64_t v_off = kv.n_blocks * kv.block_floats;
+    for (int c = threadIdx.x; c < np * q4; c += AT) {
+        int pl = c / q4, d = (c - pl * q4) * 4;
+        const float *src = kp[pl] + d;
+        __pipeline_memcpy_async(sK + pl * (hd + 4) + d, src, 16);
+        __pipeline_memcpy_async(sV + pl * hd + d, src + v_off, 16);
+    }
+    __pipeline_commit();
+}
+
+/* SPLIT false: the plain launch (gridDim.y 1, part unused). SPLIT true:
+ * part is the split scratch, (T, n_head, gridDim.y, 2 + head_dim). Both run
+ * the same operations in the same order for a row with one split. */
 template <bool SPLIT>
 static __device__ __forceinline__ void attention_rows(float *__restrict__ out, const float *__restrict__ q,
                                                       int n_head, const sl_cuda_kv &kv, const sl_cuda_batch &b,
-                                                      int layer, float scale, float *__restrict__ part)
+                                                      int layer, float scale, float *__restrict__ part, int hb,
+                                                      int n_hgroups)
 {
-    __shared__ float sm_m[WARPS], sm_l[WARPS];
-    __shared__ float sm_o[WARPS][SL_CUDA_ATTN_MAX_HEAD_DIM];
-    int64_t t = blockIdx.x / n_head;
-    int h = (int)(blockIdx.x % n_head), hd = kv.head_dim;
-    int kvh = h / (n_head / kv.n_head_kv);
+    extern __shared__ float4 smem4[];
+    __shared__ const float *kp[2][TILE];
+    float *smem = (float *)smem4;
+    int hd = kv.head_dim, ldk = hd + 4;
+    /* buffer i: K at smem + i * TILE * ldk, V at sV0 + i * TILE * hd */
+    float *sV0 = smem + 2 * TILE * ldk;
+    float *sQ = sV0 + 2 * TILE * hd;
+
+    int64_t blk = blockIdx.x;
+    int hg = (int)(blk % n_hgroups);
+    blk /= n_hgroups;
+    int kvh = (int)(blk % kv.n_head_kv);
+    int64_t t = blk / kv.n_head_kv;
+    int G = n_head / kv.n_head_kv;
+    int h0 = kvh * G + hg * hb;
+    int nh = G - hg * hb < hb ? G - hg * hb : hb;
     int warp = threadIdx.x / SL_WARP, lane = threadIdx.x % SL_WARP;
     int32_t pos = b.tok_pos[t], table = b.tok_table[t];
     int32_t p0 = 0, p1 = pos + 1;
@@ -99,110 +123,121 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
         if (n > 1)
             range_of(pos + 1, n, s, &p0, &p1);
     }
-    const float *qh = q + (t * n_head + h) * hd;
+    const float *qh = q + (t * n_head + h0) * hd;   /* the group's heads are contiguous */
+    for (int i = threadIdx.x; i < nh * hd; i += AT)
+        sQ[i] = qh[i];
 
-    float qr[PER_LANE], o[PER_LANE], kc[PER_LANE], vc[PER_LANE], kn[PER_LANE], vn[PER_LANE];
+    float m[HPW], l[HPW], o[HPW][PER_LANE];
 #pragma unroll
-    for (int i = 0; i < PER_LANE; i++) {
-        int d = lane + SL_WARP * i;
-        qr[i] = d < hd ? qh[d] : 0.0f;
-        o[i] = kc[i] = vc[i] = kn[i] = vn[i] = 0.0f;
+    for (int j = 0; j < HPW; j++) {
+        m[j] = -INFINITY;
+        l[j] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            o[j][i] = 0.0f;
     }
-    float m = -INFINITY, l = 0.0f;
-    if (p0 + warp < p1)
-        load_kv(kv, b, layer, table, p0 + warp, kvh, lane, kc, vc);
-    for (int32_t p = p0 + warp; p < p1; p += WARPS) {
-        /* the next position's rows are in flight while this one computes */
-        if (p + WARPS < p1)
-            load_kv(kv, b, layer, table, p + WARPS, kvh, lane, kn, vn);
-        float sc = 0.0f;
-#pragma unroll
-        for (int i = 0; i < PER_LANE; i++) {
-            int d = lane + SL_WARP * i;
-            if (d < hd)
-                sc = fmaf(qr[i], kc[i], sc);
+    stage_tile(kv, b, layer, table, kvh, p0, p1 - p0 < TILE ? p1 - p0 : TILE, smem, sV0, kp[0]);
+    int buf = 0;
+    for (int32_t pt = p0; pt < p1; pt += TILE, buf ^= 1) {
+        int np = p1 - pt < TILE ? p1 - pt : TILE;
+        int32_t nxt = pt + TILE;
+        if (nxt < p1) {
+            stage_tile(kv, b, layer, table, kvh, nxt, p1 - nxt < TILE ? p1 - nxt : TILE, smem + (buf ^ 1) * TILE * ldk,
+                       sV0 + (buf ^ 1) * TILE * hd, kp[buf ^ 1]);
+            __pipeline_wait_prior(1);   /* this tile's copies are done, the next one's may fly */
+        } else {
+            __pipeline_wait_prior(0);
         }
-        sc = __fmul_rn(sl_warp_sum(sc), scale);
-        float m_new = fmaxf(m, sc);
-        float corr = expf(m - m_new), e = expf(sc - m_new);   /* corr = 0 on the first position */
-        l = fmaf(l, corr, e);
+        __syncthreads();
+        const float *K = smem + buf * TILE * ldk, *Vt = sV0 + buf * TILE * hd;
 #pragma unroll
-        for (int i = 0; i < PER_LANE; i++) {
-            int d = lane + SL_WARP * i;
-            if (d < hd)
-                o[i] = fmaf(e, vc[i], __fmul_rn(o[i], corr));
-            kc[i] = kn[i];
-            vc[i] = vn[i];
+        for (int j = 0; j < HPW; j++) {
+            int g = warp + AW * j;
+            if (g >= nh)
+                continue;   /* uniform across the warp */
+            float sc = -INFINITY;
+            if (lane < np) {
+                const float4 *kr = (const float4 *)(K + lane * ldk);
+                const float4 *qg = (const float4 *)(sQ + g * hd);
+                float acc = 0.0f;
+                for (int d4 = 0; d4 < hd / 4; d4++) {
+                    float4 k4 = kr[d4], q4 = qg[d4];
+                    acc = fmaf(q4.x, k4.x, acc);
+                    acc = fmaf(q4.y, k4.y, acc);
+                    acc = fmaf(q4.z, k4.z, acc);
+                    acc = fmaf(q4.w, k4.w, acc);
+                }
+                sc = __fmul_rn(acc, scale);
+            }
+            float tmax = sc;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+                tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));
+            float m_new = fmaxf(m[j], tmax);   /* finite: lane 0 always holds a position */
+            float corr = expf(m[j] - m_new);    /* 0 on the first tile */
+            float e = lane < np ? expf(sc - m_new) : 0.0f;
+            l[j] = fmaf(l[j], corr, sl_warp_sum(e));
+#pragma unroll
+            for (int i = 0; i < PER_LANE; i++)
+                o[j][i] = __fmul_rn(o[j][i], corr);
+            for (int p = 0; p < np; p++) {
+                float ep = __shfl_sync(0xffffffffu, e, p);
+                const float *vr = Vt + p * hd;
+#pragma unroll
+                for (int i = 0; i < PER_LANE; i++) {
+                    int d = lane + SL_WARP * i;
+                    if (d < hd)
+                        o[j][i] = fmaf(ep, vr[d], o[j][i]);
+                }
+            }
+            m[j] = m_new;
         }
-        m = m_new;
-    }
-    if (lane == 0) {
-        sm_m[warp] = m;
-        sm_l[warp] = l;
+        __syncthreads();   /* the buffer is refilled two tiles on */
     }
 #pragma unroll
-    for (int i = 0; i < PER_LANE; i++) {
-        int d = lane + SL_WARP * i;
-        if (d < hd)
-            sm_o[warp][d] = o[i];
-    }
-    __syncthreads();
-    /* merge the warps in a fixed order; warp 0 always saw position p0, so M is finite */
-    float M = sm_m[0];
+    for (int j = 0; j < HPW; j++) {
+        int g = warp + AW * j;
+        if (g >= nh)
+            continue;
+        int h = h0 + g;
+        if (SPLIT && n > 1) {
+            /* a split row: the unnormalised state goes to its slot for the merge */
+            float *slot = part + ((t * n_head + h) * gridDim.y + s) * (int64_t)(hd + 2);
+            if (lane == 0) {
+                slot[0] = m[j];
+                slot[1] = l[j];
+            }
 #pragma unroll
-    for (int w = 1; w < WARPS; w++)
-        M = fmaxf(M, sm_m[w]);
-    float f[WARPS], L = 0.0f;
+            for (int i = 0; i < PER_LANE; i++) {
+                int d = lane + SL_WARP * i;
+                if (d < hd)
+                    slot[2 + d] = o[j][i];
+            }
+        } else {
+            float inv = 1.0f / l[j];
+            float *oh = out + (t * n_head + h) * hd;
 #pragma unroll
-    for (int w = 0; w < WARPS; w++) {
-        f[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - M) : 0.0f;
-        L = fmaf(sm_l[w], f[w], L);
-    }
-    if (SPLIT && n > 1) {
-        /* a split row: the unnormalised state goes to its slot for the merge */
-        float *slot = part + ((t * n_head + h) * gridDim.y + s) * (int64_t)(hd + 2);
-        if (threadIdx.x == 0) {
-            slot[0] = M;
-            slot[1] = L;
+            for (int i = 0; i < PER_LANE; i++) {
+                int d = lane + SL_WARP * i;
+                if (d < hd)
+                    oh[d] = __fmul_rn(o[j][i], inv);
+            }
         }
-        for (int d = threadIdx.x; d < hd; d += WARPS * SL_WARP) {
-            float acc = 0.0f;
-#pragma unroll
-            for (int w = 0; w < WARPS; w++)
-                acc = fmaf(sm_o[w][d], f[w], acc);
-            slot[2 + d] = acc;
-        }
-        return;
-    }
-    float inv = 1.0f / L;
-    float *oh = out + (t * n_head + h) * hd;
-    for (int d = threadIdx.x; d < hd; d += WARPS * SL_WARP) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int w = 0; w < WARPS; w++)
-            acc = fmaf(sm_o[w][d], f[w], acc);
-        oh[d] = __fmul_rn(acc, inv);
     }
 }
 
-/* Register budgets, as ptxas gives them on sm_90: the plain kernel 72
- * registers without spills, as before the split existed; the split one
- * with the default bound stops at 64 and spills its range bookkeeping,
- * with a minimum of 1 block per SM it takes 80 and spills nothing. Both
- * hold one 512-thread block per SM. */
-static __global__ void __launch_bounds__(WARPS * SL_WARP)
-attention_paged_online_softmax(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
-                               sl_cuda_batch b, int layer, float scale)
+static __global__ void __launch_bounds__(AT)
+attention_gqa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
+                    sl_cuda_batch b, int layer, float scale, int hb, int n_hgroups)
 {
-    attention_rows<false>(out, q, n_head, kv, b, layer, scale, NULL);
+    attention_rows<false>(out, q, n_head, kv, b, layer, scale, NULL, hb, n_hgroups);
 }
 
-static __global__ void __launch_bounds__(WARPS * SL_WARP, 1)
-attention_paged_online_softmax_split(float *__restrict__ out, const float *__restrict__ q, int n_head,
-                                     sl_cuda_kv kv, sl_cuda_batch b, int layer, float scale,
-                                     float *__restrict__ part)
+static __global__ void __launch_bounds__(AT)
+attention_gqa_tiles_split(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
+                          sl_cuda_batch b, int layer, float scale, float *__restrict__ part, int hb, int n_hgroups)
 {
-    attention_rows<true>(out, q, n_head, kv, b, layer, scale, part);
+    attention_rows<true>(out, q, n_head, kv, b, layer, scale, part, hb, n_hgroups);
 }
 
 #define MERGE_THREADS 128
@@ -247,32 +282,58 @@ attention_merge_splits(float *__restrict__ out, const float *__restrict__ part, 
     }
 }
 
+/* Above 48 KiB of shared memory (head_dim > 64) a kernel must opt in. */
+static bool prepared;
+
+sl_status sl_cuda_attention_prepare(void)
+{
+    if (prepared)
+        return SL_OK;
+    int bytes = (int)(smem_floats(SL_CUDA_ATTN_MAX_HEAD_DIM) * sizeof(float));
+    SL_CUDA_CHECK(cudaFuncSetAttribute(attention_gqa_tiles, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    SL_CUDA_CHECK(cudaFuncSetAttribute(attention_gqa_tiles_split, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    prepared = true;
+    return SL_OK;
+}
+
+#define TRY_PREPARE()                                \
+    do {                                             \
+        if (sl_cuda_attention_prepare() < 0)         \
+            return SL_EBACKEND;                      \
+    } while (0)
+
 sl_status sl_cuda_attention(float *out, const float *q, int64_t T, int n_head, const sl_cuda_kv *kv,
                             const sl_cuda_batch *batch, int layer, int64_t n_ctx, float *scratch,
                             int64_t scratch_floats, cudaStream_t stream)
 {
     if (T < 1)
         return SL_OK;
-    if (kv->head_dim > SL_CUDA_ATTN_MAX_HEAD_DIM || kv->n_head_kv < 1 || n_head % kv->n_head_kv != 0 ||
+    int hd = kv->head_dim;
+    if (hd > SL_CUDA_ATTN_MAX_HEAD_DIM || hd % 4 != 0 || kv->n_head_kv < 1 || n_head % kv->n_head_kv != 0 ||
         T * n_head > 0x7fffffff)
         return SL_EINVAL;
-    float scale = 1.0f / sqrtf((float)kv->head_dim);
+    /* a group of G query heads takes ceil(G / HB) blocks of at most HB heads each */
+    int G = n_head / kv->n_head_kv, n_hgroups = (G + HB - 1) / HB, hb = (G + n_hgroups - 1) / n_hgroups;
+    int64_t blocks = T * kv->n_head_kv * n_hgroups;
+    size_t smem = (size_t)(smem_floats(hd) - (int64_t)(HB - hb) * hd) * sizeof(float);   /* q rows: hb of HB */
+    TRY_PREPARE();
+    float scale = 1.0f / sqrtf((float)hd);
     int S = sl_cuda_attention_splits(n_ctx);
     if (S == 1) {
-        /* no row splits: the plain launch, one block per (row, head) */
-        attention_paged_online_softmax<<<(unsigned)(T * n_head), WARPS * SL_WARP, 0, stream>>>(
-            out, q, n_head, *kv, *batch, layer, scale);
+        /* no row splits: the plain launch */
+        attention_gqa_tiles<<<(unsigned)blocks, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale, hb,
+                                                                     n_hgroups);
         SL_CUDA_CHECK_LAUNCH();
         return SL_OK;
     }
-    if (!scratch || scratch_floats / S / (kv->head_dim + 2) < T * n_head)
+    if (!scratch || scratch_floats / S / (hd + 2) < T * n_head)
         return SL_EINVAL;
-    dim3 grid((unsigned)(T * n_head), (unsigned)S);
-    attention_paged_online_softmax_split<<<grid, WARPS * SL_WARP, 0, stream>>>(out, q, n_head, *kv, *batch, layer,
-                                                                                scale, scratch);
+    dim3 grid((unsigned)blocks, (unsigned)S);
+    attention_gqa_tiles_split<<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale, scratch, hb,
+                                                          n_hgroups);
     SL_CUDA_CHECK_LAUNCH();
-    attention_merge_splits<<<(unsigned)(T * n_head), MERGE_THREADS, 0, stream>>>(out, scratch, n_head,
-                                                                                 kv->head_dim, batch->tok_pos, S);
+    attention_merge_splits<<<(unsigned)(T * n_head), MERGE_THREADS, 0, stream>>>(out, scratch, n_head, hd,
+                                                                                 batch->tok_pos, S);
     SL_CUDA_CHECK_LAUNCH();
     return SL_OK;
 }

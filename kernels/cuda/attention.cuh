@@ -29,7 +29,8 @@
 #include "kernels/cuda/paged.cuh"
 #include "shared/status.h"
 
-/* Largest head_dim the kernel takes (8 floats per lane). */
+/* Largest head_dim the kernel takes (8 floats per lane); head_dim must
+ * also be a multiple of 4 (K/V rows are copied 16 bytes at a time). */
 #define SL_CUDA_ATTN_MAX_HEAD_DIM 256
 
 /* Contexts up to this many positions are never split: one 16-warp block
@@ -73,6 +74,11 @@ static inline int64_t sl_cuda_attention_scratch_floats(int64_t rows, int n_head,
  * Async; SL_OK, SL_EINVAL (bad shape, or scratch smaller than
  * T*n_head*splits(n_ctx)*(head_dim+2) floats), or SL_EBACKEND (launch
  * failed, logged). */
+/* Lets the kernels use the shared memory the largest head_dim needs; call
+ * once before any launch can be captured into a graph (backend creation).
+ * sl_cuda_attention calls it too. SL_OK or SL_EBACKEND. */
+sl_status sl_cuda_attention_prepare(void);
+
 sl_status sl_cuda_attention(float *out, const float *q, int64_t T, int n_head, const sl_cuda_kv *kv,
                             const sl_cuda_batch *batch, int layer, int64_t n_ctx, float *scratch,
                             int64_t scratch_floats, cudaStream_t stream);

@@ -635,8 +635,9 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
                  ce != cudaSuccess ? cudaGetErrorString(ce) : "device count 0");
         return SL_EUNSUPPORTED;
     }
-    if (hp->head_dim > SL_CUDA_ATTN_MAX_HEAD_DIM || hp->n_head % hp->n_head_kv != 0) {
-        snprintf(err, SL_ERR_LEN, "cuda backend: head_dim %d (max %d) or %d heads over %d kv heads unsupported",
+    if (hp->head_dim > SL_CUDA_ATTN_MAX_HEAD_DIM || hp->head_dim % 4 != 0 || hp->n_head % hp->n_head_kv != 0) {
+        snprintf(err, SL_ERR_LEN, "cuda backend: head_dim %d (a multiple of 4, max %d) or %d heads over %d kv heads "
+                 "unsupported",
                  hp->head_dim, SL_CUDA_ATTN_MAX_HEAD_DIM, hp->n_head, hp->n_head_kv);
         return SL_EUNSUPPORTED;
     }
@@ -794,6 +795,11 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
 #undef CUDA_OR_FAIL
 #undef FAIL
     alloc_countdown = 0;
+    if (sl_cuda_attention_prepare() < 0) {
+        snprintf(err, SL_ERR_LEN, "cuda backend: attention kernels: %s", cudaGetErrorString(cudaGetLastError()));
+        rc = SL_EBACKEND;
+        goto fail;
+    }
     if (sl_cuda_sampler_create(hp->n_vocab, &cb->sampler) < 0) {
         snprintf(err, SL_ERR_LEN, "cuda backend: out of host memory");
         rc = SL_ENOMEM;

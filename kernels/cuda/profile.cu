@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/cuda/profile.cuh"
 
@@ -21,7 +22,17 @@ struct sl_cuda_profile {
     double ms[CLASSES][SL_PROF_KINDS];
     double step_ms[CLASSES];
     long steps[CLASSES], rows[CLASSES];
+    double t_begin, t_end;         /* host clock (ms) at this step's begin, the previous step's end */
+    double wall_ms, gap_ms;        /* host: inside steps, between steps (the worker's own time) */
+    long n_gaps;
 };
+
+static double host_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
 
 sl_cuda_profile *sl_cuda_profile_create_from_env(void)
 {
@@ -60,6 +71,12 @@ void sl_cuda_profile_destroy(sl_cuda_profile *p)
                 fprintf(stderr, "  %-20s %8.3f ms/step %5.1f%%\n", kind_name[k], p->ms[c][k] / p->steps[c],
                         100.0 * p->ms[c][k] / p->step_ms[c]);
     }
+    long n = 0;
+    for (int c = 0; c < CLASSES; c++)
+        n += p->steps[c];
+    if (n && p->n_gaps)
+        fprintf(stderr, "cuda profile host: %.3f ms/step inside a step (launch to results), %.3f ms between steps "
+                "(scheduler, sampling staging, delivery)\n", p->wall_ms / n, p->gap_ms / p->n_gaps);
     for (int i = 0; i <= MAX_MARKS; i++)
         cudaEventDestroy(p->ev[i]);
     free(p);
@@ -70,6 +87,11 @@ void sl_cuda_profile_begin(sl_cuda_profile *p, cudaStream_t st)
     if (!p)
         return;
     p->n = 0;
+    p->t_begin = host_ms();
+    if (p->t_end > 0 && p->t_begin - p->t_end < 50.0) {   /* longer: the worker was idle */
+        p->gap_ms += p->t_begin - p->t_end;
+        p->n_gaps++;
+    }
     p->ok = cudaEventRecord(p->ev[0], st) == cudaSuccess;
 }
 
@@ -97,5 +119,7 @@ void sl_cuda_profile_end(sl_cuda_profile *p, int64_t T)
     }
     p->step_ms[c] += total;
     p->steps[c]++;
+    p->t_end = host_ms();
+    p->wall_ms += p->t_end - p->t_begin;
     p->rows[c] += T;
 }

@@ -7,7 +7,9 @@
  *         are the GPU's own timeline (launch gaps included in the op that
  *         follows them). The totals go to stderr when the backend is
  *         destroyed, grouped by the step's token count class. Profiling
- *         turns CUDA graphs off (every launch is then visible). */
+ *         turns CUDA graphs off (every launch is then visible). The host
+ *         clock adds the wall time inside steps and between them (the
+ *         worker's own work: scheduling, staging, delivering tokens). */
 #ifndef SL_CUDA_PROFILE_CUH
 #define SL_CUDA_PROFILE_CUH
 

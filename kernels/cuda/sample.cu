@@ -71,6 +71,14 @@ static __device__ __forceinline__ uint32_t okey(float f)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+/* A logit as the samplers see it: NaN (bad model output) is -inf. Every
+ * read goes through here, so the row needs no clearing pass. */
+static __device__ __forceinline__ float lv(const float *l, int64_t i)
+{
+    float v = l[i];
+    return isnan(v) ? -INFINITY : v;
+}
+
 /* The samplers' one order: higher value first, then lower id; id < 0 is "none". */
 static __device__ __forceinline__ bool better(float a, int32_t ia, float b, int32_t ib)
 {
@@ -104,14 +112,28 @@ static __device__ void block_best(const float *l, int64_t V, float ev, int32_t e
 {
     float v = 0.0f;
     int32_t id = -1;
-    for (int64_t i = threadIdx.x; i < V; i += SB) {
-        float x = l[i];
+    auto see = [&](float x, int64_t i) {
+        x = isnan(x) ? -INFINITY : x;
         if (eid >= 0 && !better(ev, eid, x, (int32_t)i))
-            continue;
+            return;
         if (better(x, (int32_t)i, v, id)) {
             v = x;
             id = (int32_t)i;
         }
+    };
+    if ((V & 3) == 0) {   /* rows start 16-byte aligned: read four at a time (the order is total, so
+                           * which thread sees a token first does not matter) */
+        const float4 *l4 = (const float4 *)l;
+        for (int64_t i = threadIdx.x; i < V / 4; i += SB) {
+            float4 x = l4[i];
+            see(x.x, 4 * i);
+            see(x.y, 4 * i + 1);
+            see(x.z, 4 * i + 2);
+            see(x.w, 4 * i + 3);
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < V; i += SB)
+            see(l[i], i);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -223,7 +245,7 @@ static __device__ void radix_cut(const row_view &r, bool by_mass, unsigned long 
         }
         __syncthreads();
         for (int64_t i = threadIdx.x; i < r.V; i += SB) {
-            float li = r.l[i];
+            float li = lv(r.l, i);
             uint32_t key;
             unsigned long long w = 1;
             if (by_mass) {
@@ -279,7 +301,7 @@ static __device__ void radix_cut(const row_view &r, bool by_mass, unsigned long 
         int64_t i = base + lane;
         bool tie = false;
         if (i < hi) {
-            float li = r.l[i];
+            float li = lv(r.l, i);
             if (!by_mass || in_top_k(r, li, i))
                 tie = (by_mass ? okey((li - r.lmax) / r.temp) : okey(li)) == prefix;
         }
@@ -307,7 +329,7 @@ static __device__ void radix_cut(const row_view &r, bool by_mass, unsigned long 
             int64_t i = base + lane;
             bool tie = false;
             if (i < hi) {
-                float li = r.l[i];
+                float li = lv(r.l, i);
                 if (!by_mass || in_top_k(r, li, i))
                     tie = (by_mass ? okey((li - r.lmax) / r.temp) : okey(li)) == prefix;
             }
@@ -344,7 +366,7 @@ static __device__ int32_t draw_tempered(const sample_row &R, const float *l, int
     if (has_p) {
         unsigned long long m = 0;   /* the fixed-point mass: < 2^61 for any vocabulary below 2^21 */
         for (int64_t i = threadIdx.x; i < V; i += SB) {
-            float li = l[i];
+            float li = lv(l, i);
             if (in_top_k(r, li, i))
                 m += (unsigned long long)(tempered_p(r, li) * FIXED_ONE);
         }
@@ -361,7 +383,7 @@ static __device__ int32_t draw_tempered(const sample_row &R, const float *l, int
     int w = threadIdx.x / SL_WARP, lane = threadIdx.x % SL_WARP;
     int64_t lo = w * chunk, hi = lo + chunk < V ? lo + chunk : V;
     auto weight = [&](int64_t i) -> double {
-        float li = l[i];
+        float li = lv(l, i);
         if (!in_top_k(r, li, i))
             return 0.0;
         float x = (li - lmax) / R.temperature;
@@ -447,11 +469,7 @@ sample_rows(float *__restrict__ logits, int64_t V, int32_t row0, const sample_ro
     const sample_row R = rows[blockIdx.x];
     float *l = logits + (int64_t)(R.row - row0) * V;
 
-    /* 1. NaN -> -inf, then the banned tokens */
-    for (int64_t i = threadIdx.x; i < V; i += SB)
-        if (isnan(l[i]))
-            l[i] = -INFINITY;
-    __syncthreads();
+    /* 1. the banned tokens (NaN reads as -inf everywhere: lv) */
     for (int j = threadIdx.x; j < R.n_ban; j += SB) {
         int32_t t = bans[R.ban_off + j];
         if (t >= 0 && t < V)
@@ -470,7 +488,7 @@ sample_rows(float *__restrict__ logits, int64_t V, int32_t row0, const sample_ro
         if (isfinite(m)) {
             double s = 0.0;
             for (int64_t i = threadIdx.x; i < V; i += SB)
-                s += exp((double)l[i] - (double)m);
+                s += exp((double)lv(l, i) - (double)m);
             log_z = (double)m + log(block_sum(s, sm));
         } else {
             log_z = m;
@@ -504,13 +522,13 @@ sample_rows(float *__restrict__ logits, int64_t V, int32_t row0, const sample_ro
     logit_edit *E = edits + R.edit_off;
     int n_edit = R.n_bias + R.n_pen;
     for (int j = threadIdx.x; j < n_edit; j += SB)
-        E[j].orig = E[j].token >= 0 && E[j].token < V ? l[E[j].token] : 0.0f;
+        E[j].orig = E[j].token >= 0 && E[j].token < V ? lv(l, E[j].token) : 0.0f;
     __syncthreads();
     if (threadIdx.x == 0)
         for (int j = 0; j < R.n_bias; j++) {
             int32_t t = E[j].token;
             if (t >= 0 && t < V && isfinite(E[j].value))
-                l[t] += E[j].value;
+                l[t] = lv(l, t) + E[j].value;
         }
     __syncthreads();
     {
@@ -522,7 +540,7 @@ sample_rows(float *__restrict__ logits, int64_t V, int32_t row0, const sample_ro
             int32_t t = E[j].token;
             if (t < 0 || t >= V)
                 continue;
-            float v = l[t];
+            float v = lv(l, t);
             if (use_r)
                 v = v > 0.0f ? v / rp : v * rp;
             v -= pres + (float)E[j].count * freq;
@@ -542,7 +560,7 @@ sample_rows(float *__restrict__ logits, int64_t V, int32_t row0, const sample_ro
     if (threadIdx.x == 0) {
         out_tok[blockIdx.x] = tok;
         if (want_lp) {
-            float raw = l[tok];
+            float raw = lv(l, tok);
             for (int j = 0; j < n_edit; j++)
                 if (E[j].token == tok) {
                     raw = E[j].orig;

@@ -272,10 +272,12 @@ static int check_rmsnorm(FILE *out, cudaStream_t st)
 }
 
 /* Two sequences over a shuffled block table: A has rows at positions
- * 0..PA-1 (a prefill chunk, causal), B one decode row at position PB-1. */
-static int check_attention(FILE *out, cudaStream_t st)
+ * 0..PA-1 (a prefill chunk, causal), B one decode row at position PB-1.
+ * NH query heads over NKV kv heads: groups of 2, 4, and 18 (two blocks of
+ * 9 heads, spread unevenly over the warps). */
+static int check_attention(FILE *out, cudaStream_t st, int HD, int NH, int NKV)
 {
-    enum { HD = 64, NH = 4, NKV = 2, BS = 16, NB = 12, PA = 37, PB = 70 };
+    enum { BS = 16, NB = 12, PA = 37, PB = 70 };
     const int T = PA + 1, bpa = (PA + BS - 1) / BS, bpb = (PB + BS - 1) / BS;
     uint64_t seed = 99;
     int64_t block_floats = (int64_t)NKV * BS * HD, kv_n = 2 * NB * block_floats;   /* one layer */
@@ -516,7 +518,10 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out
     fails += check_gemm(out, st, SL_GGML_TYPE_Q4_K);
     fails += check_gemm(out, st, SL_GGML_TYPE_Q6_K);
     fails += check_rmsnorm(out, st);
-    fails += check_attention(out, st);
+    fails += check_attention(out, st, 64, 4, 2);
+    fails += check_attention(out, st, 128, 32, 8);
+    fails += check_attention(out, st, 64, 36, 2);
+    fails += check_attention(out, st, 256, 8, 8);
     fails += check_attention_split(out, st, 64);
     fails += check_attention_split(out, st, 128);
     cudaStreamDestroy(st);
