@@ -206,6 +206,20 @@ static sl_status mm(cuda_backend *cb, const sl_cuda_weight *w, const float *x, i
     return sl_cuda_matmul(w, x, ldx, T, y, ldy, cb->stream);
 }
 
+/* Several matmuls of one input on tensor cores (the input converted once);
+ * SL_EINVAL when the path is off or a matrix has no float16 copy (the
+ * caller then goes matrix by matrix). */
+static sl_status mm_multi(cuda_backend *cb, const sl_cuda_weight **w, int n, const float *x, int64_t ldx, int64_t T,
+                          float **y, const int64_t *ldy)
+{
+    if (!cb->use_gemm)
+        return SL_EINVAL;
+    for (int i = 0; i < n; i++)
+        if (!w[i]->f16)
+            return SL_EINVAL;
+    return sl_cuda_gemm_matmul_multi(cb->gemm, w, n, x, ldx, T, y, ldy) < 0 ? SL_EBACKEND : SL_OK;
+}
+
 /* Flattens the batch into token rows and concatenated block tables in the
  * pinned staging area and queues its copy to the device. Sets *T, *n_out. */
 static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t n_seqs, int64_t *T_out,
@@ -269,7 +283,7 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
         const sl_cuda_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
         float *yqkv[3] = {cb->q, cb->k, cb->v};
         int64_t ldqkv[3] = {q_dim, kv_dim, kv_dim};
-        sl_status rc = few ? sl_cuda_mmv_multi(wqkv, yqkv, ldqkv, 3, cb->xn, E, T, st) : SL_EINVAL;
+        sl_status rc = few ? sl_cuda_mmv_multi(wqkv, yqkv, ldqkv, 3, cb->xn, E, T, st) : mm_multi(cb, wqkv, 3, cb->xn, E, T, yqkv, ldqkv);
         if (rc == SL_EINVAL) {
             TRY(mm(cb, &L->wq, cb->xn, E, T, cb->q, q_dim));
             TRY(mm(cb, &L->wk, cb->xn, E, T, cb->k, kv_dim));
@@ -295,8 +309,16 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
         sl_cuda_profile_mark(pf, SL_PROF_NORM, st);
         rc = few ? sl_cuda_mmv_swiglu(&L->w_gate, &L->w_up, cb->xn, E, T, cb->gate, F, st) : SL_EINVAL;
         if (rc == SL_EINVAL) {
-            TRY(mm(cb, &L->w_gate, cb->xn, E, T, cb->gate, F));
-            TRY(mm(cb, &L->w_up, cb->xn, E, T, cb->up, F));
+            const sl_cuda_weight *wgu[2] = {&L->w_gate, &L->w_up};
+            float *ygu[2] = {cb->gate, cb->up};
+            int64_t ldgu[2] = {F, F};
+            rc = few ? SL_EINVAL : mm_multi(cb, wgu, 2, cb->xn, E, T, ygu, ldgu);
+            if (rc == SL_EINVAL) {
+                TRY(mm(cb, &L->w_gate, cb->xn, E, T, cb->gate, F));
+                TRY(mm(cb, &L->w_up, cb->xn, E, T, cb->up, F));
+            } else {
+                TRY(rc);
+            }
             sl_cuda_profile_mark(pf, SL_PROF_GATE_UP, st);
             TRY(sl_cuda_swiglu(cb->gate, cb->up, T * F, st));
             sl_cuda_profile_mark(pf, SL_PROF_ELTWISE, st);
@@ -578,7 +600,7 @@ static sl_status setup_gemm(cuda_backend *cb, char err[SL_ERR_LEN])
                  MIB(total), MIB(free_b));
         rc = SL_ENOMEM;
     } else {
-        int64_t rows = ((int64_t)cb->base.cfg.max_batch_tokens + SL_GEMM_COLS - 1) / SL_GEMM_COLS * SL_GEMM_COLS;
+        int64_t rows = ((int64_t)cb->base.cfg.max_batch_tokens + SL_GEMM_COLS_MAX - 1) / SL_GEMM_COLS_MAX * SL_GEMM_COLS_MAX;
         rc = sl_cuda_gemm_create(cb->stream, rows * widest, rows, &cb->gemm, err, SL_ERR_LEN);
     }
     size_t at = 0;
@@ -720,13 +742,13 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         cb->qkv.eps = hp->norm_eps;
 
         /* scratch for max_batch_tokens rows */
-        /* rows rounded up: the tensor-core path writes whole SL_GEMM_COLS-row chunks */
-        int64_t T = ((int64_t)cfg->max_batch_tokens + SL_GEMM_COLS - 1) / SL_GEMM_COLS * SL_GEMM_COLS;
+        /* rows rounded up: the tensor-core path writes whole chunks of up to SL_GEMM_COLS_MAX rows */
+        int64_t T = ((int64_t)cfg->max_batch_tokens + SL_GEMM_COLS_MAX - 1) / SL_GEMM_COLS_MAX * SL_GEMM_COLS_MAX;
         int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
         int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim, V = hp->n_vocab;
         int64_t xn_dim = E > q_dim ? E : q_dim;
         cb->logit_rows = cfg->max_batch_tokens < MAX_LOGIT_ROWS ? cfg->max_batch_tokens : MAX_LOGIT_ROWS;
-        int64_t lr = (cb->logit_rows + SL_GEMM_COLS - 1) / SL_GEMM_COLS * SL_GEMM_COLS;
+        int64_t lr = (cb->logit_rows + SL_GEMM_COLS_MAX - 1) / SL_GEMM_COLS_MAX * SL_GEMM_COLS_MAX;
         /* fixed for the worst case, so that a row's split never depends on what else is batched */
         cb->att_split_floats = sl_cuda_attention_scratch_floats(cfg->max_batch_tokens, hp->n_head, hp->head_dim,
                                                                 cfg->max_ctx);

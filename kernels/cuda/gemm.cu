@@ -162,36 +162,61 @@ scale_rows(float *__restrict__ y, int64_t ldy, int64_t rows, const float *__rest
         y[t * ldy + i] *= s;
 }
 
-sl_status sl_cuda_gemm_matmul(sl_cuda_gemm *g, const sl_cuda_weight *w, const __half *wh, const float *x,
-                              int64_t ldx, int64_t T, float *y, int64_t ldy)
+int sl_cuda_gemm_cols(void)
 {
-    int64_t n = w->ne0, Tp = (T + SL_GEMM_COLS - 1) / SL_GEMM_COLS * SL_GEMM_COLS;
-    if (T < 1 || Tp * n > g->max_x || ldx < n || ldy < w->ne1 || n > 0x7fffffff || w->ne1 > 0x7fffffff ||
-        ldy > 0x7fffffff)
+    static int cols;   /* fixed for the process: batch invariance needs one shape */
+    if (!cols) {
+        const char *e = getenv("SLUICE_CUDA_GEMM_COLS");
+        int v = e ? atoi(e) : SL_GEMM_COLS_DEFAULT;
+        cols = v == 64 || v == 128 || v == 256 ? v : SL_GEMM_COLS_DEFAULT;
+    }
+    return cols;
+}
+
+sl_status sl_cuda_gemm_matmul_multi(sl_cuda_gemm *g, const sl_cuda_weight *const *w, int n_w, const float *x,
+                                    int64_t ldx, int64_t T, float *const *y, const int64_t *ldy)
+{
+    int64_t cols = sl_cuda_gemm_cols();
+    int64_t n = w[0]->ne0, Tp = (T + cols - 1) / cols * cols;
+    if (T < 1 || Tp * n > g->max_x || Tp > g->max_rows || ldx < n || n > 0x7fffffff)
         return SL_EINVAL;
+    for (int i = 0; i < n_w; i++)
+        if (!w[i]->f16 || w[i]->ne0 != n || ldy[i] < w[i]->ne1 || w[i]->ne1 > 0x7fffffff || ldy[i] > 0x7fffffff)
+            return SL_EINVAL;
     cudaStream_t st;
     if (cublasGetStream(g->handle, &st) != CUBLAS_STATUS_SUCCESS)
         return SL_EBACKEND;
-    if (Tp > g->max_rows)
-        return SL_EINVAL;
     to_f16_rows<<<(unsigned)Tp, THREADS, 0, st>>>(g->xh, g->scale, x, ldx, n, T);
     SL_CUDA_CHECK_LAUNCH();
     /* Column-major, as cuBLAS sees it: C (ne1 x cols, ld ldy) = op(A) B with
      * A = the row-major ne1 x n copy read as column-major n x ne1 (lda n),
      * op = transpose; B = the row-major cols x n activations read as
-     * column-major n x cols (ldb n). One call per SL_GEMM_COLS rows. */
+     * column-major n x cols (ldb n). One call per `cols` rows. */
     const float one = 1.0f, zero = 0.0f;
-    for (int64_t c = 0; c < Tp; c += SL_GEMM_COLS) {
-        cublasStatus_t cs = cublasGemmEx(g->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->ne1, SL_GEMM_COLS, (int)n, &one,
-                                         wh, CUDA_R_16F, (int)n, g->xh + c * n, CUDA_R_16F, (int)n, &zero,
-                                         y + c * ldy, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        if (cs != CUBLAS_STATUS_SUCCESS) {
-            fprintf(stderr, "cuda: cublasGemmEx (%lld x %d x %lld) failed: status %d\n", (long long)w->ne1,
-                    SL_GEMM_COLS, (long long)n, (int)cs);
-            return SL_EBACKEND;
+    for (int i = 0; i < n_w; i++) {
+        for (int64_t c = 0; c < Tp; c += cols) {
+            cublasStatus_t cs = cublasGemmEx(g->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)w[i]->ne1, (int)cols, (int)n,
+                                             &one, w[i]->f16, CUDA_R_16F, (int)n, g->xh + c * n, CUDA_R_16F, (int)n,
+                                             &zero, y[i] + c * ldy[i], CUDA_R_32F, (int)ldy[i], CUBLAS_COMPUTE_32F,
+                                             CUBLAS_GEMM_DEFAULT);
+            if (cs != CUBLAS_STATUS_SUCCESS) {
+                fprintf(stderr, "cuda: cublasGemmEx (%lld x %lld x %lld) failed: status %d\n", (long long)w[i]->ne1,
+                        (long long)cols, (long long)n, (int)cs);
+                return SL_EBACKEND;
+            }
         }
+        scale_rows<<<(unsigned)T, THREADS, 0, st>>>(y[i], ldy[i], w[i]->ne1, g->scale);
+        SL_CUDA_CHECK_LAUNCH();
     }
-    scale_rows<<<(unsigned)T, THREADS, 0, st>>>(y, ldy, w->ne1, g->scale);
-    SL_CUDA_CHECK_LAUNCH();
     return SL_OK;
+}
+
+sl_status sl_cuda_gemm_matmul(sl_cuda_gemm *g, const sl_cuda_weight *w, const __half *wh, const float *x,
+                              int64_t ldx, int64_t T, float *y, int64_t ldy)
+{
+    sl_cuda_weight v = *w;
+    v.f16 = wh;
+    const sl_cuda_weight *ws[1] = {&v};
+    float *ys[1] = {y};
+    return sl_cuda_gemm_matmul_multi(g, ws, 1, x, ldx, T, ys, &ldy);
 }

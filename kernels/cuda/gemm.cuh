@@ -25,18 +25,24 @@
 #include "kernels/cuda/matmul.cuh"
 #include "shared/status.h"
 
-/* Token rows per cuBLAS call. Every call has exactly this many columns (the
- * last chunk padded), so cuBLAS picks the same kernel whatever T is and a
- * row's result does not depend on the batch: the tensor-core path keeps
- * batch invariance on its own (across the switch from the small-batch
- * kernels it does not). Output buffers need round_up(T, SL_GEMM_COLS) rows. */
-#define SL_GEMM_COLS 64
+/* Token rows per cuBLAS call: every call of a process has exactly this many
+ * columns (the last chunk padded), so cuBLAS picks the same kernel whatever
+ * T is and a row's result does not depend on the batch: the tensor-core
+ * path keeps batch invariance on its own (across the switch from the
+ * small-batch kernels it does not). 64, 128 or 256, fixed at the first call
+ * from SLUICE_CUDA_GEMM_COLS (default SL_GEMM_COLS_DEFAULT): wider chunks
+ * read each weight matrix fewer times in a large step and compute more
+ * padding in a small one (docs/PERF.md has the measurement). Output
+ * buffers need round_up(T, SL_GEMM_COLS_MAX) rows. */
+#define SL_GEMM_COLS_MAX 256
+#define SL_GEMM_COLS_DEFAULT 256
+int sl_cuda_gemm_cols(void);
 
 typedef struct sl_cuda_gemm sl_cuda_gemm;
 
 /* A cuBLAS handle bound to `stream` with a fixed workspace (so steps can be
  * captured into CUDA graphs) and room to convert max_x float activations in
- * up to max_rows rows (both counting the padding to SL_GEMM_COLS). */
+ * up to max_rows rows (both counting the padding to SL_GEMM_COLS_MAX). */
 sl_status sl_cuda_gemm_create(cudaStream_t stream, int64_t max_x, int64_t max_rows, sl_cuda_gemm **out, char *err,
                               size_t err_len);
 void sl_cuda_gemm_destroy(sl_cuda_gemm *g);
@@ -48,10 +54,15 @@ size_t sl_cuda_gemm_bytes(const sl_cuda_weight *w);
 sl_status sl_cuda_gemm_dequant(const sl_cuda_weight *w, __half *dst, cudaStream_t stream);
 
 /* y[t*ldy + r] = dot(wh row r, x row t) for t < T, r < w->ne1, where wh is
- * w's float16 copy; rows T .. round_up(T, SL_GEMM_COLS) of y are scratch
- * (written with the padding's results). round_up(T) * w->ne0 <= max_x.
+ * w's float16 copy (w->f16); rows T .. round_up(T, sl_cuda_gemm_cols()) of y
+ * are scratch (written with the padding's results). round_up(T) * w->ne0 <= max_x.
  * Launches only. */
 sl_status sl_cuda_gemm_matmul(sl_cuda_gemm *g, const sl_cuda_weight *w, const __half *wh, const float *x,
                               int64_t ldx, int64_t T, float *y, int64_t ldy);
+
+/* The same for n matrices that read one input (q/k/v; gate/up): the
+ * activations are converted once. Every w[i]->ne0 must be equal. */
+sl_status sl_cuda_gemm_matmul_multi(sl_cuda_gemm *g, const sl_cuda_weight *const *w, int n, const float *x,
+                                    int64_t ldx, int64_t T, float *const *y, const int64_t *ldy);
 
 #endif

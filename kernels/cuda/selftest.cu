@@ -168,7 +168,7 @@ static int check_gemm(FILE *out, cudaStream_t st, uint32_t type)
     sl_cuda_gemm *g = NULL;
     char err[256];
     dev_bufs d = {};
-    int64_t Tp = (T + SL_GEMM_COLS - 1) / SL_GEMM_COLS * SL_GEMM_COLS;
+    int64_t Tp = (T + SL_GEMM_COLS_MAX - 1) / SL_GEMM_COLS_MAX * SL_GEMM_COLS_MAX;
     uint8_t *dw = (uint8_t *)d.alloc(rb * (size_t)rows);
     __half *dh = (__half *)d.alloc((size_t)(rows * n) * sizeof(__half));
     float *dx = (float *)d.alloc((size_t)(T * n) * 4), *dy = (float *)d.alloc((size_t)(Tp * rows) * 4);
