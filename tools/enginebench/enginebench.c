@@ -7,7 +7,8 @@
  *
  * B sequences each get an N-token prompt of fixed pseudo-random ids; they are
  * prefilled together (chunks of at most 512 tokens per forward call), then
- * decoded G steps with one token each per step (greedy, fed back). The best
+ * decoded G steps with one token each per step (greedy, fed back; drawn on
+ * the device when the backend samples there, as in serving). The best
  * of R repetitions is printed, one line per phase. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +133,16 @@ int main(int argc, char **argv)
     int32_t *blocks = malloc((size_t)batch * per_seq * sizeof *blocks);
     float *logits = malloc((size_t)max_tokens * V * sizeof *logits);
     sl_batch_seq *seqs = malloc((size_t)batch * sizeof *seqs);
+    /* a backend that draws tokens on its device (CUDA) decodes the way the
+     * server does: forward_sample, greedy; else forward + host argmax */
+    bool on_device = sl_backend_samples(b);
+    sl_sampling_params greedy;
+    sl_sampling_params_default(&greedy);
+    greedy.temperature = 0.0f;
+    sl_sample_req *reqs = calloc((size_t)batch, sizeof *reqs);
+    int32_t *drawn = malloc((size_t)batch * sizeof *drawn);
+    for (int q = 0; reqs && q < batch; q++)
+        reqs[q] = (sl_sample_req){.params = &greedy, .draw_index = 0};
     for (int i = 0; i < batch * per_seq; i++)
         blocks[i] = i;
     double best_prefill = 1e9, best_decode = 1e9;
@@ -168,6 +179,17 @@ int main(int argc, char **argv)
             if (g == 0)
                 for (int q = 0; q < batch; q++)
                     tokens[q * ctx + prompt] = (int32_t)(q % V);
+            if (on_device) {
+                /* greedy on the device, as the server's steps draw: only the ids come back */
+                if (sl_backend_forward_sample(b, seqs, batch, reqs, drawn) < 0) {
+                    fprintf(stderr, "enginebench: forward failed\n");
+                    return 1;
+                }
+                if (g + 1 < gen)
+                    for (int q = 0; q < batch; q++)
+                        tokens[q * ctx + prompt + g + 1] = drawn[q];
+                continue;
+            }
             if (sl_backend_forward(b, seqs, batch, logits) < 0) {
                 fprintf(stderr, "enginebench: forward failed\n");
                 return 1;
@@ -181,7 +203,9 @@ int main(int argc, char **argv)
         best_decode = t2 - t1 < best_decode ? t2 - t1 : best_decode;
     }
     double gb = m->weight_bytes / 1e9;
-    printf("model: %s, %.2f GB of weights, %d threads, %s\n", m->name, gb, threads, sl_vec_dot_isa());
+    printf("model: %s, %.2f GB of weights, %d threads, %s, %s\n", m->name, gb, threads,
+           strcmp(b->ops->name, "cpu") ? b->ops->name : sl_vec_dot_isa(),
+           on_device ? "tokens drawn on the device" : "logits to the host, argmax there");
     printf("prefill: batch %d x %d tokens: %.1f tok/s\n", batch, prompt, batch * prompt / best_prefill);
     printf("decode: batch %d x %d steps: %.1f tok/s aggregate, %.1f ms/step, %.1f GB/s of weights\n", batch,
            gen, batch * gen / best_decode, best_decode * 1e3 / gen, gb * gen / best_decode);
@@ -189,6 +213,8 @@ int main(int argc, char **argv)
     free(blocks);
     free(logits);
     free(seqs);
+    free(reqs);
+    free(drawn);
     sl_backend_destroy(b);
     sl_model_destroy(m);
     return 0;
