@@ -2,7 +2,8 @@
 # tools/gpu-check.sh: the CUDA backend's correctness check, in one command, on
 # the GPU machine. Builds the test models with the project's mkmodel (every
 # architecture x tensor type on the tiny presets, plus a Llama-3.2-1B-shape
-# Q4_K_M for timing), runs tools/cudacheck's kernel self-test, then cudacheck
+# Q4_K_M for timing), runs tools/cudacheck's kernel self-test and its device-
+# sampler check (--sampling: against the reference sampler), then cudacheck
 # on the models (CUDA vs CPU logits, greedy agreement, batched == alone
 # bitwise or, where the tensor-core path ran, within tolerance with the same
 # greedy tokens; decode tok/s), then compute-sanitizer memcheck and racecheck on a
@@ -37,8 +38,8 @@ say "gpu-check: $(date -u +%FT%TZ) build=$build"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || true; } | tee -a "$summary"
 
 # 0. per-kernel self-test against float64 host references (seconds)
-"$check" --ops > "$out/kernels.log" 2>&1
-rc=$?; say "kernel self-test: rc=$rc"; [ $rc -eq 0 ] || status=1
+"$check" --ops --sampling > "$out/kernels.log" 2>&1
+rc=$?; say "kernel self-test and device sampler: rc=$rc"; [ $rc -eq 0 ] || status=1
 grep -E '^  |^result' "$out/kernels.log" | tee -a "$summary"
 
 # 1. models (a few seconds each; the 1B shape ~10 s)
@@ -76,7 +77,7 @@ fi
 #    kernel self-test, allocation-failure sweep, two models
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$cs" ]; then
-  short=(--ops --faults --prompt 20 --chunk 8 --gen 4 --seqs 2 --no-bench "$models/tiny-qwen3-Q4_K_M.gguf" "$models/tiny-llama3-Q6_K.gguf")
+  short=(--ops --sampling --draws 2 --faults --prompt 20 --chunk 8 --gen 4 --seqs 2 --no-bench "$models/tiny-qwen3-Q4_K_M.gguf" "$models/tiny-llama3-Q6_K.gguf")
   for tool in memcheck racecheck; do
     extra=(); [ $tool = memcheck ] && extra=(--leak-check full)   # leaks on the --faults error paths too
     # racecheck: our kernels only. It reports hazards inside cuBLAS's Hopper
