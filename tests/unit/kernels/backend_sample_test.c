@@ -1,0 +1,130 @@
+/* tests/unit/kernels/backend_sample_test.c: sl_backend_forward_sample's
+ * checks (kernels/backend.c). A backend that samples on its device trusts
+ * what reaches it, so every malformed request must stop here, before the
+ * backend's slot is called: a logits_all sequence, parameters out of range,
+ * a banned id outside the vocabulary, logprobs without a record, a history
+ * pointer missing, and whatever sl_backend_forward refuses. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+
+typedef struct {
+    sl_backend base;
+    sl_model model;
+    int calls;
+} probe_backend;
+
+static sl_status probe_forward(sl_backend *b, const sl_batch_seq *s, int32_t n, float *logits)
+{
+    (void)b, (void)s, (void)n, (void)logits;
+    return SL_OK;
+}
+
+static sl_status probe_sample(sl_backend *b, const sl_batch_seq *s, int32_t n, const sl_sample_req *r,
+                              int32_t *tokens)
+{
+    (void)s, (void)r;
+    ((probe_backend *)b)->calls++;
+    for (int32_t i = 0; i < n; i++)
+        tokens[i] = 0;
+    return SL_OK;
+}
+
+static void probe_destroy(sl_backend *b)
+{
+    (void)b;
+}
+
+static const sl_backend_ops ops_sampling = {"probe", probe_forward, probe_destroy, probe_sample};
+static const sl_backend_ops ops_plain = {"probe", probe_forward, probe_destroy, NULL};
+
+static void probe_init(probe_backend *p, const sl_backend_ops *ops)
+{
+    memset(p, 0, sizeof *p);
+    p->model.hp.n_vocab = 100;
+    p->base.ops = ops;
+    p->base.model = &p->model;
+    p->base.cfg = (sl_backend_config){.device = "probe", .n_threads = 1, .kv_block_size = 16, .n_kv_blocks = 8,
+                                      .max_batch_tokens = 32, .max_ctx = 128};
+}
+
+static const int32_t tokens[2] = {5, 6}, blocks[1] = {0}, history[3] = {1, 2, 3};
+
+static sl_batch_seq seq(void)
+{
+    return (sl_batch_seq){.tokens = tokens, .n_tokens = 2, .pos = 0, .blocks = blocks, .n_blocks = 1};
+}
+
+Test(backend_sample, without_the_slot_the_backend_does_not_sample)
+{
+    probe_backend p;
+    probe_init(&p, &ops_plain);
+    cr_assert_not(sl_backend_samples(&p.base));
+    sl_sampling_params sp;
+    sl_sampling_params_default(&sp);
+    sl_batch_seq s = seq();
+    sl_sample_req r = {.params = &sp};
+    int32_t tok;
+    cr_assert_eq(sl_backend_forward_sample(&p.base, &s, 1, &r, &tok), SL_EUNSUPPORTED);
+}
+
+Test(backend_sample, a_good_request_reaches_the_backend)
+{
+    probe_backend p;
+    probe_init(&p, &ops_sampling);
+    cr_assert(sl_backend_samples(&p.base));
+    sl_sampling_params sp;
+    sl_sampling_params_default(&sp);
+    sp.n_logprobs = 2;
+    sl_logprob_record rec;
+    int32_t ban[1] = {99};
+    sl_batch_seq s[2] = {seq(), seq()};
+    sl_sample_req r[2] = {{.params = &sp, .history = history, .n_history = 3, .ban = ban, .n_ban = 1, .record = &rec},
+                          {.params = NULL}};   /* a prefill chunk that draws nothing */
+    int32_t tok[2];
+    cr_assert_eq(sl_backend_forward_sample(&p.base, s, 2, r, tok), SL_OK);
+    cr_assert_eq(p.calls, 1);
+}
+
+Test(backend_sample, malformed_requests_stop_before_the_backend)
+{
+    probe_backend p;
+    probe_init(&p, &ops_sampling);
+    sl_sampling_params good, bad_temp, bad_bias;
+    sl_sampling_params_default(&good);
+    bad_temp = good;
+    bad_temp.temperature = -1.0f;
+    bad_bias = good;
+    bad_bias.n_logit_bias = 1;
+    bad_bias.logit_bias[0] = (sl_logit_bias){100, 1.0f};   /* one past the vocabulary */
+    sl_sampling_params want_lp = good;
+    want_lp.n_logprobs = 0;
+    int32_t ban_out[1] = {100}, ban_neg[1] = {-1}, tok;
+    struct {
+        const char *what;
+        sl_batch_seq s;
+        sl_sample_req r;
+    } cases[] = {
+        {"logits_all", {.tokens = tokens, .n_tokens = 2, .blocks = blocks, .n_blocks = 1, .logits_all = true},
+         {.params = &good}},
+        {"temperature < 0", seq(), {.params = &bad_temp}},
+        {"bias token outside the vocabulary", seq(), {.params = &bad_bias}},
+        {"banned id past the vocabulary", seq(), {.params = &good, .ban = ban_out, .n_ban = 1}},
+        {"negative banned id", seq(), {.params = &good, .ban = ban_neg, .n_ban = 1}},
+        {"ban count without ids", seq(), {.params = &good, .n_ban = 1}},
+        {"logprobs without a record", seq(), {.params = &want_lp}},
+        {"history count without ids", seq(), {.params = &good, .n_history = 3}},
+        {"negative history count", seq(), {.params = &good, .history = history, .n_history = -1}},
+        {"token outside the vocabulary",
+         {.tokens = (const int32_t[]){100}, .n_tokens = 1, .blocks = blocks, .n_blocks = 1},
+         {.params = &good}},
+        {"block outside the cache",
+         {.tokens = tokens, .n_tokens = 2, .blocks = (const int32_t[]){8}, .n_blocks = 1},
+         {.params = &good}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        cr_assert_eq(sl_backend_forward_sample(&p.base, &cases[i].s, 1, &cases[i].r, &tok), SL_EINVAL, "%s",
+                     cases[i].what);
+    cr_assert_eq(p.calls, 0, "no malformed request reached the backend");
+}
