@@ -184,17 +184,21 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
         if (sl_kv_blocks_table_init(&s->kv, &s->slots[i].table, (uint32_t)n_ctx) < 0)
             goto nomem;
     }
-    int32_t nt = cfg->sample_threads > 1 ? cfg->sample_threads : 1;
-    s->scratch = calloc((size_t)nt, sizeof *s->scratch);
     s->to_sample = malloc((size_t)M * sizeof *s->to_sample);
     s->sampled = malloc((size_t)M * sizeof *s->sampled);
-    if (!s->scratch || !s->to_sample || !s->sampled)
+    if (!s->to_sample || !s->sampled)
         goto nomem;
-    for (int32_t i = 0; i < nt; i++)
-        if (sl_sampler_scratch_create(n_vocab, &s->scratch[i]) < 0)
+    if (!s->reqs) {   /* host sampling: scratch per thread (a sampling backend needs none) */
+        int32_t nt = cfg->sample_threads > 1 ? cfg->sample_threads : 1;
+        s->scratch = calloc((size_t)nt, sizeof *s->scratch);
+        if (!s->scratch)
             goto nomem;
-    if (nt > 1 && sl_threadpool_create(nt, &s->pool) < 0)
-        goto nomem;
+        for (int32_t i = 0; i < nt; i++)
+            if (sl_sampler_scratch_create(n_vocab, &s->scratch[i]) < 0)
+                goto nomem;
+        if (nt > 1 && sl_threadpool_create(nt, &s->pool) < 0)
+            goto nomem;
+    }
     s->stats.kv_blocks_total = cfg->n_kv_blocks;
     s->stats.kv_blocks_free = cfg->n_kv_blocks;
     *out = s;
