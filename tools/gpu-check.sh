@@ -67,6 +67,11 @@ grep -E '^result|^cudacheck' "$out/cudacheck-tiny.log" | tee -a "$summary"
 SLUICE_CUDA_GEMM=0 "$check" --no-bench "${tiny[@]}" > "$out/cudacheck-tiny-strict.log" 2>&1
 rc=$?; say "cudacheck tiny models, small-batch kernels only, batched == alone bitwise: rc=$rc ($(grep -c PASS "$out/cudacheck-tiny-strict.log") PASS)"
 [ $rc -eq 0 ] || status=1
+# long prompts: attention splits (contexts past 1,024 positions), in graphs too
+"$check" --prompt 1100 --chunk 256 --gen 8 --seqs 3 --no-bench "$models/tiny-llama3-Q4_K_M.gguf" \
+  "$models/tiny-qwen3-Q8_0.gguf" > "$out/cudacheck-long.log" 2>&1
+rc=$?; say "cudacheck 1,100-token prompts (split attention): rc=$rc ($(grep -c PASS "$out/cudacheck-long.log") PASS)"
+[ $rc -eq 0 ] || status=1
 if [ -s "$big" ]; then
   "$check" --prompt 64 --gen 16 --seqs 3 --bench 128 --batches 1,8,64 "$big" > "$out/cudacheck-1b.log" 2>&1
   rc=$?; say "cudacheck 1b Q4_K_M: rc=$rc"; [ $rc -eq 0 ] || status=1

@@ -33,7 +33,8 @@
  * Trade-off: one row per block, so the prefill rows of one sequence each
  * read their own prefix (a shared tile of rows would read it once); and a
  * lone short decode row has only n_head_kv blocks (the split rule keeps
- * short contexts whole so decode steps keep their CUDA graph). */
+ * contexts up to 1,024 whole: at batch 1 this kernel is slower than one
+ * block per query head was, docs/PERF.md). */
 #include <cuda_pipeline.h>
 
 #include "kernels/cuda/attention.cuh"

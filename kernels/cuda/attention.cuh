@@ -33,13 +33,13 @@
  * also be a multiple of 4 (K/V rows are copied 16 bytes at a time). */
 #define SL_CUDA_ATTN_MAX_HEAD_DIM 256
 
-/* Contexts up to this many positions are never split: one 16-warp block
- * walks them in <= 64 dependent steps per warp, and a step that splits
- * runs without its decode graph, which would cost more than it saves. */
+/* Contexts up to this many positions are never split (32 tiles of 32
+ * positions per block); every split count seen gets its own decode graph.
+ * Not tuned: a lone short row has only n_head_kv blocks (docs/PERF.md). */
 #define SL_CUDA_ATTN_SPLIT_MIN 1024
-/* Most splits of one row: 16 x 32 heads = 512 blocks for a lone decode
- * row, about 4 per SM of an H200 (132 SMs); more only adds merge work and
- * scratch. */
+/* Most splits of one row: 16 x 8 kv heads = 128 blocks for a lone decode
+ * row of a Llama-3 shape, about one per SM of an H200 (132 SMs); more only
+ * adds merge work and scratch. */
 #define SL_CUDA_ATTN_SPLIT_MAX 16
 
 /* Splits of a row whose context is n_ctx positions (its position + 1):

@@ -77,10 +77,13 @@ typedef struct {
 
     int64_t logit_rows;          /* rows cb->logits holds: min(max_batch_tokens, MAX_LOGIT_ROWS) */
 
-    /* decode-step graphs by row count T (1..graph_max), captured on first use */
-    cudaGraphExec_t *graphs;     /* (graph_cap + 1), NULL: graphs off (SLUICE_CUDA_GRAPHS=0, profiling) */
+    /* decode-step graphs, captured on first use, by (draws tokens or copies
+     * logits, row count T in 1..graph_max, attention splits S): see
+     * graph_slot. NULL: graphs off (SLUICE_CUDA_GRAPHS=0, profiling) */
+    cudaGraphExec_t *graphs;
     int64_t graph_cap;
     int64_t graph_max;           /* graph_cap, or 0 after a failed capture */
+    uint64_t sampler_gen;        /* the sampler staging the sampling graphs point into */
 
     /* tensor-core path for steps of >= gemm_min token rows (gemm.cuh); NULL: off */
     sl_cuda_gemm *gemm;
@@ -130,13 +133,27 @@ static cudaError_t pinned_malloc(void **p, size_t bytes)
 /* ------------------------------------------------------------------------ */
 /* teardown                                                                  */
 
+#define GRAPH_SPLITS (SL_CUDA_ATTN_SPLIT_MAX + 1)
+
+static int64_t graph_slots(int64_t cap)
+{
+    return 2 * (cap + 1) * GRAPH_SPLITS;
+}
+
+/* Where the graph of a decode step lives: one per (sampling on the device
+ * or not, T rows, S attention splits), since each bakes in its launches. */
+static cudaGraphExec_t *graph_slot(cuda_backend *cb, bool sampling, int64_t T, int S)
+{
+    return &cb->graphs[((sampling ? 1 : 0) * (cb->graph_cap + 1) + T) * GRAPH_SPLITS + S];
+}
+
 /* Frees the captured graphs (they hold the old staging pointers). */
 static void drop_graphs(cuda_backend *cb)
 {
-    for (int64_t t = 0; cb->graphs && t <= cb->graph_cap; t++)
-        if (cb->graphs[t]) {
-            cudaGraphExecDestroy(cb->graphs[t]);
-            cb->graphs[t] = NULL;
+    for (int64_t i = 0; cb->graphs && i < graph_slots(cb->graph_cap); i++)
+        if (cb->graphs[i]) {
+            cudaGraphExecDestroy(cb->graphs[i]);
+            cb->graphs[i] = NULL;
         }
 }
 
@@ -348,15 +365,19 @@ static sl_status enqueue_logits(cuda_backend *cb, int64_t r0, int64_t nr)
     return SL_OK;
 }
 
-/* The graph of a decode step of T sequences (layers + logits of all T
- * rows), captured on first use. Kernel arguments are the fixed scratch and
- * staging pointers, the per-step values (tokens, positions, tables) are
- * read from the staged device buffer, so a replay serves any decode step
- * of the same T. NULL when capture failed (graphs are then turned off). */
-static cudaGraphExec_t decode_graph(cuda_backend *cb, int64_t T)
+/* The graph of a decode step of T sequences (layers, logits of all T rows,
+ * and with `sampling` the draws of all T), captured on first use. Kernel
+ * arguments are the fixed scratch and staging pointers; the per-step values
+ * (tokens, positions, tables, sampling parameters) are read from the
+ * staged device buffers, so a replay serves any decode step of the same T
+ * whose longest context splits attention the same number of times
+ * (cb->step_ctx, set by the caller). NULL when capture failed (graphs are
+ * then turned off). */
+static cudaGraphExec_t decode_graph(cuda_backend *cb, int64_t T, bool sampling)
 {
-    if (cb->graphs[T])
-        return cb->graphs[T];
+    cudaGraphExec_t *slot = graph_slot(cb, sampling, T, sl_cuda_attention_splits(cb->step_ctx));
+    if (*slot)
+        return *slot;
     cudaGraph_t g = NULL;
     cudaGraphExec_t exec = NULL;
     if (cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
@@ -365,6 +386,8 @@ static cudaGraphExec_t decode_graph(cuda_backend *cb, int64_t T)
         sl_status rc = enqueue_layers(cb, T);
         if (rc == SL_OK)
             rc = enqueue_logits(cb, 0, T);
+        if (rc == SL_OK && sampling)
+            rc = sl_cuda_sampler_launch(cb->sampler, cb->logits, 0, (int32_t)T, cb->stream);
         cudaError_t e = cudaStreamEndCapture(cb->stream, &g);
         if (rc != SL_OK || e != cudaSuccess || !g)
             goto off;
@@ -372,7 +395,7 @@ static cudaGraphExec_t decode_graph(cuda_backend *cb, int64_t T)
     if (cudaGraphInstantiate(&exec, g, 0) != cudaSuccess)
         goto off;
     cudaGraphDestroy(g);
-    cb->graphs[T] = exec;
+    *slot = exec;
     return exec;
 off:
     if (g)
@@ -419,8 +442,6 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
         if ((int64_t)seqs[i].pos + seqs[i].n_tokens > cb->step_ctx)
             cb->step_ctx = (int64_t)seqs[i].pos + seqs[i].n_tokens;
     }
-    /* a step whose attention splits runs without a graph: a graph bakes in the plain launch */
-    bool split = sl_cuda_attention_splits(cb->step_ctx) > 1;
 
     int64_t T, n_out;
     sl_cuda_profile_begin(cb->prof, st);
@@ -430,7 +451,17 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     else
         pin_logits(cb, logits, (size_t)(n_out * V) * sizeof(float));
     cb->use_gemm = cb->gemm && (T >= cb->gemm_min || !decode);
-    cudaGraphExec_t g = decode && !split && T <= cb->graph_max ? decode_graph(cb, T) : NULL;
+    /* a decode graph that draws holds the sampler's launch: every row must
+     * draw, and the staging it points into must be the one it was captured
+     * with (the sampler reallocates it when a step outgrows it) */
+    bool sampling = reqs != NULL;
+    for (int32_t i = 0; sampling && i < n_seqs; i++)
+        sampling = reqs[i].params != NULL;
+    if (reqs && sl_cuda_sampler_generation(cb->sampler) != cb->sampler_gen) {
+        drop_graphs(cb);
+        cb->sampler_gen = sl_cuda_sampler_generation(cb->sampler);
+    }
+    cudaGraphExec_t g = decode && (!reqs || sampling) && T <= cb->graph_max ? decode_graph(cb, T, sampling) : NULL;
     /* the rows whose logits are asked, logit_rows at a time (one chunk when
      * a graph ran): norm, project, then copy back or draw */
     if (g)
@@ -441,11 +472,11 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
         int64_t nr = n_out - r0 < cb->logit_rows ? n_out - r0 : cb->logit_rows;
         if (!g)
             TRY(enqueue_logits(cb, r0, nr));
-        if (reqs)
-            TRY(sl_cuda_sampler_launch(cb->sampler, cb->logits, (int32_t)r0, (int32_t)nr, st));
-        else
+        if (!reqs)
             SL_CUDA_CHECK(cudaMemcpyAsync(logits + r0 * V, cb->logits, (size_t)(nr * V) * sizeof(float),
                                           cudaMemcpyDeviceToHost, st));
+        else if (!g)   /* a sampling graph drew already */
+            TRY(sl_cuda_sampler_launch(cb->sampler, cb->logits, (int32_t)r0, (int32_t)nr, st));
     }
     sl_cuda_profile_mark(cb->prof, reqs ? SL_PROF_SAMPLE : SL_PROF_COPY, st);
     if (reqs)
@@ -831,7 +862,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
     {
         const char *g = getenv("SLUICE_CUDA_GRAPHS");
         if (!cb->prof && !(g && !strcmp(g, "0"))) {
-            cb->graphs = (cudaGraphExec_t *)calloc((size_t)cb->logit_rows + 1, sizeof *cb->graphs);
+            cb->graphs = (cudaGraphExec_t *)calloc((size_t)graph_slots(cb->logit_rows), sizeof *cb->graphs);
             cb->graph_cap = cb->graph_max = cb->graphs ? cb->logit_rows : 0;
         }
     }

@@ -58,6 +58,7 @@ struct sl_cuda_sampler {
     size_t bytes;
     int64_t row_cap, edit_cap, ban_cap;
     int32_t n_rows;           /* staged this step */
+    uint64_t generation;      /* bumped when the staging is reallocated */
     int64_t n_edits, n_bans;
 };
 
@@ -636,6 +637,7 @@ static sl_status reserve(sl_cuda_sampler *s, int64_t rows, int64_t edits, int64_
     cudaFreeHost(s->h);
     s->d = NULL;
     s->h = NULL;
+    s->generation++;
     s->row_cap = rows > 2 * s->row_cap ? rows : 2 * s->row_cap;
     s->edit_cap = edits > 2 * s->edit_cap ? edits : 2 * s->edit_cap;
     s->ban_cap = bans > 2 * s->ban_cap ? bans : 2 * s->ban_cap;
@@ -755,6 +757,11 @@ sl_status sl_cuda_sampler_launch(sl_cuda_sampler *s, float *logits, int32_t row0
         (sl_logprob_record *)(s->d + off_records(s)) + a);
     SL_CUDA_CHECK_LAUNCH();
     return SL_OK;
+}
+
+uint64_t sl_cuda_sampler_generation(const sl_cuda_sampler *s)
+{
+    return s->generation;
 }
 
 sl_status sl_cuda_sampler_fetch(sl_cuda_sampler *s, cudaStream_t st)

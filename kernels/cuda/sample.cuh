@@ -45,6 +45,10 @@ sl_status sl_cuda_sampler_stage(sl_cuda_sampler *s, const sl_sample_req *reqs, i
  * Async on st. */
 sl_status sl_cuda_sampler_launch(sl_cuda_sampler *s, float *logits, int32_t row0, int32_t n_rows, cudaStream_t st);
 
+/* Changes whenever the device staging moves (a step outgrew it): a graph
+ * that captured sl_cuda_sampler_launch is stale once this changes. */
+uint64_t sl_cuda_sampler_generation(const sl_cuda_sampler *s);
+
 /* Queues the copy of every staged result to the host. Async on st. */
 sl_status sl_cuda_sampler_fetch(sl_cuda_sampler *s, cudaStream_t st);
 
