@@ -40,7 +40,8 @@ enum { GROUP = 32 };
 struct staged {
     _Alignas(32) int16_t c16[SL_QK_K];
     _Alignas(32) int32_t mins[8];
-    _Alignas(16) float dw[4];
+    __m256d dw;   /* Q8_0/Q4_0 block scales as doubles, one vector store (a
+                   * store-forwarding stall when it was four float stores) */
     float d, dmin;
     int nblk;
 };
@@ -51,38 +52,42 @@ struct staged {
 
 static inline void stage_q8_0(const sl_block_q8_0 *b, int nblk, struct staged *st)
 {
+    float d[4];
     for (int i = 0; i < 4; i++) {
         if (i >= nblk) {   /* zeros, never read; they keep the compiler sure c16 is set */
-            st->dw[i] = 0.0f;
+            d[i] = 0.0f;
             _mm256_store_si256((__m256i *)(st->c16 + 32 * i), _mm256_setzero_si256());
             _mm256_store_si256((__m256i *)(st->c16 + 32 * i + 16), _mm256_setzero_si256());
             continue;
         }
-        st->dw[i] = _cvtsh_ss(b[i].d);
+        d[i] = _cvtsh_ss(b[i].d);
         _mm256_store_si256((__m256i *)(st->c16 + 32 * i), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b[i].qs)));
         _mm256_store_si256((__m256i *)(st->c16 + 32 * i + 16),
                            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b[i].qs + 16))));
     }
+    st->dw = _mm256_cvtps_pd(_mm_set_ps(d[3], d[2], d[1], d[0]));
     st->nblk = nblk;
 }
 
 static inline void stage_q4_0(const sl_block_q4_0 *b, int nblk, struct staged *st)
 {
     const __m128i m4 = _mm_set1_epi8(0xF), eight = _mm_set1_epi8(8);
+    float d[4];
     for (int i = 0; i < 4; i++) {
         if (i >= nblk) {   /* zeros, never read; they keep the compiler sure c16 is set */
-            st->dw[i] = 0.0f;
+            d[i] = 0.0f;
             _mm256_store_si256((__m256i *)(st->c16 + 32 * i), _mm256_setzero_si256());
             _mm256_store_si256((__m256i *)(st->c16 + 32 * i + 16), _mm256_setzero_si256());
             continue;
         }
-        st->dw[i] = _cvtsh_ss(b[i].d);
+        d[i] = _cvtsh_ss(b[i].d);
         __m128i q = _mm_loadu_si128((const __m128i *)b[i].qs);
         __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), eight);
         __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight);
         _mm256_store_si256((__m256i *)(st->c16 + 32 * i), _mm256_cvtepi8_epi16(lo));
         _mm256_store_si256((__m256i *)(st->c16 + 32 * i + 16), _mm256_cvtepi8_epi16(hi));
     }
+    st->dw = _mm256_cvtps_pd(_mm_set_ps(d[3], d[2], d[1], d[0]));
     st->nblk = nblk;
 }
 
@@ -110,9 +115,10 @@ static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, 
     f[1] = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
     f[2] = u[1] & 0x3f3f3f3fu;
     f[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-    uint8_t sm[16];   /* scales 0-7, mins 0-7 */
-    memcpy(sm, f, 16);
-    _mm256_store_si256((__m256i *)st->mins, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 8))));
+    uint8_t sm[8];   /* scales 0-7 */
+    memcpy(sm, f, 8);
+    /* mins from registers: an 8-byte reload of two 4-byte stores would stall store forwarding */
+    _mm256_store_si256((__m256i *)st->mins, _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)f[3], (int)f[2])));
     st->d = _cvtsh_ss(hd);
     st->dmin = _cvtsh_ss(hdmin);
     __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
@@ -162,15 +168,16 @@ static inline void stage_q6_K(const sl_block_q6_K *b, struct staged *st)
  * ====================================================================== */
 
 /* Four Q16_0 blocks: exact int32 sums [S0..S3] (blocks past nblk: 0), then
- * the terms of vec_dot_int.h, lane i = block b0 + i, added to acc. */
-static inline __m256d dot0(const struct staged *st, const sl_block_q16_0 *a, __m256d acc)
+ * the terms of vec_dot_int.h, lane i = block b0 + i, added to acc. nblk is
+ * a constant 4 for all but a row's last chunk, so the branches vanish and
+ * nothing goes through memory. */
+static inline __attribute__((always_inline)) __m256d dot0(const struct staged *st, const sl_block_q16_0 *a,
+                                                          __m256d acc, int nblk)
 {
     __m256i v[4];
-    float da[4];
     for (int i = 0; i < 4; i++) {
-        if (i >= st->nblk) {
+        if (i >= nblk) {
             v[i] = _mm256_setzero_si256();
-            da[i] = 0.0f;
             continue;
         }
         __m256i p0 = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(st->c16 + 32 * i)),
@@ -178,13 +185,13 @@ static inline __m256d dot0(const struct staged *st, const sl_block_q16_0 *a, __m
         __m256i p1 = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(st->c16 + 32 * i + 16)),
                                        _mm256_loadu_si256((const __m256i *)(a[i].qs + 16)));
         v[i] = _mm256_add_epi32(p0, p1);
-        da[i] = a[i].d;
     }
+    __m128 da = _mm_set_ps(nblk > 3 ? a[3].d : 0.0f, nblk > 2 ? a[2].d : 0.0f, nblk > 1 ? a[1].d : 0.0f, a[0].d);
     __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
     __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
     /* sl_q16_term0 on four lanes: the product of the scales is exact, then
      * one rounding; a separate add (never fused: see vec_dot_int.h) */
-    __m256d s = _mm256_mul_pd(_mm256_cvtps_pd(_mm_load_ps(st->dw)), _mm256_cvtps_pd(_mm_loadu_ps(da)));
+    __m256d s = _mm256_mul_pd(st->dw, _mm256_cvtps_pd(da));
     __m256d t = _mm256_mul_pd(s, _mm256_cvtepi32_pd(sums));
     return _mm256_add_pd(acc, t);
 }
@@ -248,8 +255,12 @@ static inline __attribute__((always_inline)) void rows0(bool q4, const void *w_r
             stage_q4_0((const sl_block_q4_0 *)w_row + b0, nblk, &st);
         else
             stage_q8_0((const sl_block_q8_0 *)w_row + b0, nblk, &st);
-        for (int j = 0; j < mt; j++)
-            acc[j] = dot0(&st, (const sl_block_q16_0 *)(xa + (size_t)j * ldxa) + b0, acc[j]);
+        if (nblk == 4)
+            for (int j = 0; j < mt; j++)
+                acc[j] = dot0(&st, (const sl_block_q16_0 *)(xa + (size_t)j * ldxa) + b0, acc[j], 4);
+        else
+            for (int j = 0; j < mt; j++)
+                acc[j] = dot0(&st, (const sl_block_q16_0 *)(xa + (size_t)j * ldxa) + b0, acc[j], nblk);
     }
     for (int j = 0; j < mt; j++) {
         _Alignas(32) double lanes[4];
