@@ -19,9 +19,13 @@
  *     super-block, alternating): <= 2,147,418,112 < 2^31 - 1 = 2,147,483,647.
  *     Their 16 lanes are summed in int64. The mins term, m * bsums, is at
  *     most 63 * 32 * 32767 per lane and 8 lanes: < 2^30.
- * Trade-off: vpmaddwd handles 16 codes where the 8-bit kernel's vpmaddubsw
- * handles 32, so prefill (compute-bound) pays about twice the multiply-adds;
- * decode is bound by reading the weights, which are the same bytes. */
+ * Trade-off: every 16 codes need a widening to int16 (and for the K-quants a
+ * scale multiply) that the 8-bit kernel's vpmaddubsw does not, and the
+ * activation rows are twice the bytes: K-quant prefill runs at ~0.55x the
+ * 8-bit kernel's; decode, bound by reading the same weight bytes, at
+ * ~0.8x (docs/cpu-q16.md). Staged values that a vector reloads are written
+ * as whole vectors: four scalar stores read back as one vector stall store
+ * forwarding, which once cost Q8_0 prefill 2.5x. */
 #include <assert.h>
 #include <immintrin.h>
 #include <string.h>
