@@ -1,5 +1,6 @@
 /* kernels/cpu/act_quant.c: activation rows rounded to the format a weight
- * type is dotted with (see act_quant.h). Runs in the CPU backend's threads.
+ * type is dotted with (see act_quant.h), 16-bit by default, llama.cpp's
+ * 8-bit ones with SLUICE_CPU_ACT=q8. Runs in the CPU backend's threads.
  * Plain C on purpose: one code path on every ISA, so the AVX2 and portable
  * dot kernels see the same integer codes and differ only in float sums.
  * Cost: a few ns per element, once per matmul input row; the matmul it feeds
@@ -15,18 +16,26 @@
 #include "model/ggml_types.h"
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-static bool quant_on = true;
+static enum sl_act_mode mode = SL_ACT_MODE_Q16;
 
 static void env_read(void)
 {
     const char *e = getenv("SLUICE_CPU_ACT");
-    quant_on = !(e && strcmp(e, "f32") == 0);
+    if (e && strcmp(e, "f32") == 0)
+        mode = SL_ACT_MODE_F32;
+    else if (e && strcmp(e, "q8") == 0)
+        mode = SL_ACT_MODE_Q8;
+}
+
+enum sl_act_mode sl_act_mode(void)
+{
+    pthread_once(&env_once, env_read);
+    return mode;
 }
 
 bool sl_act_quant_on(void)
 {
-    pthread_once(&env_once, env_read);
-    return quant_on;
+    return sl_act_mode() != SL_ACT_MODE_F32;
 }
 
 enum sl_act_format sl_act_format_of_type(uint32_t type)
@@ -40,9 +49,26 @@ enum sl_act_format sl_act_format_of_type(uint32_t type)
     }
 }
 
+enum sl_act_format sl_act_format_of_mode(enum sl_act_mode m, uint32_t type)
+{
+    switch (m) {
+    case SL_ACT_MODE_Q8: return sl_act_format_of_type(type);
+    case SL_ACT_MODE_F32: return SL_ACT_F32;
+    case SL_ACT_MODE_Q16: break;
+    }
+    switch (sl_act_format_of_type(type)) {
+    case SL_ACT_Q8_0: return SL_ACT_Q16_0;
+    case SL_ACT_Q8_K: return SL_ACT_Q16_K;
+    /* F16/BF16 weights: float32 rows. fp16-rounded inputs cost ~1e-4 of
+     * the logits (the bound itself) and buy nothing: the float kernel
+     * reads float32 either way. */
+    default: return SL_ACT_F32;
+    }
+}
+
 enum sl_act_format sl_act_format_of(uint32_t type)
 {
-    return sl_act_quant_on() ? sl_act_format_of_type(type) : SL_ACT_F32;
+    return sl_act_format_of_mode(sl_act_mode(), type);
 }
 
 size_t sl_act_row_bytes(enum sl_act_format f, int64_t n)
@@ -50,6 +76,8 @@ size_t sl_act_row_bytes(enum sl_act_format f, int64_t n)
     switch (f) {
     case SL_ACT_Q8_0: return (size_t)(n / SL_QK8_0) * sizeof(sl_block_q8_0);
     case SL_ACT_Q8_K: return (size_t)(n / SL_QK_K) * sizeof(sl_block_q8_K);
+    case SL_ACT_Q16_0: return (size_t)(n / SL_QK8_0) * sizeof(sl_block_q16_0);
+    case SL_ACT_Q16_K: return (size_t)(n / SL_QK_K) * sizeof(sl_block_q16_K);
     default: return (size_t)n * sizeof(float);
     }
 }
@@ -107,6 +135,45 @@ static void quantize_q8_K(const float *x, sl_block_q8_K *y, int64_t n)
     }
 }
 
+/* One 16-bit block of bn elements: codes to qs, returns d. x / d, not
+ * x * (1/d): the rule the header states, with one rounding fewer. */
+static float quantize16(const float *x, int16_t *qs, int bn)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < bn; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    float d = amax / 32767.0f;
+    if (!(d > 0.0f) || !isfinite(amax)) {   /* zero, NaN/inf, or d underflowed */
+        memset(qs, 0, (size_t)bn * sizeof *qs);
+        return 0.0f;
+    }
+    for (int i = 0; i < bn; i++)   /* the clamp tames NaN and amax/d's last ulp */
+        qs[i] = (int16_t)rintf(fminf(fmaxf(x[i] / d, -32767.0f), 32767.0f));
+    return d;
+}
+
+static void quantize_q16_0(const float *x, sl_block_q16_0 *y, int64_t n)
+{
+    for (int64_t b = 0; b < n / SL_QK8_0; b++, x += SL_QK8_0) {
+        memset(&y[b], 0, sizeof y[b]);
+        y[b].d = quantize16(x, y[b].qs, SL_QK8_0);
+    }
+}
+
+static void quantize_q16_K(const float *x, sl_block_q16_K *y, int64_t n)
+{
+    for (int64_t b = 0; b < n / SL_QK_K; b++, x += SL_QK_K) {
+        memset(&y[b], 0, sizeof y[b]);
+        y[b].d = quantize16(x, y[b].qs, SL_QK_K);
+        for (int k = 0; k < SL_QK_K / 32; k++) {
+            int32_t s = 0;
+            for (int i = 0; i < 32; i++)
+                s += y[b].qs[32 * k + i];
+            y[b].bsums[k] = s;
+        }
+    }
+}
+
 void sl_act_quantize_row(enum sl_act_format f, const float *x, void *dst, int64_t n)
 {
     float *o = dst;
@@ -118,6 +185,14 @@ void sl_act_quantize_row(enum sl_act_format f, const float *x, void *dst, int64_
     case SL_ACT_Q8_K:
         assert(n % SL_QK_K == 0);
         quantize_q8_K(x, dst, n);
+        break;
+    case SL_ACT_Q16_0:
+        assert(n % SL_QK8_0 == 0);
+        quantize_q16_0(x, dst, n);
+        break;
+    case SL_ACT_Q16_K:
+        assert(n % SL_QK_K == 0);
+        quantize_q16_K(x, dst, n);
         break;
     case SL_ACT_F16:
         for (int64_t i = 0; i < n; i++)

@@ -1,19 +1,29 @@
-/* kernels/cpu/act_quant.h: activation rows prepared the way llama.cpp feeds
- * them to a weight of a given GGUF type, before the CPU matmul dots them.
+/* kernels/cpu/act_quant.h: activation rows prepared in the format a weight
+ * of a given GGUF type is dotted with, before the CPU matmul dots them.
  * Where:     CPU backend threads (kernels/cpu/forward.c); tests; tools.
- * Who:       any thread; every function is pure except sl_act_quant_on(),
- *            which reads env SLUICE_CPU_ACT once (pthread_once).
- * Formats:   weight Q4_0, Q8_0       -> Q8_0 blocks of 32 (fp16 scale);
- *            weight Q4_K, Q5_K, Q6_K -> Q8_K blocks of 256 (float scale and
- *                                       16 sums of 16 codes, for the mins);
- *            weight F16 / BF16       -> float32 rows holding fp16 / bf16
- *                                       rounded values;
- *            weight F32              -> the float32 row itself.
- *            SLUICE_CPU_ACT=f32 maps every type to F32 (the float path the
- *            engine used before: ~5e-7 from float64, further from llama.cpp).
- * Why:       the integer dot (kernels/cpu/vec_dot_q8*.c) is about twice as
- *            fast as float FMAs on decoded weights, and rounding exactly as
- *            llama.cpp does keeps our logits within its noise, not ours.
+ * Who:       any thread; every function is pure except sl_act_mode(), which
+ *            reads env SLUICE_CPU_ACT once (pthread_once).
+ * Modes:     SLUICE_CPU_ACT picks one for the whole process:
+ *   q16 (default) weight Q4_0, Q8_0       -> Q16_0 blocks of 32 (float scale
+ *                                            amax/32767, int16 codes);
+ *                 weight Q4_K, Q5_K, Q6_K -> Q16_K blocks of 256 (same, plus
+ *                                            8 int32 sums of 32 codes, for
+ *                                            the K-quants' min terms);
+ *                 weight F32, F16, BF16   -> the float32 row itself.
+ *   q8            llama.cpp's rounding, kept for parity checks against it:
+ *                 Q4_0/Q8_0 -> Q8_0 blocks, K-quants -> Q8_K blocks,
+ *                 F16 / BF16 -> float32 rows holding fp16 / bf16 rounded
+ *                 values, F32 -> the row itself.
+ *   f32           every type -> the float32 row (~5e-7 from float64).
+ * Why q16:   an integer dot is much cheaper than float FMAs on decoded
+ *            weights, but an 8-bit code is a coarse step: an activation
+ *            within float32 noise of a rounding boundary moves one code by
+ *            amax/127 and the logits by up to ~2e-2 (tests/reference/
+ *            test_forward.py). With 16-bit codes the step is amax/32767:
+ *            logits within 4e-5 to 1.2e-4 relative L2 of float64 on the tiny
+ *            test models (the bound is 1e-3), with no flips worth the name,
+ *            and decode, bound by reading the weights, pays little for the
+ *            wider activations (docs/cpu-q16.md has the numbers).
  * Determinism: a row's codes depend on that row only, never on the batch.
  * Memory:    no allocation; the caller sizes dst with sl_act_row_bytes(). */
 #ifndef SL_ACT_QUANT_H
@@ -34,35 +44,73 @@ typedef struct {
 } sl_block_q8_K;
 _Static_assert(sizeof(sl_block_q8_K) == 292, "sl_block_q8_K is ggml's block_q8_K");
 
+/* Q16_0 (for Q4_0/Q8_0 weights): x[i] ~= d * qs[i], |qs[i]| <= 32767. The
+ * codes come first and the block is 96 bytes, so in a 32-byte aligned row
+ * every 16-code load is aligned (68 bytes would split half of them). */
+typedef struct {
+    int16_t qs[SL_QK8_0];
+    float   d;
+    int32_t _pad[7];
+} sl_block_q16_0;
+_Static_assert(sizeof(sl_block_q16_0) == 96, "sl_block_q16_0 keeps 32-byte alignment");
+
+/* Q16_K (for Q4_K/Q5_K/Q6_K weights): x[i] ~= d * qs[i]; bsums[k] = sum of
+ * qs[32k .. 32k+31] (|.| <= 32*32767: int16 would overflow). 576 bytes. */
+typedef struct {
+    int16_t qs[SL_QK_K];
+    int32_t bsums[SL_QK_K / 32];
+    float   d;
+    int32_t _pad[7];
+} sl_block_q16_K;
+_Static_assert(sizeof(sl_block_q16_K) == 576, "sl_block_q16_K keeps 32-byte alignment");
+
 enum sl_act_format {
     SL_ACT_F32,   /* float32, unchanged */
     SL_ACT_F16,   /* float32 storage, each value rounded to fp16 (nearest even) */
     SL_ACT_BF16,  /* float32 storage, each value rounded to bf16 (nearest even) */
     SL_ACT_Q8_0,  /* sl_block_q8_0[n/32] */
     SL_ACT_Q8_K,  /* sl_block_q8_K[n/256] */
+    SL_ACT_Q16_0, /* sl_block_q16_0[n/32] */
+    SL_ACT_Q16_K, /* sl_block_q16_K[n/256] */
 };
 
-/* False when env SLUICE_CPU_ACT is "f32" (read once per process). */
+enum sl_act_mode {
+    SL_ACT_MODE_Q16,  /* SLUICE_CPU_ACT unset, "q16" or unknown: the default */
+    SL_ACT_MODE_Q8,   /* SLUICE_CPU_ACT=q8: llama.cpp's 8-bit rounding */
+    SL_ACT_MODE_F32,  /* SLUICE_CPU_ACT=f32: float32 rows everywhere */
+};
+
+/* The process's mode from env SLUICE_CPU_ACT (read once per process). */
+enum sl_act_mode sl_act_mode(void);
+
+/* False when the mode is SL_ACT_MODE_F32. */
 bool sl_act_quant_on(void);
 
 /* The format that activations take for a weight of GGUF `type`
- * (sl_ggml_type_supported types), honouring sl_act_quant_on(). */
+ * (sl_ggml_type_supported types) in the process's mode, sl_act_mode(). */
 enum sl_act_format sl_act_format_of(uint32_t type);
 
-/* Same mapping, ignoring the environment (tests, benchmarks). */
+/* The same mapping for an explicit mode (tests, benchmarks). */
+enum sl_act_format sl_act_format_of_mode(enum sl_act_mode mode, uint32_t type);
+
+/* The q8 mode's mapping, ignoring the environment (tests, benchmarks). */
 enum sl_act_format sl_act_format_of_type(uint32_t type);
 
 /* Bytes of one row of n elements in format f. n must be a multiple of 32
- * (Q8_0) or 256 (Q8_K); any n for the float formats. */
+ * (Q8_0, Q16_0) or 256 (Q8_K, Q16_K); any n for the float formats. */
 size_t sl_act_row_bytes(enum sl_act_format f, int64_t n);
 
-/* Writes row x (n floats) into dst in format f. Rounding follows ggml:
+/* Writes row x (n floats) into dst in format f.
+ *   Q16_0, Q16_K: d = amax/32767 (float), q = nearest-even(x / d) (then
+ *         |q| <= 32767), bsums exact.
+ * The 8-bit formats follow ggml:
  *   Q8_0: d = amax/127 kept as fp16, q = nearest-even(x * (127/amax)) (the
  *         rule of ggml's x86 quantizer, which llama.cpp runs on this CPU;
  *         its reference C one rounds x/d half away from zero);
  *   Q8_K: v = the element of largest magnitude, iscale = -127/v,
  *         q = min(127, nearest-even(iscale * x)), d = 1/iscale;
- *   an all-zero block gets d = 0 and zero codes. Non-finite inputs give
+ *   an all-zero block gets d = 0 and zero codes (so does a Q16 block whose
+ *   amax is not finite or so tiny that d underflows). Non-finite inputs give
  *   unspecified but in-range codes. */
 void sl_act_quantize_row(enum sl_act_format f, const float *x, void *dst /* OUT */, int64_t n);
 

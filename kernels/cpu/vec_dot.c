@@ -187,6 +187,7 @@ typedef void (*q8_fn)(uint32_t, const void *, const void *, size_t, int, float *
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 static multi_fn isa_multi = sl_vec_dot_multi_portable;
 static q8_fn isa_q8 = sl_vec_dot_q8_multi_portable;
+static q8_fn isa_q16 = sl_vec_dot_q16_multi_portable;
 static const char *isa_name = "portable";
 
 bool sl_vec_dot_avx2_available(void)
@@ -211,6 +212,7 @@ static void isa_choose(void)
     if (sl_vec_dot_avx2_available()) {
         isa_multi = sl_vec_dot_multi_avx2;
         isa_q8 = sl_vec_dot_q8_multi_avx2;
+        isa_q16 = sl_vec_dot_q16_multi_avx2;
         isa_name = "avx2";
     }
 }
@@ -244,6 +246,9 @@ void sl_vec_dot_act_multi(uint32_t type, enum sl_act_format f, const void *w_row
     if (f == SL_ACT_Q8_0 || f == SL_ACT_Q8_K) {
         assert(f == sl_act_format_of_type(type));
         isa_q8(type, w_row, xa, ldxa, m, out, n);
+    } else if (f == SL_ACT_Q16_0 || f == SL_ACT_Q16_K) {
+        assert(f == sl_act_format_of_mode(SL_ACT_MODE_Q16, type));
+        isa_q16(type, w_row, xa, ldxa, m, out, n);
     } else {
         assert(ldxa % sizeof(float) == 0);
         isa_multi(type, w_row, xa, (int64_t)(ldxa / sizeof(float)), m, out, n);

@@ -1,7 +1,8 @@
 /* kernels/cpu/vec_dot.h: dot products of one weight row, kept in its GGUF
  * type, with activation rows (the CPU matmul inner loop): float32 rows
- * (sl_vec_dot*), or rows prepared by act_quant.h, 8-bit for quantized
- * weights as llama.cpp does (sl_vec_dot_act_multi, the engine's default).
+ * (sl_vec_dot*), or rows prepared by act_quant.h (sl_vec_dot_act_multi):
+ * 16-bit blocks for quantized weights (the engine's default), or 8-bit
+ * ones as llama.cpp does (SLUICE_CPU_ACT=q8).
  * Where:     CPU backend threads; tools/quantdump (benchmark); tests.
  * Who:       any thread, concurrently; the ISA is chosen once, on first use
  *            (pthread_once), and never changes afterwards.
@@ -54,11 +55,13 @@ bool sl_vec_dot_avx2_available(void);
  * out[j] = dot(w_row, activation row j) for 0 <= j < m, where row j starts
  * at byte j*ldxa of xa (xa and ldxa 4-byte aligned: blocks hold floats)
  * and is in format f: either f is F32/F16/BF16 (float rows;
- * sl_vec_dot_multi on them) or f is
- * sl_act_format_of_type(type), Q8_0 for Q8_0/Q4_0 weights, Q8_K for
- * Q4_K/Q5_K/Q6_K. Same determinism promise as sl_vec_dot_multi: out[j] is
- * bitwise what m = 1 gives for that row. Integer sums are exact; AVX2 and
- * portable differ only in the order of the float sums (~1e-7 relative). */
+ * sl_vec_dot_multi on them), or the 16-bit format of the type (Q16_0 for
+ * Q8_0/Q4_0 weights, Q16_K for Q4_K/Q5_K/Q6_K), or the 8-bit one,
+ * sl_act_format_of_type(type) (Q8_0 / Q8_K). Same determinism promise as
+ * sl_vec_dot_multi: out[j] is bitwise what m = 1 gives for that row.
+ * Integer sums are exact. 16-bit: AVX2 and portable are bitwise equal (the
+ * float tail is shared code in a fixed order, in double). 8-bit: they
+ * differ in the order of the float sums (~1e-7 relative). */
 void sl_vec_dot_act_multi(uint32_t type, enum sl_act_format f, const void *w_row, const void *xa,
                           size_t ldxa, int m, float *out /* OUT */, int64_t n);
 
@@ -68,5 +71,12 @@ void sl_vec_dot_q8_multi_portable(uint32_t type, const void *w_row, const void *
                                   float *out /* OUT */, int64_t n);
 void sl_vec_dot_q8_multi_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
                               float *out /* OUT */, int64_t n);
+
+/* The 16-bit implementations (f = Q16_0 or Q16_K, as above), for tests and
+ * the benchmark; same contract, and bitwise equal to each other. */
+void sl_vec_dot_q16_multi_portable(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                                   float *out /* OUT */, int64_t n);
+void sl_vec_dot_q16_multi_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                               float *out /* OUT */, int64_t n);
 
 #endif

@@ -18,23 +18,13 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/vec_dot.h"
+#include "kernels/cpu/vec_dot_int.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
 
 enum { GROUP = 32 };
 
-/* One weight block unpacked: codes q (signed for Q8_0/Q4_0/Q6_K after the
- * -32 shift, unsigned for Q4_K/Q5_K), integer sub-block scales and mins. */
-struct qblock {
-    int n;                    /* 32 or 256 elements */
-    int sub;                  /* elements per scale: 32 (Q8_0, Q4_0, Q4_K, Q5_K) or 16 (Q6_K) */
-    float d, dmin;
-    int sc[SL_QK_K / 16];
-    int mn[SL_QK_K / 32];
-    int q[SL_QK_K];
-};
-
-static void unpack(uint32_t type, const void *w, int64_t b, struct qblock *u)
+void sl_vec_dot_unpack(uint32_t type, const void *w, int64_t b, sl_qblock *u)
 {
     switch (type) {
     case SL_GGML_TYPE_Q8_0: {
@@ -109,7 +99,7 @@ static void unpack(uint32_t type, const void *w, int64_t b, struct qblock *u)
 
 /* The block's contribution to one dot product; `a` is the activation's
  * Q8_0 block (n = 32) or Q8_K block (n = 256) for the same elements. */
-static float block_dot(const struct qblock *u, bool k4, const void *a)
+static float block_dot(const sl_qblock *u, bool k4, const void *a)
 {
     if (u->n == SL_QK8_0) {
         const sl_block_q8_0 *x = a;
@@ -144,12 +134,12 @@ void sl_vec_dot_q8_multi_portable(uint32_t type, const void *w_row, const void *
     assert(n % be == 0);
     size_t abytes = be == SL_QK_K ? sizeof(sl_block_q8_K) : sizeof(sl_block_q8_0);
     bool k4 = type == SL_GGML_TYPE_Q4_K || type == SL_GGML_TYPE_Q5_K;
-    struct qblock u;
+    sl_qblock u;
     for (int j0 = 0; j0 < m; j0 += GROUP) {
         int mt = m - j0 < GROUP ? m - j0 : GROUP;
         float acc[GROUP] = {0};
         for (int64_t b = 0; b < nb; b++) {
-            unpack(type, w_row, b, &u);
+            sl_vec_dot_unpack(type, w_row, b, &u);
             for (int j = 0; j < mt; j++)
                 acc[j] += block_dot(&u, k4, (const char *)xa + (size_t)(j0 + j) * ldxa + (size_t)b * abytes);
         }

@@ -5,6 +5,7 @@ for every architecture x tensor type. Also: files written by llama.cpp's own
 quantizer load in sluice and match the float64 reference, and llama.cpp
 tokenizes our real-vocabulary files as we do."""
 import ctypes
+import os
 import json
 import subprocess
 
@@ -41,10 +42,15 @@ def llamacpp_greedy(llm, prompt, steps):
     return np.array(llm.scores[:llm.n_tokens]), toks
 
 
-def engine(path, tmp_path, prompt, steps):
+# llama.cpp's own activation rounding (the engine's default is 16-bit)
+Q8 = {"SLUICE_CPU_ACT": "q8"}
+
+
+def engine(path, tmp_path, prompt, steps, env=None):
     out = tmp_path / "logits.bin"
     r = subprocess.run([tool("fwdump"), "-m", str(path), "--tokens", ",".join(map(str, prompt)),
-                        "--steps", str(steps), "--out", str(out)], check=True, capture_output=True, text=True)
+                        "--steps", str(steps), "--out", str(out)], check=True, capture_output=True, text=True,
+                       env={**os.environ, **(env or {})})
     return np.fromfile(out, dtype=np.float32), [int(t) for t in r.stdout.strip().split(",")]
 
 
@@ -65,7 +71,7 @@ def test_logits_and_greedy_match_llamacpp(make_model, tmp_path, preset, qtype):
     llama.cpp flips against it as often as we do. Greedy continuations
     identical. "float64" below is that rounding reference."""
     path = make_model(preset, qtype, n_vocab=1024, peak=PEAK)
-    ours, our_toks = engine(path, tmp_path, PROMPT, GREEDY)
+    ours, our_toks = engine(path, tmp_path, PROMPT, GREEDY, env=Q8)
     llm = load(path)
     theirs, their_toks = llamacpp_greedy(llm, PROMPT, GREEDY)
     n = len(PROMPT)
@@ -90,8 +96,8 @@ def test_llamacpp_quantized_files_load(make_model, tmp_path, ftype, name):
     params.nthread = 2
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     assert rc == 0
-    ours, fed = engine(dst, tmp_path, PROMPT, 4)
-    ref = Model(str(dst)).logits(fed)
+    ours, fed = engine(dst, tmp_path, PROMPT, 4)   # the default, 16-bit path
+    ref = Model(str(dst), act_quant=False).logits(fed)
     rel = np.linalg.norm(ours.reshape(ref.shape) - ref) / np.linalg.norm(ref)
     print(f"llama.cpp {name}: relative L2 vs numpy {rel:.2e}")
     assert rel < 1e-3
@@ -115,6 +121,6 @@ def test_real_vocabulary_model_loads_and_agrees(llama3_model, tmp_path):
                        capture_output=True, text=True, check=True)
     assert [int(t) for t in r.stdout.split()] == theirs
     prompt = [llm.token_bos()] + theirs
-    ours, our_toks = engine(llama3_model, tmp_path, prompt, 16)
+    ours, our_toks = engine(llama3_model, tmp_path, prompt, 16, env=Q8)
     logits, their_toks = llamacpp_greedy(llm, prompt, 16)
     assert our_toks == their_toks

@@ -1,0 +1,65 @@
+/* kernels/cpu/vec_dot_int.h: private to the integer dot kernels
+ * (vec_dot_q8*.c, vec_dot_q16*.c): a weight block unpacked to int codes for
+ * the portable references, and the float tails of the 16-bit dots, which the
+ * portable and AVX2 kernels must share to stay bitwise equal.
+ * Who:       CPU backend threads; pure functions.
+ * Float tails: the integer part of a block's dot is exact on both paths;
+ *            what follows is written once here, in double, one operation per
+ *            statement. The build is ISO C17 (GCC: no FP contraction) and
+ *            clang contracts only inside one expression, so no FMA can
+ *            appear in one path and not the other. */
+#ifndef SL_VEC_DOT_INT_H
+#define SL_VEC_DOT_INT_H
+
+#include <stdint.h>
+
+#include "model/quant.h"
+
+/* One weight block unpacked: codes q (signed for Q8_0/Q4_0/Q6_K after the
+ * -32 shift, unsigned for Q4_K/Q5_K), integer sub-block scales and mins. */
+typedef struct {
+    int n;                    /* 32 or 256 elements */
+    int sub;                  /* elements per scale: 32 (Q8_0, Q4_0, Q4_K, Q5_K) or 16 (Q6_K) */
+    float d, dmin;
+    int sc[SL_QK_K / 16];
+    int mn[SL_QK_K / 32];
+    int q[SL_QK_K];
+} sl_qblock;
+
+/* Unpacks block b of weight row w (Q8_0, Q4_0, Q4_K, Q5_K or Q6_K) into u
+ * (OUT). Defined in vec_dot_q8.c. */
+void sl_vec_dot_unpack(uint32_t type, const void *w, int64_t b, sl_qblock *u /* OUT */);
+
+/* Q16_0 dots (Q8_0/Q4_0 weights): block b's term, dw * da * sumi. dw*da is
+ * exact in double (11 + 24 significant bits), so one rounding per block.
+ * Blocks go to four double lanes, lane b % 4, and a row's lanes are summed
+ * by sl_q16_lanes_sum; the row's last group of four is padded with zero
+ * terms (+0.0 added to the lanes it does not reach). */
+static inline double sl_q16_term0(float dw, float da, int32_t sumi)
+{
+    double s = (double)dw * (double)da;
+    double t = s * (double)sumi;
+    return t;
+}
+
+static inline float sl_q16_lanes_sum(const double acc[4])
+{
+    double lo = acc[0] + acc[1];
+    double hi = acc[2] + acc[3];
+    double s = lo + hi;
+    return (float)s;
+}
+
+/* Q16_K dots: super-block term d*da*isum - dmin*da*msum (msum 0 for Q6_K),
+ * added to the row's double accumulator in block order. */
+static inline double sl_q16_termk(float d, float dmin, float da, int64_t isum, int32_t msum)
+{
+    double s = (double)d * (double)da;
+    double t = s * (double)isum;
+    double u = (double)dmin * (double)da;
+    double v = u * (double)msum;
+    double r = t - v;
+    return r;
+}
+
+#endif
