@@ -23,7 +23,7 @@
  *            logits within 4e-5 to 1.2e-4 relative L2 of float64 on the tiny
  *            test models (the bound is 1e-3), with no flips worth the name,
  *            and decode, bound by reading the weights, pays little for the
- *            wider activations (docs/cpu-q16.md has the numbers).
+ *            wider activations (docs/CPU-ACTIVATIONS.md has the numbers).
  * Determinism: a row's codes depend on that row only, never on the batch.
  * Memory:    no allocation; the caller sizes dst with sl_act_row_bytes(). */
 #ifndef SL_ACT_QUANT_H

@@ -34,7 +34,7 @@ float sl_vec_dot(uint32_t type, const void *w_row, const float *x, int64_t n);
 
 /* out[j] = sl_vec_dot(type, w_row, x + j*ldx, n) for 0 <= j < m, bitwise,
  * decoding each weight block once per group of up to 32 vectors (prefill).
- * out: m floats (OUT). m <= 0 does nothing. Note n comes last: the brief's
+ * out: m floats (OUT). m <= 0 does nothing. Note n comes last: an earlier
  * signature had no n, and ldx >= n need not equal it. */
 void sl_vec_dot_multi(uint32_t type, const void *w_row, const float *x, int64_t ldx, int m,
                       float *out /* OUT */, int64_t n);

@@ -23,7 +23,7 @@
  * scale multiply) that the 8-bit kernel's vpmaddubsw does not, and the
  * activation rows are twice the bytes: K-quant prefill runs at ~0.55x the
  * 8-bit kernel's; decode, bound by reading the same weight bytes, at
- * ~0.8x (docs/cpu-q16.md). Staged values that a vector reloads are written
+ * ~0.8x (docs/CPU-ACTIVATIONS.md). Staged values that a vector reloads are written
  * as whole vectors: four scalar stores read back as one vector stall store
  * forwarding, which once cost Q8_0 prefill 2.5x. */
 #include <assert.h>

@@ -87,6 +87,35 @@ def test_logits_and_greedy_match_llamacpp(make_model, tmp_path, preset, qtype):
     assert our_toks == their_toks
 
 
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("preset", PRESETS)
+def test_default_path_matches_llamacpp(make_model, tmp_path, preset, qtype):
+    """The engine's default (16-bit activations) against llama.cpp on the same
+    file: ours within 1e-3 of the plain float64 pass (1e-4 float types), and
+    as far from llama.cpp as llama.cpp's own 8-bit activations put it from
+    float64 (1.1e-2 to 1.9e-2 on these random models: the issue's 1e-2 and
+    identical greedy output hold for the q8 path, the test above; on
+    tiny-llama's quantized types llama.cpp's rounding also changes some
+    greedy picks that float64 and the default path agree on). Measured
+    figures: docs/CPU-ACTIVATIONS.md."""
+    path = make_model(preset, qtype, n_vocab=1024, peak=PEAK)
+    ours, our_toks = engine(path, tmp_path, PROMPT, GREEDY)
+    theirs, their_toks = llamacpp_greedy(load(path), PROMPT, GREEDY)
+    n = len(PROMPT)
+    ours = ours.reshape(-1, theirs.shape[1])[:n]
+    theirs = theirs[:n]
+    plain = Model(str(path), act_quant=False).logits(PROMPT)
+    rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    ours_theirs, theirs_plain, ours_plain = rel(ours, theirs), rel(theirs, plain), rel(ours, plain)
+    print(f"{preset} {qtype}: relative L2 ours (default) - llama.cpp {ours_theirs:.2e}, "
+          f"llama.cpp - float64 {theirs_plain:.2e}, ours - float64 {ours_plain:.2e}; "
+          f"greedy {'same' if our_toks == their_toks else 'different'}")
+    assert ours_plain < (1e-4 if qtype in FLOAT_TYPES else 1e-3)
+    assert ours_theirs < theirs_plain + 2e-3
+    if qtype in FLOAT_TYPES:
+        assert our_toks == their_toks
+
+
 @pytest.mark.parametrize("ftype,name", [(7, "Q8_0"), (2, "Q4_0"), (15, "Q4_K_M"), (17, "Q5_K_M"), (18, "Q6_K")])
 def test_llamacpp_quantized_files_load(make_model, tmp_path, ftype, name):
     src = make_model("tiny-llama", "F32", n_vocab=1024, peak=8)
