@@ -10,6 +10,7 @@
 #include <assert.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,8 @@ static void env_read(void)
         mode = SL_ACT_MODE_F32;
     else if (e && strcmp(e, "q8") == 0)
         mode = SL_ACT_MODE_Q8;
+    else if (e && *e && strcmp(e, "q16") != 0)   /* a typo must not pass for a choice */
+        fprintf(stderr, "sluice: SLUICE_CPU_ACT=%s is not q16, q8 or f32: using q16\n", e);
 }
 
 enum sl_act_mode sl_act_mode(void)

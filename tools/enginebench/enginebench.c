@@ -141,7 +141,11 @@ int main(int argc, char **argv)
     greedy.temperature = 0.0f;
     sl_sample_req *reqs = calloc((size_t)batch, sizeof *reqs);
     int32_t *drawn = malloc((size_t)batch * sizeof *drawn);
-    for (int q = 0; reqs && q < batch; q++)
+    if (!tokens || !blocks || !logits || !seqs || !reqs || !drawn) {
+        fprintf(stderr, "enginebench: out of memory\n");
+        return 1;
+    }
+    for (int q = 0; q < batch; q++)
         reqs[q] = (sl_sample_req){.params = &greedy, .draw_index = 0};
     for (int i = 0; i < batch * per_seq; i++)
         blocks[i] = i;
