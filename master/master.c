@@ -32,6 +32,7 @@
 #include "master/admin.h"
 #include "master/master.h"
 #include "master/master_impl.h"
+#include "master/worker_exec.h"
 #include "shared/shm.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -149,6 +150,10 @@ static void start_worker(sl_master *m)
     }
     if (pid == 0) {
         child_setup(m, -1);
+        if (sl_worker_exec_wanted()) {   /* debug: a worker that tools following exec can see */
+            sl_worker_exec(&m->cfg, m->wake_fds, m->cfg.n_frontends);
+            child_exit(SL_EXIT_FAILED);
+        }
         child_exit(sl_worker_main(&m->cfg, m->wake_fds, m->cfg.n_frontends));
     }
     m->worker.pid = pid;

@@ -6,10 +6,12 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import time
 
 import pytest
 
+from paths import SLUICE
 from serve import Server, start_streams, wait_for
 
 
@@ -118,3 +120,32 @@ def test_sigterm_drains_and_exits_zero(chat_model, tmp_path):
     assert s.proc.wait(timeout=30) == 0
     assert ev[1].wait(5) and ev[0][-1] == "[DONE]", ev[0][-2:]
     s.log.close()
+
+
+def test_exec_worker_serves_and_recovers(chat_model, tmp_path):
+    """SLUICE_WORKER_EXEC=1 (master/worker_exec.h): the worker is exec'd
+    (`sluice __worker`, for tools that follow only exec'd children), serves
+    like the forked one, and a killed one comes back the same way."""
+    s = Server(chat_model, tmp_path, frontends=1, env={**os.environ, "SLUICE_WORKER_EXEC": "1"})
+    try:
+        worker, _ = s.pids()
+        with open(f"/proc/{worker}/cmdline", "rb") as f:
+            assert f.read().split(b"\0")[1] == b"__worker"
+        ev = start_streams(s, 1, max_tokens=5)[0]
+        assert ev[1].wait(30) and ev[0][-1] == "[DONE]"
+        os.kill(worker, signal.SIGKILL)
+        assert wait_for(lambda: s.get("/ready", timeout=1)[0] != 200 or s.pids()[0] != worker, 10)
+        s.wait_ready(30)
+        assert s.pids()[0] != worker
+        ev = start_streams(s, 1, max_tokens=5)[0]
+        assert ev[1].wait(30) and ev[0][-1] == "[DONE]"
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("args", [[], ["x", "1"], ["3", "1,x"], ["99", "1"]])
+def test_worker_entry_refuses_bad_arguments(args):
+    """`sluice __worker` is for the master only: anything else is a clear exit 2."""
+    r = subprocess.run([SLUICE, "__worker", *args], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2, r.stderr
+    assert "sluice __worker" in r.stderr

@@ -1,0 +1,31 @@
+/* master/worker_exec.h: starting the worker through exec instead of a bare
+ * fork, for tools that follow only exec'd children (compute-sanitizer with
+ * --target-processes all did not follow the forked worker). Debug switch:
+ * env SLUICE_WORKER_EXEC=1; production keeps the plain fork.
+ * How:  the forked child writes its sl_config (pointer-free, so its bytes are
+ *       the config) behind a small header into a memfd, clears close-on-exec
+ *       on that memfd and the wakeup eventfds, and execs its own binary as
+ *       `sluice __worker CONFIG_FD FD,FD,...`; that entry reads the config
+ *       back and runs sl_worker_main as the forked child would have. Same
+ *       pid, so the master supervises it unchanged. */
+#ifndef SL_MASTER_WORKER_EXEC_H
+#define SL_MASTER_WORKER_EXEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shared/config.h"
+
+/* True when SLUICE_WORKER_EXEC is set to 1. */
+bool sl_worker_exec_wanted(void);
+
+/* In the forked child: execs the worker. Returns only on failure (logged);
+ * the caller then exits the child with status 1. */
+void sl_worker_exec(const sl_config *cfg, const int *wake_fds, uint32_t n_fds);
+
+/* The `sluice __worker` entry: argv[1] the config fd, argv[2] the wakeup
+ * fds. Returns sl_worker_main's exit status, or 2 on malformed arguments or
+ * a config that is not this binary's. */
+int sl_worker_exec_main(int argc, char **argv);
+
+#endif
