@@ -4,8 +4,9 @@
  * sluice binary also starts on hosts without a GPU or a CUDA runtime.
  * Where:     the worker process only: creating this backend initialises CUDA,
  *            and the process must not fork afterwards.
- * Who:       one thread drives a backend (the forward pass is synchronous:
- *            it returns with the logits on the host).
+ * Who:       one thread drives a backend (a step is synchronous: it returns
+ *            with the logits, or with the tokens drawn on the device, on the
+ *            host).
  * Memory:    weights are uploaded once in their GGUF types; the KV cache is
  *            float32 in the CPU backend's layout (sl_backend_kv_block_bytes
  *            gives its size). cfg->n_kv_blocks == 0 asks the backend to size

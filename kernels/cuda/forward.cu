@@ -2,8 +2,9 @@
  * buffers, and the forward pass for the llama, qwen2 and qwen3 architectures
  * over a batch of sequences with paged KV caches.
  * Runs in the worker process on the scheduler thread; every launch goes to
- * one stream and a step ends with one synchronisation, after the logits are
- * on the host.
+ * one stream and a step ends with one synchronisation, after the logits
+ * (forward) or the drawn tokens (forward_sample, sample.cuh) are on the
+ * host.
  *
  * The pass mirrors kernels/cpu/forward.c op for op (that file is the
  * reference the checks compare against): the batch is flattened into T token
