@@ -230,6 +230,15 @@ static __device__ __forceinline__ bool in_top_k(const row_view &r, float li, int
     return k > r.k_key || (k == r.k_key && i <= r.k_id);
 }
 
+/* Whether token i is a candidate of the cut whose key is exactly `key`. */
+static __device__ __forceinline__ bool on_cut_key(const row_view &r, bool by_mass, uint32_t key, int64_t i)
+{
+    float li = lv(r.l, i);
+    if (by_mass && !in_top_k(r, li, i))
+        return false;
+    return (by_mass ? okey((li - r.lmax) / r.temp) : okey(li)) == key;
+}
+
 /* Radix selection of the cut: the key K and id such that the tokens kept
  * by (K, id) are the smallest prefix, in the samplers' order, whose weight
  * reaches `target`. by_mass: top-p (key of x, fixed-point weight, only
@@ -300,12 +309,7 @@ static __device__ void radix_cut(const row_view &r, bool by_mass, unsigned long 
     unsigned int cnt = 0;
     for (int64_t base = lo; base < hi; base += SL_WARP) {
         int64_t i = base + lane;
-        bool tie = false;
-        if (i < hi) {
-            float li = lv(r.l, i);
-            if (!by_mass || in_top_k(r, li, i))
-                tie = (by_mass ? okey((li - r.lmax) / r.temp) : okey(li)) == prefix;
-        }
+        bool tie = i < hi && on_cut_key(r, by_mass, prefix, i);
         cnt += __popc(__ballot_sync(0xffffffffu, tie));
     }
     if (lane == 0)
@@ -328,12 +332,7 @@ static __device__ void radix_cut(const row_view &r, bool by_mass, unsigned long 
         unsigned int need = sm.need;
         for (int64_t base = lo; base < hi; base += SL_WARP) {
             int64_t i = base + lane;
-            bool tie = false;
-            if (i < hi) {
-                float li = lv(r.l, i);
-                if (!by_mass || in_top_k(r, li, i))
-                    tie = (by_mass ? okey((li - r.lmax) / r.temp) : okey(li)) == prefix;
-            }
+            bool tie = i < hi && on_cut_key(r, by_mass, prefix, i);
             unsigned int m = __ballot_sync(0xffffffffu, tie);
             unsigned int n = __popc(m);
             if (n >= need) {
