@@ -43,6 +43,7 @@
 #define BACKOFF_MAX_MS 5000
 #define HEALTHY_RUN_NS 30000000000ull   /* a child that ran this long restarts with the minimum backoff */
 #define WORKER_STOP_GRACE_S 10
+#define WRAPPED_WORKER_STOP_GRACE_S 300   /* under a wrapper (a sanitizer) teardown is slow */
 
 static uint64_t now_ns(void)
 {
@@ -265,13 +266,29 @@ static void check_worker_liveness(sl_master *m)
     }
 }
 
+/* SIGTERM goes to the process that owns the GPU. Under a wrapper
+ * (worker_exec.h) that is the wrapper's child, known from the segment once
+ * it has attached: a sanitizer told to stop would quit before its report,
+ * while a worker that stops lets the tool report and exit. */
+static void stop_worker(sl_master *m, int sig)
+{
+    if (m->worker.pid <= 0)
+        return;
+    if (sig == SIGTERM && sl_worker_wrapped()) {
+        sl_shm_worker_info info;
+        sl_shm_worker_info_get(m->shm, &info);
+        if (info.worker_pid > 0 && info.worker_pid != m->worker.pid && kill(info.worker_pid, sig) == 0)
+            return;
+    }
+    kill(m->worker.pid, sig);
+}
+
 static void kill_all(sl_master *m, int sig)
 {
     for (uint32_t i = 0; i < m->cfg.n_frontends; i++)
         if (m->frontends[i].pid > 0)
             kill(m->frontends[i].pid, sig);
-    if (m->worker.pid > 0)
-        kill(m->worker.pid, sig);
+    stop_worker(m, sig);
 }
 
 static bool frontends_running(const sl_master *m)
@@ -443,9 +460,10 @@ int sl_master_run(const sl_config *cfg, int32_t n_ctx)
         }
         if (m.worker.pid > 0) {
             if (!worker_stop_sent) {
-                kill(m.worker.pid, SIGTERM);
+                stop_worker(&m, SIGTERM);
                 worker_stop_sent = t;
-            } else if (t - worker_stop_sent > WORKER_STOP_GRACE_S * 1000000000ull) {
+            } else if (t - worker_stop_sent > (sl_worker_wrapped() ? WRAPPED_WORKER_STOP_GRACE_S
+                                                                    : WORKER_STOP_GRACE_S) * 1000000000ull) {
                 kill(m.worker.pid, SIGKILL);
             }
             continue;

@@ -12,6 +12,7 @@
 #include "gpu-worker/worker.h"
 
 #define MAX_FDS 256
+#define MAX_WRAPPER_WORDS 64
 #define MAGIC 0x736c7763u   /* "slwc" */
 
 typedef struct {
@@ -22,7 +23,13 @@ typedef struct {
 bool sl_worker_exec_wanted(void)
 {
     const char *e = getenv("SLUICE_WORKER_EXEC");
-    return e && !strcmp(e, "1");
+    return (e && !strcmp(e, "1")) || sl_worker_wrapped();
+}
+
+bool sl_worker_wrapped(void)
+{
+    const char *w = getenv("SLUICE_WORKER_WRAPPER");
+    return w && *w;
 }
 
 static bool write_all(int fd, const void *p, size_t n)
@@ -62,9 +69,38 @@ void sl_worker_exec(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
         }
         at += (size_t)snprintf(fds_arg + at, sizeof fds_arg - at, "%s%d", i ? "," : "", wake_fds[i]);
     }
-    char *argv[] = {"sluice", "__worker", fd_arg, fds_arg, NULL};
-    execv("/proc/self/exe", argv);
-    fprintf(stderr, "sluice: exec of the worker: %s\n", strerror(errno));
+    /* the wrapper's words, then this binary by its real path (under a
+     * wrapper /proc/self/exe would name the wrapper) */
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) {
+        fprintf(stderr, "sluice: exec of the worker: /proc/self/exe: %s\n", strerror(errno));
+        return;
+    }
+    exe[len] = '\0';
+    const char *wrapper = getenv("SLUICE_WORKER_WRAPPER");
+    char *words = strdup(wrapper ? wrapper : "");
+    char *argv[MAX_WRAPPER_WORDS + 5];
+    int argc = 0;
+    for (char *save = NULL, *w = words ? strtok_r(words, " \t", &save) : NULL; w; w = strtok_r(NULL, " \t", &save)) {
+        if (argc == MAX_WRAPPER_WORDS) {
+            fprintf(stderr, "sluice: exec of the worker: SLUICE_WORKER_WRAPPER has over %d words\n",
+                    MAX_WRAPPER_WORDS);
+            free(words);
+            return;
+        }
+        argv[argc++] = w;
+    }
+    bool wrapped = argc > 0;
+    const char *file = wrapped ? argv[0] : exe;
+    argv[argc++] = wrapped ? exe : "sluice";
+    argv[argc++] = "__worker";
+    argv[argc++] = fd_arg;
+    argv[argc++] = fds_arg;
+    argv[argc] = NULL;
+    execvp(file, argv);
+    fprintf(stderr, "sluice: exec of the worker (%s): %s\n", file, strerror(errno));
+    free(words);
 }
 
 /* A non-negative int that is all of s. */

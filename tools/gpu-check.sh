@@ -7,10 +7,12 @@
 # on the models (CUDA vs CPU logits, greedy agreement, batched == alone
 # bitwise or, where the tensor-core path ran, within tolerance with the same
 # greedy tokens; decode tok/s), then compute-sanitizer memcheck and racecheck on a
-# short run when available.
+# short cudacheck run and on a short serving run of `sluice serve`.
 # Logs go to $OUT (or /tmp/sluice-gpu-check); exit 0 only if everything passed.
 #
 # usage: tools/gpu-check.sh [BUILD_DIR]      (default: $SLUICE_BUILD_DIR, else build-gpu, else build)
+# env SLUICE_TOKENIZER_DIR: the llama3 tokenizer folder for the serving run
+# (default ../shared/testdata/tokenizers/llama3).
 # The build must be configured with -DSLUICE_CUDA=ON; .devlibs/ (from
 # ../shared/tools/device-pack) is put on LD_LIBRARY_PATH when present.
 set -uo pipefail
@@ -95,6 +97,14 @@ if [ -x "$cs" ]; then
   done
 else
   say "compute-sanitizer: not found, skipped"
+fi
+# 4. compute-sanitizer memcheck and racecheck on a short serving run of
+#    `sluice serve` (the worker started under the tool: tools/gpu-serve-sanitize.sh)
+tokdir=${SLUICE_TOKENIZER_DIR:-../shared/testdata/tokenizers/llama3}
+if [ -x "$cs" ]; then
+  OUT=$out/serve-sanitize SLUICE_MODELS=$models tools/gpu-serve-sanitize.sh "$build" "$tokdir" 2>&1 \
+    | grep '^compute-sanitizer\|^serve-sanitize' | tee -a "$summary"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 say "gpu-check: $([ $status -eq 0 ] && echo PASS || echo FAIL) in $(( $(date +%s) - t0 ))s; logs in $out"
 exit $status

@@ -143,6 +143,65 @@ def test_exec_worker_serves_and_recovers(chat_model, tmp_path):
         s.stop()
 
 
+WRAPPER = """#!/usr/bin/env python3
+# runs the worker as its child, as compute-sanitizer does (descriptors
+# inherited), and writes a "report" once the worker has exited
+import os, signal, sys
+mark = sys.argv[1]
+open(mark, "w").write(" ".join(sys.argv[2:]) + "\\n")
+signal.signal(signal.SIGTERM, lambda *_: open(mark, "a").write("wrapper got SIGTERM\\n"))
+pid = os.fork()
+if pid == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status = os.waitpid(pid, 0)
+open(mark, "a").write(f"worker exit {os.waitstatus_to_exitcode(status)}\\n")
+sys.exit(os.waitstatus_to_exitcode(status) % 256)
+"""
+
+
+def test_worker_wrapper_serves_and_stops(chat_model, tmp_path):
+    """SLUICE_WORKER_WRAPPER (master/worker_exec.h) puts a command in front of
+    the exec'd worker, the way compute-sanitizer is run on a serving worker:
+    the worker gets its descriptors through it and serves; on SIGTERM the
+    master stops the worker itself (not the wrapper, which would quit before
+    its report), the wrapper sees it exit 0, and the server exits 0."""
+    wrapper, mark = tmp_path / "wrap.py", tmp_path / "wrapped"
+    wrapper.write_text(WRAPPER)
+    wrapper.chmod(0o755)
+    s = Server(chat_model, tmp_path, frontends=1,
+               env={**os.environ, "SLUICE_WORKER_WRAPPER": f"{wrapper}  {mark}"})
+    try:
+        args = mark.read_text().split()
+        assert os.path.realpath(args[0]) == os.path.realpath(SLUICE) and args[1] == "__worker", args
+        ev = start_streams(s, 1, max_tokens=5)[0]
+        assert ev[1].wait(30) and ev[0][-1] == "[DONE]"
+    finally:
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(timeout=60) == 0
+        s.log.close()
+    lines = mark.read_text().splitlines()
+    assert lines[1:] == ["worker exit 0"], lines
+
+
+def test_missing_worker_wrapper_is_logged_and_server_stays_up(chat_model, tmp_path):
+    """A wrapper that cannot be run: the failed start is logged with the
+    command's name, the master keeps running (not ready), and SIGTERM stops it."""
+    env = {**os.environ, "SLUICE_WORKER_WRAPPER": "/nonexistent/wrapper --flag"}
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        p = subprocess.Popen([SLUICE, "serve", "-m", str(chat_model), "--port", "0", "--frontends", "1",
+                              "--threads", "1", "--admin-socket", str(tmp_path / "a.sock"), "--drain-delay", "0"],
+                             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            assert wait_for(lambda: "/nonexistent/wrapper" in log.read_text(), 20), log.read_text()
+            assert p.poll() is None
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=30)
+    assert "exec of the worker (/nonexistent/wrapper)" in log.read_text()
+
+
 @pytest.mark.parametrize("args", [[], ["x", "1"], ["3", "1,x"], ["99", "1"]])
 def test_worker_entry_refuses_bad_arguments(args):
     """`sluice __worker` is for the master only: anything else is a clear exit 2."""
