@@ -34,7 +34,11 @@
  * read their own prefix (a shared tile of rows would read it once); and a
  * lone short decode row has only n_head_kv blocks (the split rule keeps
  * contexts up to 1,024 whole: at batch 1 this kernel is slower than one
- * block per query head was, docs/PERF.md). */
+ * block per query head was, docs/PERF.md). Tried and measured on an H200
+ * for that case (1B shape, ~140 positions, ncu): splitting at 64 positions
+ * (16 blocks, then the merge) 13.6 us per layer, 8 tiles in flight per
+ * block instead of 2 16.3 us, against 13.7 us as is: a block's time goes
+ * to its warps' dependent arithmetic per tile, not to the copies. */
 #include <cuda_pipeline.h>
 
 #include "kernels/cuda/attention.cuh"
@@ -42,7 +46,7 @@
 
 #define AW 4                     /* warps per block */
 #define AT (AW * SL_WARP)        /* threads per block */
-#define TILE 32                  /* positions per tile: one per lane when scoring */
+#define TILE SL_CUDA_ATTN_TILE     /* positions per tile: one per lane when scoring */
 #define HPW 4                    /* query heads per warp, at most */
 #define HB (AW * HPW)            /* query heads per block, at most (larger groups take several blocks) */
 #define PER_LANE (SL_CUDA_ATTN_MAX_HEAD_DIM / SL_WARP)
@@ -55,10 +59,10 @@ static __host__ __device__ __forceinline__ int64_t smem_floats(int hd)
     return 2 * (int64_t)TILE * (hd + 4) + 2 * (int64_t)TILE * hd + (int64_t)HB * hd;
 }
 
-/* Positions [*p0, *p1) of split s of n for a row of context ctx. Non-empty
- * for every s < n: with chunk = roundup32(ceil(ctx / n)) < ctx / n + 32,
- * (n - 1) * chunk < ctx as long as ctx > 32 n (n - 1), and any n the
- * kernel uses has ctx > (n - 1) * SPLIT_MIN >= 32 n (n - 1) (n <= 32). */
+/* Positions [*p0, *p1) of split s of n = splits(ctx) for a row of context
+ * ctx. Non-empty for every s < n: n = ceil(ctx / c) with c = chunk(ctx) a
+ * multiple of the tile, so ceil(ctx / n) <= c, the rounded chunk here is
+ * <= c too, and (n - 1) * chunk <= (n - 1) * c < ctx. */
 static __device__ __forceinline__ void range_of(int32_t ctx, int n, int s, int32_t *p0, int32_t *p1)
 {
     int32_t chunk = (ctx + n - 1) / n;
@@ -69,11 +73,12 @@ static __device__ __forceinline__ void range_of(int32_t ctx, int n, int s, int32
 
 /* Queues the async copy of positions [pt, pt + np) of kv head kvh into one
  * K/V buffer pair; kp[] gets each position's K row first. */
+template <int HD>
 static __device__ __forceinline__ void stage_tile(const sl_cuda_kv &kv, const sl_cuda_batch &b, int layer,
                                                   int32_t table, int kvh, int32_t pt, int np, float *sK, float *sV,
                                                   const float **kp)
 {
-    int hd = kv.head_dim, q4 = hd / 4;
+    const int hd = HD ? HD : kv.head_dim, q4 = hd / 4;
     if (threadIdx.x < np)
         kp[threadIdx.x] = sl_kv_slot(kv, b, layer, 0, table, pt + (int32_t)threadIdx.x, kvh);
     __syncthreads();
@@ -89,8 +94,13 @@ static __device__ __forceinline__ void stage_tile(const sl_cuda_kv &kv, const sl
 
 /* SPLIT false: the plain launch (gridDim.y 1, part unused). SPLIT true:
  * part is the split scratch, (T, n_head, gridDim.y, 2 + head_dim). Both run
- * the same operations in the same order for a row with one split. */
-template <bool SPLIT>
+ * the same operations in the same order for a row with one split.
+ * HD: head_dim known at compile time (64, 128), or 0 for any other, read
+ * from kv. Same arithmetic either way; a fixed HD drops the predicated
+ * lanes past head_dim (at 64, 6 of every 8 per-lane slots) and the loop
+ * overhead, which is most of a lone decode row's time (ncu: ~4.7 thousand
+ * instructions per warp per 32-position tile at HD 0, head_dim 64). */
+template <bool SPLIT, int HD>
 static __device__ __forceinline__ void attention_rows(float *__restrict__ out, const float *__restrict__ q,
                                                       int n_head, const sl_cuda_kv &kv, const sl_cuda_batch &b,
                                                       int layer, float scale, float *__restrict__ part, int hb,
@@ -98,8 +108,10 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
 {
     extern __shared__ float4 smem4[];
     __shared__ const float *kp[2][TILE];
+    __shared__ float sE[AW][TILE];   /* each warp's softmax weights of the tile */
     float *smem = (float *)smem4;
-    int hd = kv.head_dim, ldk = hd + 4;
+    constexpr int PL = HD ? HD / SL_WARP : PER_LANE;   /* head elements per lane */
+    const int hd = HD ? HD : kv.head_dim, ldk = hd + 4;
     /* buffer i: K at smem + i * TILE * ldk, V at sV0 + i * TILE * hd */
     float *sV0 = smem + 2 * TILE * ldk;
     float *sQ = sV0 + 2 * TILE * hd;
@@ -128,22 +140,22 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
     for (int i = threadIdx.x; i < nh * hd; i += AT)
         sQ[i] = qh[i];
 
-    float m[HPW], l[HPW], o[HPW][PER_LANE];
+    float m[HPW], l[HPW], o[HPW][PL];
 #pragma unroll
     for (int j = 0; j < HPW; j++) {
         m[j] = -INFINITY;
         l[j] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < PER_LANE; i++)
+        for (int i = 0; i < PL; i++)
             o[j][i] = 0.0f;
     }
-    stage_tile(kv, b, layer, table, kvh, p0, p1 - p0 < TILE ? p1 - p0 : TILE, smem, sV0, kp[0]);
+    stage_tile<HD>(kv, b, layer, table, kvh, p0, p1 - p0 < TILE ? p1 - p0 : TILE, smem, sV0, kp[0]);
     int buf = 0;
     for (int32_t pt = p0; pt < p1; pt += TILE, buf ^= 1) {
         int np = p1 - pt < TILE ? p1 - pt : TILE;
         int32_t nxt = pt + TILE;
         if (nxt < p1) {
-            stage_tile(kv, b, layer, table, kvh, nxt, p1 - nxt < TILE ? p1 - nxt : TILE, smem + (buf ^ 1) * TILE * ldk,
+            stage_tile<HD>(kv, b, layer, table, kvh, nxt, p1 - nxt < TILE ? p1 - nxt : TILE, smem + (buf ^ 1) * TILE * ldk,
                        sV0 + (buf ^ 1) * TILE * hd, kp[buf ^ 1]);
             __pipeline_wait_prior(1);   /* this tile's copies are done, the next one's may fly */
         } else {
@@ -179,18 +191,24 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
             float e = lane < np ? expf(sc - m_new) : 0.0f;
             l[j] = fmaf(l[j], corr, sl_warp_sum(e));
 #pragma unroll
-            for (int i = 0; i < PER_LANE; i++)
+            for (int i = 0; i < PL; i++)
                 o[j][i] = __fmul_rn(o[j][i], corr);
+            /* the weights reach every lane through shared memory: a shuffle
+             * per position would put its latency in the chain of each fma */
+            sE[warp][lane] = e;
+            __syncwarp();
+#pragma unroll 8
             for (int p = 0; p < np; p++) {
-                float ep = __shfl_sync(0xffffffffu, e, p);
+                float ep = sE[warp][p];
                 const float *vr = Vt + p * hd;
 #pragma unroll
-                for (int i = 0; i < PER_LANE; i++) {
+                for (int i = 0; i < PL; i++) {
                     int d = lane + SL_WARP * i;
-                    if (d < hd)
+                    if (HD || d < hd)
                         o[j][i] = fmaf(ep, vr[d], o[j][i]);
                 }
             }
+            __syncwarp();   /* sE is rewritten for the next head */
             m[j] = m_new;
         }
         __syncthreads();   /* the buffer is refilled two tiles on */
@@ -209,36 +227,38 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
                 slot[1] = l[j];
             }
 #pragma unroll
-            for (int i = 0; i < PER_LANE; i++) {
+            for (int i = 0; i < PL; i++) {
                 int d = lane + SL_WARP * i;
-                if (d < hd)
+                if (HD || d < hd)
                     slot[2 + d] = o[j][i];
             }
         } else {
             float inv = 1.0f / l[j];
             float *oh = out + (t * n_head + h) * hd;
 #pragma unroll
-            for (int i = 0; i < PER_LANE; i++) {
+            for (int i = 0; i < PL; i++) {
                 int d = lane + SL_WARP * i;
-                if (d < hd)
+                if (HD || d < hd)
                     oh[d] = __fmul_rn(o[j][i], inv);
             }
         }
     }
 }
 
+template <int HD>
 static __global__ void __launch_bounds__(AT)
 attention_gqa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
                     sl_cuda_batch b, int layer, float scale, int hb, int n_hgroups)
 {
-    attention_rows<false>(out, q, n_head, kv, b, layer, scale, NULL, hb, n_hgroups);
+    attention_rows<false, HD>(out, q, n_head, kv, b, layer, scale, NULL, hb, n_hgroups);
 }
 
+template <int HD>
 static __global__ void __launch_bounds__(AT)
 attention_gqa_tiles_split(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
                           sl_cuda_batch b, int layer, float scale, float *__restrict__ part, int hb, int n_hgroups)
 {
-    attention_rows<true>(out, q, n_head, kv, b, layer, scale, part, hb, n_hgroups);
+    attention_rows<true, HD>(out, q, n_head, kv, b, layer, scale, part, hb, n_hgroups);
 }
 
 #define MERGE_THREADS 128
@@ -291,8 +311,14 @@ sl_status sl_cuda_attention_prepare(void)
     if (prepared)
         return SL_OK;
     int bytes = (int)(smem_floats(SL_CUDA_ATTN_MAX_HEAD_DIM) * sizeof(float));
-    SL_CUDA_CHECK(cudaFuncSetAttribute(attention_gqa_tiles, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    SL_CUDA_CHECK(cudaFuncSetAttribute(attention_gqa_tiles_split, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+#define ALLOW(K) SL_CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
+    ALLOW(attention_gqa_tiles<0>);
+    ALLOW(attention_gqa_tiles<64>);
+    ALLOW(attention_gqa_tiles<128>);
+    ALLOW(attention_gqa_tiles_split<0>);
+    ALLOW(attention_gqa_tiles_split<64>);
+    ALLOW(attention_gqa_tiles_split<128>);
+#undef ALLOW
     prepared = true;
     return SL_OK;
 }
@@ -319,20 +345,28 @@ sl_status sl_cuda_attention(float *out, const float *q, int64_t T, int n_head, c
     size_t smem = (size_t)(smem_floats(hd) - (int64_t)(HB - hb) * hd) * sizeof(float);   /* q rows: hb of HB */
     TRY_PREPARE();
     float scale = 1.0f / sqrtf((float)hd);
-    int S = sl_cuda_attention_splits(n_ctx);
-    if (S == 1) {
-        /* no row splits: the plain launch */
-        attention_gqa_tiles<<<(unsigned)blocks, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale, hb,
-                                                                     n_hgroups);
-        SL_CUDA_CHECK_LAUNCH();
-        return SL_OK;
-    }
-    if (!scratch || scratch_floats / S / (hd + 2) < T * n_head)
+    int S = sl_cuda_attention_launch_splits(n_ctx);
+    if (S > 1 && (!scratch || scratch_floats / S / (hd + 2) < T * n_head))
         return SL_EINVAL;
     dim3 grid((unsigned)blocks, (unsigned)S);
-    attention_gqa_tiles_split<<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale, scratch, hb,
-                                                          n_hgroups);
+#define LAUNCH(HD)                                                                                                \
+    do {                                                                                                          \
+        if (S == 1)   /* no row splits: the plain launch */                                                      \
+            attention_gqa_tiles<HD><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale, hb,    \
+                                                                 n_hgroups);                                      \
+        else                                                                                                      \
+            attention_gqa_tiles_split<HD><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale,  \
+                                                                       scratch, hb, n_hgroups);                   \
+    } while (0)
+    switch (hd) {
+    case 64: LAUNCH(64); break;
+    case 128: LAUNCH(128); break;
+    default: LAUNCH(0); break;
+    }
+#undef LAUNCH
     SL_CUDA_CHECK_LAUNCH();
+    if (S == 1)
+        return SL_OK;
     attention_merge_splits<<<(unsigned)(T * n_head), MERGE_THREADS, 0, stream>>>(out, scratch, n_head, hd,
                                                                                  batch->tok_pos, S);
     SL_CUDA_CHECK_LAUNCH();

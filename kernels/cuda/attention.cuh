@@ -15,7 +15,7 @@
  * Scratch: a split launch keeps (m, l, o[head_dim]) per (row, head, split)
  * in a buffer the caller allocates once, sized by
  * sl_cuda_attention_scratch_floats(max_batch_tokens, n_head, head_dim,
- * max_ctx): rows x n_head x min(SPLIT_MAX, splits(max_ctx)) x (head_dim + 2)
+ * max_ctx): rows x n_head x launch_splits(max_ctx) x (head_dim + 2)
  * floats. At max_batch_tokens 1024 and max_ctx >= 16K (16 splits):
  *   1B-class (n_head 32, head_dim 64):  1024*32*16*66  floats = 132 MiB
  *   8B-class (n_head 32, head_dim 128): 1024*32*16*130 floats = 260 MiB
@@ -33,21 +33,45 @@
  * also be a multiple of 4 (K/V rows are copied 16 bytes at a time). */
 #define SL_CUDA_ATTN_MAX_HEAD_DIM 256
 
-/* Contexts up to this many positions are never split (32 tiles of 32
- * positions per block); every split count seen gets its own decode graph.
- * Not tuned: a lone short row has only n_head_kv blocks (docs/PERF.md). */
-#define SL_CUDA_ATTN_SPLIT_MIN 1024
+/* Positions per tile (one per lane when scoring); split ranges are whole
+ * tiles. */
+#define SL_CUDA_ATTN_TILE 32
+/* A split range covers at least this many positions (32 tiles), so
+ * contexts up to 1,024 are never split; every split count seen gets its
+ * own decode graph. Measured on an H200 at 64 for short decode rows: no
+ * faster, the merge's launch ate what the extra blocks saved. */
+#define SL_CUDA_ATTN_SPLIT_CHUNK_MIN 1024
 /* Most splits of one row: 16 x 8 kv heads = 128 blocks for a lone decode
  * row of a Llama-3 shape, about one per SM of an H200 (132 SMs); more only
  * adds merge work and scratch. */
 #define SL_CUDA_ATTN_SPLIT_MAX 16
 
+/* Positions per split range of a row whose context is n_ctx positions:
+ * n_ctx / SPLIT_MAX rounded up to whole tiles, at least CHUNK_MIN. */
+static __host__ __device__ __forceinline__ int64_t sl_cuda_attention_chunk(int64_t n_ctx)
+{
+    int64_t c = (n_ctx + SL_CUDA_ATTN_SPLIT_MAX - 1) / SL_CUDA_ATTN_SPLIT_MAX;
+    c = (c + SL_CUDA_ATTN_TILE - 1) / SL_CUDA_ATTN_TILE * SL_CUDA_ATTN_TILE;
+    return c < SL_CUDA_ATTN_SPLIT_CHUNK_MIN ? SL_CUDA_ATTN_SPLIT_CHUNK_MIN : c;
+}
+
 /* Splits of a row whose context is n_ctx positions (its position + 1):
- * min(SPLIT_MAX, ceil(n_ctx / SPLIT_MIN)), at least 1. The one rule the
- * kernels and the host share. */
+ * ceil(n_ctx / chunk(n_ctx)), 1 to SPLIT_MAX. The one rule the kernels and
+ * the host share; it depends on the row alone. */
 static __host__ __device__ __forceinline__ int sl_cuda_attention_splits(int64_t n_ctx)
 {
-    int64_t n = (n_ctx + SL_CUDA_ATTN_SPLIT_MIN - 1) / SL_CUDA_ATTN_SPLIT_MIN;
+    int64_t c = sl_cuda_attention_chunk(n_ctx), n = (n_ctx + c - 1) / c;
+    return n < 1 ? 1 : (int)n;
+}
+
+/* Splits a launch provides for rows whose contexts are at most max_ctx:
+ * min(SPLIT_MAX, ceil(max_ctx / CHUNK_MIN)). splits() itself need not be
+ * monotone (with a chunk of 64, 1024 positions would give 16 ranges and
+ * 1025 give 11 of 96), this bound is, and no row of context <= max_ctx
+ * needs more. */
+static __host__ __device__ __forceinline__ int sl_cuda_attention_launch_splits(int64_t max_ctx)
+{
+    int64_t n = (max_ctx + SL_CUDA_ATTN_SPLIT_CHUNK_MIN - 1) / SL_CUDA_ATTN_SPLIT_CHUNK_MIN;
     return n < 1 ? 1 : n > SL_CUDA_ATTN_SPLIT_MAX ? SL_CUDA_ATTN_SPLIT_MAX : (int)n;
 }
 
@@ -55,7 +79,7 @@ static __host__ __device__ __forceinline__ int sl_cuda_attention_splits(int64_t 
  * contexts are at most max_ctx positions. 0 when no row can split. */
 static inline int64_t sl_cuda_attention_scratch_floats(int64_t rows, int n_head, int head_dim, int64_t max_ctx)
 {
-    int s = sl_cuda_attention_splits(max_ctx);
+    int s = sl_cuda_attention_launch_splits(max_ctx);
     return s > 1 ? rows * n_head * s * ((int64_t)head_dim + 2) : 0;
 }
 
@@ -65,14 +89,15 @@ static inline int64_t sl_cuda_attention_scratch_floats(int64_t rows, int n_head,
  * n_ctx: the step's longest context, max over rows of (position + 1). When
  * it gives one split, this launches the plain kernel alone (one block per
  * row and head, no scratch read, no second launch); otherwise the split
- * kernel over splits(n_ctx) ranges per row and head, then the merge.
+ * kernel over launch_splits(n_ctx) slots per row and head (a row uses
+ * splits() of its own context), then the merge.
  * scratch, scratch_floats: the split scratch (device); may be NULL / 0 when
  * n_ctx never splits.
  * Preconditions: head_dim <= SL_CUDA_ATTN_MAX_HEAD_DIM, n_head a multiple
  * of n_head_kv, every row's position < n_ctx (a row past it is still
  * computed correctly, with fewer splits, but then loses batch invariance).
  * Async; SL_OK, SL_EINVAL (bad shape, or scratch smaller than
- * T*n_head*splits(n_ctx)*(head_dim+2) floats), or SL_EBACKEND (launch
+ * T*n_head*launch_splits(n_ctx)*(head_dim+2) floats), or SL_EBACKEND (launch
  * failed, logged). */
 /* Lets the kernels use the shared memory the largest head_dim needs; call
  * once before any launch can be captured into a graph (backend creation).

@@ -376,7 +376,7 @@ static sl_status enqueue_logits(cuda_backend *cb, int64_t r0, int64_t nr)
  * then turned off). */
 static cudaGraphExec_t decode_graph(cuda_backend *cb, int64_t T, bool sampling)
 {
-    cudaGraphExec_t *slot = graph_slot(cb, sampling, T, sl_cuda_attention_splits(cb->step_ctx));
+    cudaGraphExec_t *slot = graph_slot(cb, sampling, T, sl_cuda_attention_launch_splits(cb->step_ctx));
     if (*slot)
         return *slot;
     cudaGraph_t g = NULL;

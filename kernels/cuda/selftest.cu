@@ -28,7 +28,9 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/eltwise.cuh"
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/mmv.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 
 static uint64_t rng_next(uint64_t *s)
@@ -82,9 +84,12 @@ struct dev_bufs {
         }                                                                            \
     } while (0)
 
-static int check_matmul(FILE *out, cudaStream_t st, uint32_t type)
+/* n 768: a partial step of the small-batch kernel; 4352 and 8448: long
+ * rows that two and four warps share (mmv.cu's warps_per_row), each with a
+ * partial last step; rows 67: a block's last row pair half empty. */
+static int check_matmul(FILE *out, cudaStream_t st, uint32_t type, int64_t n)
 {
-    const int64_t n = 768, rows = 67, T = 19;   /* 768: a partial step of the fast kernel */
+    const int64_t rows = 67, T = 19;
     size_t rb = sl_ggml_row_bytes(type, (uint64_t)n);
     uint64_t seed = 42 + type;
     float *w = (float *)malloc((size_t)(rows * n) * sizeof(float)), *x = (float *)malloc((size_t)(T * n) * 4);
@@ -151,6 +156,72 @@ done:
     free(y1);
     free(wq);
     free(ref);
+    return bad;
+}
+
+/* The fused small-batch launches against separate ones, bit for bit:
+ * sl_cuda_mmv_swiglu == sl_cuda_mmv(gate), sl_cuda_mmv(up), sl_cuda_swiglu;
+ * sl_cuda_mmv_multi over three matrices == three sl_cuda_mmv calls. */
+static int check_mmv_fused(FILE *out, cudaStream_t st, uint32_t type, int64_t n)
+{
+    const int64_t rows = 67, T = 9;
+    size_t rb = sl_ggml_row_bytes(type, (uint64_t)n);
+    uint64_t seed = 7 + type;
+    size_t wbytes = rb * (size_t)rows * 3;
+    float *w = (float *)malloc((size_t)n * sizeof(float)), *x = (float *)malloc((size_t)(T * n) * 4);
+    uint8_t *wq = (uint8_t *)malloc(wbytes);
+    float *ha = (float *)malloc((size_t)(T * rows) * 4 * 3), *hb = (float *)malloc((size_t)(T * rows) * 4 * 3);
+    int bad = 0, diff = 0;
+    dev_bufs d = {};
+    uint8_t *dw = (uint8_t *)d.alloc(wbytes);
+    float *dx = (float *)d.alloc((size_t)(T * n) * 4);
+    float *da = (float *)d.alloc((size_t)(T * rows) * 4 * 3), *db = (float *)d.alloc((size_t)(T * rows) * 4 * 3);
+    if (!w || !x || !wq || !ha || !hb || !dw || !dx || !da || !db) {
+        fprintf(out, "  fused mmv %s: out of memory\n", sl_ggml_type_name(type));
+        bad = 1;
+        goto done;
+    }
+    for (int64_t r = 0; r < rows * 3; r++) {
+        for (int64_t i = 0; i < n; i++)
+            w[i] = uniform(&seed);
+        sl_quant_quantize_row(type, w, wq + r * rb, n);
+    }
+    for (int64_t i = 0; i < T * n; i++)
+        x[i] = uniform(&seed);
+    CK(cudaMemcpy(dw, wq, wbytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dx, x, (size_t)(T * n) * 4, cudaMemcpyHostToDevice));
+    for (int64_t tt = 1; tt <= T; tt += 4) {
+        sl_cuda_weight cw[3];
+        for (int i = 0; i < 3; i++)
+            cw[i] = sl_cuda_weight{type, n, rows, rb, dw + (size_t)i * rb * rows, NULL};
+        const sl_cuda_weight *pw[3] = {&cw[0], &cw[1], &cw[2]};
+        float *ya[3] = {da, da + tt * rows, da + 2 * tt * rows};
+        int64_t ld[3] = {rows, rows, rows};
+        size_t nbytes = (size_t)(tt * rows) * 4;
+        bool ok = sl_cuda_mmv_multi(pw, ya, ld, 3, dx, n, tt, st) == SL_OK;
+        for (int i = 0; i < 3; i++)
+            ok = ok && sl_cuda_mmv(&cw[i], dx, n, tt, db + i * tt * rows, rows, st) == SL_OK;
+        ok = ok && cudaMemcpyAsync(ha, da, 3 * nbytes, cudaMemcpyDeviceToHost, st) == cudaSuccess &&
+             cudaMemcpyAsync(hb, db, 3 * nbytes, cudaMemcpyDeviceToHost, st) == cudaSuccess &&
+             cudaStreamSynchronize(st) == cudaSuccess;
+        diff += !ok || memcmp(ha, hb, 3 * nbytes) != 0;
+        ok = sl_cuda_mmv_swiglu(&cw[0], &cw[1], dx, n, tt, da, rows, st) == SL_OK &&
+             sl_cuda_swiglu(db, db + tt * rows, tt * rows, st) == SL_OK &&
+             cudaMemcpyAsync(ha, da, nbytes, cudaMemcpyDeviceToHost, st) == cudaSuccess &&
+             cudaMemcpyAsync(hb, db, nbytes, cudaMemcpyDeviceToHost, st) == cudaSuccess &&
+             cudaStreamSynchronize(st) == cudaSuccess;
+        diff += !ok || memcmp(ha, hb, nbytes) != 0;
+    }
+    bad = diff != 0;
+    fprintf(out, "  fused mmv %-5s n=%lld rows=%lld T=1..%lld: multi and swiglu == separate: %s  %s\n",
+            sl_ggml_type_name(type), (long long)n, (long long)rows, (long long)T, diff ? "NO" : "yes",
+            bad ? "FAIL" : "ok");
+done:
+    free(w);
+    free(x);
+    free(wq);
+    free(ha);
+    free(hb);
     return bad;
 }
 
@@ -237,38 +308,72 @@ done:
     return bad;
 }
 
-static int check_rmsnorm(FILE *out, cudaStream_t st)
+/* RMSNorm and the fused residual add + RMSNorm; n 1000 takes one pass of
+ * the kernel's registers, 5000 two. */
+static int check_rmsnorm(FILE *out, cudaStream_t st, int64_t n)
 {
-    const int64_t n = 1000, rows = 5;
+    const int64_t rows = 5;
     uint64_t seed = 7;
-    float x[rows * n], w[n], y[rows * n];
-    double ref[rows * n];
-    for (int64_t i = 0; i < rows * n; i++)
+    size_t xb = (size_t)(rows * n) * sizeof(float);
+    float *x = (float *)malloc(xb), *dl = (float *)malloc(xb), *w = (float *)malloc((size_t)n * sizeof(float));
+    float *y = (float *)malloc(xb), *xs = (float *)malloc(xb);
+    double *ref = (double *)malloc((size_t)(rows * n) * sizeof(double));
+    double *ref_add = (double *)malloc((size_t)(rows * n) * sizeof(double));
+    dev_bufs d = {};
+    float *dx = (float *)d.alloc(xb), *dd = (float *)d.alloc(xb), *dw = (float *)d.alloc((size_t)n * sizeof(float));
+    float *dy = (float *)d.alloc(xb);
+    double e = 1, e_add = 1;
+    int sum_diff = 1;
+    if (!x || !dl || !w || !y || !xs || !ref || !ref_add || !dx || !dd || !dw || !dy)
+        goto done;
+    for (int64_t i = 0; i < rows * n; i++) {
         x[i] = uniform(&seed) * 3;
+        dl[i] = uniform(&seed);
+    }
     for (int64_t i = 0; i < n; i++)
         w[i] = uniform(&seed);
-    for (int64_t r = 0; r < rows; r++) {
-        double ss = 0;
-        for (int64_t i = 0; i < n; i++)
-            ss += (double)x[r * n + i] * x[r * n + i];
-        double sc = 1.0 / sqrt(ss / n + 1e-5);
-        for (int64_t i = 0; i < n; i++)
-            ref[r * n + i] = x[r * n + i] * sc * w[i];
-    }
-    dev_bufs d = {};
-    float *dx = (float *)d.alloc(sizeof x), *dw = (float *)d.alloc(sizeof w), *dy = (float *)d.alloc(sizeof y);
-    if (!dx || !dw || !dy)
-        return 1;
-    CK(cudaMemcpy(dx, x, sizeof x, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dw, w, sizeof w, cudaMemcpyHostToDevice));
+    for (int64_t r = 0; r < rows; r++)
+        for (int add = 0; add < 2; add++) {
+            double ss = 0;
+            for (int64_t i = 0; i < n; i++) {
+                double v = add ? (double)(x[r * n + i] + dl[r * n + i]) : (double)x[r * n + i];
+                ss += v * v;
+            }
+            double sc = 1.0 / sqrt(ss / n + 1e-5);
+            for (int64_t i = 0; i < n; i++) {
+                double v = add ? (double)(x[r * n + i] + dl[r * n + i]) : (double)x[r * n + i];
+                (add ? ref_add : ref)[r * n + i] = v * sc * w[i];
+            }
+        }
+    CK(cudaMemcpy(dx, x, xb, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dd, dl, xb, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw, w, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
     if (sl_cuda_rmsnorm(dy, dx, NULL, dw, rows, n, 1e-5f, st) < 0)
-        return 1;
-    CK(cudaMemcpyAsync(y, dy, sizeof y, cudaMemcpyDeviceToHost, st));
+        goto done;
+    CK(cudaMemcpyAsync(y, dy, xb, cudaMemcpyDeviceToHost, st));
     CK(cudaStreamSynchronize(st));
-    double e = rel_l2(y, ref, rows * n);
-    fprintf(out, "  rmsnorm n=%lld rows=%lld: rel L2 %.2e  %s\n", (long long)n, (long long)rows, e,
-            e > 1e-6 ? "FAIL" : "ok");
-    return e > 1e-6;
+    e = rel_l2(y, ref, rows * n);
+    if (sl_cuda_add_rmsnorm(dx, dd, dy, dw, rows, n, 1e-5f, st) < 0)
+        goto done;
+    CK(cudaMemcpyAsync(y, dy, xb, cudaMemcpyDeviceToHost, st));
+    CK(cudaMemcpyAsync(xs, dx, xb, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+    e_add = rel_l2(y, ref_add, rows * n);
+    sum_diff = 0;
+    for (int64_t i = 0; i < rows * n; i++)
+        sum_diff += xs[i] != x[i] + dl[i];   /* the residual stream keeps the float sum */
+done:
+    free(x);
+    free(dl);
+    free(w);
+    free(y);
+    free(xs);
+    free(ref);
+    free(ref_add);
+    bool bad = e > 1e-6 || e_add > 1e-6 || sum_diff != 0;
+    fprintf(out, "  rmsnorm n=%lld rows=%lld: rel L2 %.2e, with residual add %.2e, sums %s  %s\n", (long long)n,
+            (long long)rows, e, e_add, sum_diff ? "WRONG" : "exact", bad ? "FAIL" : "ok");
+    return bad;
 }
 
 /* Two sequences over a shuffled block table: A has rows at positions
@@ -514,10 +619,17 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out
                                      SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K};
     int fails = 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        fails += check_matmul(out, st, types[i]);
+        fails += check_matmul(out, st, types[i], 768);
+    for (uint32_t type : {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K}) {
+        for (int64_t n : {4352, 8448})
+            fails += check_matmul(out, st, type, n);
+        for (int64_t n : {768, 4352})
+            fails += check_mmv_fused(out, st, type, n);
+    }
     fails += check_gemm(out, st, SL_GGML_TYPE_Q4_K);
     fails += check_gemm(out, st, SL_GGML_TYPE_Q6_K);
-    fails += check_rmsnorm(out, st);
+    fails += check_rmsnorm(out, st, 1000);
+    fails += check_rmsnorm(out, st, 5000);
     fails += check_attention(out, st, 64, 4, 2);
     fails += check_attention(out, st, 128, 32, 8);
     fails += check_attention(out, st, 64, 36, 2);
