@@ -33,12 +33,12 @@
  * Trade-off: one row per block, so the prefill rows of one sequence each
  * read their own prefix (a shared tile of rows would read it once); and a
  * lone short decode row has only n_head_kv blocks (the split rule keeps
- * contexts up to 1,024 whole: at batch 1 this kernel is slower than one
- * block per query head was, docs/PERF.md). Tried and measured on an H200
- * for that case (1B shape, ~140 positions, ncu): splitting at 64 positions
- * (16 blocks, then the merge) 13.6 us per layer, 8 tiles in flight per
- * block instead of 2 16.3 us, against 13.7 us as is: a block's time goes
- * to its warps' dependent arithmetic per tile, not to the copies. */
+ * contexts up to 1,024 whole). Tried and measured on an H200 for that
+ * case (1B shape, ~140 positions, ncu), before the HD instantiation:
+ * splitting at 64 positions (16 blocks, then the merge) 13.6 us per layer,
+ * 8 tiles in flight per block instead of 2 16.3 us, against 13.7 us: a
+ * block's time went to its warps' instructions per tile, not to the
+ * copies, which is what HD and the shared-memory weights cut (8.1 us). */
 #include <cuda_pipeline.h>
 
 #include "kernels/cuda/attention.cuh"
@@ -46,7 +46,7 @@
 
 #define AW 4                     /* warps per block */
 #define AT (AW * SL_WARP)        /* threads per block */
-#define TILE SL_CUDA_ATTN_TILE     /* positions per tile: one per lane when scoring */
+#define TILE SL_CUDA_ATTN_TILE    /* positions per tile: one per lane when scoring */
 #define HPW 4                    /* query heads per warp, at most */
 #define HB (AW * HPW)            /* query heads per block, at most (larger groups take several blocks) */
 #define PER_LANE (SL_CUDA_ATTN_MAX_HEAD_DIM / SL_WARP)
