@@ -18,7 +18,7 @@
  * Split-K: a launch with gridDim.y = S > 1 cuts a row of context ctx into
  * n = min(splits(ctx), S) ranges of ceil(ctx / n) positions rounded up to a
  * multiple of the tile (the last one shorter; every range is non-empty, see
- * range_of). Block y = s >= n exits at once. A row with n == 1 runs exactly
+ * sl_cuda_attention_range). Block y = s >= n exits at once. A row with n == 1 runs exactly
  * the unsplit code, so short rows are bitwise unchanged by the split
  * launch. A split block writes its unnormalised state (m, l, o) per head to
  * scratch slot (row, head, s); attention_merge_splits merges slots 0..n-1
@@ -57,18 +57,6 @@
 static __host__ __device__ __forceinline__ int64_t smem_floats(int hd)
 {
     return 2 * (int64_t)TILE * (hd + 4) + 2 * (int64_t)TILE * hd + (int64_t)HB * hd;
-}
-
-/* Positions [*p0, *p1) of split s of n = splits(ctx) for a row of context
- * ctx. Non-empty for every s < n: n = ceil(ctx / c) with c = chunk(ctx) a
- * multiple of the tile, so ceil(ctx / n) <= c, the rounded chunk here is
- * <= c too, and (n - 1) * chunk <= (n - 1) * c < ctx. */
-static __device__ __forceinline__ void range_of(int32_t ctx, int n, int s, int32_t *p0, int32_t *p1)
-{
-    int32_t chunk = (ctx + n - 1) / n;
-    chunk = (chunk + TILE - 1) / TILE * TILE;
-    *p0 = s * chunk;
-    *p1 = ctx - *p0 < chunk ? ctx : *p0 + chunk;
 }
 
 /* Queues the async copy of positions [pt, pt + np) of kv head kvh into one
@@ -134,7 +122,7 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
         if (s >= n)
             return;   /* a shorter row of the step: fewer splits */
         if (n > 1)
-            range_of(pos + 1, n, s, &p0, &p1);
+            sl_cuda_attention_range(pos + 1, n, s, &p0, &p1);
     }
     const float *qh = q + (t * n_head + h0) * hd;   /* the group's heads are contiguous */
     for (int i = threadIdx.x; i < nh * hd; i += AT)

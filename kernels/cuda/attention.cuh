@@ -75,6 +75,21 @@ static __host__ __device__ __forceinline__ int sl_cuda_attention_launch_splits(i
     return n < 1 ? 1 : n > SL_CUDA_ATTN_SPLIT_MAX ? SL_CUDA_ATTN_SPLIT_MAX : (int)n;
 }
 
+/* Positions [*p0, *p1) of split s of n = splits(ctx) for a row of context
+ * ctx: ranges of ceil(ctx / n) rounded up to whole tiles, the last one
+ * shorter. Non-empty for every s < n: n = ceil(ctx / c) with c = chunk(ctx)
+ * a multiple of the tile, so ceil(ctx / n) <= c, the rounded range is <= c
+ * too, and (n - 1) * range <= (n - 1) * c < ctx (checked for every ctx to
+ * 70,000 by split_rule_test.cu). */
+static __host__ __device__ __forceinline__ void sl_cuda_attention_range(int32_t ctx, int n, int s, int32_t *p0,
+                                                                        int32_t *p1)
+{
+    int32_t chunk = (ctx + n - 1) / n;
+    chunk = (chunk + SL_CUDA_ATTN_TILE - 1) / SL_CUDA_ATTN_TILE * SL_CUDA_ATTN_TILE;
+    *p0 = s * chunk;
+    *p1 = ctx - *p0 < chunk ? ctx : *p0 + chunk;
+}
+
 /* Floats of split scratch for steps of up to `rows` token rows whose
  * contexts are at most max_ctx positions. 0 when no row can split. */
 static inline int64_t sl_cuda_attention_scratch_floats(int64_t rows, int n_head, int head_dim, int64_t max_ctx)
