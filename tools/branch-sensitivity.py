@@ -45,21 +45,21 @@ def rel(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def mkmodel(path, preset, qtype, scale, **opts):
+def mkmodel(path, preset, qtype, scale, seed, **opts):
     cmd = [tool("mkmodel"), "-o", str(path), "--preset", preset, "--type", qtype,
-           "--n-vocab", str(tf.N_VOCAB), "--branch-scale", repr(scale)]
+           "--n-vocab", str(tf.N_VOCAB), "--branch-scale", repr(scale), "--seed", str(seed)]
     for k, v in opts.items():
         cmd += [f"--{k.replace('_', '-')}", str(v)]
     subprocess.run(cmd, check=True)
     return path
 
 
-def measure(tmp, preset, qtype, scale):
-    r = {"scale": scale, "preset": preset, "type": qtype}
+def measure(tmp, preset, qtype, scale, seed=1):
+    r = {"scale": scale, "seed": seed, "preset": preset, "type": qtype}
     n = len(tl.PROMPT)
 
     # test_llamacpp's setup: peak-16 model, 16-token prompt, 32 greedy steps
-    path = mkmodel(tmp / "peak.gguf", preset, qtype, scale, peak=tl.PEAK)
+    path = mkmodel(tmp / "peak.gguf", preset, qtype, scale, seed, peak=tl.PEAK)
     theirs, their_toks = tl.llamacpp_greedy(tl.load(path), tl.PROMPT, tl.GREEDY)
     theirs = theirs[:n]
     ours, our_toks = tl.engine(path, tmp, tl.PROMPT, tl.GREEDY)
@@ -82,7 +82,7 @@ def measure(tmp, preset, qtype, scale):
         all(int(np.argmax(ref_all[i])) == their_toks[i + 1] for i in range(n - 1, len(their_toks) - 1)))
 
     # test_forward's setup: peak 1, 12-token prompt + 6 steps, chunk 5
-    path = mkmodel(tmp / "flat.gguf", preset, qtype, scale)
+    path = mkmodel(tmp / "flat.gguf", preset, qtype, scale, seed)
     fed, logits, _ = tf.run_engine(path, tmp, tf.PROMPT, tf.STEPS, env={"SLUICE_CPU_ACT": ""}, chunk=5)
     m = Model(str(path), act_quant=False)
     ref = m.logits(fed)
@@ -112,7 +112,8 @@ def table(rows):
             v = r[k]
             cells.append(("yes" if v else f"no ({r.get('iii_greedy_first_diff')})" if k == "iii_greedy_same"
                           else "yes" if v else "no") if isinstance(v, bool) else f"{v:.2e}")
-        out.append(f"| {r['scale']:g} | {r['preset']} | {r['type']} | " + " | ".join(cells) + " |")
+        seed = r.get("seed", 1)
+        out.append(f"| {r['scale']:g}{'' if seed == 1 else f' (seed {seed})'} | {r['preset']} | {r['type']} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -121,6 +122,7 @@ def main():
     ap.add_argument("--scales", default="1,0.3,0.1")
     ap.add_argument("--presets", default=",".join(tl.PRESETS))
     ap.add_argument("--types", default=",".join(tl.TYPES))
+    ap.add_argument("--seeds", default="1", help="mkmodel seeds (the tests use 1)")
     ap.add_argument("--out", default="branch-sensitivity.jsonl")
     ap.add_argument("--table", help="print the markdown table of a results file and exit")
     a = ap.parse_args()
@@ -129,17 +131,17 @@ def main():
         return
     done = set()
     if pathlib.Path(a.out).exists():
-        done = {(r["scale"], r["preset"], r["type"]) for r in map(json.loads, open(a.out))}
+        done = {(r["scale"], r.get("seed", 1), r["preset"], r["type"]) for r in map(json.loads, open(a.out))}
     with tempfile.TemporaryDirectory() as d:
-        for scale in map(float, a.scales.split(",")):
-            for preset in a.presets.split(","):
-                for qtype in a.types.split(","):
-                    if (scale, preset, qtype) in done:
-                        continue
-                    r = measure(pathlib.Path(d), preset, qtype, scale)
-                    print(json.dumps(r), flush=True)
-                    with open(a.out, "a") as f:
-                        f.write(json.dumps(r) + "\n")
+        cases = [(float(x), int(s), p, t) for s in a.seeds.split(",") for x in a.scales.split(",")
+                 for p in a.presets.split(",") for t in a.types.split(",")]
+        for case in cases:
+            if case in done:
+                continue
+            r = measure(pathlib.Path(d), case[2], case[3], case[0], case[1])
+            print(json.dumps(r), flush=True)
+            with open(a.out, "a") as f:
+                f.write(json.dumps(r) + "\n")
 
 
 if __name__ == "__main__":
