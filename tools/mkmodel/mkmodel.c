@@ -8,7 +8,14 @@
  * 8B-shape model needs memory for its largest tensor only.
  *
  *   mkmodel -o out.gguf [--preset NAME] [--arch A] [--type T] [--seed S] ...
- * (mkmodel --help lists every option). */
+ * (mkmodel --help lists every option).
+ *
+ * Init: every matrix std 1/sqrt(fan_in), embeddings std 1, norms 1 +- 0.1;
+ * --branch-scale X multiplies the std of attn_output and ffn_down (whose
+ * outputs are added into the residual stream) by X, like GPT-2's
+ * 1/sqrt(2 n_layer) on output projections, so a layer is a small update of
+ * the stream instead of as large as it; the default 1 writes the same bytes
+ * as before the option existed. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +51,7 @@ typedef struct {
     shape s;
     uint64_t seed;
     float peak;
+    double branch_scale;   /* extra std factor of the residual-branch outputs */
     int threads;
 } options;
 
@@ -136,6 +144,12 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
     dist norm = {1.0, 0.1}, bias = {0.0, 0.1};
     /* output (or tied embedding) scale sets how peaked next-token distributions are */
     dist out = {0.0, o->peak / sqrt((double)E)};
+    /* attn_output and ffn_down write into the residual stream: at std
+     * 1/sqrt(fan_in) each branch adds as much as the stream holds, so the
+     * network amplifies small activation errors far more than a trained
+     * model does; --branch-scale shrinks those two (1 keeps the old files). */
+    dist branch_q = {0.0, o->branch_scale / sqrt((double)Q)};
+    dist branch_f = {0.0, o->branch_scale / sqrt((double)F)};
 
     add(p, "token_embd.weight", s->tied ? hi : base, E, V, s->tied ? out : (dist){0.0, 1.0});
     for (int l = 0; l < s->n_layer; l++) {
@@ -155,11 +169,11 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
             add(p, T("attn_q_norm.weight"), SL_GGML_TYPE_F32, s->head_dim, 0, norm);
             add(p, T("attn_k_norm.weight"), SL_GGML_TYPE_F32, s->head_dim, 0, norm);
         }
-        add(p, T("attn_output.weight"), base, Q, E, (dist){0, 1 / sqrt((double)Q)});
+        add(p, T("attn_output.weight"), base, Q, E, branch_q);
         add(p, T("ffn_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
         add(p, T("ffn_gate.weight"), base, E, F, (dist){0, 1 / sqrt((double)E)});
         add(p, T("ffn_up.weight"), base, E, F, (dist){0, 1 / sqrt((double)E)});
-        add(p, T("ffn_down.weight"), more ? hi : base, F, E, (dist){0, 1 / sqrt((double)F)});
+        add(p, T("ffn_down.weight"), more ? hi : base, F, E, branch_f);
 #undef T
     }
     add(p, "output_norm.weight", SL_GGML_TYPE_F32, E, 0, norm);
@@ -239,6 +253,8 @@ static void usage(FILE *f)
         "  --tokenizer-config F tokenizer_config.json (chat template, BOS/EOS flags)\n"
         "  --n-vocab N          synthetic vocabulary of N tokens instead of a tokenizer\n"
         "  --peak X             output-layer scale: larger = more peaked next-token distributions (default 1)\n"
+        "  --branch-scale X     std factor of attn_output and ffn_down (the residual branches' outputs);\n"
+        "                       X < 1 makes each layer a small update of the stream, as in trained models (default 1)\n"
         "  --seed S             weight seed (default 1)\n"
         "  --threads N          threads (default: all cores)\n");
 }
@@ -254,6 +270,17 @@ static int parse_int(const char *opt, const char *v, int lo, int hi)
     return (int)x;
 }
 
+static double parse_double(const char *opt, const char *v)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (*v == 0 || *end || !(x > 0) || !isfinite(x)) {
+        fprintf(stderr, "mkmodel: %s expects a number > 0, got '%s'\n", opt, v);
+        exit(2);
+    }
+    return x;
+}
+
 static void parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
@@ -261,6 +288,7 @@ static void parse_args(int argc, char **argv, options *o)
     o->type_name = "F32";
     o->seed = 1;
     o->peak = 1.0f;
+    o->branch_scale = 1.0;
     o->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -306,6 +334,7 @@ static void parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--tokenizer-config")) o->tokenizer_config = v;
         else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--peak")) o->peak = strtof(v, NULL);
+        else if (!strcmp(a, "--branch-scale")) o->branch_scale = parse_double(a, v);
         else if (!strcmp(a, "--threads")) o->threads = parse_int(a, v, 1, 1024);
         else {
             fprintf(stderr, "mkmodel: unknown option %s\n", a);
