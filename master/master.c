@@ -248,6 +248,26 @@ static int reap(sl_master *m)
     return fatal;
 }
 
+/* Signals the worker. Under a wrapper (worker_exec.h) the process that owns
+ * the GPU is the wrapper's child, known from the segment once it has
+ * attached: SIGTERM goes to it alone (a sanitizer told to stop would quit
+ * before its report; a worker that stops lets the tool report and exit),
+ * and SIGKILL to it before the wrapper, so no wrapped worker outlives the
+ * recovery that follows. */
+static void signal_worker(sl_master *m, int sig)
+{
+    if (m->worker.pid <= 0)
+        return;
+    if (sl_worker_wrapped()) {
+        sl_shm_worker_info info;
+        sl_shm_worker_info_get(m->shm, &info);
+        if (info.worker_pid > 0 && info.worker_pid != m->worker.pid && kill(info.worker_pid, sig) == 0 &&
+            sig == SIGTERM)
+            return;
+    }
+    kill(m->worker.pid, sig);
+}
+
 /* A READY worker whose current step outlived its bound by the heartbeat
  * timeout is wedged (a progressing slow step extends its own bound). */
 static void check_worker_liveness(sl_master *m)
@@ -261,26 +281,9 @@ static void check_worker_liveness(sl_master *m)
     if (!sl_shm_worker_alive(m->shm, now_ns(), (uint64_t)m->cfg.heartbeat_timeout_ms * 1000000ull)) {
         log_line("worker (pid %d) stopped making progress (no heartbeat within its bound + %u ms); killing it",
                  m->worker.pid, m->cfg.heartbeat_timeout_ms);
-        kill(m->worker.pid, SIGKILL);
-        kill(m->worker.pid, SIGCONT);
+        signal_worker(m, SIGKILL);
+        signal_worker(m, SIGCONT);
     }
-}
-
-/* SIGTERM goes to the process that owns the GPU. Under a wrapper
- * (worker_exec.h) that is the wrapper's child, known from the segment once
- * it has attached: a sanitizer told to stop would quit before its report,
- * while a worker that stops lets the tool report and exit. */
-static void stop_worker(sl_master *m, int sig)
-{
-    if (m->worker.pid <= 0)
-        return;
-    if (sig == SIGTERM && sl_worker_wrapped()) {
-        sl_shm_worker_info info;
-        sl_shm_worker_info_get(m->shm, &info);
-        if (info.worker_pid > 0 && info.worker_pid != m->worker.pid && kill(info.worker_pid, sig) == 0)
-            return;
-    }
-    kill(m->worker.pid, sig);
 }
 
 static void kill_all(sl_master *m, int sig)
@@ -288,7 +291,7 @@ static void kill_all(sl_master *m, int sig)
     for (uint32_t i = 0; i < m->cfg.n_frontends; i++)
         if (m->frontends[i].pid > 0)
             kill(m->frontends[i].pid, sig);
-    stop_worker(m, sig);
+    signal_worker(m, sig);
 }
 
 static bool frontends_running(const sl_master *m)
@@ -460,11 +463,11 @@ int sl_master_run(const sl_config *cfg, int32_t n_ctx)
         }
         if (m.worker.pid > 0) {
             if (!worker_stop_sent) {
-                stop_worker(&m, SIGTERM);
+                signal_worker(&m, SIGTERM);
                 worker_stop_sent = t;
             } else if (t - worker_stop_sent > (sl_worker_wrapped() ? WRAPPED_WORKER_STOP_GRACE_S
                                                                     : WORKER_STOP_GRACE_S) * 1000000000ull) {
-                kill(m.worker.pid, SIGKILL);
+                signal_worker(&m, SIGKILL);
             }
             continue;
         }

@@ -8,7 +8,9 @@
  * The master then reaps the wrapper's pid, so the wrapper must exit when the
  * worker does; a stop (SIGTERM) goes to the worker itself, whose pid the
  * segment holds, because compute-sanitizer told to stop quits before its
- * report. A drain waits up to 300 s instead of 10 for the worker to end.
+ * report, and a kill (a wedged worker) reaches the worker before the
+ * wrapper, so none is left orphaned. A drain waits up to 300 s instead of
+ * 10 for the worker to end.
  * How:  the forked child writes its sl_config (pointer-free, so its bytes are
  *       the config) behind a small header into a memfd, clears close-on-exec
  *       on that memfd and the wakeup eventfds, and execs its own binary as

@@ -143,6 +143,15 @@ def test_exec_worker_serves_and_recovers(chat_model, tmp_path):
         s.stop()
 
 
+def process_state(pid):
+    """The state letter of /proc/PID/stat (R, S, T, Z...), None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
 WRAPPER = """#!/usr/bin/env python3
 # runs the worker as its child, as compute-sanitizer does (descriptors
 # inherited), and writes a "report" once the worker has exited
@@ -182,6 +191,33 @@ def test_worker_wrapper_serves_and_stops(chat_model, tmp_path):
         s.log.close()
     lines = mark.read_text().splitlines()
     assert lines[1:] == ["worker exit 0"], lines
+
+
+def test_wedged_wrapped_worker_is_killed_not_orphaned(chat_model, tmp_path):
+    """Under a wrapper, a worker that stops beating is killed itself (the
+    pid from the segment), not only its wrapper: a stopped worker orphaned
+    by a killed wrapper would never run its death signal and would outlive
+    the recovery. The master then starts a new wrapped worker."""
+    wrapper, mark = tmp_path / "wrap.py", tmp_path / "wrapped"
+    wrapper.write_text(WRAPPER)
+    wrapper.chmod(0o755)
+    s = Server(chat_model, tmp_path, frontends=1, extra=["--heartbeat-timeout-ms", "500"],
+               env={**os.environ, "SLUICE_WORKER_WRAPPER": f"{wrapper} {mark}"})
+    try:
+        w0 = s.admin("effective-config")["master"]["worker"]["pid"]
+        with open(f"/proc/{w0}/task/{w0}/children") as f:
+            (real,) = [int(p) for p in f.read().split()]
+        os.kill(real, signal.SIGSTOP)
+        assert wait_for(lambda: s.admin("effective-config")["master"]["worker"]["pid"] not in (0, w0), 15)
+        s.wait_ready(30)
+        with pytest.raises(ProcessLookupError):
+            os.kill(w0, 0)   # the wrapper: reaped by the master
+        # the worker: dead (gone, or a zombie until init reaps the dead wrapper's child), not stopped
+        assert wait_for(lambda: process_state(real) in (None, "Z", "X"), 10), process_state(real)
+        ev = start_streams(s, 1, max_tokens=5)[0]
+        assert ev[1].wait(30) and ev[0][-1] == "[DONE]"
+    finally:
+        s.stop()
 
 
 def test_missing_worker_wrapper_is_logged_and_server_stays_up(chat_model, tmp_path):
