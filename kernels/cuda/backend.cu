@@ -60,7 +60,7 @@ static cudaError_t pinned_malloc(void **p, size_t bytes)
 /* teardown                                                                  */
 
 /* Frees the captured graphs (they hold the old staging pointers). */
-void drop_graphs(cuda_backend *cb)
+void sl_cuda_backend_drop_graphs(cuda_backend *cb)
 {
     for (int64_t i = 0; cb->graphs && i < graph_slots(cb->graph_cap); i++)
         if (cb->graphs[i]) {
@@ -80,7 +80,7 @@ static void cuda_destroy(sl_backend *b)
     sl_cuda_sampler_destroy(cb->sampler);
     if (cb->pinned_ptr)
         cudaHostUnregister(cb->pinned_ptr);
-    drop_graphs(cb);
+    sl_cuda_backend_drop_graphs(cb);
     free(cb->graphs);
     sl_cuda_gemm_destroy(cb->gemm);
     cudaFree(cb->f16);
@@ -101,12 +101,12 @@ static void cuda_destroy(sl_backend *b)
 /* per-step staging                                                         */
 
 /* Makes room for `need` int32 entries of per-step metadata. */
-sl_status meta_reserve(cuda_backend *cb, int64_t need)
+sl_status sl_cuda_backend_meta_reserve(cuda_backend *cb, int64_t need)
 {
     if (need <= cb->meta_cap)
         return SL_OK;
     SL_CUDA_CHECK(cudaStreamSynchronize(cb->stream));
-    drop_graphs(cb);
+    sl_cuda_backend_drop_graphs(cb);
     cudaFree(cb->meta_d);
     cudaFreeHost(cb->meta_h);
     cb->meta_d = NULL;
@@ -320,8 +320,8 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         return SL_ENOMEM;
     }
     /* SLUICE_CUDA_SAMPLE=0: the worker samples on the host (for comparison) */
-    static const sl_backend_ops ops = {"cuda", cuda_forward, cuda_destroy, cuda_forward_sample};
-    static const sl_backend_ops ops_host_sampling = {"cuda", cuda_forward, cuda_destroy, NULL};
+    static const sl_backend_ops ops = {"cuda", sl_cuda_forward, cuda_destroy, sl_cuda_forward_sample};
+    static const sl_backend_ops ops_host_sampling = {"cuda", sl_cuda_forward, cuda_destroy, NULL};
     const char *samp = getenv("SLUICE_CUDA_SAMPLE");
     cb->base.ops = samp && !strcmp(samp, "0") ? &ops_host_sampling : &ops;
     cb->base.model = m;
@@ -412,7 +412,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         }
         int64_t per_seq = ((int64_t)cfg->max_ctx + cfg->kv_block_size - 1) / cfg->kv_block_size;
         int64_t tab = T * per_seq < (4 << 20) ? T * per_seq : (4 << 20);
-        if (meta_reserve(cb, 4 * T + tab) < 0)
+        if (sl_cuda_backend_meta_reserve(cb, 4 * T + tab) < 0)
             FAIL(SL_ENOMEM, "cuda backend: per-step staging (%llu MiB) does not fit",
                  MIB((uint64_t)(4 * T + tab) * 4));
 

@@ -8,7 +8,7 @@
  *            its destroy slot. forward.cu writes only the per-step fields
  *            (use_gemm, step_ctx, sampler_gen, graph_max), the graph table's
  *            slots and the pinned logits array, and grows the staging only
- *            through meta_reserve(). */
+ *            through sl_cuda_backend_meta_reserve(). */
 #ifndef SL_CUDA_BACKEND_CUH
 #define SL_CUDA_BACKEND_CUH
 
@@ -116,10 +116,10 @@ static inline cudaGraphExec_t *graph_slot(cuda_backend *cb, bool sampling, int64
  * and drops the captured graphs, which point into the old buffers.
  * Returns SL_OK, or SL_EBACKEND after logging the failed CUDA call; on
  * failure meta_cap is 0 and whatever was allocated is freed by destroy. */
-sl_status meta_reserve(cuda_backend *cb, int64_t need);
+sl_status sl_cuda_backend_meta_reserve(cuda_backend *cb, int64_t need);
 
 /* Frees every captured decode graph and clears its slot, so the next
  * decode step of that shape captures anew. No-op when graphs are off. */
-void drop_graphs(cuda_backend *cb);
+void sl_cuda_backend_drop_graphs(cuda_backend *cb);
 
 #endif

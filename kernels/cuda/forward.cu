@@ -19,7 +19,7 @@
  * its (draws or copies, row count, attention split count), so its launches
  * cost one graph launch instead of several per layer; the price is a graph
  * held per shape seen, and a recapture whenever the staging the graphs
- * point into moves (drop_graphs). */
+ * point into moves (sl_cuda_backend_drop_graphs). */
 #include <string.h>
 
 #include "kernels/cuda/attention.cuh"
@@ -79,7 +79,7 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
     int64_t n_tab = 0;
     for (int32_t i = 0; i < n_seqs; i++)
         n_tab += ((int64_t)seqs[i].pos + seqs[i].n_tokens + bs - 1) / bs;
-    TRY(meta_reserve(cb, 4 * Tmax + n_tab));
+    TRY(sl_cuda_backend_meta_reserve(cb, 4 * Tmax + n_tab));
     int32_t *tokens = cb->meta_h, *tok_pos = tokens + Tmax, *tok_table = tok_pos + Tmax;
     int32_t *out_rows = tok_table + Tmax, *blocks = out_rows + Tmax;
     int64_t T = 0, n_out = 0, off = 0;
@@ -297,7 +297,7 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     for (int32_t i = 0; sampling && i < n_seqs; i++)
         sampling = reqs[i].params != NULL;
     if (reqs && sl_cuda_sampler_generation(cb->sampler) != cb->sampler_gen) {
-        drop_graphs(cb);
+        sl_cuda_backend_drop_graphs(cb);
         cb->sampler_gen = sl_cuda_sampler_generation(cb->sampler);
     }
     cudaGraphExec_t g = decode && (!reqs || sampling) && T <= cb->graph_max ? decode_graph(cb, T, sampling) : NULL;
@@ -325,7 +325,7 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     return SL_OK;
 }
 
-sl_status cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
+sl_status sl_cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
 {
     sl_status rc = forward_steps(b, seqs, n_seqs, logits, NULL);
     /* A step that failed half-way may still have copies in flight into the
@@ -335,8 +335,8 @@ sl_status cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, 
     return rc;
 }
 
-sl_status cuda_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
-                                     const sl_sample_req *reqs, int32_t *tokens)
+sl_status sl_cuda_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                 const sl_sample_req *reqs, int32_t *tokens)
 {
     cuda_backend *cb = (cuda_backend *)b;
     sl_status rc = forward_steps(b, seqs, n_seqs, NULL, reqs);

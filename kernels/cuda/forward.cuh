@@ -10,10 +10,10 @@
 #include "kernels/backend.h"
 
 /* One step: every asked logits row copied to `logits`. */
-sl_status cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits);
+sl_status sl_cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits);
 
 /* One step: the token of each sequence drawn on the device into tokens[i]. */
-sl_status cuda_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
-                              const sl_sample_req *reqs, int32_t *tokens);
+sl_status sl_cuda_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                 const sl_sample_req *reqs, int32_t *tokens);
 
 #endif
