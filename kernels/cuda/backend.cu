@@ -6,7 +6,7 @@
  * Runs in the worker process, once per backend, before its first step
  * (creating the backend initialises CUDA).
  *
- * Memory is sized once at creation (STYLE §6): one allocation for all
+ * Memory is sized and allocated once, at creation: one allocation for all
  * weights, one for the KV cache, one per scratch tensor sized for
  * max_batch_tokens rows; a step allocates nothing, except that the staging
  * area for block tables grows if a step's tables outgrow it (a wart: a fixed
@@ -32,10 +32,11 @@
 /* ------------------------------------------------------------------------ */
 /* allocation, with fault injection                                         */
 
-/* STYLE §8: with SLUICE_CUDA_FAIL_ALLOC=N in the environment, the Nth device
- * or pinned allocation of a backend creation fails as out of memory, so a
- * test (cudacheck --faults) can sweep N and check that each failure is a
- * clean error that leaks nothing. Only creation counts; steps never do. */
+/* Fault injection by countdown: with SLUICE_CUDA_FAIL_ALLOC=N in the
+ * environment, the Nth device or pinned allocation of a backend creation
+ * fails as out of memory, so a test (cudacheck --faults) can sweep N and
+ * check that each failure is a clean error that leaks nothing. Only
+ * creation counts; steps never do. */
 static int alloc_countdown;   /* 0: off; creation runs on one thread */
 
 static cudaError_t dev_malloc(void **p, size_t bytes)
