@@ -20,8 +20,9 @@ extern "C" {
 }
 
 /* Checks a CUDA runtime call; on failure logs it once with file:line and
- * makes the enclosing function return SL_EBACKEND (STYLE §5: the scheduler
- * fails the step's sequences, the process lives on). */
+ * makes the enclosing function return SL_EBACKEND: a failed CUDA call is
+ * not fatal, the scheduler fails the step's sequences and the process lives
+ * on. */
 #define SL_CUDA_CHECK(call)                                                                  \
     do {                                                                                     \
         cudaError_t e_ = (call);                                                             \

@@ -1,6 +1,8 @@
-/* kernels/cuda/forward.cu: the CUDA backend: weight upload, the device
- * buffers, and the forward pass for the llama, qwen2 and qwen3 architectures
- * over a batch of sequences with paged KV caches.
+/* kernels/cuda/forward.cu: the CUDA backend's step: the forward pass for
+ * the llama, qwen2 and qwen3 architectures over a batch of sequences with
+ * paged KV caches, and the forward/forward_sample entry points
+ * (forward.cuh) that backend.cu puts in the vtable. It runs on the state
+ * backend.cu created (backend.cuh).
  * Runs in the worker process on the scheduler thread; every launch goes to
  * one stream and a step ends with one synchronisation, after the logits
  * (forward) or the drawn tokens (forward_sample, sample.cuh) are on the
@@ -13,20 +15,19 @@
  * are bitwise identical alone or in any batch (each kernel's header says how
  * it keeps its reduction order fixed).
  *
- * Memory is sized once at creation (STYLE §6): one allocation for all
- * weights, one for the KV cache, one per scratch tensor sized for
- * max_batch_tokens rows; a step allocates nothing, except that the staging
- * area for block tables grows if a step's tables outgrow it (a wart: a fixed
- * bound from the scheduler's table limits would remove it). */
-#include <math.h>
-#include <stdlib.h>
+ * Trade-off: a decode step replays a CUDA graph, captured on first use for
+ * its (draws or copies, row count, attention split count), so its launches
+ * cost one graph launch instead of several per layer; the price is a graph
+ * held per shape seen, and a recapture whenever the staging the graphs
+ * point into moves (sl_cuda_backend_drop_graphs). */
 #include <string.h>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/backend.cuh"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/eltwise.cuh"
 #include "kernels/cuda/embed.cuh"
+#include "kernels/cuda/forward.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mmv.cuh"
@@ -35,177 +36,8 @@
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/sample.cuh"
 
-#define MAX_LOGIT_ROWS 256         /* logits rows computed and copied back per chunk, at most */
-#define ALIGN 256                  /* device sub-allocation alignment (bytes) */
-#define RESERVE_MIN (512ull << 20) /* free memory left when sizing the KV cache ... */
-#define RESERVE_DIV 32             /* ... or 1/32 of the card, whichever is larger */
-
-typedef struct {
-    const float *attn_norm, *ffn_norm;    /* (n_embd) */
-    sl_cuda_weight wq, wk, wv, wo, w_gate, w_up, w_down;
-    const float *bq, *bk, *bv;            /* qwen2 biases or NULL */
-    const float *q_norm, *k_norm;         /* qwen3 (head_dim) or NULL */
-} cuda_layer;
-
-typedef struct {
-    sl_backend base;
-    cudaStream_t stream;
-    bool stream_ok;
-
-    uint8_t *weights;            /* one allocation holding every tensor below */
-    cuda_layer *layers;          /* (n_layer), host array of device pointers */
-    sl_cuda_weight tok_embd, output;
-    const float *output_norm;
-    double *inv_freq;            /* (n_rot/2), inside `weights` */
-    sl_cuda_qkv_params qkv;      /* per-layer fields filled at each layer */
-
-    sl_cuda_kv kv;               /* kv.kv: (n_layer, 2, n_kv_blocks, n_head_kv, block_size, head_dim) */
-
-    /* scratch for T = max_batch_tokens rows */
-    float *x;                    /* (T, n_embd) residual stream */
-    float *xn;                   /* (T, max(n_embd, q_dim)) normed input / projection output */
-    float *q, *k, *v;            /* (T, q_dim), (T, kv_dim) x2 */
-    float *att;                  /* (T, q_dim) attention output */
-    float *att_split;            /* split-K partials, att_split_floats (attention.cuh); NULL: max_ctx never splits */
-    int64_t att_split_floats;
-    float *gate, *up;            /* (T, n_ff) */
-    float *logits;               /* (logit_rows, n_vocab) */
-
-    /* per-step integers: host pinned staging, mirrored on the device:
-     * [tokens T | tok_pos T | tok_table T | out_rows T | blocks cap] */
-    int32_t *meta_h, *meta_d;
-    int64_t meta_cap;            /* int32 entries both hold */
-
-    int64_t logit_rows;          /* rows cb->logits holds: min(max_batch_tokens, MAX_LOGIT_ROWS) */
-
-    /* decode-step graphs, captured on first use, by (draws tokens or copies
-     * logits, row count T in 1..graph_max, attention splits S): see
-     * graph_slot. NULL: graphs off (SLUICE_CUDA_GRAPHS=0, profiling) */
-    cudaGraphExec_t *graphs;
-    int64_t graph_cap;
-    int64_t graph_max;           /* graph_cap, or 0 after a failed capture */
-    uint64_t sampler_gen;        /* the sampler staging the sampling graphs point into */
-
-    /* tensor-core path for steps of >= gemm_min token rows (gemm.cuh); NULL: off */
-    sl_cuda_gemm *gemm;
-    __half *f16;                 /* one allocation holding every matrix's float16 copy */
-    int64_t gemm_min;
-    bool use_gemm;               /* this step's choice (forward_steps) */
-    int64_t step_ctx;            /* this step's longest context, max(pos) + 1 (forward_steps) */
-
-    /* the caller's logits array, page-locked in place so copies to it run at
-     * full speed (a pageable target halves them); grown as steps ask for more */
-    float *pinned_ptr;
-    size_t pinned_bytes;
-    bool pin_failed;
-
-    sl_cuda_sampler *sampler;    /* draws tokens on the device (forward_sample) */
-
-    sl_cuda_profile *prof;       /* SLUICE_CUDA_PROFILE=1: per-op timing, else NULL */
-} cuda_backend;
-
 /* ------------------------------------------------------------------------ */
-/* allocation, with fault injection                                         */
-
-/* STYLE §8: with SLUICE_CUDA_FAIL_ALLOC=N in the environment, the Nth device
- * or pinned allocation of a backend creation fails as out of memory, so a
- * test (cudacheck --faults) can sweep N and check that each failure is a
- * clean error that leaks nothing. Only creation counts; steps never do. */
-static int alloc_countdown;   /* 0: off; creation runs on one thread */
-
-static cudaError_t dev_malloc(void **p, size_t bytes)
-{
-    if (alloc_countdown > 0 && --alloc_countdown == 0) {
-        *p = NULL;
-        return cudaErrorMemoryAllocation;
-    }
-    return cudaMalloc(p, bytes);
-}
-
-static cudaError_t pinned_malloc(void **p, size_t bytes)
-{
-    if (alloc_countdown > 0 && --alloc_countdown == 0) {
-        *p = NULL;
-        return cudaErrorMemoryAllocation;
-    }
-    return cudaHostAlloc(p, bytes, cudaHostAllocDefault);
-}
-
-/* ------------------------------------------------------------------------ */
-/* teardown                                                                  */
-
-#define GRAPH_SPLITS (SL_CUDA_ATTN_SPLIT_MAX + 1)
-
-static int64_t graph_slots(int64_t cap)
-{
-    return 2 * (cap + 1) * GRAPH_SPLITS;
-}
-
-/* Where the graph of a decode step lives: one per (sampling on the device
- * or not, T rows, S attention splits), since each bakes in its launches. */
-static cudaGraphExec_t *graph_slot(cuda_backend *cb, bool sampling, int64_t T, int S)
-{
-    return &cb->graphs[((sampling ? 1 : 0) * (cb->graph_cap + 1) + T) * GRAPH_SPLITS + S];
-}
-
-/* Frees the captured graphs (they hold the old staging pointers). */
-static void drop_graphs(cuda_backend *cb)
-{
-    for (int64_t i = 0; cb->graphs && i < graph_slots(cb->graph_cap); i++)
-        if (cb->graphs[i]) {
-            cudaGraphExecDestroy(cb->graphs[i]);
-            cb->graphs[i] = NULL;
-        }
-}
-
-static void cuda_destroy(sl_backend *b)
-{
-    cuda_backend *cb = (cuda_backend *)b;
-    if (!cb)
-        return;
-    if (cb->stream_ok)
-        cudaStreamSynchronize(cb->stream);
-    sl_cuda_profile_destroy(cb->prof);
-    sl_cuda_sampler_destroy(cb->sampler);
-    if (cb->pinned_ptr)
-        cudaHostUnregister(cb->pinned_ptr);
-    drop_graphs(cb);
-    free(cb->graphs);
-    sl_cuda_gemm_destroy(cb->gemm);
-    cudaFree(cb->f16);
-    cudaFree(cb->weights);
-    cudaFree(cb->kv.kv);
-    float *bufs[] = {cb->x, cb->xn, cb->q, cb->k, cb->v, cb->att, cb->att_split, cb->gate, cb->up, cb->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        cudaFree(bufs[i]);
-    cudaFree(cb->meta_d);
-    cudaFreeHost(cb->meta_h);
-    if (cb->stream_ok)
-        cudaStreamDestroy(cb->stream);
-    free(cb->layers);
-    free(cb);
-}
-
-/* ------------------------------------------------------------------------ */
-/* forward                                                                   */
-
-/* Makes room for `need` int32 entries of per-step metadata. */
-static sl_status meta_reserve(cuda_backend *cb, int64_t need)
-{
-    if (need <= cb->meta_cap)
-        return SL_OK;
-    SL_CUDA_CHECK(cudaStreamSynchronize(cb->stream));
-    drop_graphs(cb);
-    cudaFree(cb->meta_d);
-    cudaFreeHost(cb->meta_h);
-    cb->meta_d = NULL;
-    cb->meta_h = NULL;
-    cb->meta_cap = 0;
-    SL_CUDA_CHECK(dev_malloc((void **)&cb->meta_d, (size_t)need * sizeof(int32_t)));
-    SL_CUDA_CHECK(pinned_malloc((void **)&cb->meta_h, (size_t)need * sizeof(int32_t)));
-    cb->meta_cap = need;
-    return SL_OK;
-}
+/* one step's launches                                                      */
 
 #define TRY(expr)                \
     do {                         \
@@ -247,7 +79,7 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
     int64_t n_tab = 0;
     for (int32_t i = 0; i < n_seqs; i++)
         n_tab += ((int64_t)seqs[i].pos + seqs[i].n_tokens + bs - 1) / bs;
-    TRY(meta_reserve(cb, 4 * Tmax + n_tab));
+    TRY(sl_cuda_backend_meta_reserve(cb, 4 * Tmax + n_tab));
     int32_t *tokens = cb->meta_h, *tok_pos = tokens + Tmax, *tok_table = tok_pos + Tmax;
     int32_t *out_rows = tok_table + Tmax, *blocks = out_rows + Tmax;
     int64_t T = 0, n_out = 0, off = 0;
@@ -366,6 +198,9 @@ static sl_status enqueue_logits(cuda_backend *cb, int64_t r0, int64_t nr)
     return SL_OK;
 }
 
+/* ------------------------------------------------------------------------ */
+/* decode graphs                                                            */
+
 /* The graph of a decode step of T sequences (layers, logits of all T rows,
  * and with `sampling` the draws of all T), captured on first use. Kernel
  * arguments are the fixed scratch and staging pointers; the per-step values
@@ -407,6 +242,9 @@ off:
     cb->graph_max = 0;
     return NULL;
 }
+
+/* ------------------------------------------------------------------------ */
+/* the step                                                                 */
 
 /* Page-locks the first `bytes` of the caller's logits array (once per
  * array and size: the scheduler passes the same array every step). A
@@ -459,7 +297,7 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     for (int32_t i = 0; sampling && i < n_seqs; i++)
         sampling = reqs[i].params != NULL;
     if (reqs && sl_cuda_sampler_generation(cb->sampler) != cb->sampler_gen) {
-        drop_graphs(cb);
+        sl_cuda_backend_drop_graphs(cb);
         cb->sampler_gen = sl_cuda_sampler_generation(cb->sampler);
     }
     cudaGraphExec_t g = decode && (!reqs || sampling) && T <= cb->graph_max ? decode_graph(cb, T, sampling) : NULL;
@@ -487,7 +325,7 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     return SL_OK;
 }
 
-static sl_status cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
+sl_status sl_cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
 {
     sl_status rc = forward_steps(b, seqs, n_seqs, logits, NULL);
     /* A step that failed half-way may still have copies in flight into the
@@ -497,8 +335,8 @@ static sl_status cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n
     return rc;
 }
 
-static sl_status cuda_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
-                                     const sl_sample_req *reqs, int32_t *tokens)
+sl_status sl_cuda_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                 const sl_sample_req *reqs, int32_t *tokens)
 {
     cuda_backend *cb = (cuda_backend *)b;
     sl_status rc = forward_steps(b, seqs, n_seqs, NULL, reqs);
@@ -509,369 +347,4 @@ static sl_status cuda_forward_sample(sl_backend *b, const sl_batch_seq *seqs, in
     for (int32_t i = 0; i < n_seqs; i++)
         tokens[i] = sl_cuda_sampler_result(cb->sampler, i, &reqs[i]);
     return SL_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* creation                                                                  */
-
-static size_t align_up(size_t n)
-{
-    return (n + ALIGN - 1) / ALIGN * ALIGN;
-}
-
-/* Weight upload plan: pass 1 (dst == NULL) sums sizes, pass 2 copies. */
-typedef struct {
-    uint8_t *base;     /* device arena, NULL in the sizing pass */
-    size_t used;
-    cudaError_t err;
-} arena;
-
-static const void *arena_put(arena *a, const void *src, size_t bytes)
-{
-    if (!src)
-        return NULL;
-    size_t at = a->used;
-    a->used += align_up(bytes);
-    if (!a->base)
-        return NULL;
-    if (a->err == cudaSuccess)
-        a->err = cudaMemcpy(a->base + at, src, bytes, cudaMemcpyHostToDevice);
-    return a->base + at;
-}
-
-static sl_cuda_weight arena_weight(arena *a, const sl_weight *w)
-{
-    sl_cuda_weight d = {w->type, w->ne0, w->ne1, w->row_bytes, NULL, NULL};
-    d.data = (const uint8_t *)arena_put(a, w->data, (size_t)w->ne1 * w->row_bytes);
-    return d;
-}
-
-static const float *arena_vec(arena *a, const float *v, int64_t n)
-{
-    return (const float *)arena_put(a, v, (size_t)n * sizeof(float));
-}
-
-/* Lays out (or uploads) every tensor; returns the bytes the arena needs. */
-static size_t place_weights(cuda_backend *cb, arena *a, const double *inv_freq)
-{
-    const sl_model *m = cb->base.model;
-    const sl_hparams *hp = &m->hp;
-    int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
-    int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
-    cb->tok_embd = arena_weight(a, &m->tok_embd);
-    cb->output = m->tied_output ? cb->tok_embd : arena_weight(a, &m->output);
-    cb->output_norm = arena_vec(a, m->output_norm, E);
-    cb->inv_freq = (double *)arena_put(a, inv_freq, (size_t)(hp->n_rot / 2) * sizeof(double));
-    for (int l = 0; l < hp->n_layer; l++) {
-        const sl_layer *S = &m->layers[l];
-        cuda_layer *L = &cb->layers[l];
-        L->attn_norm = arena_vec(a, S->attn_norm, E);
-        L->ffn_norm = arena_vec(a, S->ffn_norm, E);
-        L->wq = arena_weight(a, &S->wq);
-        L->wk = arena_weight(a, &S->wk);
-        L->wv = arena_weight(a, &S->wv);
-        L->wo = arena_weight(a, &S->wo);
-        L->w_gate = arena_weight(a, &S->w_gate);
-        L->w_up = arena_weight(a, &S->w_up);
-        L->w_down = arena_weight(a, &S->w_down);
-        L->bq = arena_vec(a, S->bq, q_dim);
-        L->bk = arena_vec(a, S->bk, kv_dim);
-        L->bv = arena_vec(a, S->bv, kv_dim);
-        L->q_norm = arena_vec(a, S->q_norm, hp->head_dim);
-        L->k_norm = arena_vec(a, S->k_norm, hp->head_dim);
-    }
-    return a->used;
-}
-
-#define MIB(x) ((unsigned long long)((x) >> 20))
-
-/* The tensor-core path (gemm.cuh): float16 copies of every matrix when
- * they fit in half of the free memory (the KV cache is sized after), and a
- * cuBLAS handle. Off, with a note, when they do not fit or the environment
- * has SLUICE_CUDA_GEMM=0; only a CUDA failure is an error. */
-static sl_status setup_gemm(cuda_backend *cb, char err[SL_ERR_LEN])
-{
-    const char *e = getenv("SLUICE_CUDA_GEMM");
-    if (e && !strcmp(e, "0"))
-        return SL_OK;
-    const char *m = getenv("SLUICE_CUDA_GEMM_MIN");
-    cb->gemm_min = m && atoi(m) > 0 ? atoi(m) : 16;
-    const sl_hparams *hp = &cb->base.model->hp;
-    int n_w = 7 * hp->n_layer + 1;
-    sl_cuda_weight **ws = (sl_cuda_weight **)malloc((size_t)n_w * sizeof *ws);
-    if (!ws) {
-        snprintf(err, SL_ERR_LEN, "cuda backend: out of host memory");
-        return SL_ENOMEM;
-    }
-    int k = 0;
-    for (int l = 0; l < hp->n_layer; l++) {
-        cuda_layer *L = &cb->layers[l];
-        sl_cuda_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++)
-            ws[k++] = lw[i];
-    }
-    ws[k++] = &cb->output;
-    size_t total = 0;
-    for (int i = 0; i < k; i++)
-        total += align_up(sl_cuda_gemm_bytes(ws[i]));
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    if (total > free_b / 2) {
-        fprintf(stderr, "cuda backend: tensor-core path off: float16 weight copies (%llu MiB) exceed half of the "
-                "free memory (%llu MiB)\n", MIB(total), MIB(free_b));
-        free(ws);
-        return SL_OK;
-    }
-    sl_status rc = SL_OK;
-    int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
-    int64_t widest = E > q_dim ? E : q_dim;
-    widest = widest > F ? widest : F;
-    if (dev_malloc((void **)&cb->f16, total) != cudaSuccess) {
-        cudaGetLastError();
-        snprintf(err, SL_ERR_LEN, "cuda backend: float16 weight copies (%llu MiB) do not fit: %llu MiB free",
-                 MIB(total), MIB(free_b));
-        rc = SL_ENOMEM;
-    } else {
-        int64_t rows = ((int64_t)cb->base.cfg.max_batch_tokens + SL_GEMM_COLS_MAX - 1) / SL_GEMM_COLS_MAX * SL_GEMM_COLS_MAX;
-        rc = sl_cuda_gemm_create(cb->stream, rows * widest, rows, &cb->gemm, err, SL_ERR_LEN);
-    }
-    size_t at = 0;
-    for (int i = 0; rc == SL_OK && i < k; i++) {
-        __half *dst = (__half *)((uint8_t *)cb->f16 + at);
-        at += align_up(sl_cuda_gemm_bytes(ws[i]));
-        if (sl_cuda_gemm_dequant(ws[i], dst, cb->stream) != SL_OK) {
-            snprintf(err, SL_ERR_LEN, "cuda backend: dequantizing to float16 failed");
-            rc = SL_EBACKEND;
-        }
-        ws[i]->f16 = dst;
-    }
-    if (rc == SL_OK && cudaStreamSynchronize(cb->stream) != cudaSuccess) {
-        snprintf(err, SL_ERR_LEN, "cuda backend: dequantizing to float16 failed");
-        rc = SL_EBACKEND;
-    }
-    free(ws);
-    return rc;
-}
-
-/* The model's matrices must be of a type the matmul kernel computes. */
-static bool check_types(const sl_model *m, char err[SL_ERR_LEN])
-{
-    const sl_weight *w[] = {&m->tok_embd, &m->output};
-    for (int i = 0; i < 2; i++)
-        if (!sl_cuda_matmul_supports(w[i]->type)) {
-            snprintf(err, SL_ERR_LEN, "cuda backend: tensor type %u of %s is not supported", w[i]->type,
-                     i ? "output" : "token_embd");
-            return false;
-        }
-    for (int l = 0; l < m->hp.n_layer; l++) {
-        const sl_layer *L = &m->layers[l];
-        const sl_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++)
-            if (!sl_cuda_matmul_supports(lw[i]->type)) {
-                snprintf(err, SL_ERR_LEN, "cuda backend: layer %d has a matrix of unsupported type %u", l,
-                         lw[i]->type);
-                return false;
-            }
-    }
-    return true;
-}
-
-
-extern "C" __attribute__((visibility("default"))) sl_status
-sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backend **out, char err[SL_ERR_LEN])
-{
-    *out = NULL;
-    const sl_hparams *hp = &m->hp;
-    int n_dev = 0;
-    cudaError_t ce = cudaGetDeviceCount(&n_dev);
-    if (ce != cudaSuccess || n_dev < 1) {
-        snprintf(err, SL_ERR_LEN, "cuda backend: no usable CUDA device (%s)",
-                 ce != cudaSuccess ? cudaGetErrorString(ce) : "device count 0");
-        return SL_EUNSUPPORTED;
-    }
-    if (hp->head_dim > SL_CUDA_ATTN_MAX_HEAD_DIM || hp->head_dim % 4 != 0 || hp->n_head % hp->n_head_kv != 0) {
-        snprintf(err, SL_ERR_LEN, "cuda backend: head_dim %d (a multiple of 4, max %d) or %d heads over %d kv heads "
-                 "unsupported",
-                 hp->head_dim, SL_CUDA_ATTN_MAX_HEAD_DIM, hp->n_head, hp->n_head_kv);
-        return SL_EUNSUPPORTED;
-    }
-    if (!check_types(m, err))
-        return SL_EUNSUPPORTED;
-    if (cfg->kv_block_size < 1 || cfg->max_batch_tokens < 1 || cfg->max_ctx < 1) {
-        snprintf(err, SL_ERR_LEN, "cuda backend: invalid configuration");
-        return SL_EINVAL;
-    }
-
-    const char *fault = getenv("SLUICE_CUDA_FAIL_ALLOC");
-    alloc_countdown = fault ? atoi(fault) : 0;
-    cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
-    if (cb)
-        cb->layers = (cuda_layer *)calloc((size_t)hp->n_layer, sizeof *cb->layers);
-    if (!cb || !cb->layers) {
-        free(cb);
-        snprintf(err, SL_ERR_LEN, "cuda backend: out of host memory");
-        return SL_ENOMEM;
-    }
-    /* SLUICE_CUDA_SAMPLE=0: the worker samples on the host (for comparison) */
-    static const sl_backend_ops ops = {"cuda", cuda_forward, cuda_destroy, cuda_forward_sample};
-    static const sl_backend_ops ops_host_sampling = {"cuda", cuda_forward, cuda_destroy, NULL};
-    const char *samp = getenv("SLUICE_CUDA_SAMPLE");
-    cb->base.ops = samp && !strcmp(samp, "0") ? &ops_host_sampling : &ops;
-    cb->base.model = m;
-    cb->base.cfg = *cfg;
-    cb->base.cfg.device = "cuda";
-    sl_status rc = SL_EBACKEND;
-    size_t free_b = 0, total_b = 0;
-
-#define FAIL(code, ...)                                   \
-    do {                                                  \
-        snprintf(err, SL_ERR_LEN, __VA_ARGS__);           \
-        rc = (code);                                      \
-        goto fail;                                        \
-    } while (0)
-#define CUDA_OR_FAIL(call, what)                                                                            \
-    do {                                                                                                    \
-        cudaError_t e_ = (call);                                                                            \
-        if (e_ != cudaSuccess)                                                                              \
-            FAIL(e_ == cudaErrorMemoryAllocation ? SL_ENOMEM : SL_EBACKEND, "cuda backend: %s: %s", what,   \
-                 cudaGetErrorString(e_));                                                                   \
-    } while (0)
-
-    {
-        CUDA_OR_FAIL(cudaSetDevice(0), "cudaSetDevice(0)");
-        CUDA_OR_FAIL(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-        cb->stream_ok = true;
-
-        /* weights: size the arena, allocate once, upload */
-        int half = hp->n_rot / 2;
-        double *inv_freq = (double *)malloc((size_t)(half > 0 ? half : 1) * sizeof(double));
-        if (!inv_freq)
-            FAIL(SL_ENOMEM, "cuda backend: out of host memory");
-        for (int i = 0; i < half; i++) {
-            inv_freq[i] = pow((double)hp->rope_freq_base, -2.0 * (double)i / (double)hp->n_rot);
-            if (m->rope_freqs)
-                inv_freq[i] /= m->rope_freqs[i];
-        }
-        arena a = {NULL, 0, cudaSuccess};
-        size_t wbytes = place_weights(cb, &a, inv_freq);
-        cudaMemGetInfo(&free_b, &total_b);
-        ce = dev_malloc((void **)&cb->weights, wbytes);
-        if (ce != cudaSuccess) {
-            free(inv_freq);
-            FAIL(SL_ENOMEM, "cuda backend: weights (%llu MiB) do not fit: %llu MiB free of %llu MiB (%s)",
-                 MIB(wbytes), MIB(free_b), MIB(total_b), cudaGetErrorString(ce));
-        }
-        arena up = {cb->weights, 0, cudaSuccess};
-        place_weights(cb, &up, inv_freq);
-        free(inv_freq);
-        CUDA_OR_FAIL(up.err, "uploading weights");
-
-        cb->qkv.inv_freq = cb->inv_freq;
-        cb->qkv.freq_scale = hp->rope_freq_scale;
-        cb->qkv.n_head = hp->n_head;
-        cb->qkv.n_rot = hp->n_rot;
-        cb->qkv.neox = hp->rope_style == SL_ROPE_NEOX;
-        cb->qkv.eps = hp->norm_eps;
-
-        /* scratch for max_batch_tokens rows */
-        /* rows rounded up: the tensor-core path writes whole chunks of up to SL_GEMM_COLS_MAX rows */
-        int64_t T = ((int64_t)cfg->max_batch_tokens + SL_GEMM_COLS_MAX - 1) / SL_GEMM_COLS_MAX * SL_GEMM_COLS_MAX;
-        int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
-        int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim, V = hp->n_vocab;
-        int64_t xn_dim = E > q_dim ? E : q_dim;
-        cb->logit_rows = cfg->max_batch_tokens < MAX_LOGIT_ROWS ? cfg->max_batch_tokens : MAX_LOGIT_ROWS;
-        int64_t lr = (cb->logit_rows + SL_GEMM_COLS_MAX - 1) / SL_GEMM_COLS_MAX * SL_GEMM_COLS_MAX;
-        /* fixed for the worst case, so that a row's split never depends on what else is batched */
-        cb->att_split_floats = sl_cuda_attention_scratch_floats(cfg->max_batch_tokens, hp->n_head, hp->head_dim,
-                                                                cfg->max_ctx);
-        struct {
-            float **p;
-            int64_t n;
-        } sc[] = {{&cb->x, T * E},      {&cb->xn, T * xn_dim}, {&cb->q, T * q_dim},     {&cb->k, T * kv_dim},
-                  {&cb->v, T * kv_dim}, {&cb->att, T * q_dim}, {&cb->gate, T * hp->n_ff}, {&cb->up, T * hp->n_ff},
-                  {&cb->logits, lr * V}, {&cb->att_split, cb->att_split_floats}};
-        size_t sbytes = 0;
-        for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
-            if (sc[i].n == 0)
-                continue;   /* att_split when max_ctx never splits */
-            sbytes += (size_t)sc[i].n * sizeof(float);
-            ce = dev_malloc((void **)sc[i].p, (size_t)sc[i].n * sizeof(float));
-            if (ce != cudaSuccess) {
-                cudaMemGetInfo(&free_b, &total_b);
-                FAIL(SL_ENOMEM, "cuda backend: scratch for %d batch tokens (%llu MiB so far) does not fit "
-                     "after the weights (%llu MiB): %llu MiB free", cfg->max_batch_tokens, MIB(sbytes),
-                     MIB(wbytes), MIB(free_b));
-            }
-        }
-        int64_t per_seq = ((int64_t)cfg->max_ctx + cfg->kv_block_size - 1) / cfg->kv_block_size;
-        int64_t tab = T * per_seq < (4 << 20) ? T * per_seq : (4 << 20);
-        if (meta_reserve(cb, 4 * T + tab) < 0)
-            FAIL(SL_ENOMEM, "cuda backend: per-step staging (%llu MiB) does not fit",
-                 MIB((uint64_t)(4 * T + tab) * 4));
-
-        rc = setup_gemm(cb, err);
-        if (rc != SL_OK)
-            goto fail;
-        rc = SL_EBACKEND;
-
-        /* KV cache: as asked, or from what is free now */
-        /* sl_backend_kv_block_bytes()'s figure; computed here because the
-         * library links nothing of the host binary */
-        uint64_t block_bytes = 2ull * hp->n_layer * hp->n_head_kv * hp->head_dim * cfg->kv_block_size * sizeof(float);
-        uint64_t n_blocks = cfg->n_kv_blocks;
-        CUDA_OR_FAIL(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-        if (n_blocks == 0) {
-            uint64_t reserve = total_b / RESERVE_DIV > RESERVE_MIN ? total_b / RESERVE_DIV : RESERVE_MIN;
-            n_blocks = free_b > reserve ? (free_b - reserve) / block_bytes : 0;
-            if (n_blocks > 0x7fffffff)
-                n_blocks = 0x7fffffff;
-            if (n_blocks < 1)
-                FAIL(SL_ENOMEM, "cuda backend: no room for a KV cache: %llu MiB free after weights (%llu MiB) "
-                     "and scratch (%llu MiB), %llu MiB kept in reserve", MIB(free_b), MIB(wbytes), MIB(sbytes),
-                     MIB(reserve));
-        }
-        uint64_t kv_bytes = n_blocks * block_bytes;
-        ce = dev_malloc((void **)&cb->kv.kv, kv_bytes);
-        if (ce != cudaSuccess)
-            FAIL(SL_ENOMEM, "cuda backend: KV cache (%llu MiB for %llu blocks of %u positions) does not fit: "
-                 "%llu MiB free after weights (%llu MiB) and scratch (%llu MiB)", MIB(kv_bytes),
-                 (unsigned long long)n_blocks, cfg->kv_block_size, MIB(free_b), MIB(wbytes), MIB(sbytes));
-        CUDA_OR_FAIL(cudaMemsetAsync(cb->kv.kv, 0, kv_bytes, cb->stream), "clearing the KV cache");
-        CUDA_OR_FAIL(cudaStreamSynchronize(cb->stream), "clearing the KV cache");
-        cb->kv.n_blocks = (int64_t)n_blocks;
-        cb->kv.block_floats = (int64_t)hp->n_head_kv * cfg->kv_block_size * hp->head_dim;
-        cb->kv.block_size = (int32_t)cfg->kv_block_size;
-        cb->kv.n_head_kv = hp->n_head_kv;
-        cb->kv.head_dim = hp->head_dim;
-        cb->base.cfg.n_kv_blocks = (uint32_t)n_blocks;
-        cb->base.kv_bytes = kv_bytes;
-    }
-#undef CUDA_OR_FAIL
-#undef FAIL
-    alloc_countdown = 0;
-    if (sl_cuda_attention_prepare() < 0) {
-        snprintf(err, SL_ERR_LEN, "cuda backend: attention kernels: %s", cudaGetErrorString(cudaGetLastError()));
-        rc = SL_EBACKEND;
-        goto fail;
-    }
-    if (sl_cuda_sampler_create(hp->n_vocab, &cb->sampler) < 0) {
-        snprintf(err, SL_ERR_LEN, "cuda backend: out of host memory");
-        rc = SL_ENOMEM;
-        goto fail;
-    }
-    cb->prof = sl_cuda_profile_create_from_env();
-    {
-        const char *g = getenv("SLUICE_CUDA_GRAPHS");
-        if (!cb->prof && !(g && !strcmp(g, "0"))) {
-            cb->graphs = (cudaGraphExec_t *)calloc((size_t)graph_slots(cb->logit_rows), sizeof *cb->graphs);
-            cb->graph_cap = cb->graph_max = cb->graphs ? cb->logit_rows : 0;
-        }
-    }
-    *out = &cb->base;
-    return SL_OK;
-
-fail:
-    alloc_countdown = 0;
-    cuda_destroy(&cb->base);
-    return rc;
 }

@@ -1,6 +1,8 @@
 /* kernels/cuda/profile.cuh: where a forward step's GPU time goes, by op.
- * Where:  forward.cu, when the environment has SLUICE_CUDA_PROFILE=1 (off
- *         otherwise: every call below is a no-op on NULL).
+ * Where:  created and destroyed with the backend (backend.cu), marked by
+ *         the step (forward.cu), when the environment has
+ *         SLUICE_CUDA_PROFILE=1 (off otherwise: every call below is a no-op
+ *         on NULL).
  * How:    an event is recorded on the stream after each op group; after the
  *         step's synchronisation the gaps between consecutive events are
  *         added to their group. Events do not synchronise, so the figures

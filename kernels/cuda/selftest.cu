@@ -1,8 +1,8 @@
 /* kernels/cuda/selftest.cu: per-op checks of the CUDA kernels against host
  * references, run on the GPU machine through the exported
  * sl_cuda_selftest() (tools/cudacheck --ops). When the whole-model check in
- * cudacheck fails, this says which kernel is at fault (STYLE §8: each kernel
- * against the CPU, by relative error, with a per-op tolerance).
+ * cudacheck fails, this says which kernel is at fault (each kernel is
+ * checked against the CPU by relative error, with a per-op tolerance).
  *
  *   matmul    every type, T = 1..19: rel L2 vs a float64 dot of the rows
  *             dequantized by model/quant.c (tol 1e-5), and each row of a

@@ -1,0 +1,125 @@
+/* kernels/cuda/backend.cuh: the CUDA backend's state, shared by its two
+ * halves: backend.cu creates and destroys it, forward.cu runs the steps on
+ * it. Private to libsluice_cuda.so (kernels/backend.h is the interface,
+ * cuda_backend.h the library's entry point).
+ * Who:       the thread that drives the backend, one step at a time; nothing
+ *            here locks.
+ * Ownership: backend.cu allocates every buffer at creation and frees it in
+ *            its destroy slot. forward.cu writes only the per-step fields
+ *            (use_gemm, step_ctx, sampler_gen, graph_max), the graph table's
+ *            slots and the pinned logits array, and grows the staging only
+ *            through sl_cuda_backend_meta_reserve(). */
+#ifndef SL_CUDA_BACKEND_CUH
+#define SL_CUDA_BACKEND_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/paged.cuh"
+#include "kernels/cuda/profile.cuh"
+#include "kernels/cuda/qkv_post.cuh"
+#include "kernels/cuda/sample.cuh"
+
+#define MAX_LOGIT_ROWS 256         /* logits rows computed and copied back per chunk, at most */
+
+typedef struct {
+    const float *attn_norm, *ffn_norm;    /* (n_embd) */
+    sl_cuda_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    const float *bq, *bk, *bv;            /* qwen2 biases or NULL */
+    const float *q_norm, *k_norm;         /* qwen3 (head_dim) or NULL */
+} cuda_layer;
+
+typedef struct {
+    sl_backend base;
+    cudaStream_t stream;
+    bool stream_ok;
+
+    uint8_t *weights;            /* one allocation holding every tensor below */
+    cuda_layer *layers;          /* (n_layer), host array of device pointers */
+    sl_cuda_weight tok_embd, output;
+    const float *output_norm;
+    double *inv_freq;            /* (n_rot/2), inside `weights` */
+    sl_cuda_qkv_params qkv;      /* per-layer fields filled at each layer */
+
+    sl_cuda_kv kv;               /* kv.kv: (n_layer, 2, n_kv_blocks, n_head_kv, block_size, head_dim) */
+
+    /* scratch for T = max_batch_tokens rows */
+    float *x;                    /* (T, n_embd) residual stream */
+    float *xn;                   /* (T, max(n_embd, q_dim)) normed input / projection output */
+    float *q, *k, *v;            /* (T, q_dim), (T, kv_dim) x2 */
+    float *att;                  /* (T, q_dim) attention output */
+    float *att_split;            /* split-K partials, att_split_floats (attention.cuh); NULL: max_ctx never splits */
+    int64_t att_split_floats;
+    float *gate, *up;            /* (T, n_ff) */
+    float *logits;               /* (logit_rows, n_vocab) */
+
+    /* per-step integers: host pinned staging, mirrored on the device:
+     * [tokens T | tok_pos T | tok_table T | out_rows T | blocks cap] */
+    int32_t *meta_h, *meta_d;
+    int64_t meta_cap;            /* int32 entries both hold */
+
+    int64_t logit_rows;          /* rows cb->logits holds: min(max_batch_tokens, MAX_LOGIT_ROWS) */
+
+    /* decode-step graphs, captured on first use, by (draws tokens or copies
+     * logits, row count T in 1..graph_max, attention splits S): see
+     * graph_slot. NULL: graphs off (SLUICE_CUDA_GRAPHS=0, profiling) */
+    cudaGraphExec_t *graphs;
+    int64_t graph_cap;
+    int64_t graph_max;           /* graph_cap, or 0 after a failed capture */
+    uint64_t sampler_gen;        /* the sampler staging the sampling graphs point into */
+
+    /* tensor-core path for steps of >= gemm_min token rows (gemm.cuh); NULL: off */
+    sl_cuda_gemm *gemm;
+    __half *f16;                 /* one allocation holding every matrix's float16 copy */
+    int64_t gemm_min;
+    bool use_gemm;               /* this step's choice (forward_steps) */
+    int64_t step_ctx;            /* this step's longest context, max(pos) + 1 (forward_steps) */
+
+    /* the caller's logits array, page-locked in place so copies to it run at
+     * full speed (a pageable target halves them); grown as steps ask for more */
+    float *pinned_ptr;
+    size_t pinned_bytes;
+    bool pin_failed;
+
+    sl_cuda_sampler *sampler;    /* draws tokens on the device (forward_sample) */
+
+    sl_cuda_profile *prof;       /* SLUICE_CUDA_PROFILE=1: per-op timing, else NULL */
+} cuda_backend;
+
+/* ------------------------------------------------------------------------ */
+/* the decode-graph table: allocated by backend.cu, filled by forward.cu    */
+
+#define GRAPH_SPLITS (SL_CUDA_ATTN_SPLIT_MAX + 1)
+
+static inline int64_t graph_slots(int64_t cap)
+{
+    return 2 * (cap + 1) * GRAPH_SPLITS;
+}
+
+/* Where the graph of a decode step lives: one per (sampling on the device
+ * or not, T rows, S attention splits), since each bakes in its launches. */
+static inline cudaGraphExec_t *graph_slot(cuda_backend *cb, bool sampling, int64_t T, int S)
+{
+    return &cb->graphs[((sampling ? 1 : 0) * (cb->graph_cap + 1) + T) * GRAPH_SPLITS + S];
+}
+
+/* ------------------------------------------------------------------------ */
+/* backend.cu, for forward.cu                                               */
+
+/* Makes room for `need` int32 entries in the per-step staging (meta_h and
+ * its device mirror meta_d). When it grows them it synchronises the stream
+ * and drops the captured graphs, which point into the old buffers.
+ * Returns SL_OK, or SL_EBACKEND after logging the failed CUDA call; on
+ * failure meta_cap is 0 and whatever was allocated is freed by destroy. */
+sl_status sl_cuda_backend_meta_reserve(cuda_backend *cb, int64_t need);
+
+/* Frees every captured decode graph and clears its slot, so the next
+ * decode step of that shape captures anew. No-op when graphs are off. */
+void sl_cuda_backend_drop_graphs(cuda_backend *cb);
+
+#endif
