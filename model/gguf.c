@@ -117,8 +117,7 @@ static bool cur_str(cursor *c, sl_gguf_str *s, const char *what)
     return true;
 }
 
-/* Size of a fixed-size value type; 0 for STRING/ARRAY/unknown. */
-static uint32_t type_size(uint32_t t)
+uint32_t sl_gguf_value_size(uint32_t t)
 {
     switch (t) {
     case SL_GGUF_TYPE_UINT8: case SL_GGUF_TYPE_INT8: case SL_GGUF_TYPE_BOOL: return 1;
@@ -201,7 +200,7 @@ static bool parse_value(cursor *c, sl_gguf *g, kv_entry *e)
         return cur_str(c, &s, "string value");
     }
     if (e->type != SL_GGUF_TYPE_ARRAY) {
-        uint32_t sz = type_size(e->type);
+        uint32_t sz = sl_gguf_value_size(e->type);
         if (sz == 0) {
             cur_fail(c, at - 4, "key '%.*s' has unknown value type %u", (int)e->key.len, e->key.ptr, e->type);
             return false;
@@ -249,7 +248,7 @@ static bool parse_value(cursor *c, sl_gguf *g, kv_entry *e)
         (void)g;
         return true;
     }
-    uint32_t sz = type_size(et);
+    uint32_t sz = sl_gguf_value_size(et);
     if (sz == 0) {
         cur_fail(c, at, "key '%.*s': array of unknown type %u", (int)e->key.len, e->key.ptr, et);
         return false;
@@ -687,7 +686,7 @@ sl_status sl_gguf_arr_int(const sl_gguf_arr *a, uint64_t i, int64_t *out)
     if (!is_int_type(a->type))
         return SL_EINVAL;
     int64_t v;
-    if (!read_int(a->type, (const uint8_t *)a->data + i * type_size(a->type), &v))
+    if (!read_int(a->type, (const uint8_t *)a->data + i * sl_gguf_value_size(a->type), &v))
         return SL_ERANGE;
     *out = v;
     return SL_OK;

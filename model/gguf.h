@@ -70,6 +70,10 @@ typedef struct {
 
 typedef struct sl_gguf sl_gguf;   /* opaque */
 
+/* Bytes one value of a fixed-size type takes in a file; 0 for STRING, ARRAY
+ * and unknown types. */
+uint32_t sl_gguf_value_size(uint32_t type);
+
 /* Opens and validates `path`. On success *out is the reader; on failure *out
  * is NULL, `err` holds one line ("FILE: offset N: what"), and the status is
  * negative. Checks include: magic, version (2 or 3), counts vs file size,

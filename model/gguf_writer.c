@@ -124,20 +124,9 @@ sl_status sl_gguf_writer_set_str(sl_gguf_writer *w, const char *key, const char 
     return sl_gguf_writer_set_strn(w, key, v, strlen(v));
 }
 
-static uint32_t elem_size(uint32_t t)
-{
-    switch (t) {
-    case SL_GGUF_TYPE_UINT8: case SL_GGUF_TYPE_INT8: case SL_GGUF_TYPE_BOOL: return 1;
-    case SL_GGUF_TYPE_UINT16: case SL_GGUF_TYPE_INT16: return 2;
-    case SL_GGUF_TYPE_UINT32: case SL_GGUF_TYPE_INT32: case SL_GGUF_TYPE_FLOAT32: return 4;
-    case SL_GGUF_TYPE_UINT64: case SL_GGUF_TYPE_INT64: case SL_GGUF_TYPE_FLOAT64: return 8;
-    }
-    return 0;
-}
-
 sl_status sl_gguf_writer_set_arr(sl_gguf_writer *w, const char *key, uint32_t type, const void *data, uint64_t n)
 {
-    uint32_t es = elem_size(type);
+    uint32_t es = sl_gguf_value_size(type);
     if (es == 0)
         return SL_EINVAL;
     size_t len = 12 + (size_t)n * es;
