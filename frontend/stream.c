@@ -11,14 +11,14 @@
  * Stream lifecycle (each arrow names the function making it):
  *   generate() -> LIVE (linked, mailbox submitted)
  *   LIVE --pump(): terminal or stop string--> finish(): FINAL sent, unlinked,
- *        mailbox released (or kept by sl_fe_release_later until the worker lets go)
+ *        mailbox released (or kept by release_later() until the worker lets go)
  *   LIVE --on_stop() (write failed) | tick(): client hung up, write timeout |
  *        abort_all() (drain deadline)--> cancelled, unlinked
  *   any --on_dispose() (the pool dies)--> cleanup; the single place that frees.
  * Invariants: (1) at most one h2o_send is in flight per stream and its bytes
  * (st->out) are untouched until proceed; (2) after FINAL/ERROR nothing touches
  * st->req; (3) a stream holds its ticket until it is released or handed to
- * sl_fe_release_later, exactly once. */
+ * release_later(), exactly once. */
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
@@ -119,6 +119,42 @@ static bool out_event(sl_fe_stream *st, char *json)
     return ok;
 }
 
+/* ================================================================ mailbox release */
+
+/* Releases `t` now if the worker let go, else keeps it in fe->pending for
+ * sl_fe_streams_retry_releases (a cancelled request is released only after
+ * the worker saw the cancel). */
+static void release_later(sl_fe *fe, sl_shm_ticket t)
+{
+    sl_status rc = sl_shm_release(fe->shm, t);
+    if (rc != SL_ESTATE)
+        return;     /* released, or no longer ours (recovery took it back): nothing to keep */
+    if (fe->n_pending == fe->cap_pending) {
+        uint32_t cap = fe->cap_pending ? fe->cap_pending * 2 : 16;
+        sl_shm_ticket *p = realloc(fe->pending, cap * sizeof *p);
+        if (p == NULL) {
+            /* Out of memory: the mailbox stays taken until this slot is recovered
+             * (the master reclaims a dead front end's mailboxes). Logged once per case. */
+            fprintf(stderr, "sluice-fe slot=%" PRIu32 ": out of memory keeping mailbox %" PRIu32 "\n",
+                    fe->slot, t.index);
+            return;
+        }
+        fe->pending = p;
+        fe->cap_pending = cap;
+    }
+    fe->pending[fe->n_pending++] = t;
+}
+
+void sl_fe_streams_retry_releases(sl_fe *fe)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < fe->n_pending; i++) {
+        if (sl_shm_release(fe->shm, fe->pending[i]) == SL_ESTATE)
+            fe->pending[k++] = fe->pending[i];   /* the worker still holds it */
+    }
+    fe->n_pending = k;
+}
+
 /* ================================================================ list */
 
 static void link_stream(sl_fe *fe, sl_fe_stream *st)
@@ -155,7 +191,7 @@ static void drop_ticket(sl_fe_stream *st, bool cancel)
         return;
     if (cancel)
         sl_shm_cancel(st->fe->shm, st->ticket);
-    sl_fe_release_later(st->fe, st->ticket);
+    release_later(st->fe, st->ticket);
     st->have_ticket = false;
 }
 
@@ -231,7 +267,7 @@ static void fail(sl_fe_stream *st, sl_api_err_kind kind, const char *msg)
         buf_append(&st->out, &st->out_len, &st->out_cap, ev, n);
     free(ev);
     st->logged = true;
-    sl_fe_log_request(st->fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
+    sl_fe_respond_log(st->fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
     if (st->out_len == 0) {
         st->done = true;
         unlink_stream(st);
@@ -382,7 +418,7 @@ static void finish(sl_fe_stream *st)
         return;
     }
     st->logged = true;
-    sl_fe_log_request(fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
+    sl_fe_respond_log(fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
     send_out(st, H2O_SEND_STATE_FINAL);
 }
 
@@ -474,7 +510,7 @@ static void on_dispose(void *p)
     unlink_stream(st);
     drop_ticket(st, true);
     if (!st->logged)
-        sl_fe_log_request(st->fe, st->req, &st->ri, 499, st->n_prompt, st->n_generated);
+        sl_fe_respond_log(st->fe, st->req, &st->ri, 499, st->n_prompt, st->n_generated);
     sl_api_stop_fini(&st->stop);
     if (st->lp_live)
         sl_api_logprobs_fini(&st->lp);
