@@ -1,9 +1,11 @@
 /* frontend/server_internal.h: what the server files (server.c, routes.c,
- * stream.c, respond.c) share inside one front-end process. Not a public
- * contract: only these files include it.
- * Layering: calls point one way, server.c -> routes.c -> stream.c ->
- *            respond.c (server.c also calls stream.c, routes.c respond.c);
- *            the declarations below are grouped by the file defining them.
+ * generate.c, stream.c, respond.c) share inside one front-end process. Not a
+ * public contract: only these files include it.
+ * Layering: calls point one way, server.c -> routes.c -> generate.c ->
+ *            stream.c -> respond.c; server.c also calls stream.c (wake, tick,
+ *            drain) and routes.c and generate.c call respond.c. The
+ *            declarations below are grouped by the file defining them,
+ *            lowest layer first.
  * Where:     one sl_fe per process (the process is single-threaded: every
  *            function here runs on the h2o event loop).
  * Ownership: sl_fe owns the shm handle, the GGUF reader, the tokenizer, the
@@ -19,6 +21,7 @@
 #include <h2o.h>
 
 #include "frontend/api_error.h"
+#include "frontend/api_request.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -104,8 +107,13 @@ void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri,
 
 /* ---- stream.c (calls respond.c) ---- */
 
-/* POST /v1/chat/completions and /v1/completions (auth already checked). */
-void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat);
+/* Takes over a submitted request: allocates its stream in req's pool, links
+ * it, and either starts the SSE response (headers plus the first event) or,
+ * without "stream", waits for the whole answer. The stream owns `ticket` from
+ * here, also on failure (an error response, the ticket cancelled). r is only
+ * read during the call (the stop strings are copied). */
+void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_request *r,
+                        sl_shm_ticket ticket, int64_t n_prompt);
 
 /* The wake eventfd fired: move every stream forward. */
 void sl_fe_streams_pump_all(sl_fe *fe);
@@ -120,7 +128,14 @@ void sl_fe_streams_abort_all(sl_fe *fe, const char *why);
  * since (fe->pending); the rest stay listed. Called on each wake and tick. */
 void sl_fe_streams_retry_releases(sl_fe *fe);
 
-/* ---- routes.c (calls stream.c and respond.c) ---- */
+/* ---- generate.c (calls stream.c and respond.c) ---- */
+
+/* POST /v1/chat/completions (chat != 0) and /v1/completions, auth and body
+ * size already checked: answers every refusal itself, else submits and hands
+ * the request to sl_fe_stream_start. */
+void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat);
+
+/* ---- routes.c (calls generate.c and respond.c) ---- */
 
 /* Registers every route on `host`. */
 void sl_fe_routes_register(sl_fe *fe, h2o_hostconf_t *host);
@@ -135,6 +150,6 @@ uint64_t sl_fe_routes_body_limit(const sl_config *cfg);
 size_t sl_fe_routes_h2o_body_limit(uint64_t max_body);
 
 /* server.c (sl_frontend_main, server.h) calls routes.c and stream.c; nothing
- * here calls it. */
+ * here calls server.c. */
 
 #endif
