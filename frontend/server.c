@@ -4,10 +4,14 @@
  * every request's work happens on it. The trade-off: a single thread per
  * process keeps streams lock-free, and scaling is by more processes sharing the
  * port with SO_REUSEPORT (the master's n_frontends).
- * libh2o 2.2.5 quirks this file works around (../shared/H2O.md): the loop
- * returns on EINTR (signals come through a signalfd instead), idle HTTP/1
- * disconnects are invisible (the tick probes them, stream.c), and the context
- * may only be disposed with no timer linked. */
+ * It calls routes.c (route table, body limits) and stream.c (wake, tick,
+ * drain); nothing calls back into it.
+ * libh2o 2.2.5 quirks this file works around: h2o_evloop_run returns -1 on
+ * EINTR (signals come through a blocked-signal signalfd instead), idle HTTP/1
+ * disconnects are invisible because h2o stops reading the socket once the
+ * request is parsed (the tick probes them, stream.c), and h2o_context_dispose
+ * asserts that no timeout entry is linked (fe_dispose unlinks the tick and
+ * HTTP/2's graceful-shutdown timer first). */
 #include "frontend/server.h"
 
 #include <errno.h>
