@@ -1,8 +1,10 @@
 /* frontend/routes.c: the route table and every endpoint that answers at once:
  * /health, /ready, /metrics, /v1/models, /v1/effective-config, /tokenize,
- * /detokenize; bearer auth; 404/405 in OpenAI's error shape.
- * Runs on the front end's event loop. One handler owns "/" and dispatches on
- * the exact normalized path, so a path h2o would match by prefix
+ * /detokenize; the body limit; bearer auth; 404/405 in OpenAI's error shape.
+ * Runs on each front-end process's event loop; server.c registers it, and it
+ * hands the generation routes to generate.c. The trade-off: one handler owns
+ * "/" and dispatches on the exact normalized path (a table scan per request
+ * instead of h2o's path matching), so a path h2o would match by prefix
  * ("/v1/models/x/y") still gets a precise 404, and every error has a JSON body. */
 #include <inttypes.h>
 #include <jansson.h>
