@@ -1,11 +1,11 @@
 /* frontend/respond.c: the bottom of the front end's server code: whole
  * responses (status, headers, body), OpenAI error responses, the request id,
  * and the one access-log line per request.
- * Runs on each front-end process's event loop, called by routes.c and
- * stream.c; it calls nothing above it. The trade-off: every non-streaming
- * answer goes out through sl_fe_respond_counted, which logs before it sends
- * (h2o_send_inline), so the log line is written even when the client is
- * already gone, at the cost of its "ms" excluding the write itself. */
+ * Runs on each front-end process's event loop, called by routes.c,
+ * generate.c and stream.c; it calls nothing above it. The trade-off: the log
+ * line is written when a response is handed to h2o, not when the client has
+ * it, so every request gets exactly one line even if the client is gone, and
+ * its "ms" leaves the write out. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
