@@ -1,8 +1,10 @@
 /* frontend/routes.c: the route table and every endpoint that answers at once:
  * /health, /ready, /metrics, /v1/models, /v1/effective-config, /tokenize,
- * /detokenize; bearer auth; 404/405 in OpenAI's error shape.
- * Runs on the front end's event loop. One handler owns "/" and dispatches on
- * the exact normalized path, so a path h2o would match by prefix
+ * /detokenize; the body limit; bearer auth; 404/405 in OpenAI's error shape.
+ * Runs on each front-end process's event loop; server.c registers it, and it
+ * hands the generation routes to generate.c. The trade-off: one handler owns
+ * "/" and dispatches on the exact normalized path (a table scan per request
+ * instead of h2o's path matching), so a path h2o would match by prefix
  * ("/v1/models/x/y") still gets a precise 404, and every error has a JSON body. */
 #include <inttypes.h>
 #include <jansson.h>
@@ -321,13 +323,35 @@ static void on_tokenize(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, bool
     free(out);
 }
 
+/* ================================================================ body limit */
+
+/* h2o answers bodies over its own limit itself, with a plain-text 413. So its
+ * limit sits above ours and on_req answers (max_body, h2o limit] with our JSON
+ * 413. The margin is max_body again, at least 1 MiB: a client just over the
+ * limit gets an error it can parse, while a body far over it is still refused
+ * by h2o from Content-Length before it is read (h2o buffers whole bodies, so
+ * the margin bounds the memory one connection can pin at about
+ * 2 x max_body + 1 MiB). */
+
+uint64_t sl_fe_routes_body_limit(const sl_config *cfg)
+{
+    return cfg->max_body > 0 ? cfg->max_body : 1 << 20;
+}
+
+size_t sl_fe_routes_h2o_body_limit(uint64_t max_body)
+{
+    uint64_t margin = max_body > SL_FE_BODY_MARGIN_MIN ? max_body : SL_FE_BODY_MARGIN_MIN;
+    uint64_t lim = max_body + margin;
+    return lim > SIZE_MAX ? SIZE_MAX : (size_t)lim;
+}
+
 /* ================================================================ dispatch */
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     sl_fe *fe = ((fe_handler *)self)->fe;
     sl_fe_reqinfo ri;
-    sl_fe_reqinfo_init(&ri, req);
+    sl_fe_respond_reqinfo_init(&ri, req);
 
     static const struct { const char *path, *method; bool auth; int id; } table[] = {
         {"/health", "GET", false, 1},          {"/ready", "GET", false, 2},
@@ -355,10 +379,10 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         method_ok = method_is(req, "GET");
     }
     sl_api_error e;
-    /* h2o let bodies up to its own, higher limit through (server.c says why):
+    /* h2o let bodies up to its own, higher limit through (why: "body limit" above):
      * the configured limit is enforced here, with a JSON body. It comes before
      * auth as h2o's guard does, so the answer does not depend on the key. */
-    uint64_t max_body = sl_fe_body_limit(fe->cfg);
+    uint64_t max_body = sl_fe_routes_body_limit(fe->cfg);
     if (req->entity.base != NULL && req->entity.len > max_body) {
         sl_api_error_set(&e, SL_API_ERR_TOO_LARGE, NULL,
                          "The request body is %zu bytes; this server accepts at most %" PRIu64 " (--max-body).",

@@ -4,10 +4,14 @@
  * every request's work happens on it. The trade-off: a single thread per
  * process keeps streams lock-free, and scaling is by more processes sharing the
  * port with SO_REUSEPORT (the master's n_frontends).
- * libh2o 2.2.5 quirks this file works around (../shared/H2O.md): the loop
- * returns on EINTR (signals come through a signalfd instead), idle HTTP/1
- * disconnects are invisible (the tick probes them, stream.c), and the context
- * may only be disposed with no timer linked. */
+ * It calls routes.c (route table, body limits) and stream.c (wake, tick,
+ * drain); nothing calls back into it.
+ * libh2o 2.2.5 quirks this file works around: h2o_evloop_run returns -1 on
+ * EINTR (signals come through a blocked-signal signalfd instead), idle HTTP/1
+ * disconnects are invisible because h2o stops reading the socket once the
+ * request is parsed (the tick probes them, stream.c), and h2o_context_dispose
+ * asserts that no timeout entry is linked (fe_dispose unlinks the tick and
+ * HTTP/2's graceful-shutdown timer first). */
 #include "frontend/server.h"
 
 #include <errno.h>
@@ -17,174 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "frontend/server_internal.h"
-
-/* ================================================================ responses */
-
-const char *sl_fe_reason(int status)
-{
-    switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 429: return "Too Many Requests";
-    case 499: return "Client Closed Request";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default:  return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Internal Server Error";
-    }
-}
-
-void sl_fe_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req)
-{
-    ri->t0_ns = sl_shm_now_ns();
-    ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-request-id"), -1);
-    if (i >= 0) {
-        h2o_iovec_t v = req->headers.entries[i].value;
-        bool ok = v.len >= 1 && v.len <= SL_FE_REQUEST_ID_MAX;
-        for (size_t k = 0; ok && k < v.len; k++)
-            ok = v.base[k] > 0x20 && v.base[k] < 0x7f;  /* no spaces: it goes into log lines */
-        if (ok) {
-            memcpy(ri->id, v.base, v.len);
-            ri->id[v.len] = '\0';
-            return;
-        }
-    }
-    uint8_t rnd[16];
-    if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) {
-        /* Entropy not ready (early boot): the clock and pid still make ids unique enough for logs. */
-        uint64_t a = ri->t0_ns, b = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
-        memcpy(rnd, &a, 8);
-        memcpy(rnd + 8, &b, 8);
-    }
-    for (int k = 0; k < 16; k++)
-        snprintf(ri->id + 2 * k, 3, "%02x", rnd[k]);
-}
-
-void sl_fe_log_request(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
-                       int64_t prompt_tokens, int64_t completion_tokens)
-{
-    /* The path is client data: anything outside printable ASCII, and the quote,
-     * is written as %XX so one request is always one parseable line. */
-    char path[256];
-    size_t o = 0;
-    h2o_iovec_t p = req->path_normalized;
-    for (size_t i = 0; i < p.len && o + 4 < sizeof path; i++) {
-        unsigned char c = (unsigned char)p.base[i];
-        if (c <= 0x20 || c >= 0x7f || c == '"' || c == '%')
-            o += (size_t)snprintf(path + o, sizeof path - o, "%%%02X", c);
-        else
-            path[o++] = (char)c;
-    }
-    path[o] = '\0';
-    char method[16];
-    size_t ml = req->method.len < sizeof method - 1 ? req->method.len : sizeof method - 1;
-    for (size_t i = 0; i < ml; i++) {
-        char c = req->method.base[i];
-        method[i] = (c > 0x20 && c < 0x7f) ? c : '?';
-    }
-    method[ml] = '\0';
-    double ms = (double)(sl_shm_now_ns() - ri->t0_ns) / 1e6;
-    fprintf(stderr,
-            "sluice-fe slot=%" PRIu32 " method=%s path=\"%s\" status=%d request_id=%s"
-            " prompt_tokens=%" PRId64 " completion_tokens=%" PRId64 " ms=%.1f\n",
-            fe->slot, method, path, status, ri->id, prompt_tokens, completion_tokens, ms);
-}
-
-void sl_fe_respond(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
-                   const char *content_type, const char *body, size_t len, int retry_after_s)
-{
-    sl_fe_respond_counted(fe, req, ri, status, content_type, body, len, retry_after_s, 0, 0);
-}
-
-void sl_fe_respond_counted(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
-                           const char *content_type, const char *body, size_t len, int retry_after_s,
-                           int64_t prompt_tokens, int64_t completion_tokens)
-{
-    req->res.status = status;
-    req->res.reason = sl_fe_reason(status);
-    req->res.content_length = len;
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type,
-                   strlen(content_type));
-    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, ri->id,
-                          strlen(ri->id));
-    if (retry_after_s > 0) {
-        char ra[16];
-        int n = snprintf(ra, sizeof ra, "%d", retry_after_s);
-        h2o_iovec_t v = h2o_strdup(&req->pool, ra, (size_t)n);
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, v.base, v.len);
-    }
-    if (fe->draining)
-        req->http1_is_persistent = 0;
-    sl_fe_log_request(fe, req, ri, status, prompt_tokens, completion_tokens);
-    h2o_send_inline(req, body, len);    /* copies the body into the pool */
-}
-
-void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_error *e)
-{
-    int http = 500;
-    char *body = sl_api_error_body(e, &http);
-    if (body == NULL) {
-        sl_fe_respond(fe, req, ri, http, "application/json", "", 0, e->retry_after_s);
-        return;
-    }
-    sl_fe_respond(fe, req, ri, http, "application/json", body, strlen(body), e->retry_after_s);
-    free(body);
-}
-
-uint64_t sl_fe_body_limit(const sl_config *cfg)
-{
-    return cfg->max_body > 0 ? cfg->max_body : 1 << 20;
-}
-
-size_t sl_fe_h2o_body_limit(uint64_t max_body)
-{
-    uint64_t margin = max_body > SL_FE_BODY_MARGIN_MIN ? max_body : SL_FE_BODY_MARGIN_MIN;
-    uint64_t lim = max_body + margin;
-    return lim > SIZE_MAX ? SIZE_MAX : (size_t)lim;
-}
-
-/* ================================================================ mailbox release */
-
-void sl_fe_release_later(sl_fe *fe, sl_shm_ticket t)
-{
-    sl_status rc = sl_shm_release(fe->shm, t);
-    if (rc != SL_ESTATE)
-        return;     /* released, or no longer ours (recovery took it back): nothing to keep */
-    if (fe->n_pending == fe->cap_pending) {
-        uint32_t cap = fe->cap_pending ? fe->cap_pending * 2 : 16;
-        sl_shm_ticket *p = realloc(fe->pending, cap * sizeof *p);
-        if (p == NULL) {
-            /* Out of memory: the mailbox stays taken until this slot is recovered
-             * (the master reclaims a dead front end's mailboxes). Logged once per case. */
-            fprintf(stderr, "sluice-fe slot=%" PRIu32 ": out of memory keeping mailbox %" PRIu32 "\n",
-                    fe->slot, t.index);
-            return;
-        }
-        fe->pending = p;
-        fe->cap_pending = cap;
-    }
-    fe->pending[fe->n_pending++] = t;
-}
-
-static void retry_pending_releases(sl_fe *fe)
-{
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < fe->n_pending; i++) {
-        if (sl_shm_release(fe->shm, fe->pending[i]) == SL_ESTATE)
-            fe->pending[k++] = fe->pending[i];   /* the worker still holds it */
-    }
-    fe->n_pending = k;
-}
 
 /* ================================================================ event sources */
 
@@ -218,7 +59,7 @@ static void on_wake(h2o_socket_t *sock, const char *err)
     /* epoll is level-triggered here: an undrained eventfd would spin the loop. */
     while (read(h2o_socket_get_fd(sock), &v, sizeof v) == (ssize_t)sizeof v) {
     }
-    retry_pending_releases(fe);
+    sl_fe_streams_retry_releases(fe);
     sl_fe_streams_pump_all(fe);
 }
 
@@ -256,7 +97,7 @@ static void on_tick(h2o_timeout_entry_t *entry)
     sl_fe *fe = g_fe;
     (void)entry;
     uint64_t now = sl_shm_now_ns();
-    retry_pending_releases(fe);
+    sl_fe_streams_retry_releases(fe);
     sl_fe_streams_tick(fe, now);
     if (fe->draining) {
         uint64_t since = now - fe->drain_start_ns;
@@ -414,7 +255,7 @@ static void fe_dispose(sl_fe *fe, bool h2o_ready)
         h2o_evloop_destroy(fe->loop);
     }
     h2o_config_dispose(&fe->config);
-    retry_pending_releases(fe);
+    sl_fe_streams_retry_releases(fe);
     free(fe->pending);
     sl_chat_template_destroy(fe->tmpl);
     sl_tokenizer_destroy(fe->tok);
@@ -462,14 +303,9 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
     }
 
     h2o_config_init(&fe->config);
-    /* h2o answers bodies over its own limit itself, with a plain-text 413. So
-     * its limit sits above ours and routes.c answers (max_body, h2o limit] with
-     * our JSON 413. The margin is max_body again, at least 1 MiB: a client just
-     * over the limit gets an error it can parse, while a body far over it is
-     * still refused by h2o from Content-Length before it is read (h2o buffers
-     * whole bodies, so the margin bounds the memory one connection can pin
-     * at about 2 x max_body + 1 MiB). */
-    fe->config.max_request_entity_size = sl_fe_h2o_body_limit(sl_fe_body_limit(cfg));
+    /* Above the configured limit, so that routes.c answers bodies just over
+     * it with a JSON 413 (its "body limit" section says why and how far). */
+    fe->config.max_request_entity_size = sl_fe_routes_h2o_body_limit(sl_fe_routes_body_limit(cfg));
     if (cfg->idle_timeout_ms > 0)
         fe->config.http1.req_timeout = cfg->idle_timeout_ms;
     fe->config.http1.upgrade_to_http2 = 0;   /* HTTP/1.1 only: 2.2.5's HTTP/2 lacks the Rapid Reset fix */
@@ -505,7 +341,7 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
          * their timers. The process is ending; the kernel closes them. */
         fprintf(stderr, "sluice-fe slot=%" PRIu32 ": drain deadline with %" PRIu32 " connections open\n",
                 slot, fe->n_conns);
-        retry_pending_releases(fe);
+        sl_fe_streams_retry_releases(fe);
         sl_shm_detach(fe->shm);
         return SL_FRONTEND_EXIT_OK;
     }

@@ -1,5 +1,11 @@
-/* frontend/server_internal.h: what server.c, routes.c and stream.c share inside
- * one front-end process. Not a public contract: only these files include it.
+/* frontend/server_internal.h: what the server files (server.c, routes.c,
+ * generate.c, stream.c, respond.c) share inside one front-end process. Not a
+ * public contract: only these files include it.
+ * Layering: calls point one way, server.c -> routes.c -> generate.c ->
+ *            stream.c -> respond.c; server.c also calls stream.c (wake, tick,
+ *            drain) and routes.c and generate.c call respond.c. The
+ *            declarations below are grouped by the file defining them,
+ *            lowest layer first.
  * Where:     one sl_fe per process (the process is single-threaded: every
  *            function here runs on the h2o event loop).
  * Ownership: sl_fe owns the shm handle, the GGUF reader, the tokenizer, the
@@ -15,6 +21,7 @@
 #include <h2o.h>
 
 #include "frontend/api_error.h"
+#include "frontend/api_request.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -73,11 +80,11 @@ typedef struct {
     uint64_t t0_ns;
 } sl_fe_reqinfo;
 
-/* ---- server.c ---- */
+/* ---- respond.c (calls nothing above it) ---- */
 
 /* Takes the X-Request-ID header if it is 1..SL_FE_REQUEST_ID_MAX printable
  * ASCII bytes, else makes 32 hex digits; sets t0 to now. */
-void sl_fe_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req);
+void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req);
 
 /* Sends a whole response: status, reason, content type, x-request-id, an
  * optional Retry-After (retry_after_s > 0) and the body (copied). Logs the
@@ -93,36 +100,20 @@ void sl_fe_respond_counted(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, i
 /* Sends e as an OpenAI error body with its status (and Retry-After). */
 void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_error *e);
 
-/* One structured log line (stderr) for a finished request. */
-void sl_fe_log_request(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
+/* One structured log line (stderr) for a finished request; for responses
+ * that do not go through sl_fe_respond* (streams). */
+void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                        int64_t prompt_tokens, int64_t completion_tokens);
 
-/* The request body limit: --max-body, else 1 MiB. Bodies over it get our
- * JSON 413 (routes.c) as long as h2o let them through. */
-uint64_t sl_fe_body_limit(const sl_config *cfg);
+/* ---- stream.c (calls respond.c) ---- */
 
-/* The limit given to h2o (which answers bodies over it with its own plain
- * 413 before our handler runs): max_body + max(max_body, 1 MiB), clamped to
- * SIZE_MAX. */
-size_t sl_fe_h2o_body_limit(uint64_t max_body);
-
-/* HTTP reason phrase for a status. */
-const char *sl_fe_reason(int status);
-
-/* Releases `t` now if the worker let go, else keeps it and retries on each
- * wake and tick (a cancelled request is released only after the worker saw
- * the cancel). */
-void sl_fe_release_later(sl_fe *fe, sl_shm_ticket t);
-
-/* ---- routes.c ---- */
-
-/* Registers every route on `host`. */
-void sl_fe_routes_register(sl_fe *fe, h2o_hostconf_t *host);
-
-/* ---- stream.c ---- */
-
-/* POST /v1/chat/completions and /v1/completions (auth already checked). */
-void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat);
+/* Takes over a submitted request: allocates its stream in req's pool, links
+ * it, and either starts the SSE response (headers plus the first event) or,
+ * without "stream", waits for the whole answer. The stream owns `ticket` from
+ * here, also on failure (an error response, the ticket cancelled). r is only
+ * read during the call (the stop strings are copied). */
+void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_request *r,
+                        sl_shm_ticket ticket, int64_t n_prompt);
 
 /* The wake eventfd fired: move every stream forward. */
 void sl_fe_streams_pump_all(sl_fe *fe);
@@ -132,5 +123,33 @@ void sl_fe_streams_tick(sl_fe *fe, uint64_t now_ns);
 
 /* Drain deadline passed: end every stream with an error event. */
 void sl_fe_streams_abort_all(sl_fe *fe, const char *why);
+
+/* Releases the mailboxes of cancelled requests that the worker has let go
+ * since (fe->pending); the rest stay listed. Called on each wake and tick. */
+void sl_fe_streams_retry_releases(sl_fe *fe);
+
+/* ---- generate.c (calls stream.c and respond.c) ---- */
+
+/* POST /v1/chat/completions (chat != 0) and /v1/completions, auth and body
+ * size already checked: answers every refusal itself, else submits and hands
+ * the request to sl_fe_stream_start. */
+void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat);
+
+/* ---- routes.c (calls generate.c and respond.c) ---- */
+
+/* Registers every route on `host`. */
+void sl_fe_routes_register(sl_fe *fe, h2o_hostconf_t *host);
+
+/* The request body limit: --max-body, else 1 MiB. Bodies over it get our
+ * JSON 413 (routes.c) as long as h2o let them through. */
+uint64_t sl_fe_routes_body_limit(const sl_config *cfg);
+
+/* The limit given to h2o (which answers bodies over it with its own plain
+ * 413 before our handler runs): max_body + max(max_body, 1 MiB), clamped to
+ * SIZE_MAX. */
+size_t sl_fe_routes_h2o_body_limit(uint64_t max_body);
+
+/* server.c (sl_frontend_main, server.h) calls routes.c and stream.c; nothing
+ * here calls server.c. */
 
 #endif

@@ -1,7 +1,9 @@
-/* frontend/stream.c: generation requests (POST /v1/chat/completions and
- * /v1/completions) from the body to the last byte: parse, template, tokenize,
- * limits, submit, then drain the mailbox into SSE events or one JSON response.
- * Runs on the front end's event loop; a stream lives in its request's pool.
+/* frontend/stream.c: a generation request once its mailbox is submitted
+ * (generate.c hands it over): drain the mailbox into SSE events or one JSON
+ * response, until the last byte; the disconnect probe, pings, write timeouts;
+ * the release of mailboxes the worker still held when a request was cancelled.
+ * Runs on each front-end process's event loop; a stream lives in its
+ * request's pool.
  *
  * The trade-off: tokens are read from the mailbox only when the previous write
  * finished (h2o's proceed). A slow client therefore leaves tokens in the
@@ -9,27 +11,24 @@
  * is ever dropped, and memory per stream stays one event's worth.
  *
  * Stream lifecycle (each arrow names the function making it):
- *   generate() -> LIVE (linked, mailbox submitted)
+ *   sl_fe_stream_start() -> LIVE (linked, mailbox submitted)
  *   LIVE --pump(): terminal or stop string--> finish(): FINAL sent, unlinked,
- *        mailbox released (or kept by sl_fe_release_later until the worker lets go)
+ *        mailbox released (or kept by release_later() until the worker lets go)
  *   LIVE --on_stop() (write failed) | tick(): client hung up, write timeout |
  *        abort_all() (drain deadline)--> cancelled, unlinked
  *   any --on_dispose() (the pool dies)--> cleanup; the single place that frees.
  * Invariants: (1) at most one h2o_send is in flight per stream and its bytes
  * (st->out) are untouched until proceed; (2) after FINAL/ERROR nothing touches
  * st->req; (3) a stream holds its ticket until it is released or handed to
- * sl_fe_release_later, exactly once. */
+ * release_later(), exactly once. */
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 
-#include "frontend/api_json.h"
-#include "frontend/api_request.h"
 #include "frontend/api_response.h"
 #include "frontend/api_sse.h"
 #include "frontend/api_stop.h"
@@ -119,6 +118,42 @@ static bool out_event(sl_fe_stream *st, char *json)
     return ok;
 }
 
+/* ================================================================ mailbox release */
+
+/* Releases `t` now if the worker let go, else keeps it in fe->pending for
+ * sl_fe_streams_retry_releases (a cancelled request is released only after
+ * the worker saw the cancel). */
+static void release_later(sl_fe *fe, sl_shm_ticket t)
+{
+    sl_status rc = sl_shm_release(fe->shm, t);
+    if (rc != SL_ESTATE)
+        return;     /* released, or no longer ours (recovery took it back): nothing to keep */
+    if (fe->n_pending == fe->cap_pending) {
+        uint32_t cap = fe->cap_pending ? fe->cap_pending * 2 : 16;
+        sl_shm_ticket *p = realloc(fe->pending, cap * sizeof *p);
+        if (p == NULL) {
+            /* Out of memory: the mailbox stays taken until this slot is recovered
+             * (the master reclaims a dead front end's mailboxes). Logged once per case. */
+            fprintf(stderr, "sluice-fe slot=%" PRIu32 ": out of memory keeping mailbox %" PRIu32 "\n",
+                    fe->slot, t.index);
+            return;
+        }
+        fe->pending = p;
+        fe->cap_pending = cap;
+    }
+    fe->pending[fe->n_pending++] = t;
+}
+
+void sl_fe_streams_retry_releases(sl_fe *fe)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < fe->n_pending; i++) {
+        if (sl_shm_release(fe->shm, fe->pending[i]) == SL_ESTATE)
+            fe->pending[k++] = fe->pending[i];   /* the worker still holds it */
+    }
+    fe->n_pending = k;
+}
+
 /* ================================================================ list */
 
 static void link_stream(sl_fe *fe, sl_fe_stream *st)
@@ -155,7 +190,7 @@ static void drop_ticket(sl_fe_stream *st, bool cancel)
         return;
     if (cancel)
         sl_shm_cancel(st->fe->shm, st->ticket);
-    sl_fe_release_later(st->fe, st->ticket);
+    release_later(st->fe, st->ticket);
     st->have_ticket = false;
 }
 
@@ -231,7 +266,7 @@ static void fail(sl_fe_stream *st, sl_api_err_kind kind, const char *msg)
         buf_append(&st->out, &st->out_len, &st->out_cap, ev, n);
     free(ev);
     st->logged = true;
-    sl_fe_log_request(st->fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
+    sl_fe_respond_log(st->fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
     if (st->out_len == 0) {
         st->done = true;
         unlink_stream(st);
@@ -382,7 +417,7 @@ static void finish(sl_fe_stream *st)
         return;
     }
     st->logged = true;
-    sl_fe_log_request(fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
+    sl_fe_respond_log(fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
     send_out(st, H2O_SEND_STATE_FINAL);
 }
 
@@ -474,7 +509,7 @@ static void on_dispose(void *p)
     unlink_stream(st);
     drop_ticket(st, true);
     if (!st->logged)
-        sl_fe_log_request(st->fe, st->req, &st->ri, 499, st->n_prompt, st->n_generated);
+        sl_fe_respond_log(st->fe, st->req, &st->ri, 499, st->n_prompt, st->n_generated);
     sl_api_stop_fini(&st->stop);
     if (st->lp_live)
         sl_api_logprobs_fini(&st->lp);
@@ -573,236 +608,37 @@ void sl_fe_streams_abort_all(sl_fe *fe, const char *why)
     }
 }
 
-/* ================================================================ setup */
+/* ================================================================ start */
 
-static void reject(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, sl_api_err_kind kind, const char *param,
-                   const char *code, const char *msg)
+void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_request *r,
+                        sl_shm_ticket ticket, int64_t n_prompt)
 {
-    sl_api_error e;
-    sl_api_error_set(&e, kind, param, "%s", msg);
-    e.code = code;
-    if (kind == SL_API_ERR_UNAVAILABLE)
-        e.retry_after_s = 1;
-    sl_fe_respond_error(fe, req, ri, &e);
-}
-
-/* Tokenizes into a malloc'd array (grown once if the first guess is short). */
-static int64_t tokenize_alloc(const sl_fe *fe, const char *text, size_t len, const sl_tok_span *spans, size_t n_spans,
-                              bool add_special, int32_t **out)
-{
-    size_t cap = len / 2 + 16;
-    for (int pass = 0; pass < 2; pass++) {
-        int32_t *buf = malloc(cap * sizeof *buf);
-        if (buf == NULL)
-            return SL_ENOMEM;
-        int64_t n = sl_tokenize_rendered(fe->tok, text, len, spans, n_spans, add_special, buf, cap);
-        if (n >= 0 && (size_t)n <= cap) {
-            *out = buf;
-            return n;
-        }
-        free(buf);
-        if (n < 0)
-            return n;
-        cap = (size_t)n;
-    }
-    return SL_ENOMEM;
-}
-
-/* The prompt's token ids for a parsed request. On failure *e is filled. */
-static int64_t build_prompt(sl_fe *fe, const sl_api_request *r, int32_t **out, sl_api_error *e)
-{
-    *out = NULL;
-    if (r->endpoint == SL_API_ENDPOINT_COMPLETIONS && r->prompt_tokens != NULL) {
-        int32_t *p = malloc((r->n_prompt_tokens ? r->n_prompt_tokens : 1) * sizeof *p);
-        if (p == NULL)
-            goto nomem;
-        memcpy(p, r->prompt_tokens, r->n_prompt_tokens * sizeof *p);
-        *out = p;
-        return (int64_t)r->n_prompt_tokens;
-    }
-    if (r->endpoint == SL_API_ENDPOINT_COMPLETIONS) {
-        /* A completion prompt is user text: no control tokens from it, BOS as the model wants. */
-        sl_tok_span all = {0, r->prompt_len};
-        int64_t n = tokenize_alloc(fe, r->prompt, r->prompt_len, &all, 1, true, out);
-        if (n < 0)
-            goto nomem;
-        return n;
-    }
-    char err[SL_ERR_LEN] = "";
-    sl_chat_render_result rr;
-    memset(&rr, 0, sizeof rr);
-    sl_status rc = sl_chat_template_render(fe->tmpl, r->messages, r->tools, true, fe->bos_text, fe->eos_text, NULL,
-                                           &rr, err);
-    if (rc < 0) {
-        if (rc == SL_ENOMEM)
-            goto nomem;
-        sl_api_error_set(e, rc == SL_ERANGE || rc == SL_EINVAL ? SL_API_ERR_INVALID_REQUEST : SL_API_ERR_INTERNAL,
-                         "messages", "chat template: %s", err[0] ? err : sl_status_name(rc));
-        return rc;
-    }
-    sl_tok_span *spans = malloc((rr.n_untrusted ? rr.n_untrusted : 1) * sizeof *spans);
-    if (spans == NULL) {
-        sl_chat_render_result_fini(&rr);
-        goto nomem;
-    }
-    for (size_t i = 0; i < rr.n_untrusted; i++)
-        spans[i] = (sl_tok_span){rr.untrusted[i].start, rr.untrusted[i].end - rr.untrusted[i].start};
-    /* The template writes BOS itself where the model wants it (as HF's
-     * apply_chat_template, which tokenizes without adding specials). */
-    int64_t n = tokenize_alloc(fe, rr.text, rr.len, spans, rr.n_untrusted, false, out);
-    free(spans);
-    sl_chat_render_result_fini(&rr);
-    if (n < 0)
-        goto nomem;
-    return n;
-nomem:
-    sl_api_error_set(e, SL_API_ERR_INTERNAL, NULL, "out of memory");
-    return SL_ENOMEM;
-}
-
-static uint64_t hash_id(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;    /* FNV-1a: a stable number for the worker's logs */
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-    return h;
-}
-
-static void log_body(const sl_fe *fe, const sl_fe_reqinfo *ri, h2o_req_t *req)
-{
-    json_t *s = sl_api_json_string_lossy(req->entity.base ? req->entity.base : "", req->entity.len);
-    char *d = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
-    fprintf(stderr, "sluice-fe slot=%" PRIu32 " request_id=%s body=%s\n", fe->slot, ri->id, d ? d : "\"\"");
-    free(d);
-    json_decref(s);
-}
-
-void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat)
-{
-    sl_api_endpoint ep = chat ? SL_API_ENDPOINT_CHAT : SL_API_ENDPOINT_COMPLETIONS;
-    if (fe->cfg->log_bodies)
-        log_body(fe, ri, req);
-    if (fe->draining && fe->listener == NULL) {
-        reject(fe, req, ri, SL_API_ERR_UNAVAILABLE, NULL, "shutting_down", "The server is shutting down.");
-        return;
-    }
-    uint64_t slack = (uint64_t)(fe->cfg->heartbeat_timeout_ms ? fe->cfg->heartbeat_timeout_ms : 5000) * 1000000ull;
-    if (!sl_shm_worker_alive(fe->shm, sl_shm_now_ns(), slack)) {
-        reject(fe, req, ri, SL_API_ERR_UNAVAILABLE, NULL, "worker_unavailable",
-               "The model worker is not ready; retry shortly.");
-        return;
-    }
-    sl_api_request r;
-    memset(&r, 0, sizeof r);
-    sl_api_error e;
-    memset(&e, 0, sizeof e);
-    if (sl_api_request_parse(&r, ep, req->entity.base ? req->entity.base : "", req->entity.len, fe->n_vocab, &e) !=
-        SL_OK) {
-        sl_api_request_fini(&r);
-        sl_fe_respond_error(fe, req, ri, &e);
-        return;
-    }
-    int32_t *prompt = NULL;
-    char msg[SL_ERR_LEN];
-    if (r.model != NULL && strcmp(r.model, fe->model_name) != 0) {
-        snprintf(msg, sizeof msg, "The model `%.100s` does not exist (this server serves `%.100s`).", r.model,
-                 fe->model_name);
-        reject(fe, req, ri, SL_API_ERR_NOT_FOUND, "model", "model_not_found", msg);
-        goto out;
-    }
-    if (r.logprobs && !sl_shm_get_limits(fe->shm)->logprobs) {
-        reject(fe, req, ri, SL_API_ERR_INVALID_REQUEST, "logprobs", "unsupported",
-               "This server was started without logprobs support.");
-        goto out;
-    }
-    int64_t n_prompt = build_prompt(fe, &r, &prompt, &e);
-    if (n_prompt < 0) {
-        sl_fe_respond_error(fe, req, ri, &e);
-        goto out;
-    }
-    if (n_prompt == 0) {
-        reject(fe, req, ri, SL_API_ERR_INVALID_REQUEST, chat ? "messages" : "prompt", NULL,
-               "The prompt is empty after tokenization.");
-        goto out;
-    }
-    if (n_prompt > (int64_t)fe->max_prompt) {
-        snprintf(msg, sizeof msg,
-                 "This model's maximum context length is %" PRIu32 " tokens and prompts may use at most %" PRIu32
-                 ". However, your prompt has %" PRId64 " tokens.",
-                 fe->n_ctx, fe->max_prompt, n_prompt);
-        reject(fe, req, ri, SL_API_ERR_CONTEXT_LENGTH, chat ? "messages" : "prompt", NULL, msg);
-        goto out;
-    }
-    int64_t max_tokens = r.max_tokens;
-    int64_t room = (int64_t)fe->n_ctx - n_prompt;
-    if (max_tokens < 0) {
-        max_tokens = room;
-        if (fe->cfg->default_max_tokens > 0 && (int64_t)fe->cfg->default_max_tokens < max_tokens)
-            max_tokens = fe->cfg->default_max_tokens;
-    } else if (max_tokens > room) {
-        snprintf(msg, sizeof msg,
-                 "This model's maximum context length is %" PRIu32 " tokens. However, you requested %" PRId64
-                 " tokens (%" PRId64 " in the %s, %" PRId64 " in the completion). Please reduce the length of the "
-                 "%s or completion.",
-                 fe->n_ctx, n_prompt + max_tokens, n_prompt, chat ? "messages" : "prompt", max_tokens,
-                 chat ? "messages" : "prompt");
-        reject(fe, req, ri, SL_API_ERR_CONTEXT_LENGTH, "max_tokens", NULL, msg);
-        goto out;
-    }
-    if (max_tokens < 1) {
-        reject(fe, req, ri, SL_API_ERR_INVALID_REQUEST, "max_tokens", NULL, "max_tokens must be at least 1.");
-        goto out;
-    }
-
-    sl_shm_request sr;
-    memset(&sr, 0, sizeof sr);
-    sr.params = r.sampling;
-    if (!r.has_seed && getrandom(&sr.params.seed, sizeof sr.params.seed, GRND_NONBLOCK) != sizeof sr.params.seed)
-        sr.params.seed = sl_shm_now_ns();
-    sr.max_tokens = (int32_t)max_tokens;
-    sr.min_tokens = (int32_t)(r.min_tokens > max_tokens ? max_tokens : r.min_tokens);
-    sr.ignore_eos = r.ignore_eos;
-    sr.request_id = hash_id(ri->id);
-    sr.prompt = prompt;
-    sr.n_prompt = (uint32_t)n_prompt;
-    sl_shm_ticket ticket;
-    sl_status rc = sl_shm_submit(fe->shm, &sr, &ticket);
-    if (rc == SL_AGAIN) {
-        reject(fe, req, ri, SL_API_ERR_QUEUE_FULL, NULL, NULL, "The server is at capacity (queue full); retry shortly.");
-        goto out;
-    }
-    if (rc < 0) {
-        snprintf(msg, sizeof msg, "Cannot queue the request (%s).", sl_status_name(rc));
-        reject(fe, req, ri, rc == SL_ESTALE ? SL_API_ERR_UNAVAILABLE : SL_API_ERR_INTERNAL, NULL, NULL, msg);
-        goto out;
-    }
-
     sl_fe_stream *st = h2o_mem_alloc_shared(&req->pool, sizeof *st, on_dispose);
     memset(st, 0, sizeof *st);
     st->fe = fe;
     st->req = req;
     st->ri = *ri;
-    st->ep = ep;
-    st->stream = r.stream;
-    st->include_usage = r.include_usage;
-    st->logprobs = r.logprobs;
+    st->ep = r->endpoint;
+    st->stream = r->stream;
+    st->include_usage = r->include_usage;
+    st->logprobs = r->logprobs;
     st->ticket = ticket;
     st->have_ticket = true;
     st->created = (int64_t)time(NULL);
     st->n_prompt = n_prompt;
-    sl_api_id_make(st->id, ep);
+    sl_api_id_make(st->id, st->ep);
     sl_detok_init(&st->detok);
     st->piece_cap = sl_detok_max_piece(fe->tok);
     st->piece = malloc(st->piece_cap);
     st->lp_cap = (1 + SL_TOP_LOGPROBS_MAX) * st->piece_cap;
     st->lp_scratch = st->logprobs ? malloc(st->lp_cap) : NULL;
-    rc = sl_api_stop_init(&st->stop, r.stop, r.stop_len, r.n_stop);
+    sl_status rc = sl_api_stop_init(&st->stop, r->stop, r->stop_len, r->n_stop);
     if (st->logprobs)
-        st->lp_live = sl_api_logprobs_init(&st->lp, ep, 0) == SL_OK;
+        st->lp_live = sl_api_logprobs_init(&st->lp, st->ep, 0) == SL_OK;
     link_stream(fe, st);
     if (st->piece == NULL || rc != SL_OK || (st->logprobs && (st->lp_scratch == NULL || !st->lp_live))) {
         fail(st, SL_API_ERR_INTERNAL, "out of memory");
-        goto out;
+        return;
     }
     if (st->stream) {
         req->res.status = 200;
@@ -818,8 +654,8 @@ void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat
          * chat, a comment for completions (which have no role chunk). */
         st->out_len = 0;
         bool ok;
-        if (ep == SL_API_ENDPOINT_CHAT) {
-            sl_api_chunk c = {.endpoint = ep, .kind = SL_API_CHUNK_ROLE, .id = st->id, .created = st->created,
+        if (st->ep == SL_API_ENDPOINT_CHAT) {
+            sl_api_chunk c = {.endpoint = st->ep, .kind = SL_API_CHUNK_ROLE, .id = st->id, .created = st->created,
                               .model = fe->model_name, .include_usage = st->include_usage};
             ok = out_event(st, sl_api_chunk_build(&c));
         } else {
@@ -827,13 +663,10 @@ void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat
         }
         if (!ok) {
             fail(st, SL_API_ERR_INTERNAL, "out of memory");
-            goto out;
+            return;
         }
         send_out(st, H2O_SEND_STATE_IN_PROGRESS);
     } else {
         pump(st);   /* an echo worker may already be done; normally this reads nothing */
     }
-out:
-    free(prompt);
-    sl_api_request_fini(&r);
 }

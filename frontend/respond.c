@@ -1,0 +1,132 @@
+/* frontend/respond.c: the bottom of the front end's server code: whole
+ * responses (status, headers, body), OpenAI error responses, the request id,
+ * and the one access-log line per request.
+ * Runs on each front-end process's event loop, called by routes.c,
+ * generate.c and stream.c; it calls nothing above it. The trade-off: the log
+ * line is written when a response is handed to h2o, not when the client has
+ * it, so every request gets exactly one line even if the client is gone, and
+ * its "ms" leaves the write out. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "frontend/server_internal.h"
+
+/* HTTP reason phrase for a status (h2o needs one: a NULL reason crashes). */
+static const char *reason(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 429: return "Too Many Requests";
+    case 499: return "Client Closed Request";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default:  return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Internal Server Error";
+    }
+}
+
+void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req)
+{
+    ri->t0_ns = sl_shm_now_ns();
+    ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-request-id"), -1);
+    if (i >= 0) {
+        h2o_iovec_t v = req->headers.entries[i].value;
+        bool ok = v.len >= 1 && v.len <= SL_FE_REQUEST_ID_MAX;
+        for (size_t k = 0; ok && k < v.len; k++)
+            ok = v.base[k] > 0x20 && v.base[k] < 0x7f;  /* no spaces: it goes into log lines */
+        if (ok) {
+            memcpy(ri->id, v.base, v.len);
+            ri->id[v.len] = '\0';
+            return;
+        }
+    }
+    uint8_t rnd[16];
+    if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) {
+        /* Entropy not ready (early boot): the clock and pid still make ids unique enough for logs. */
+        uint64_t a = ri->t0_ns, b = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
+        memcpy(rnd, &a, 8);
+        memcpy(rnd + 8, &b, 8);
+    }
+    for (int k = 0; k < 16; k++)
+        snprintf(ri->id + 2 * k, 3, "%02x", rnd[k]);
+}
+
+void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
+                       int64_t prompt_tokens, int64_t completion_tokens)
+{
+    /* The path is client data: anything outside printable ASCII, and the quote,
+     * is written as %XX so one request is always one parseable line. */
+    char path[256];
+    size_t o = 0;
+    h2o_iovec_t p = req->path_normalized;
+    for (size_t i = 0; i < p.len && o + 4 < sizeof path; i++) {
+        unsigned char c = (unsigned char)p.base[i];
+        if (c <= 0x20 || c >= 0x7f || c == '"' || c == '%')
+            o += (size_t)snprintf(path + o, sizeof path - o, "%%%02X", c);
+        else
+            path[o++] = (char)c;
+    }
+    path[o] = '\0';
+    char method[16];
+    size_t ml = req->method.len < sizeof method - 1 ? req->method.len : sizeof method - 1;
+    for (size_t i = 0; i < ml; i++) {
+        char c = req->method.base[i];
+        method[i] = (c > 0x20 && c < 0x7f) ? c : '?';
+    }
+    method[ml] = '\0';
+    double ms = (double)(sl_shm_now_ns() - ri->t0_ns) / 1e6;
+    fprintf(stderr,
+            "sluice-fe slot=%" PRIu32 " method=%s path=\"%s\" status=%d request_id=%s"
+            " prompt_tokens=%" PRId64 " completion_tokens=%" PRId64 " ms=%.1f\n",
+            fe->slot, method, path, status, ri->id, prompt_tokens, completion_tokens, ms);
+}
+
+void sl_fe_respond(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
+                   const char *content_type, const char *body, size_t len, int retry_after_s)
+{
+    sl_fe_respond_counted(fe, req, ri, status, content_type, body, len, retry_after_s, 0, 0);
+}
+
+void sl_fe_respond_counted(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
+                           const char *content_type, const char *body, size_t len, int retry_after_s,
+                           int64_t prompt_tokens, int64_t completion_tokens)
+{
+    req->res.status = status;
+    req->res.reason = reason(status);
+    req->res.content_length = len;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type,
+                   strlen(content_type));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, ri->id,
+                          strlen(ri->id));
+    if (retry_after_s > 0) {
+        char ra[16];
+        int n = snprintf(ra, sizeof ra, "%d", retry_after_s);
+        h2o_iovec_t v = h2o_strdup(&req->pool, ra, (size_t)n);
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, v.base, v.len);
+    }
+    if (fe->draining)
+        req->http1_is_persistent = 0;
+    sl_fe_respond_log(fe, req, ri, status, prompt_tokens, completion_tokens);
+    h2o_send_inline(req, body, len);    /* copies the body into the pool */
+}
+
+void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_error *e)
+{
+    int http = 500;
+    char *body = sl_api_error_body(e, &http);
+    if (body == NULL) {
+        sl_fe_respond(fe, req, ri, http, "application/json", "", 0, e->retry_after_s);
+        return;
+    }
+    sl_fe_respond(fe, req, ri, http, "application/json", body, strlen(body), e->retry_after_s);
+    free(body);
+}
