@@ -47,7 +47,7 @@ def _processes(field, value):
 def _cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return "?"
 
@@ -94,6 +94,7 @@ def session_cleanup(tmp_path_factory, request):
     that a dead process of this run left in /dev/shm is removed; both are
     reported, since each means a test or the server did not clean up."""
     shm_before = _shm_segments()
+    base = tmp_path_factory.getbasetemp()
     tmp = tmp_path_factory.mktemp("tmp")
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"] = str(tmp)
@@ -108,17 +109,20 @@ def session_cleanup(tmp_path_factory, request):
     for pid in _processes(1, os.getpid()):
         cmd = _cmdline(pid)
         _stop(pid)
-        notes.append(f"stopped pid {pid}, still running at the end: {cmd}")
+        notes.append(f"stopped pid {pid}, still running at the end: {cmd[:120]}")
     for name in sorted(_shm_segments() - shm_before):
         pid = _segment_pid(name)
         if pid is None or _alive(pid):
             continue
         # A master killed by a test: what it started in its session (a
-        # `sluice serve` gets its own) may still run, orphaned.
+        # `sluice serve` gets its own) may still run, orphaned. Ours name a
+        # model or socket under this run's directory.
         for orphan in _processes(3, pid):
             cmd = _cmdline(orphan)
+            if str(base) not in cmd:
+                continue
             _stop(orphan)
-            notes.append(f"stopped pid {orphan}, left running by {pid}: {cmd}")
+            notes.append(f"stopped pid {orphan}, left running by {pid}: {cmd[:120]}")
         try:
             os.unlink(f"/dev/shm/{name}")
             notes.append(f"removed /dev/shm/{name}: its process ({pid}) is gone")
