@@ -40,10 +40,10 @@ def error_of(payload):
 
 
 # docs/API.md lists 503 unavailable_error for "a request lost to a worker
-# restart"; the server sends a request its worker died running the mailbox's
-# failure, 500 server_error (frontend/stream.c maps every FAILED mailbox to
-# SL_API_ERR_INTERNAL). Until one of the two changes, that exact answer is an
-# expected failure and anything else fails.
+# restart". A request whose worker dies while running it gets its mailbox's
+# failure instead, 500 server_error (frontend/stream.c maps every FAILED
+# mailbox to SL_API_ERR_INTERNAL). Until the server or the document changes,
+# that exact answer is an expected failure (xfail) and any other fails.
 DEATH = "the worker process died while running this request"
 MISMATCH = "killed worker: 500 server_error, docs/API.md says 503 unavailable_error"
 
@@ -60,10 +60,10 @@ def test_worker_kill_ends_streams_and_recovers(server):
     worker, fes = server.pids()
     streams = start_streams(server, 16)
     assert wait_for(lambda: all(content_events(ev) for ev, _ in streams), 30), "streams did not start"
+    # 3000 tokens each: every stream is still running at the kill
+    assert not [ev[-1] for ev, d in streams if d.is_set()], "a stream ended before the kill"
     os.kill(worker, signal.SIGKILL)
     t0 = time.time()
-    # 3000 tokens each: none can have finished before the kill
-    assert not [ev[-1] for ev, d in streams if d.is_set()], "a stream ended before the kill"
     ended = wait_for(lambda: all(d.is_set() for _, d in streams), 2.0)
     elapsed = time.time() - t0
     if not ended:
