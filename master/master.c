@@ -67,8 +67,11 @@ static void log_line(const char *fmt, ...)
 /* sockets                                                                   */
 
 /* One SO_REUSEPORT listening socket per front-end slot, all on one port: the
- * first may bind port 0 and the rest take the port it got (H2O.md §6), so a
- * bind error shows here, before any fork. */
+ * first may bind port 0 and the rest take the port it got, so a bind error
+ * shows here, before any fork. Per-child sockets let the kernel spread
+ * accepts evenly (one inherited fd wakes every child and the first wins,
+ * about 140/12 with two front ends); the cost is that a second server of the
+ * same user binds the port silently and takes a share of the connections. */
 static int open_listeners(sl_master *m)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE},

@@ -19,7 +19,7 @@ typedef enum {
     SL_CONFIG_SOURCE_DEFAULT = 0,
     SL_CONFIG_SOURCE_FILE = 1,       /* --config FILE */
     SL_CONFIG_SOURCE_ENV = 2,        /* SLUICE_* variable */
-    SL_CONFIG_SOURCE_SEED_ALIAS = 3, /* the seed's variable name (CUDA_MAX_BATCH, ...) */
+    SL_CONFIG_SOURCE_SEED_ALIAS = 3, /* aprender-serve's variable for it (CUDA_MAX_BATCH, ...) */
     SL_CONFIG_SOURCE_FLAG = 4,       /* command-line flag */
 } sl_config_source;
 

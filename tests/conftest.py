@@ -1,9 +1,138 @@
-"""Session fixtures shared by the reference and integration tests."""
+"""Session fixtures shared by the reference and integration tests, and the
+session's cleanup: everything the tests write goes under pytest's base
+temporary directory (pytest.ini says when that is removed), and no process or
+shared-memory segment they started outlives the run."""
+import os
+import signal
 import subprocess
+import tempfile
+import time
 
 import pytest
 
 from paths import TESTDATA, tool
+
+
+def _shm_segments():
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith("sluice-")}
+    except OSError:
+        return set()
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _processes(field, value):
+    """Live processes whose parent (field 1) or session (field 3) is value."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[field]) == value and fields[0] != "Z":
+            out.append(int(d))
+    return out
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def _stop(pid):
+    """SIGTERM pid's process group (a `sluice serve` runs in its own session)
+    or pid alone, SIGKILL after 10 s."""
+    try:
+        pgid = os.getpgid(pid)
+    except OSError:
+        return
+    own_group = pgid == pid
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(pid, sig) if own_group else os.kill(pid, sig)
+        except OSError:
+            return
+        deadline = time.time() + wait
+        while time.time() < deadline:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    return
+            except ChildProcessError:   # reaped by its Popen object
+                if not _alive(pid):
+                    return
+            time.sleep(0.05)
+
+
+def _segment_pid(name):
+    """The pid in a segment name (sluice-<pid>, sluice-feh-<pid>,
+    sluice-test-<pid>-<tag>), or None."""
+    for part in name.split("-")[1:]:
+        if part.isdigit():
+            return int(part)
+    return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_cleanup(tmp_path_factory, request):
+    """TMPDIR (and Python's tempfile) point into the base temporary directory
+    for the session, so the tests' mkdtemp folders and the tools they start
+    leave nothing in /tmp. At the end, a process a test started and did not
+    stop (a test that failed before its cleanup) is stopped, and a segment
+    that a dead process of this run left in /dev/shm is removed; both are
+    reported, since each means a test or the server did not clean up."""
+    shm_before = _shm_segments()
+    base = tmp_path_factory.getbasetemp()
+    tmp = tmp_path_factory.mktemp("tmp")
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = str(tmp)
+    tempfile.tempdir = str(tmp)
+    yield tmp
+    if saved[0] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved[0]
+    tempfile.tempdir = saved[1]
+    notes = []
+    for pid in _processes(1, os.getpid()):
+        cmd = _cmdline(pid)
+        _stop(pid)
+        notes.append(f"stopped pid {pid}, still running at the end: {cmd[:120]}")
+    for name in sorted(_shm_segments() - shm_before):
+        pid = _segment_pid(name)
+        if pid is None or _alive(pid):
+            continue
+        # A master killed by a test: what it started in its session (a
+        # `sluice serve` gets its own) may still run, orphaned. Ours name a
+        # model or socket under this run's directory.
+        for orphan in _processes(3, pid):
+            cmd = _cmdline(orphan)
+            if str(base) not in cmd:
+                continue
+            _stop(orphan)
+            notes.append(f"stopped pid {orphan}, left running by {pid}: {cmd[:120]}")
+        try:
+            os.unlink(f"/dev/shm/{name}")
+            notes.append(f"removed /dev/shm/{name}: its process ({pid}) is gone")
+        except OSError:
+            pass
+    if notes:
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        for n in notes:
+            if reporter:
+                reporter.write_line(f"cleanup: {n}", yellow=True)
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,15 @@
 # a second run installs nothing new and rebuilds only what changed.
 #   Debian packages: compiler, CMake, libraries (see docs/DEPENDENCIES.md).
 #   .venv/:          Python tools for the reference tests (numpy, gguf, tokenizers, ...).
-#   build/:          release build; build-asan/: the ASan+UBSan build the tests use.
+#   build/:          release build (tools/test.sh builds the others it runs).
+# Prints each step's time. As a user other than root it needs sudo for the
+# Debian packages, unless they are all installed already.
 # Usage: tools/setup.sh [--no-python] [--no-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t_all=$(date +%s)
+step() { echo "setup: $1"; t_step=$(date +%s); }
+step_done() { echo "setup: $1 took $(( $(date +%s) - t_step ))s"; }
 
 want_python=1 want_build=1
 for a in "$@"; do
@@ -16,9 +21,6 @@ for a in "$@"; do
     *) echo "setup.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
-
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO=sudo
 
 debs=(build-essential cmake pkg-config git xz-utils curl ca-certificates
       libcriterion-dev libjansson-dev libpcre2-dev libh2o-evloop-dev libssl-dev
@@ -32,31 +34,76 @@ for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+      # minimal Debian (debootstrap --variant=minbase) has no sudo
+      echo "setup: missing Debian packages and no sudo to install them as $(id -un). As root, run:" >&2
+      echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+      echo "then run tools/setup.sh again." >&2
+      exit 1
+    fi
+    SUDO=sudo
+  fi
+  step "installing Debian packages: ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  step_done "Debian packages"
 fi
+
+# Runs "$@" with its output in LOG and prints a line a minute (elapsed time
+# and the command's last output line) until it ends; on failure, the log's
+# tail. Returns the command's status.
+with_heartbeat() {
+  local log=$1; shift
+  local t0 pid n=0 rc=0
+  t0=$(date +%s)
+  "$@" >"$log" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    n=$(( n + 1 ))
+    if [ $(( n % 60 )) -eq 0 ] && kill -0 "$pid" 2>/dev/null; then
+      echo "setup:   still running, $(( ($(date +%s) - t0) / 60 )) min: $(tr '\r' '\n' <"$log" | grep -v '^[[:space:]]*$' | tail -1 | cut -c1-120)"
+    fi
+  done
+  wait "$pid" || rc=$?
+  if [ $rc -ne 0 ]; then
+    tail -40 "$log" >&2
+    echo "setup: failed (exit status $rc); the whole log: $log" >&2
+  fi
+  return $rc
+}
 
 if [ $want_python = 1 ]; then
   if [ ! -x .venv/bin/python ]; then
+    step "creating .venv"
     /usr/bin/python3 -m venv .venv
+    step_done ".venv"
   fi
   req=tests/requirements.txt
   stamp=.venv/.req-$(sha1sum "$req" | cut -c1-12)
   if [ ! -f "$stamp" ]; then
-    echo "setup: installing Python test tools into .venv"
-    .venv/bin/pip install -q --upgrade pip
-    # llama-cpp-python builds llama.cpp from source (minutes); pip keeps the
-    # built wheel in its cache, and a wheel in ~/.cache/sluice-wheels is used first.
+    step "installing Python test tools into .venv ($req)"
+    # llama-cpp-python builds llama.cpp from source: the first run takes about
+    # 25 minutes on 2 cores. pip keeps the built wheel in its cache, and a
+    # wheel in ~/.cache/sluice-wheels is used first, so later runs take seconds.
+    echo "setup: the first run compiles llama.cpp for llama-cpp-python: about 25 minutes on 2 cores" \
+         "($(nproc) here); a line a minute shows it is alive (log: .venv/pip-install.log)"
     mkdir -p ~/.cache/sluice-wheels
-    CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) .venv/bin/pip install -q --find-links ~/.cache/sluice-wheels -r "$req"
+    with_heartbeat .venv/pip-install.log .venv/bin/pip install --progress-bar off --upgrade pip
+    CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) with_heartbeat .venv/pip-install.log \
+      .venv/bin/pip install -v --progress-bar off --find-links ~/.cache/sluice-wheels -r "$req"
     rm -f .venv/.req-*; touch "$stamp"
+    step_done "Python test tools"
   fi
 fi
 
 if [ $want_build = 1 ]; then
   jobs=$(nproc)
+  step "building build/ (release, -j$jobs)"
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j"$jobs" >/dev/null
-  echo "setup: built build/sluice"
+  step_done "build: build/sluice"
 fi
+echo "setup: done in $(( $(date +%s) - t_all ))s"

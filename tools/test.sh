@@ -2,7 +2,10 @@
 # Runs every test: the criterion unit tests under ASan+UBSan, then the Python
 # reference and integration tests against the release build. Prints the time
 # each stage took. Run tools/setup.sh first (the README's first command).
-# Usage: tools/test.sh [pytest -k expression]
+# Usage: tools/test.sh                   every build and every stage (what CI runs)
+#        tools/test.sh PYTEST-ARGS...    only the release build and that pytest
+#                                        selection (-k EXPR, a test file, -x, ...)
+#        tools/test.sh EXPR              the same as tools/test.sh -k EXPR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -10,10 +13,28 @@ t_all=$(date +%s)
 stage() { echo "== $1"; t_stage=$(date +%s); }
 done_stage() { echo "== $1: $(( $(date +%s) - t_stage ))s"; }
 
+# A lone word that is not an option or a path is a -k expression.
+if [ $# -eq 1 ] && [ "${1#-}" = "$1" ] && [ ! -e "${1%%::*}" ]; then set -- -k "$1"; fi
+
 stage "build (release)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs" >/dev/null
 done_stage "build (release)"
+
+pytest_stage() {
+  stage "reference and integration tests (pytest)"
+  # pytest.ini's testpaths when no path is given
+  SLUICE_BUILD_DIR=$PWD/build .venv/bin/python -m pytest -q "$@"
+  done_stage "reference and integration tests (pytest)"
+}
+
+# A selection runs only the tests asked for: the other stages do not depend
+# on it, and tests needing build-asan skip when it is not there.
+if [ $# -gt 0 ]; then
+  pytest_stage "$@"
+  echo "== selected tests: $(( $(date +%s) - t_all ))s"
+  exit 0
+fi
 
 stage "build (asan+ubsan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON >/dev/null
@@ -48,8 +69,6 @@ stage "fuzz (libFuzzer, asan+ubsan, every target ${FUZZ_SECONDS:-60} s, two at a
 tools/fuzz.sh all "${FUZZ_SECONDS:-60}"
 done_stage "fuzz (libFuzzer, asan+ubsan, every target ${FUZZ_SECONDS:-60} s, two at a time)"
 
-stage "reference and integration tests (pytest)"
-SLUICE_BUILD_DIR=$PWD/build .venv/bin/python -m pytest -q tests/reference tests/integration ${1:+-k "$1"}
-done_stage "reference and integration tests (pytest)"
+pytest_stage tests/reference tests/integration
 
 echo "== all tests: $(( $(date +%s) - t_all ))s"

@@ -147,8 +147,32 @@ def test_bad_request(srv, path, body, status, param):
     assert srv.request("GET", "/health")[0] == 200
 
 
-def test_bad_request_table_is_large():
-    assert len(BAD) >= 40
+def metric(srv, name):
+    t = srv.request("GET", "/metrics")[2].decode()
+    return float(next(ln.split()[1] for ln in t.splitlines() if ln.startswith(name + " ")))
+
+
+def test_bad_requests_on_one_connection_never_reach_the_worker(srv):
+    """The whole table on one keep-alive connection: each bad request is
+    answered by the front end (none is submitted to the worker, no mailbox is
+    taken) and the connection stays open for the next one."""
+    import http.client
+    submitted = metric(srv, "sluice_requests_submitted_total")
+    free = srv.wait_mailboxes_free(64)["free"]
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+    c.connect()
+    sock = c.sock
+    for i, (path, body, status, _) in enumerate(BAD):
+        c.request("POST", path, body=json.dumps(body) if isinstance(body, (dict, list)) else body,
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        b = r.read()
+        assert r.status == status, (i, b)
+        assert "error" in json.loads(b), (i, b)
+        assert not r.will_close and c.sock is sock, f"request {i} closed the connection"
+    c.close()
+    assert metric(srv, "sluice_requests_submitted_total") == submitted
+    assert srv.wait_mailboxes_free(free)["free"] == free
 
 
 def test_n_is_one(srv):

@@ -2,11 +2,14 @@
 every stream cleanly and comes back; a killed front end is respawned while
 the others keep streaming; departed clients free their sequences; counters
 stay monotonic across front ends."""
+import http.client
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -27,10 +30,38 @@ def content_events(ev):
     return [e for e in ev if '"delta":{"content":' in e]
 
 
+def error_of(payload):
+    """The error object of an SSE payload or a response body, or None."""
+    try:
+        e = json.loads(payload)["error"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return e if isinstance(e, dict) else None
+
+
+# docs/API.md lists 503 unavailable_error for "a request lost to a worker
+# restart". A request whose worker dies while running it gets its mailbox's
+# failure instead, 500 server_error (frontend/stream.c maps every FAILED
+# mailbox to SL_API_ERR_INTERNAL). Until the server or the document changes,
+# that exact answer is an expected failure (xfail) and any other fails.
+DEATH = "the worker process died while running this request"
+MISMATCH = "killed worker: 500 server_error, docs/API.md says 503 unavailable_error"
+
+
+def is_documented_loss(e):
+    return e["type"] == "unavailable_error"
+
+
+def is_known_mismatch(e):
+    return e["type"] == "server_error" and DEATH in e["message"]
+
+
 def test_worker_kill_ends_streams_and_recovers(server):
     worker, fes = server.pids()
     streams = start_streams(server, 16)
     assert wait_for(lambda: all(content_events(ev) for ev, _ in streams), 30), "streams did not start"
+    # 3000 tokens each: every stream is still running at the kill
+    assert not [ev[-1] for ev, d in streams if d.is_set()], "a stream ended before the kill"
     os.kill(worker, signal.SIGKILL)
     t0 = time.time()
     ended = wait_for(lambda: all(d.is_set() for _, d in streams), 2.0)
@@ -39,8 +70,15 @@ def test_worker_kill_ends_streams_and_recovers(server):
         wait_for(lambda: all(d.is_set() for _, d in streams), 20)
         pytest.fail(f"a client hung after the worker died: {time.time() - t0:.2f}s for all; "
                     f"{[ev[-1][:60] for ev, _ in streams]}")
+    # docs/API.md: a failure after the stream started (HTTP 200 sent) is a
+    # final error event, and the stream ends without [DONE].
+    errors = []
     for ev, _ in streams:
-        assert ev[-1].startswith('{"error"') or ev[-1] == "[DONE]", ev[-3:]
+        assert "[DONE]" not in ev, ev[-3:]
+        e = error_of(ev[-1])
+        assert e is not None, f"the stream did not end with an error event: {ev[-3:]}"
+        assert is_documented_loss(e) or is_known_mismatch(e), e
+        errors.append(e)
     assert elapsed < 2.0
     # front ends untouched, worker replaced, service back
     assert server.get("/health")[0] == 200
@@ -51,6 +89,42 @@ def test_worker_kill_ends_streams_and_recovers(server):
     assert status == 200
     ev = start_streams(server, 1, max_tokens=5)[0]
     assert ev[1].wait(30) and ev[0][-1] == "[DONE]"
+    if not all(is_documented_loss(e) for e in errors):
+        pytest.xfail(MISMATCH)
+
+
+def test_worker_kill_fails_a_non_streaming_request_at_once(server):
+    """A non-streaming request has sent nothing when its worker dies: it gets
+    an error status and an OpenAI error body at once, 503 unavailable_error
+    (docs/API.md)."""
+    worker, _ = server.pids()
+    body = json.dumps({"messages": [{"role": "user", "content": "go"}], "max_tokens": 3000,
+                       "ignore_eos": True}).encode()
+    out = {}
+
+    def call():
+        c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        c.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+        r = c.getresponse()
+        out["status"], out["body"], out["t"] = r.status, r.read(), time.time()
+        c.close()
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    running = lambda: server.admin("effective-config")["worker"]["in_flight_now"] == 1
+    assert wait_for(running, 20), "the request did not reach the worker"
+    os.kill(worker, signal.SIGKILL)
+    t0 = time.time()
+    t.join(20)
+    assert "status" in out, "the client hung after the worker died"
+    assert out["t"] - t0 < 2.0
+    e = error_of(out["body"])
+    assert e is not None, out
+    server.wait_ready(30)
+    assert server.pids()[0] != worker
+    if out["status"] == 500 and is_known_mismatch(e):
+        pytest.xfail(MISMATCH)
+    assert out["status"] == 503 and is_documented_loss(e), out
 
 
 def test_frontend_kill_is_respawned_others_keep_streaming(server):
@@ -114,12 +188,14 @@ def test_metrics_counters_monotonic_across_frontends(server):
 
 def test_sigterm_drains_and_exits_zero(chat_model, tmp_path):
     s = Server(chat_model, tmp_path, frontends=1)
-    ev = start_streams(s, 1, max_tokens=40)[0]
-    wait_for(lambda: content_events(ev[0]), 20)
-    s.proc.send_signal(signal.SIGTERM)
-    assert s.proc.wait(timeout=30) == 0
-    assert ev[1].wait(5) and ev[0][-1] == "[DONE]", ev[0][-2:]
-    s.log.close()
+    try:
+        ev = start_streams(s, 1, max_tokens=40)[0]
+        wait_for(lambda: content_events(ev[0]), 20)
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(timeout=30) == 0
+        assert ev[1].wait(5) and ev[0][-1] == "[DONE]", ev[0][-2:]
+    finally:
+        s.stop()
 
 
 def test_exec_worker_serves_and_recovers(chat_model, tmp_path):

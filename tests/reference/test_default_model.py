@@ -1,13 +1,17 @@
-"""The shipped default model (models/default/, trained by tools/train/train.py)
-against the issue's bar: its recorded held-out loss beats the add-k bigram
-baseline of the same split by at least 1 nat, and greedy continuations of
-fixed prompts read as English: at least 80% of their words are in
-/usr/share/dict/words (Debian's wamerican, installed by tools/setup.sh).
-Also: its greedy continuations do not change with the batch around them or
-the prefill chunk size. Skipped while the trained files are not committed."""
+"""The shipped default model (models/default/, trained by tools/train/train.py).
+Greedy continuations of fixed prompts read as English: at least 80% of their
+words are in /usr/share/dict/words (Debian's wamerican, installed by
+tools/setup.sh). llama.cpp (llama-cpp-python), reading the same files,
+tokenizes the prompts as sluice does and picks the same 48 greedy tokens,
+with logits within 1e-2 relative L2. The greedy continuations do not change
+with the batch around them or the prefill chunk size. Skipped while the
+trained files are not committed."""
 import json
+import os
 import re
 import subprocess
+
+import numpy as np
 
 import pytest
 
@@ -71,16 +75,11 @@ def test_greedy_samples_are_mostly_dictionary_words(model, dictionary):
     assert len(distinct) >= 100, f"only {len(distinct)} distinct dictionary words; first sample: {texts[0][:300]!r}"
 
 
-def test_recorded_validation_loss_beats_bigram_by_one_nat():
-    log_path = MODEL_DIR / "train_log.json"
-    assert log_path.exists(), "models/default/train_log.json (train.py's log) must ship with the model"
-    log = json.loads(log_path.read_text())
-    val, bigram = log["val_loss_nats"], log["data"]["bigram_val_ce_nats"]
-    assert val <= bigram - 1.0, f"validation loss {val:.4f} nats, bigram baseline {bigram:.4f}"
-
-
-# "<s> In the beginning God created", "<s> Once upon a time there was" (Mistral ids)
+# "<s> In the beginning God created", "<s> Once upon a time there was" (Mistral
+# ids; test_prompt_ids_are_the_texts checks them against llama.cpp)
+ID_TEXTS = ["In the beginning God created", "Once upon a time there was"]
 ID_PROMPTS = ["1,560,272,5398,2499,3859", "1,5713,3714,264,727,736,403"]
+STEPS = 48
 
 
 @pytest.mark.parametrize("model", FILES, ids=lambda p: p.name)
@@ -96,3 +95,77 @@ def test_greedy_same_across_batch_sizes_and_chunks(model, prompt):
     assert len(alone.split(",")) == len(prompt.split(",")) + 48
     assert run("--batch-with", "5") == alone
     assert run("--chunk", "1") == alone
+
+
+# ---------------------------------------------------------------- llama.cpp
+
+@pytest.fixture(scope="module")
+def llamacpp():
+    """file -> llama_cpp.Llama on it, loaded once per module."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    loaded = {}
+
+    def load(path):
+        if path not in loaded:
+            # F32 KV cache: llama.cpp's default F16 cache only adds noise
+            loaded[path] = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, n_threads=2,
+                                           logits_all=True, verbose=False, type_k=0, type_v=0)
+        return loaded[path]
+
+    return load
+
+
+def test_prompt_ids_are_the_texts(llamacpp):
+    llm = llamacpp(FILES[0])
+    for text, ids in zip(ID_TEXTS, ID_PROMPTS):
+        assert llm.tokenize(text.encode(), add_bos=True, special=False) == [int(t) for t in ids.split(",")]
+
+
+@pytest.mark.parametrize("model", FILES, ids=lambda p: p.name)
+def test_tokenizer_matches_llamacpp(model, llamacpp):
+    """The prompts and a harder line (digits, punctuation, non-ASCII, runs of
+    spaces) tokenize as llama.cpp's SentencePiece tokenizer does."""
+    texts = PROMPTS + ["Hello world! In 2024, 10x better;  two  spaces, \u00fcn\u00efc\u00f6d\u00e9 and \u4e2d\u6587."]
+    r = subprocess.run([tool("tokcheck"), "encode", str(model), "plain"],
+                       input="".join(json.dumps(t) + "\n" for t in texts), capture_output=True, text=True,
+                       timeout=60, check=True)
+    ours = [[int(t) for t in line.split()] for line in r.stdout.splitlines()]
+    llm = llamacpp(model)
+    theirs = [llm.tokenize(t.encode(), add_bos=False, special=False) for t in texts]
+    assert len(ours) == len(texts)
+    for text, a, b in zip(texts, ours, theirs):
+        assert a == b, f"{text!r}: sluice {a}, llama.cpp {b}"
+
+
+@pytest.mark.parametrize("model", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("prompt", ID_PROMPTS)
+def test_greedy_and_logits_match_llamacpp(model, prompt, llamacpp, tmp_path):
+    """With llama.cpp's activation rounding (SLUICE_CPU_ACT=q8: 8-bit blocks
+    into Q8_0 matmuls, fp16 into F16 ones) the 48 greedy tokens are identical
+    and the prompt logits agree: Q8_0 bit for bit, F16 within 3e-4 relative
+    L2 (measured); 1e-2 is test_llamacpp.py's bound. On the default 16-bit
+    path the Q8_0 file's greedy picks part from llama.cpp's after 8 and 13
+    generated tokens on these prompts, as test_llamacpp.py describes for
+    quantized types."""
+    ids = [int(t) for t in prompt.split(",")]
+    out = tmp_path / "logits.bin"
+    r = subprocess.run([tool("fwdump"), "-m", str(model), "--tokens", prompt, "--steps", str(STEPS),
+                        "--threads", "2", "--out", str(out)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "SLUICE_CPU_ACT": "q8"})
+    assert r.returncode == 0, r.stderr
+    ours = [int(t) for t in r.stdout.strip().split(",")]
+    llm = llamacpp(model)
+    llm.reset()
+    llm.eval(ids)
+    theirs = list(ids)
+    for _ in range(STEPS):
+        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        theirs.append(nxt)
+        llm.eval([nxt])
+    assert ours == theirs, (llm.detokenize(ours[len(ids):]), llm.detokenize(theirs[len(ids):]))
+    n_vocab = llm.n_vocab()
+    a = np.fromfile(out, dtype=np.float32).reshape(-1, n_vocab)[:len(ids)]
+    b = np.array(llm.scores[:len(ids)])
+    rel = float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    print(f"{model.name} {prompt}: prompt logits relative L2 sluice - llama.cpp {rel:.2e}")
+    assert rel < 1e-2
