@@ -12,7 +12,7 @@
 
 #include "cli/cli.h"
 #include "gpu-worker/load_progress.h"
-#include "gpu-worker/sampler.h"
+#include "kernels/cpu/sampler.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/vec_dot.h"
 #include "model/model.h"

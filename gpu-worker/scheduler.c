@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "gpu-worker/kv_blocks.h"
-#include "gpu-worker/sampler.h"
+#include "kernels/cpu/sampler.h"
 #include "kernels/cpu/threadpool.h"
 
 #define NS_PER_MS 1000000ull

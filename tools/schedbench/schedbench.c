@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu-worker/sampler.h"
+#include "kernels/cpu/sampler.h"
 #include "gpu-worker/scheduler.h"
 #include "kernels/backend.h"
 #include "model/model.h"

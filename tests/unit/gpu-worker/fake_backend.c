@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu-worker/sampler.h"
+#include "kernels/cpu/sampler.h"
 
 static uint64_t mix(uint64_t z)
 {
