@@ -410,7 +410,13 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
         n_ctx = m->hp.n_ctx_train;
     int32_t n_eog = 0;
     eog = malloc((size_t)m->hp.n_vocab * sizeof *eog);
-    for (int32_t id = 0; eog && id < m->hp.n_vocab; id++)
+    if (!eog) {   /* without the list no request would ever stop at end-of-generation */
+        sl_load_progress_abort(&lp);
+        fprintf(stderr, "sluice worker: out of memory listing end-of-generation ids (%d tokens)\n", m->hp.n_vocab);
+        exit_code = SL_WORKER_EXIT_FAILED;
+        goto out;
+    }
+    for (int32_t id = 0; id < m->hp.n_vocab; id++)
         if (sl_tokenizer_is_eog(tok, id))
             eog[n_eog++] = id;
 
