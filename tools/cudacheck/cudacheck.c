@@ -49,7 +49,7 @@
 #include "tools/cudacheck/cudacheck.h"
 #include "model/model.h"
 
-#define BLOCK 16
+#define BLOCK SL_KV_BLOCK_TOKENS   /* the worker's block size */
 
 typedef struct {
     int ops, sampling, draws, faults, prompt, chunk, gen, seqs, bench, threads, no_cpu, no_bench;
