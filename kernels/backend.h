@@ -7,7 +7,7 @@
  *            sequence's KV cache lives in fixed-size blocks owned by the
  *            backend and addressed by the sequence's block table (the block
  *            ids the scheduler's KV manager gave it, in position order).
- * Sampling: sl_backend_forward_sample is the one step the scheduler calls:
+ * Sampling:  sl_backend_forward_sample is the one step the scheduler calls:
  *            the forward pass, then the next token of each sequence that
  *            asks, drawn by the steps of kernels/cpu/sampler.h. The CUDA
  *            backend draws on its device; the CPU backend, and the default
@@ -19,7 +19,8 @@
  *            depends only on its row, its request and the seed counter).
  * Errors:    SL_OK; SL_EINVAL for a malformed batch (nothing computed);
  *            SL_EBACKEND when a step fails as a whole (the caller fails every
- *            sequence of the step; the backend stays usable). */
+ *            sequence of the step; the backend stays usable); SL_ENOMEM when
+ *            the first host-sampling step cannot get its rows. */
 #ifndef SL_BACKEND_H
 #define SL_BACKEND_H
 
@@ -79,9 +80,8 @@ typedef struct {
 /* The vtable a backend implements. */
 typedef struct {
     const char *name;         /* required: "cpu", "cuda", ... */
-    /* logits: OUT, one row of n_vocab floats per requested position, in
-     * batch order (all rows of seqs[0], then seqs[1], ...). */
-    /* Required. */
+    /* Required. logits: OUT, one row of n_vocab floats per requested
+     * position, in batch order (all rows of seqs[0], then seqs[1], ...). */
     sl_status (*forward)(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits);
     /* Required: frees the backend (sl_backend_destroy has freed the default
      * sampler's buffers first). */
