@@ -1,7 +1,8 @@
 /* cli/generate.c: `sluice generate`: runs a model on one prompt in this
  * process (no server) and streams the continuation to stdout, then one line
  * with prompt and decode speed on stderr. The shortest path from a GGUF file
- * to text; it uses the same backend, sampler and detokenizer as the server. */
+ * to text; it uses the same backend step (sl_backend_forward_sample: the
+ * forward and the draw) and detokenizer as the server. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -12,13 +13,9 @@
 
 #include "cli/cli.h"
 #include "gpu-worker/load_progress.h"
-#include "gpu-worker/sampler.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/vec_dot.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
-
-#define KV_BLOCK 16
 
 typedef struct {
     const char *model, *prompt, *tokens, *device;
@@ -233,11 +230,11 @@ int sl_cli_generate(int argc, char **argv)
         return 2;
     }
 
-    int32_t n_blocks = (int32_t)((n_ctx + KV_BLOCK - 1) / KV_BLOCK);
+    int32_t n_blocks = (int32_t)((n_ctx + SL_KV_BLOCK_TOKENS - 1) / SL_KV_BLOCK_TOKENS);
     int chunk = o.chunk < n_prompt ? o.chunk : (int)n_prompt;
-    sl_backend_config cfg = {.device = o.device, .n_threads = o.threads, .kv_block_size = KV_BLOCK,
+    sl_backend_config cfg = {.device = o.device, .n_threads = o.threads, .kv_block_size = SL_KV_BLOCK_TOKENS,
                              .n_kv_blocks = (uint32_t)n_blocks, .max_batch_tokens = chunk,
-                             .max_ctx = (int32_t)n_ctx};
+                             .max_ctx = (int32_t)n_ctx, .max_batch_seqs = 1};
     sl_load_progress_read_weights(&lp, m);
     sl_load_progress_stage(&lp, "creating the %s backend", cfg.device);
     sl_backend *be;
@@ -250,9 +247,7 @@ int sl_cli_generate(int argc, char **argv)
                           (double)m->weight_bytes / (1024.0 * 1024.0), be->ops->name);
     int32_t *blocks = malloc((size_t)n_blocks * sizeof *blocks);
     int32_t *history = malloc((size_t)n_ctx * sizeof *history);
-    float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
-    sl_sampler_scratch *scratch;
-    if (!blocks || !history || !logits || sl_sampler_scratch_create(m->hp.n_vocab, &scratch) < 0) {
+    if (!blocks || !history) {
         fprintf(stderr, "sluice generate: out of memory\n");
         return 1;
     }
@@ -260,13 +255,19 @@ int sl_cli_generate(int argc, char **argv)
         blocks[i] = i;
     memcpy(history, prompt, (size_t)n_prompt * sizeof *prompt);
 
+    /* Each call feeds tokens and draws the next from the last row: the k-th
+     * token (k from 0) from the history so far, seeded by k. The prompt's
+     * chunks draw nothing but the last. */
     double t0 = now_ms();
     int rc = 0;
+    int32_t next = -1;
     for (int64_t done = 0; done < n_prompt; done += chunk) {
         int32_t n = (int32_t)(n_prompt - done < chunk ? n_prompt - done : chunk);
         sl_batch_seq s = {.tokens = prompt + done, .n_tokens = n, .pos = (int32_t)done, .blocks = blocks,
                           .n_blocks = n_blocks, .logits_all = false, .prompt = true};
-        if (sl_backend_forward(be, &s, 1, logits) < 0) {
+        bool last = done + n == n_prompt && o.n_predict > 0;
+        sl_sample_req r = {.params = last ? &o.sp : NULL, .history = history, .n_history = (int32_t)n_prompt};
+        if (sl_backend_forward_sample(be, &s, 1, &r, &next) < 0) {
             fprintf(stderr, "sluice generate: forward pass failed\n");
             return 1;
         }
@@ -280,9 +281,8 @@ int sl_cli_generate(int argc, char **argv)
     int64_t n_gen = 0, n_hist = n_prompt;
     double t1 = now_ms();
     while (n_gen < o.n_predict) {
-        int32_t id;
-        if (sl_sampler_sample(&o.sp, logits, m->hp.n_vocab, history, (int32_t)n_hist, (uint64_t)n_gen, scratch,
-                              &id, NULL) < 0) {
+        int32_t id = next;
+        if (id < 0) {
             fprintf(stderr, "sluice generate: sampling failed\n");
             rc = 1;
             break;
@@ -302,7 +302,9 @@ int sl_cli_generate(int argc, char **argv)
             break;
         sl_batch_seq s = {.tokens = &id, .n_tokens = 1, .pos = (int32_t)(n_hist - 1), .blocks = blocks,
                           .n_blocks = n_blocks, .logits_all = false};
-        if (sl_backend_forward(be, &s, 1, logits) < 0) {
+        sl_sample_req r = {.params = &o.sp, .history = history, .n_history = (int32_t)n_hist,
+                           .draw_index = (uint64_t)n_gen};
+        if (sl_backend_forward_sample(be, &s, 1, &r, &next) < 0) {
             fprintf(stderr, "sluice generate: forward pass failed\n");
             rc = 1;
             break;
@@ -318,13 +320,11 @@ int sl_cli_generate(int argc, char **argv)
     fprintf(stderr, "prompt: %lld tokens in %.1f ms (%.1f tok/s); decode: %lld tokens in %.1f ms (%.1f tok/s); "
             "%d threads, %s\n", (long long)n_prompt, t_prompt, n_prompt * 1e3 / (t_prompt > 0 ? t_prompt : 1),
             (long long)n_gen, t_decode, n_gen > 1 ? (n_gen - 1) * 1e3 / (t_decode > 0 ? t_decode : 1) : 0.0,
-            o.threads, sl_vec_dot_isa());
+            o.threads, sl_backend_describe(be));
     free(piece);
     free(prompt);
     free(blocks);
     free(history);
-    free(logits);
-    sl_sampler_scratch_destroy(scratch);
     sl_backend_destroy(be);
     sl_tokenizer_destroy(tok);
     sl_model_destroy(m);

@@ -7,17 +7,18 @@
  * chunks, so a step's cost is bounded by the token budget, and a lone
  * sequence runs the very same loop (no single-request fast path that would
  * lock newcomers out). Batch-1 pays O(max_seqs) bookkeeping per step and
- * nothing per vocabulary entry beyond its own logits row. */
+ * nothing per vocabulary entry beyond its own logits row.
+ *
+ * The step is one backend call, sl_backend_forward_sample: the forward pass
+ * and the draws (on the device or on the host, the backend's business), so
+ * this file holds no logits, sampler scratch or threads. */
 #include "gpu-worker/scheduler.h"
 
 #include <assert.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu-worker/kv_blocks.h"
-#include "gpu-worker/sampler.h"
-#include "kernels/cpu/threadpool.h"
 
 #define NS_PER_MS 1000000ull
 #define ADAPTIVE_PEERS_WAIT_NS (3 * NS_PER_MS)  /* seed: stragglers when arrivals found peers */
@@ -71,13 +72,8 @@ struct sl_sched {
 
     sl_batch_seq *batch;    /* (max_seqs) this step's forward */
     int32_t *batch_slot;    /* (max_seqs) slot of each batch entry */
-    float *logits;          /* (max_seqs, n_vocab) one row per batch entry; NULL when the backend samples */
-    sl_sample_req *reqs;    /* (max_seqs) this step's draws, when the backend samples on its device */
-    int32_t *drawn;         /* (max_seqs) their tokens by batch entry */
-    sl_sampler_scratch **scratch;   /* (sample_threads) one per sampling thread */
-    sl_threadpool *pool;            /* sample_threads > 1, else NULL */
-    int32_t *to_sample;             /* (max_seqs) this step's batch entries to sample */
-    int32_t *sampled;               /* (max_seqs) their tokens, -1 on failure */
+    sl_sample_req *reqs;    /* (max_seqs) this step's draw by batch entry; params NULL: none */
+    int32_t *drawn;         /* (max_seqs) their tokens by batch entry, -1 on failure */
 
     /* window state */
     int32_t last_step_seqs;     /* sequences in the previous step's batch */
@@ -97,9 +93,8 @@ void sl_sched_config_default(sl_sched_config *c)
     c->token_budget = 256;
     c->prefill_chunk = 256;
     c->window_ms = 0;
-    c->kv_block_size = 16;
+    c->kv_block_size = SL_KV_BLOCK_TOKENS;
     c->n_kv_blocks = 0;
-    c->sample_threads = 1;
 }
 
 static sl_status bad(char err[SL_ERR_LEN], const char *what)
@@ -120,6 +115,11 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
         return bad(err, "every io callback is required");
     if (cfg->max_seqs < 1 || cfg->max_seqs > 4096)
         return bad(err, "max_seqs must be in [1, 4096]");
+    if (cfg->max_seqs > sl_backend_max_batch_seqs(&be->cfg)) {
+        snprintf(err, SL_ERR_LEN, "scheduler: max_seqs %d exceeds the backend's max_batch_seqs %d",
+                 cfg->max_seqs, sl_backend_max_batch_seqs(&be->cfg));
+        return SL_EINVAL;
+    }
     if (cfg->token_budget < cfg->max_seqs)
         return bad(err, "token_budget must be >= max_seqs (every running sequence decodes each step)");
     if (cfg->token_budget > be->cfg.max_batch_tokens) {
@@ -164,14 +164,10 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
     s->waiting = malloc((size_t)s->n_slots * sizeof *s->waiting);
     s->batch = calloc((size_t)M, sizeof *s->batch);
     s->batch_slot = malloc((size_t)M * sizeof *s->batch_slot);
-    if (sl_backend_samples(be)) {
-        s->reqs = calloc((size_t)M, sizeof *s->reqs);
-        s->drawn = malloc((size_t)M * sizeof *s->drawn);
-    } else {
-        s->logits = malloc((size_t)M * (size_t)n_vocab * sizeof *s->logits);
-    }
+    s->reqs = calloc((size_t)M, sizeof *s->reqs);
+    s->drawn = malloc((size_t)M * sizeof *s->drawn);
     if (!s->eog || !s->slots || !s->hist_mem || !s->live || !s->waiting || !s->batch || !s->batch_slot ||
-        !(s->logits || (s->reqs && s->drawn)))
+        !s->reqs || !s->drawn)
         goto nomem;
     for (int32_t i = 0; i < n_eog; i++)   /* ids outside the vocabulary can never be drawn */
         if (eog[i] >= 0 && eog[i] < n_vocab)
@@ -182,21 +178,6 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
     for (int32_t i = 0; i < s->n_slots; i++) {
         s->slots[i].hist = s->hist_mem + (size_t)i * (size_t)n_ctx;
         if (sl_kv_blocks_table_init(&s->kv, &s->slots[i].table, (uint32_t)n_ctx) < 0)
-            goto nomem;
-    }
-    s->to_sample = malloc((size_t)M * sizeof *s->to_sample);
-    s->sampled = malloc((size_t)M * sizeof *s->sampled);
-    if (!s->to_sample || !s->sampled)
-        goto nomem;
-    if (!s->reqs) {   /* host sampling: scratch per thread (a sampling backend needs none) */
-        int32_t nt = cfg->sample_threads > 1 ? cfg->sample_threads : 1;
-        s->scratch = calloc((size_t)nt, sizeof *s->scratch);
-        if (!s->scratch)
-            goto nomem;
-        for (int32_t i = 0; i < nt; i++)
-            if (sl_sampler_scratch_create(n_vocab, &s->scratch[i]) < 0)
-                goto nomem;
-        if (nt > 1 && sl_threadpool_create(nt, &s->pool) < 0)
             goto nomem;
     }
     s->stats.kv_blocks_total = cfg->n_kv_blocks;
@@ -220,12 +201,6 @@ void sl_sched_destroy(sl_sched *s)
         }
     }
     sl_kv_blocks_fini(&s->kv);
-    sl_threadpool_destroy(s->pool);
-    for (int32_t i = 0; s->scratch && i < (s->cfg.sample_threads > 1 ? s->cfg.sample_threads : 1); i++)
-        sl_sampler_scratch_destroy(s->scratch[i]);
-    free(s->scratch);
-    free(s->to_sample);
-    free(s->sampled);
     free(s->eog);
     free(s->slots);
     free(s->hist_mem);
@@ -233,7 +208,6 @@ void sl_sched_destroy(sl_sched *s)
     free(s->waiting);
     free(s->batch);
     free(s->batch_slot);
-    free(s->logits);
     free(s->reqs);
     free(s->drawn);
     free(s);
@@ -541,7 +515,9 @@ static bool draws_this_step(const seq *q)
     return q->n_cached + q->chunk >= prefill_target(q) && q->n_gen == 0;
 }
 
-/* The device-sampling request of batch entry b (sl_backend_forward_sample). */
+/* The draw q asks of this step (sl_backend_forward_sample): from its last
+ * row, after the token fed now, seeded by its output count; end-of-generation
+ * banned until min_tokens. */
 static sl_sample_req sample_req(sl_sched *s, seq *q)
 {
     if (q->req.params.n_logprobs >= 0)
@@ -550,32 +526,6 @@ static sl_sample_req sample_req(sl_sched *s, seq *q)
     return (sl_sample_req){.params = &q->req.params, .history = q->hist, .n_history = q->n_hist,
                            .draw_index = (uint64_t)q->n_gen, .ban = ban ? s->eog : NULL,
                            .n_ban = ban ? s->n_eog : 0, .record = &q->rec};
-}
-
-/* Draws the next token of batch entry b from its logits row (a sequence
- * whose history is all in KV but for the token fed this step): writes only
- * the row, the request's logprob record and s->sampled[i], so the step's
- * rows can be drawn on several threads at once. */
-static void draw_one(sl_sched *s, int32_t i, int thread)
-{
-    int32_t b = s->to_sample[i];
-    seq *q = &s->slots[s->batch_slot[b]];
-    float *row = s->logits + (size_t)b * (size_t)s->n_vocab;
-    if (holds_back_eog(q))
-        for (int32_t e = 0; e < s->n_eog; e++)
-            row[s->eog[e]] = -INFINITY;
-    int32_t tok = -1;
-    bool want = q->req.params.n_logprobs >= 0;
-    if (want)
-        q->rec.token = -1;
-    sl_status rc = sl_sampler_sample(&q->req.params, row, s->n_vocab, q->hist, q->n_hist, (uint64_t)q->n_gen,
-                                     s->scratch[thread], &tok, want ? &q->rec : NULL);
-    s->sampled[i] = rc < 0 || tok < 0 || tok >= s->n_vocab ? -1 : tok;
-}
-
-static void draw_task(void *ctx, int64_t i, int thread)
-{
-    draw_one(ctx, (int32_t)i, thread);
 }
 
 /* Takes the drawn token into the sequence and delivers it. Per-request
@@ -739,28 +689,22 @@ sl_status sl_sched_step(sl_sched *s)
             trace(s, q, "first_prefill_chunk", t0);
         }
     }
-    int32_t n_draw = 0;
     for (int32_t b = 0; b < n_batch; b++) {
         seq *q = &s->slots[s->batch_slot[b]];
-        bool draw = draws_this_step(q);
-        if (draw)
-            s->to_sample[n_draw++] = b;
-        if (s->reqs)
-            s->reqs[b] = draw ? sample_req(s, q) : (sl_sample_req){0};
+        s->reqs[b] = draws_this_step(q) ? sample_req(s, q) : (sl_sample_req){0};
     }
-    sl_status rc = s->reqs ? sl_backend_forward_sample(s->be, s->batch, n_batch, s->reqs, s->drawn)
-                           : sl_backend_forward(s->be, s->batch, n_batch, s->logits);
+    sl_status rc = sl_backend_forward_sample(s->be, s->batch, n_batch, s->reqs, s->drawn);
     uint64_t t1 = s->io.now_ns(s->io.ctx);
     s->stats.steps++;
     s->stats.step_seqs = n_batch;
     s->stats.step_tokens = n_tokens;
     s->stats.step_ns = t1 - t0;
     if (rc < 0) {
-        fail_all(s, rc == SL_EBACKEND ? "the backend failed a step" : "the backend refused the batch");
+        fail_all(s, rc == SL_EBACKEND ? "the backend failed a step"
+                    : rc == SL_ENOMEM ? "the backend is out of memory for its sampling rows"
+                                      : "the backend refused the batch");
     } else {
-        /* 8. sample, emit, stop; in batch order (each row is this entry's).
-         *    The draws touch only their own request, so they may run on
-         *    several threads; taking them in and delivering stays in order. */
+        /* 8. take the drawn tokens, emit, stop; in batch order. */
         s->last_step_seqs = n_batch;
         for (int32_t b = 0; b < n_batch; b++) {
             seq *q = &s->slots[s->batch_slot[b]];
@@ -769,16 +713,9 @@ sl_status sl_sched_step(sl_sched *s)
             if (q->state == SEQ_PREFILL && q->n_cached >= prefill_target(q) && q->n_gen > 0)
                 q->state = SEQ_DECODE;   /* recompute done: decode resumes with the last token */
         }
-        if (s->reqs)
-            for (int32_t i = 0; i < n_draw; i++)
-                s->sampled[i] = s->drawn[s->to_sample[i]];
-        else if (s->pool && n_draw > 1)
-            sl_threadpool_run(s->pool, draw_task, s, n_draw);
-        else
-            for (int32_t i = 0; i < n_draw; i++)
-                draw_one(s, i, 0);
-        for (int32_t i = 0; i < n_draw; i++)
-            take_sample(s, s->batch_slot[s->to_sample[i]], s->sampled[i], t1);
+        for (int32_t b = 0; b < n_batch; b++)
+            if (s->reqs[b].params)
+                take_sample(s, s->batch_slot[b], s->drawn[b], t1);
     }
     assert(sl_sched_check(s));
     s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv);

@@ -9,7 +9,8 @@
  * Model:     each step admits waiting requests (KV blocks and the batch window
  *            permitting), decodes every running sequence by one token,
  *            advances prefills by chunks under a per-step token budget, runs
- *            one backend forward, samples, emits, and finishes or frees.
+ *            one backend call (sl_backend_forward_sample: the forward and the
+ *            draws), emits, and finishes or frees.
  * Ownership: the scheduler owns its arrays (sized once at create; a step
  *            never allocates) and the KV block bookkeeping; the backend, the
  *            eog array, the io table and each request's prompt belong to the
@@ -57,8 +58,6 @@ typedef struct {
     FILE *trace;               /* where trace lines go; NULL = stderr */
     uint32_t kv_block_size;    /* token positions per KV block; must equal the backend's */
     uint32_t n_kv_blocks;      /* blocks in the pool; at most the backend's */
-    int32_t sample_threads;    /* threads sampling a step's rows (each row is one request's, so the
-                                * tokens do not depend on it); 1 = the scheduler thread alone */
     struct {                   /* an sl_sched_source for each knob above */
         uint8_t max_seqs, token_budget, prefill_chunk, window_ms;
         uint8_t staggered_prefill, ttft_trace, kv_block_size, n_kv_blocks;
@@ -67,7 +66,7 @@ typedef struct {
 
 /* Defaults (all sources SL_SCHED_SOURCE_DEFAULT): max_seqs 16,
  * token_budget 256, prefill_chunk 256, window_ms 0 (adaptive), staggered
- * and trace off, kv_block_size 16, n_kv_blocks 0 (the caller sizes the pool
+ * and trace off, kv_block_size SL_KV_BLOCK_TOKENS (16), n_kv_blocks 0 (the caller sizes the pool
  * from its memory budget; create refuses 0). docs/SCHEDULER.md says why. */
 void sl_sched_config_default(sl_sched_config *c);
 
@@ -169,12 +168,13 @@ typedef struct {
 
 typedef struct sl_sched sl_sched;
 
-/* Creates a scheduler over `be` (forward only; not owned) for a model of
+/* Creates a scheduler over `be` (not owned) for a model of
  * n_vocab tokens and n_ctx positions per sequence; eog holds n_eog end-of-
  * generation ids (copied). cfg is copied; io is copied. Allocates everything
  * a step needs. Returns SL_OK with *out set; SL_EINVAL with err naming the
  * bad value (a knob out of range, a block size or count the backend does not
- * have, a token budget over the backend's max_batch_tokens); SL_ENOMEM. On
+ * have, a token budget over the backend's max_batch_tokens, max_seqs over
+ * its max_batch_seqs); SL_ENOMEM. On
  * failure *out is NULL. */
 sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const int32_t *eog, int32_t n_eog,
                           const sl_sched_config *cfg, const sl_sched_io *io, sl_sched **out,
@@ -184,8 +184,9 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
  * is exiting; the master fails their mailboxes). NULL is a no-op. */
 void sl_sched_destroy(sl_sched *s);
 
-/* Runs one iteration: cancels, emit retries, intake, admission, one forward,
- * sampling, emits, finishes. Never blocks, never allocates.
+/* Runs one iteration: cancels, emit retries, intake, admission, one
+ * forward with its draws, emits, finishes. Never blocks, never allocates
+ * (the backend's first sampling call may, once: kernels/backend.h).
  * Returns SL_OK when a forward ran (successfully or not: a failed step has
  * already failed its requests); SL_AGAIN when there was nothing to run (idle,
  * every sequence paused, or the batch window still open): the caller waits

@@ -24,7 +24,6 @@
 #include "model/tokenizer.h"
 #include "shared/shm.h"
 
-#define KV_BLOCK 16
 #define IDLE_BEAT_NS 100000000ull        /* beat at least every 100 ms while idle */
 #define SNAPSHOT_EVERY_NS 200000000ull   /* republish effective-config at most 5 times a second */
 #define MIN_STEP_BOUND_NS 2000000000ull  /* a step may always take 2 s before it looks wedged */
@@ -411,7 +410,13 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
         n_ctx = m->hp.n_ctx_train;
     int32_t n_eog = 0;
     eog = malloc((size_t)m->hp.n_vocab * sizeof *eog);
-    for (int32_t id = 0; eog && id < m->hp.n_vocab; id++)
+    if (!eog) {   /* without the list no request would ever stop at end-of-generation */
+        sl_load_progress_abort(&lp);
+        fprintf(stderr, "sluice worker: out of memory listing end-of-generation ids (%d tokens)\n", m->hp.n_vocab);
+        exit_code = SL_WORKER_EXIT_FAILED;
+        goto out;
+    }
+    for (int32_t id = 0; id < m->hp.n_vocab; id++)
         if (sl_tokenizer_is_eog(tok, id))
             eog[n_eog++] = id;
 
@@ -428,10 +433,10 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
 #undef KNOB
     if (sc.token_budget < sc.max_seqs)
         sc.token_budget = sc.max_seqs;
-    sc.kv_block_size = KV_BLOCK;
-    uint64_t block_bytes = sl_backend_kv_block_bytes(m, KV_BLOCK);
+    sc.kv_block_size = SL_KV_BLOCK_TOKENS;
+    uint64_t block_bytes = sl_backend_kv_block_bytes(m, SL_KV_BLOCK_TOKENS);
     uint64_t blocks = kv_budget(cfg) / block_bytes;
-    uint64_t min_blocks = ((uint64_t)n_ctx + KV_BLOCK - 1) / KV_BLOCK;
+    uint64_t min_blocks = ((uint64_t)n_ctx + SL_KV_BLOCK_TOKENS - 1) / SL_KV_BLOCK_TOKENS;
     if (blocks < min_blocks) {
         /* at least one sequence of the full context must fit */
         if (cfg->kv_memory) {
@@ -450,8 +455,9 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     sc.source.n_kv_blocks = cfg->kv_memory ? sched_source(cfg->source[SL_CFG_KV_MEMORY]) : SL_SCHED_SOURCE_DEFAULT;
 
     sl_backend_config bc = {.device = cfg->device, .n_threads = (int)(cfg->threads ? cfg->threads : 1),
-                            .kv_block_size = KV_BLOCK, .n_kv_blocks = sc.n_kv_blocks,
-                            .max_batch_tokens = sc.token_budget, .max_ctx = n_ctx};
+                            .kv_block_size = SL_KV_BLOCK_TOKENS, .n_kv_blocks = sc.n_kv_blocks,
+                            .max_batch_tokens = sc.token_budget, .max_ctx = n_ctx,
+                            .max_batch_seqs = sc.max_seqs};
     /* The CUDA backend uploads the weights inside this call (no finer progress
      * crosses the backend interface): the stage line names the wait. */
     sl_load_progress_stage(&lp, "creating the %s backend (%u KV blocks)", bc.device ? bc.device : "auto",
@@ -474,7 +480,6 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     w.held = calloc(w.n_held, sizeof *w.held);
     sl_sched_io io = {.ctx = &w, .poll = io_poll, .emit = io_emit, .finish = io_finish, .cancelled = io_cancelled,
                       .wait = io_wait, .now_ns = io_now, .step_done = io_step_done};
-    sc.sample_threads = bc.n_threads;   /* the CPU threads are idle while rows are sampled */
     if (!w.held || sl_sched_create(be, m->hp.n_vocab, n_ctx, eog, n_eog, &sc, &io, &sched, err) < 0) {
         fprintf(stderr, "sluice worker: %s\n", w.held ? err : "out of memory");
         goto out;

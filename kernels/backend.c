@@ -1,9 +1,13 @@
-/* kernels/backend.c: backend selection and the batch checks every backend
- * relies on, so no backend reads outside its KV cache on a bad batch.
+/* kernels/backend.c: the backend registry (create by device name, destroy)
+ * and the dispatch of each call: the checks of kernels/backend_check.h,
+ * then the backend's slot or its documented default. Runs on the thread
+ * that drives the backend (the worker's scheduler thread).
  * The CUDA backend is a shared library loaded here on demand (dlopen), so
  * the binary itself never links CUDA: "auto" on a host without the library
  * or without a GPU quietly (library absent) or with a note (library present,
- * no device) runs on the CPU. */
+ * no device) runs on the CPU.
+ * Dependencies point down: this file uses backend_check.c and cpu/; neither
+ * calls back here. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
@@ -12,14 +16,13 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#include "kernels/backend_check.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/sample_batch.h"
 #include "kernels/cuda/cuda_backend.h"
 
-uint64_t sl_backend_kv_block_bytes(const sl_model *m, uint32_t block_size)
-{
-    const sl_hparams *hp = &m->hp;
-    return 2ull * hp->n_layer * hp->n_head_kv * hp->head_dim * block_size * sizeof(float);
-}
+/* ------------------------------------------------------------------------ */
+/* registry                                                                  */
 
 /* Finds libsluice_cuda.so: $SLUICE_CUDA_LIB if set, else next to the
  * executable, else one folder up (the build root, for the tools that live in
@@ -91,13 +94,9 @@ sl_status sl_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_
     const char *dev = cfg->device ? cfg->device : "auto";
     bool gpu_ok = !strcmp(dev, "cuda") || !strcmp(dev, "auto");
     /* n_kv_blocks 0 = "size the KV cache from free device memory": CUDA only */
-    if (cfg->n_threads < 1 || cfg->kv_block_size < 1 || (cfg->n_kv_blocks < 1 && !gpu_ok) ||
-        cfg->max_batch_tokens < 1 || cfg->max_ctx < 1) {
-        snprintf(err, SL_ERR_LEN, "backend: invalid configuration (threads %d, block size %u, blocks %u, "
-                 "batch tokens %d, context %d)", cfg->n_threads, cfg->kv_block_size, cfg->n_kv_blocks,
-                 cfg->max_batch_tokens, cfg->max_ctx);
-        return SL_EINVAL;
-    }
+    sl_status crc = sl_backend_check_config(cfg, gpu_ok, err);
+    if (crc < 0)
+        return crc;
     if (!strcmp(dev, "cpu"))
         return sl_cpu_backend_create(m, cfg, out, err);
     if (gpu_ok) {
@@ -118,42 +117,21 @@ sl_status sl_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_
     return SL_EINVAL;
 }
 
-int64_t sl_batch_logit_rows(const sl_batch_seq *seqs, int32_t n_seqs)
+void sl_backend_destroy(sl_backend *b)
 {
-    int64_t rows = 0;
-    for (int32_t i = 0; i < n_seqs; i++)
-        rows += seqs[i].logits_all ? seqs[i].n_tokens : 1;
-    return rows;
+    if (!b)
+        return;
+    sl_sample_batch_destroy(b->_host_sampling);
+    b->_host_sampling = NULL;
+    b->ops->destroy(b);
 }
 
-static sl_status check_batch(const sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs)
-{
-    if (n_seqs < 1)
-        return SL_EINVAL;
-    int64_t total = 0;
-    for (int32_t i = 0; i < n_seqs; i++) {
-        const sl_batch_seq *s = &seqs[i];
-        if (s->n_tokens < 1 || s->pos < 0 || (int64_t)s->pos + s->n_tokens > b->cfg.max_ctx)
-            return SL_EINVAL;
-        int64_t need = ((int64_t)s->pos + s->n_tokens + b->cfg.kv_block_size - 1) / b->cfg.kv_block_size;
-        if (s->n_blocks < need)
-            return SL_EINVAL;
-        for (int32_t j = 0; j < need; j++)
-            if (s->blocks[j] < 0 || (uint32_t)s->blocks[j] >= b->cfg.n_kv_blocks)
-                return SL_EINVAL;
-        for (int32_t j = 0; j < s->n_tokens; j++)
-            if (s->tokens[j] < 0 || s->tokens[j] >= b->model->hp.n_vocab)
-                return SL_EINVAL;
-        total += s->n_tokens;
-    }
-    if (total > b->cfg.max_batch_tokens)
-        return SL_EINVAL;
-    return SL_OK;
-}
+/* ------------------------------------------------------------------------ */
+/* dispatch                                                                  */
 
 sl_status sl_backend_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
 {
-    sl_status rc = check_batch(b, seqs, n_seqs);
+    sl_status rc = sl_backend_check_batch(b, seqs, n_seqs);
     return rc < 0 ? rc : b->ops->forward(b, seqs, n_seqs, logits);
 }
 
@@ -162,34 +140,38 @@ bool sl_backend_samples(const sl_backend *b)
     return b && b->ops->forward_sample;
 }
 
+/* The default forward_sample: forward into host rows, then the reference
+ * sampler on cfg.n_threads threads (a backend without the slot: a test's
+ * fake, CUDA with SLUICE_CUDA_SAMPLE=0). Every seqs[i] has logits_all false,
+ * so row i is sequence i's. */
+static sl_status host_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                     const sl_sample_req *reqs, int32_t *tokens)
+{
+    if (!b->_host_sampling &&
+        sl_sample_batch_create(b->model->hp.n_vocab, sl_backend_max_batch_seqs(&b->cfg), NULL, b->cfg.n_threads,
+                               &b->_host_sampling) < 0)
+        return SL_ENOMEM;
+    sl_status rc = b->ops->forward(b, seqs, n_seqs, sl_sample_batch_rows(b->_host_sampling));
+    if (rc < 0)
+        return rc;
+    sl_sample_batch_draw(b->_host_sampling, reqs, n_seqs, tokens);
+    return SL_OK;
+}
+
 sl_status sl_backend_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
                                     const sl_sample_req *reqs, int32_t *tokens)
 {
-    if (!sl_backend_samples(b))
-        return SL_EUNSUPPORTED;
-    sl_status rc = check_batch(b, seqs, n_seqs);
+    sl_status rc = sl_backend_check_batch(b, seqs, n_seqs);
+    if (rc >= 0)
+        rc = sl_backend_check_sample(b, seqs, n_seqs, reqs);
     if (rc < 0)
         return rc;
-    int32_t n_vocab = b->model->hp.n_vocab;
-    for (int32_t i = 0; i < n_seqs; i++) {
-        const sl_sample_req *r = &reqs[i];
-        if (seqs[i].logits_all)
-            return SL_EINVAL;
-        if (!r->params)
-            continue;
-        if (sl_sampling_validate(r->params, n_vocab, NULL) < 0 || r->n_history < 0 ||
-            (r->n_history > 0 && !r->history) || r->n_ban < 0 || (r->n_ban > 0 && !r->ban) ||
-            (r->params->n_logprobs >= 0 && !r->record))
-            return SL_EINVAL;
-        for (int32_t j = 0; j < r->n_ban; j++)
-            if (r->ban[j] < 0 || r->ban[j] >= n_vocab)
-                return SL_EINVAL;
-    }
-    return b->ops->forward_sample(b, seqs, n_seqs, reqs, tokens);
+    if (b->ops->forward_sample)
+        return b->ops->forward_sample(b, seqs, n_seqs, reqs, tokens);
+    return host_forward_sample(b, seqs, n_seqs, reqs, tokens);
 }
 
-void sl_backend_destroy(sl_backend *b)
+const char *sl_backend_describe(const sl_backend *b)
 {
-    if (b)
-        b->ops->destroy(b);
+    return b->description ? b->description : b->ops->name;
 }

@@ -7,12 +7,20 @@
  *            sequence's KV cache lives in fixed-size blocks owned by the
  *            backend and addressed by the sequence's block table (the block
  *            ids the scheduler's KV manager gave it, in position order).
- * Guarantee: a sequence's logits are bitwise identical whatever else is in
- *            the batch and whatever the thread count (no reduction order
- *            depends on batch composition).
+ * Sampling:  sl_backend_forward_sample is the one step the scheduler calls:
+ *            the forward pass, then the next token of each sequence that
+ *            asks, drawn by the steps of kernels/cpu/sampler.h. The CUDA
+ *            backend draws on its device; the CPU backend, and the default
+ *            for a backend without forward_sample, on the host
+ *            (kernels/cpu/sample_batch.h).
+ * Guarantee: a sequence's logits, token and logprob record are bitwise
+ *            identical whatever else is in the batch and whatever the thread
+ *            count (no reduction order depends on batch composition; a draw
+ *            depends only on its row, its request and the seed counter).
  * Errors:    SL_OK; SL_EINVAL for a malformed batch (nothing computed);
  *            SL_EBACKEND when a step fails as a whole (the caller fails every
- *            sequence of the step; the backend stays usable). */
+ *            sequence of the step; the backend stays usable); SL_ENOMEM when
+ *            the first host-sampling step cannot get its rows. */
 #ifndef SL_BACKEND_H
 #define SL_BACKEND_H
 
@@ -22,6 +30,10 @@
 #include "model/model.h"
 #include "shared/sampling.h"
 #include "shared/status.h"
+
+/* Token positions per KV block: the worker's and `sluice generate`'s block
+ * size (the scheduler's default). */
+#define SL_KV_BLOCK_TOKENS 16
 
 typedef struct {
     const int32_t *tokens;    /* n_tokens token ids, each in [0, n_vocab) */
@@ -45,13 +57,15 @@ typedef struct {
                                * then holds the count chosen) */
     int32_t max_batch_tokens; /* most new tokens in one forward call */
     int32_t max_ctx;          /* longest sequence (positions) a call may reach */
+    int32_t max_batch_seqs;   /* most sequences in one call, in [0, max_batch_tokens]; 0: max_batch_tokens.
+                               * Sizes the host sampling rows (one logits row per sequence) */
 } sl_backend_config;
 
 typedef struct sl_backend sl_backend;
 
-/* What one sequence of a step asks of a backend that samples on its device:
- * the next token drawn from the sequence's last logits row by the steps of
- * gpu-worker/sampler.h, after the `ban` tokens are set to -inf (the worker
+/* What one sequence of a step asks of sl_backend_forward_sample: the next
+ * token drawn from the sequence's last logits row by the steps of
+ * kernels/cpu/sampler.h, after the `ban` tokens are set to -inf (the worker
  * holds end-of-generation back until min_tokens). */
 typedef struct {
     const sl_sampling_params *params; /* validated (sl_sampling_validate); NULL: no token wanted */
@@ -63,19 +77,23 @@ typedef struct {
     sl_logprob_record *record;        /* OUT when params->n_logprobs >= 0, else unused */
 } sl_sample_req;
 
-/* The vtable a backend implements. All slots required but forward_sample. */
+/* The vtable a backend implements. */
 typedef struct {
-    const char *name;
-    /* logits: OUT, one row of n_vocab floats per requested position, in
-     * batch order (all rows of seqs[0], then seqs[1], ...). */
+    const char *name;         /* required: "cpu", "cuda", ... */
+    /* Required. logits: OUT, one row of n_vocab floats per requested
+     * position, in batch order (all rows of seqs[0], then seqs[1], ...). */
     sl_status (*forward)(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits);
+    /* Required: frees the backend (sl_backend_destroy has freed the default
+     * sampler's buffers first). */
     void (*destroy)(sl_backend *b);
-    /* Optional (NULL: the caller samples forward's logits on the host).
-     * The forward pass, then one draw per sequence whose req has params,
-     * on the device: tokens[i] OUT (-1 where none was asked), and only the
-     * chosen ids and asked records cross to the host. Every seqs[i] has
-     * logits_all false. Same guarantee as forward: a sequence's token and
-     * record do not depend on the rest of the batch. */
+    /* Optional (NULL: sl_backend_forward_sample runs forward, then draws on
+     * the host with the reference sampler, on cfg.n_threads threads).
+     * The forward pass, then one draw per sequence whose req has params:
+     * tokens[i] OUT (-1 where none was asked or the draw failed). The CUDA
+     * backend draws on its device, so only the chosen ids and asked records
+     * cross to the host; the CPU backend draws on its compute threads. Every
+     * seqs[i] has logits_all false. Same guarantee as forward: a sequence's
+     * token and record do not depend on the rest of the batch. */
     sl_status (*forward_sample)(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, const sl_sample_req *reqs,
                                 int32_t *tokens);
 } sl_backend_ops;
@@ -85,10 +103,14 @@ struct sl_backend {
     const sl_model *model;
     sl_backend_config cfg;
     uint64_t kv_bytes;        /* bytes the KV cache takes */
+    const char *description;  /* optional, set at create (NULL: ops->name): the compute path for status
+                               * lines, a static string (the CPU backend: the dot-product ISA in use) */
+    struct sl_sample_batch *_host_sampling; /* private to kernels/backend.c: the default forward_sample's rows
+                                             * and scratch, made by its first call; NULL before */
 };
 
 /* Bytes one KV block takes for this model (K and V, every layer) on the CPU
- * backend (float32 entries). */
+ * backend (float32 entries; the CUDA backend uses the same layout). */
 uint64_t sl_backend_kv_block_bytes(const sl_model *m, uint32_t block_size);
 
 /* Creates the backend named by cfg->device. The model must outlive it. On
@@ -104,18 +126,34 @@ sl_status sl_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_
  * length, token counts) and runs the forward pass. */
 sl_status sl_backend_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits);
 
-/* True when the backend draws tokens on its device (forward_sample). */
+/* True when the backend draws tokens itself (its forward_sample slot: the
+ * CPU and CUDA backends); false when sl_backend_forward_sample uses the
+ * default (forward, then the reference sampler on the host). */
 bool sl_backend_samples(const sl_backend *b);
 
 /* Validates like sl_backend_forward (and: logits_all false everywhere,
- * record set where logprobs are asked, ban ids in range) and runs
- * forward_sample. SL_EUNSUPPORTED when the backend has none. */
+ * record set where logprobs are asked, ban ids in range), then runs the
+ * backend's forward_sample, or the default: forward into host rows and one
+ * draw per asked sequence with the reference sampler. tokens: OUT (n_seqs),
+ * -1 where no token was asked or the draw failed; reqs[i].record OUT where
+ * logprobs are asked. The default's first call allocates its rows (one per
+ * sequence, cfg.max_batch_seqs of them) and per-thread scratch, once:
+ * SL_ENOMEM then, with nothing computed. Blocks for the whole step. */
 sl_status sl_backend_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
                                     const sl_sample_req *reqs, int32_t *tokens);
 
+/* A short description of the backend's compute path for status lines
+ * (b->description, else ops->name): e.g. "avx2+fma" on the CPU. Static. */
+const char *sl_backend_describe(const sl_backend *b);
+
+/* Frees the backend (and the default sampler's buffers); NULL is a no-op. */
 void sl_backend_destroy(sl_backend *b);
 
 /* Rows of logits a batch produces. */
 int64_t sl_batch_logit_rows(const sl_batch_seq *seqs, int32_t n_seqs);
+
+/* Most sequences one call may carry: cfg->max_batch_seqs, or
+ * max_batch_tokens when that is 0. */
+int32_t sl_backend_max_batch_seqs(const sl_backend_config *cfg);
 
 #endif

@@ -19,7 +19,12 @@
  * logits are bitwise identical alone or in any batch.
  *
  * KV cache: float32, per layer, per block [n_head_kv][block_size][head_dim],
- * so one head's keys for consecutive positions are contiguous. */
+ * so one head's keys for consecutive positions are contiguous.
+ *
+ * forward_sample: the forward pass into host rows, then each asked row drawn
+ * by the reference sampler on the same thread pool (the compute threads are
+ * idle by then), one row per task with that thread's scratch
+ * (kernels/cpu/sample_batch.h). */
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +34,7 @@
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/sample_batch.h"
 #include "kernels/cpu/threadpool.h"
 #include "kernels/cpu/vec_dot.h"
 #include "model/quant.h"
@@ -43,6 +49,8 @@ typedef struct {
     int n_threads;
     int64_t block_floats;     /* floats of one layer's K (or V) in one block */
     float *kv;                /* (n_layer, 2, n_kv_blocks, n_head_kv, block_size, head_dim) */
+    sl_sample_batch *sampling; /* forward_sample's rows (max_batch_seqs, n_vocab) and per-thread scratch,
+                                * made by its first call (a caller that only runs forward pays nothing) */
 
     /* scratch sized once for max_batch_tokens rows (T) */
     float *x;                 /* (T, n_embd) residual stream */
@@ -361,9 +369,26 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
     return SL_OK;
 }
 
+/* Every seqs[i] has logits_all false (sl_backend_forward_sample checked),
+ * so row i is sequence i's last position. */
+static sl_status cpu_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                    const sl_sample_req *reqs, int32_t *tokens)
+{
+    cpu_backend *cb = (cpu_backend *)b;
+    if (!cb->sampling && sl_sample_batch_create(b->model->hp.n_vocab, sl_backend_max_batch_seqs(&b->cfg), cb->pool,
+                                                cb->n_threads, &cb->sampling) < 0)
+        return SL_ENOMEM;
+    sl_status rc = cpu_forward(b, seqs, n_seqs, sl_sample_batch_rows(cb->sampling));
+    if (rc < 0)
+        return rc;
+    sl_sample_batch_draw(cb->sampling, reqs, n_seqs, tokens);
+    return SL_OK;
+}
+
 static void cpu_destroy(sl_backend *b)
 {
     cpu_backend *cb = (cpu_backend *)b;
+    sl_sample_batch_destroy(cb->sampling);   /* borrows the pool: before it */
     sl_threadpool_destroy(cb->pool);
     free(cb->kv);
     free(cb->x);
@@ -391,6 +416,7 @@ static const sl_backend_ops cpu_ops = {
     .name = "cpu",
     .forward = cpu_forward,
     .destroy = cpu_destroy,
+    .forward_sample = cpu_forward_sample,
 };
 
 sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backend **out,
@@ -407,6 +433,7 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
     cb->base.model = m;
     cb->base.cfg = *cfg;
     cb->base.cfg.device = "cpu";
+    cb->base.description = sl_vec_dot_isa();
     cb->n_threads = cfg->n_threads;
     cb->block_floats = (int64_t)hp->n_head_kv * cfg->kv_block_size * hp->head_dim;
     cb->base.kv_bytes = (uint64_t)cfg->n_kv_blocks * sl_backend_kv_block_bytes(m, cfg->kv_block_size);

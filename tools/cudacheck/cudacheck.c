@@ -6,7 +6,7 @@
  *             [--device cuda|cpu] MODEL.gguf...
  *
  * --sampling checks the device sampler against the reference sampler
- * (gpu-worker/sampler.c) on synthetic rows, --draws draws per case
+ * (kernels/cpu/sampler.c) on synthetic rows, --draws draws per case
  * (tools/cudacheck/sampling.c says what is compared).
  * --ops first runs the library's per-kernel self-test (sl_cuda_selftest in
  * kernels/cuda/selftest.cu: matmul per type, rmsnorm, paged attention against
@@ -43,13 +43,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpu-worker/sampler.h"
+#include "kernels/cpu/sampler.h"
 #include "kernels/backend.h"
 #include "model/ggml_types.h"
 #include "tools/cudacheck/cudacheck.h"
 #include "model/model.h"
 
-#define BLOCK 16
+#define BLOCK SL_KV_BLOCK_TOKENS   /* the worker's block size */
 
 typedef struct {
     int ops, sampling, draws, faults, prompt, chunk, gen, seqs, bench, threads, no_cpu, no_bench;

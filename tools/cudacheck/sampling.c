@@ -1,5 +1,5 @@
 /* tools/cudacheck/sampling.c: the device sampler (kernels/cuda/sample.cu)
- * against the reference sampler (gpu-worker/sampler.c) on the same rows.
+ * against the reference sampler (kernels/cpu/sampler.c) on the same rows.
  *
  * Rows: a small (1,000) and a Llama-3 (128,256) vocabulary, each with four
  * shapes: flat, one peaked token, coarse values full of ties, and a row with
@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu-worker/sampler.h"
+#include "kernels/cpu/sampler.h"
 #include "kernels/backend.h"
 #include "tools/cudacheck/cudacheck.h"
 

@@ -7,9 +7,10 @@
  *
  * B sequences each get an N-token prompt of fixed pseudo-random ids; they are
  * prefilled together (chunks of at most 512 tokens per forward call), then
- * decoded G steps with one token each per step (greedy, fed back; drawn on
- * the device when the backend samples there, as in serving). The best
- * of R repetitions is printed, one line per phase. */
+ * decoded G steps with one token each per step (greedy, fed back, drawn by
+ * sl_backend_forward_sample as in serving: on the device for CUDA, on the
+ * compute threads for the CPU). The best of R repetitions is printed, one
+ * line per phase. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +19,9 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/threadpool.h"
-#include "kernels/cpu/vec_dot.h"
 #include "model/model.h"
 
-#define BLOCK 16
+#define BLOCK SL_KV_BLOCK_TOKENS
 #define PREFILL_CHUNK 512
 
 static double now_s(void)
@@ -78,15 +78,6 @@ static int membw(int threads)
     return 0;
 }
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
 int main(int argc, char **argv)
 {
     const char *path = NULL, *device = "cpu";
@@ -123,7 +114,7 @@ int main(int argc, char **argv)
         max_tokens = batch;
     sl_backend_config cfg = {.device = device, .n_threads = threads, .kv_block_size = BLOCK,
                              .n_kv_blocks = (uint32_t)(per_seq * batch), .max_batch_tokens = max_tokens,
-                             .max_ctx = ctx};
+                             .max_ctx = ctx, .max_batch_seqs = batch};
     sl_backend *b;
     if (sl_backend_create(m, &cfg, &b, err) < 0) {
         fprintf(stderr, "enginebench: %s\n", err);
@@ -133,9 +124,7 @@ int main(int argc, char **argv)
     int32_t *blocks = malloc((size_t)batch * per_seq * sizeof *blocks);
     float *logits = malloc((size_t)max_tokens * V * sizeof *logits);
     sl_batch_seq *seqs = malloc((size_t)batch * sizeof *seqs);
-    /* a backend that draws tokens on its device (CUDA) decodes the way the
-     * server does: forward_sample, greedy; else forward + host argmax */
-    bool on_device = sl_backend_samples(b);
+    /* decode the way the server does: forward_sample, greedy */
     sl_sampling_params greedy;
     sl_sampling_params_default(&greedy);
     greedy.temperature = 0.0f;
@@ -183,24 +172,13 @@ int main(int argc, char **argv)
             if (g == 0)
                 for (int q = 0; q < batch; q++)
                     tokens[q * ctx + prompt] = (int32_t)(q % V);
-            if (on_device) {
-                /* greedy on the device, as the server's steps draw: only the ids come back */
-                if (sl_backend_forward_sample(b, seqs, batch, reqs, drawn) < 0) {
-                    fprintf(stderr, "enginebench: forward failed\n");
-                    return 1;
-                }
-                if (g + 1 < gen)
-                    for (int q = 0; q < batch; q++)
-                        tokens[q * ctx + prompt + g + 1] = drawn[q];
-                continue;
-            }
-            if (sl_backend_forward(b, seqs, batch, logits) < 0) {
+            if (sl_backend_forward_sample(b, seqs, batch, reqs, drawn) < 0) {
                 fprintf(stderr, "enginebench: forward failed\n");
                 return 1;
             }
             if (g + 1 < gen)
                 for (int q = 0; q < batch; q++)
-                    tokens[q * ctx + prompt + g + 1] = argmax(logits + (size_t)q * V, V);
+                    tokens[q * ctx + prompt + g + 1] = drawn[q];
         }
         double t2 = now_s();
         best_prefill = t1 - t0 < best_prefill ? t1 - t0 : best_prefill;
@@ -208,8 +186,9 @@ int main(int argc, char **argv)
     }
     double gb = m->weight_bytes / 1e9;
     printf("model: %s, %.2f GB of weights, %d threads, %s, %s\n", m->name, gb, threads,
-           strcmp(b->ops->name, "cpu") ? b->ops->name : sl_vec_dot_isa(),
-           on_device ? "tokens drawn on the device" : "logits to the host, argmax there");
+           sl_backend_describe(b),
+           sl_backend_samples(b) ? "tokens drawn by the backend (on the device for cuda)"
+                                 : "tokens drawn on the host (the interface's default)");
     printf("prefill: batch %d x %d tokens: %.1f tok/s\n", batch, prompt, batch * prompt / best_prefill);
     printf("decode: batch %d x %d steps: %.1f tok/s aggregate, %.1f ms/step, %.1f GB/s of weights\n", batch,
            gen, batch * gen / best_decode, best_decode * 1e3 / gen, gb * gen / best_decode);

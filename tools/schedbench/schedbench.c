@@ -1,6 +1,6 @@
 /* tools/schedbench/schedbench.c: the scheduler's own cost on the CPU backend,
  * without shared memory: (1) batch-1 decode step time of a dedicated
- * single-request loop (what `sluice generate` runs: forward + sample) against
+ * single-request loop (what `sluice generate` runs: forward_sample) against
  * the same request driven by sl_sched_step; (2) aggregate decode tok/s at
  * each concurrency. Requests are all queued at the start; greedy.
  *
@@ -13,7 +13,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu-worker/sampler.h"
 #include "gpu-worker/scheduler.h"
 #include "kernels/backend.h"
 #include "model/model.h"
@@ -102,14 +101,12 @@ typedef struct {
 } bench;
 
 /* The dedicated loop, as `sluice generate` runs it: ms per decode step
- * (forward + sample), the first step excluded as warm-up. */
+ * (forward and draw), the first step excluded as warm-up. */
 static double dedicated_step_ms(const bench *B)
 {
-    float *logits = malloc((size_t)B->V * sizeof *logits);
     int32_t *hist = malloc((size_t)B->n_ctx * sizeof *hist);
     int32_t *blocks = malloc((size_t)B->per_seq * sizeof *blocks);
-    sl_sampler_scratch *scr;
-    if (!logits || !hist || !blocks || sl_sampler_scratch_create(B->V, &scr) < 0) {
+    if (!hist || !blocks) {
         fprintf(stderr, "schedbench: out of memory\n");
         exit(1);
     }
@@ -118,23 +115,22 @@ static double dedicated_step_ms(const bench *B)
     memcpy(hist, B->prompt, (size_t)B->n_prompt * sizeof *hist);
     sl_batch_seq s = {.tokens = hist, .n_tokens = B->n_prompt, .pos = 0, .blocks = blocks, .n_blocks = B->per_seq,
                       .prompt = true};
-    sl_backend_forward(B->be, &s, 1, logits);
-    int32_t n = B->n_prompt, tok;
+    int32_t n = B->n_prompt, tok = -1;
+    sl_sample_req r = {.params = &B->sp, .history = hist, .n_history = n};
+    sl_backend_forward_sample(B->be, &s, 1, &r, &tok);
     double ns = 0;
     for (int g = 0; g < B->n_gen; g++) {
         uint64_t t0 = now_ns();
-        sl_sampler_sample(&B->sp, logits, B->V, hist, n, (uint64_t)g, scr, &tok, NULL);
         hist[n++] = tok;
         if (g + 1 == B->n_gen)
             break;
         s = (sl_batch_seq){.tokens = &hist[n - 1], .n_tokens = 1, .pos = n - 1, .blocks = blocks,
                            .n_blocks = B->per_seq};
-        sl_backend_forward(B->be, &s, 1, logits);
+        r = (sl_sample_req){.params = &B->sp, .history = hist, .n_history = n, .draw_index = (uint64_t)g + 1};
+        sl_backend_forward_sample(B->be, &s, 1, &r, &tok);
         if (g > 0)
             ns += (double)(now_ns() - t0);
     }
-    sl_sampler_scratch_destroy(scr);
-    free(logits);
     free(hist);
     free(blocks);
     return ns / (B->n_gen - 2) / 1e6;
@@ -212,10 +208,10 @@ int main(int argc, char **argv)
         if (c > B.max_c) B.max_c = c;
         p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
     }
-    B.per_seq = (B.n_ctx + 15) / 16;
-    sl_backend_config bc = {.device = "cpu", .n_threads = threads, .kv_block_size = 16,
+    B.per_seq = (B.n_ctx + SL_KV_BLOCK_TOKENS - 1) / SL_KV_BLOCK_TOKENS;
+    sl_backend_config bc = {.device = "cpu", .n_threads = threads, .kv_block_size = SL_KV_BLOCK_TOKENS,
                             .n_kv_blocks = (uint32_t)(B.per_seq * B.max_c), .max_batch_tokens = 256,
-                            .max_ctx = B.n_ctx};
+                            .max_ctx = B.n_ctx, .max_batch_seqs = B.max_c > 16 ? B.max_c : 16};
     if (sl_backend_create(m, &bc, &B.be, err) < 0) {
         fprintf(stderr, "schedbench: %s\n", err);
         return 1;

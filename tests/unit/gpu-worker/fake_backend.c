@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu-worker/sampler.h"
+#include "kernels/cpu/sampler.h"
 
 static uint64_t mix(uint64_t z)
 {
@@ -129,6 +129,7 @@ sl_status fake_backend_init(fake_backend *f, int32_t n_vocab, uint32_t block_siz
 
 void fake_backend_fini(fake_backend *f)
 {
+    sl_backend_destroy(&f->base);   /* the default forward_sample's rows; fake_destroy frees nothing */
     free(f->kv);
     f->kv = NULL;
     free(f->rows);

@@ -26,13 +26,15 @@ typedef struct {
     float *rows;              /* (max_batch_tokens, n_vocab) */
 } fake_backend;
 
-/* Sets up the fake; the clock must outlive it. Returns SL_OK or SL_ENOMEM. */
+/* Sets up the fake, with forward only: sl_backend_forward_sample uses the
+ * interface's default (forward, then the reference sampler on the host).
+ * The clock must outlive it. Returns SL_OK or SL_ENOMEM. */
 sl_status fake_backend_init(fake_backend *f, int32_t n_vocab, uint32_t block_size, uint32_t n_blocks,
                             int32_t max_batch_tokens, int32_t max_ctx, uint64_t *clock);
 void fake_backend_fini(fake_backend *f);
 
-/* Gives the fake a forward_sample (before the scheduler is created), so the
- * scheduler's device-sampling path runs. SL_OK or SL_ENOMEM. */
+/* Gives the fake its own forward_sample (before the scheduler is created),
+ * drawing as a device would. SL_OK or SL_ENOMEM. */
 sl_status fake_backend_sample_on_device(fake_backend *f);
 
 #endif

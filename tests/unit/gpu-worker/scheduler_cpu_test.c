@@ -1,7 +1,8 @@
 /* tests/unit/gpu-worker/scheduler_cpu_test.c: the scheduler on the real CPU
  * backend with a model written by mkmodel at test time: 16 concurrent
  * requests of different lengths give exactly the tokens each gives alone,
- * greedy and seeded-sampled. Skips (with a message) when mkmodel is not
+ * greedy and seeded-sampled, whatever the backend's thread count (which
+ * also draws the tokens). Skips (with a message) when mkmodel is not
  * built in $SLUICE_BUILD_DIR/tools. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -50,7 +51,7 @@ typedef struct {
     sl_sched_config cfg;
 } engine;
 
-static void engine_open(engine *e)
+static void engine_open(engine *e, int threads)
 {
     char err[SL_ERR_LEN];
     cr_assert_eq(sl_model_load(model_path, &e->m, err), SL_OK, "%s", err);
@@ -60,8 +61,9 @@ static void engine_open(engine *e)
     e->cfg.prefill_chunk = 32;
     e->cfg.kv_block_size = 16;
     e->cfg.n_kv_blocks = N_REQ * N_CTX / 16;
-    sl_backend_config bc = {.device = "cpu", .n_threads = 2, .kv_block_size = 16,
-                            .n_kv_blocks = e->cfg.n_kv_blocks, .max_batch_tokens = 64, .max_ctx = N_CTX};
+    sl_backend_config bc = {.device = "cpu", .n_threads = threads, .kv_block_size = 16,
+                            .n_kv_blocks = e->cfg.n_kv_blocks, .max_batch_tokens = 64, .max_ctx = N_CTX,
+                            .max_batch_seqs = N_REQ};
     cr_assert_eq(sl_backend_create(e->m, &bc, &e->be, err), SL_OK, "%s", err);
 }
 
@@ -90,15 +92,16 @@ static void run(engine *e, fake_req *reqs, int n)
 
 static int32_t prompts[N_REQ][128];
 
-/* The batched run draws with `threads` sampling threads, the solo runs with
- * one: a request's tokens must not depend on either. */
+/* The batched run computes and draws on a backend of `threads` threads, the
+ * solo runs on one of a single thread: a request's tokens must not depend on
+ * either. */
 static void batched_equals_alone(bool sampled, int threads)
 {
     if (!make_model()) {
         cr_skip_test("mkmodel not built in $SLUICE_BUILD_DIR/tools: skipping the CPU backend test");
     }
     engine e;
-    engine_open(&e);
+    engine_open(&e, threads);
     fake_req *reqs = calloc(N_REQ, sizeof *reqs);
     for (int i = 0; i < N_REQ; i++) {
         fake_req *r = &reqs[i];
@@ -115,9 +118,9 @@ static void batched_equals_alone(bool sampled, int threads)
         r->req.ignore_eos = i % 2 == 0;
         r->arrive_ns = (uint64_t)(i % 4) * 1000;
     }
-    e.cfg.sample_threads = threads;
     run(&e, reqs, N_REQ);
-    e.cfg.sample_threads = 1;
+    engine_close(&e);
+    engine_open(&e, 1);
     for (int i = 0; i < N_REQ; i++) {
         fake_req solo = reqs[i];
         solo.arrive_ns = 0;
@@ -137,12 +140,12 @@ static void batched_equals_alone(bool sampled, int threads)
 
 Test(scheduler_cpu, sixteen_greedy_requests_match_their_solo_runs)
 {
-    batched_equals_alone(false, 1);
+    batched_equals_alone(false, 2);
 }
 
 Test(scheduler_cpu, sixteen_seeded_sampled_requests_match_their_solo_runs)
 {
-    batched_equals_alone(true, 1);
+    batched_equals_alone(true, 2);
 }
 
 Test(scheduler_cpu, seeded_sampled_requests_drawn_on_three_threads_match_their_solo_runs)

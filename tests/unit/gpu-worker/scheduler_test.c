@@ -604,9 +604,10 @@ Test(scheduler, seeded_sampled_requests_match_their_solo_runs)
     h_close(&h);
 }
 
-/* The device-sampling path (a backend with forward_sample) hands the
- * backend exactly what the host path gives its sampler: the same tokens,
- * stops and records for every kind of request, preemption included. */
+/* A backend with its own forward_sample (drawing as a device would) and
+ * one with the interface's default (forward, then the reference sampler on
+ * the host) get the same requests from the scheduler: the same tokens, stops
+ * and records for every kind of request, preemption included. */
 Test(scheduler, device_sampling_matches_host_sampling)
 {
     sl_sched_config c = test_config();

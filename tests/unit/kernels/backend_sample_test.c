@@ -1,13 +1,17 @@
-/* tests/unit/kernels/backend_sample_test.c: sl_backend_forward_sample's
- * checks (kernels/backend.c). A backend that samples on its device trusts
- * what reaches it, so every malformed request must stop here, before the
+/* tests/unit/kernels/backend_sample_test.c: sl_backend_forward_sample
+ * (kernels/backend.c, backend_check.c). A backend that samples trusts what
+ * reaches it, so every malformed request must stop here, before the
  * backend's slot is called: a logits_all sequence, parameters out of range,
  * a banned id outside the vocabulary, logprobs without a record, a history
- * pointer missing, and whatever sl_backend_forward refuses. */
+ * pointer missing, and whatever sl_backend_forward refuses. A backend
+ * without the slot gets the default: its forward's rows drawn by the
+ * reference sampler, the same tokens and records as drawing them by hand. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/sampler.h"
 
 typedef struct {
     sl_backend base;
@@ -15,9 +19,18 @@ typedef struct {
     int calls;
 } probe_backend;
 
+/* Row i: a pattern of the sequence's first token, so rows differ. */
+static void probe_row(const sl_batch_seq *s, int32_t V, float *row)
+{
+    for (int32_t v = 0; v < V; v++)
+        row[v] = sinf(0.37f * (float)v + (float)s->tokens[0]) * 3.0f;
+}
+
 static sl_status probe_forward(sl_backend *b, const sl_batch_seq *s, int32_t n, float *logits)
 {
-    (void)b, (void)s, (void)n, (void)logits;
+    int32_t V = b->model->hp.n_vocab;
+    for (int32_t i = 0; i < n; i++)
+        probe_row(&s[i], V, logits + (size_t)i * (size_t)V);
     return SL_OK;
 }
 
@@ -56,17 +69,56 @@ static sl_batch_seq seq(void)
     return (sl_batch_seq){.tokens = tokens, .n_tokens = 2, .pos = 0, .blocks = blocks, .n_blocks = 1};
 }
 
-Test(backend_sample, without_the_slot_the_backend_does_not_sample)
+Test(backend_sample, without_the_slot_the_default_draws_with_the_reference_sampler)
 {
     probe_backend p;
     probe_init(&p, &ops_plain);
     cr_assert_not(sl_backend_samples(&p.base));
-    sl_sampling_params sp;
-    sl_sampling_params_default(&sp);
-    sl_batch_seq s = seq();
-    sl_sample_req r = {.params = &sp};
-    int32_t tok;
-    cr_assert_eq(sl_backend_forward_sample(&p.base, &s, 1, &r, &tok), SL_EUNSUPPORTED);
+    cr_assert_str_eq(sl_backend_describe(&p.base), "probe");
+    int32_t V = p.model.hp.n_vocab;
+    sl_sampling_params sp[3];
+    for (int k = 0; k < 3; k++) {
+        sl_sampling_params_default(&sp[k]);
+        sp[k].seed = 11 + (uint64_t)k;
+    }
+    sp[0].temperature = 0.0f;
+    sp[0].n_logprobs = 3;
+    sp[2].repetition_penalty = 1.5f;
+    int32_t t2[2] = {7, 8}, ban[1] = {0};
+    sl_batch_seq s[4] = {seq(), seq(), seq(), seq()};
+    s[2].tokens = t2;
+    sl_logprob_record rec[4];
+    sl_sample_req r[4] = {
+        {.params = &sp[0], .history = history, .n_history = 3, .draw_index = 0, .record = &rec[0]},
+        {.params = NULL},   /* draws nothing: -1 */
+        {.params = &sp[1], .history = history, .n_history = 3, .draw_index = 5, .ban = ban, .n_ban = 1},
+        {.params = &sp[2], .history = history, .n_history = 2, .draw_index = 2},
+    };
+    int32_t tok[4];
+    cr_assert_eq(sl_backend_forward_sample(&p.base, s, 4, r, tok), SL_OK);
+    cr_assert_eq(tok[1], -1);
+    sl_sampler_scratch *scr;
+    cr_assert_eq(sl_sampler_scratch_create(V, &scr), SL_OK);
+    float row[100];
+    for (int i = 0; i < 4; i++) {
+        if (!r[i].params)
+            continue;
+        probe_row(&s[i], V, row);
+        for (int32_t j = 0; j < r[i].n_ban; j++)
+            row[r[i].ban[j]] = -INFINITY;
+        int32_t want;
+        sl_logprob_record ref;
+        cr_assert_eq(sl_sampler_sample(r[i].params, row, V, r[i].history, r[i].n_history, r[i].draw_index, scr, &want,
+                                       r[i].params->n_logprobs >= 0 ? &ref : NULL), SL_OK);
+        cr_assert_eq(tok[i], want, "sequence %d", i);
+        if (r[i].params->n_logprobs >= 0) {
+            cr_assert_eq(rec[i].token, ref.token);
+            cr_assert_eq(rec[i].n_top, ref.n_top);
+            cr_assert_eq(rec[i].logprob, ref.logprob);
+        }
+    }
+    sl_sampler_scratch_destroy(scr);
+    sl_backend_destroy(&p.base);   /* frees the default's rows */
 }
 
 Test(backend_sample, a_good_request_reaches_the_backend)

@@ -1,4 +1,4 @@
-/* tests/unit/gpu-worker/sampler_test.c: gpu-worker/sampler.c against a plain
+/* tests/unit/kernels/sampler_test.c: kernels/cpu/sampler.c against a plain
  * float64 reference written here (full sort, no shortcuts). */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu-worker/sampler.h"
+#include "kernels/cpu/sampler.h"
 
 /* ---------------------------------------------------------------- helpers */
 

@@ -1,6 +1,8 @@
-/* gpu-worker/sampler.h: one row of logits -> the next token (the reference;
+/* kernels/cpu/sampler.h: one row of logits -> the next token (the reference;
  * a backend that samples on its device implements the same steps).
- * Where:     the worker, once per sequence per decode step; `sluice generate`.
+ * Where:     behind sl_backend_forward_sample (kernels/cpu/sample_batch.h
+ *            draws a step's rows with it), once per sequence per step; the
+ *            CUDA checks (tools/cudacheck) as the reference.
  * Who:       any thread, each with its own scratch; no global state.
  * Order:     1. NaN logits become -inf (bad model output never poisons a draw);
  *            2. logprobs (if asked) from these raw logits: float64 log-softmax,

@@ -1,5 +1,8 @@
-/* gpu-worker/sampler.c: the CPU reference sampler (worker and `sluice generate`).
- * Runs in the worker process, on whichever thread owns the scratch.
+/* kernels/cpu/sampler.c: the reference sampler, run on the host by the CPU
+ * backend's forward_sample and by sl_backend_forward_sample's default for a
+ * backend without one; the CUDA checks compare the device sampler with it.
+ * Runs in the worker process (and `sluice generate`, the tools), on whichever
+ * thread owns the scratch.
  * Trade-off: the vocabulary is never sorted. Top-k is a heap selection;
  * top-p over the whole row builds a histogram of probability mass and sorts
  * only the one bucket where the nucleus ends, so the kept set is exact but
@@ -8,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu-worker/sampler.h"
+#include "kernels/cpu/sampler.h"
 
 /* A candidate token: x is its logit, later (logit - max) / temperature; p is
  * exp(x), the unnormalised probability. */
