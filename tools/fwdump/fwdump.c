@@ -18,7 +18,7 @@
 #include "model/model.h"
 
 #define MAX_TOKENS 4096
-#define BLOCK 16
+#define BLOCK SL_KV_BLOCK_TOKENS
 
 static int parse_tokens(const char *s, int32_t *out, int cap)
 {
