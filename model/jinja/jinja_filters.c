@@ -1,4 +1,4 @@
-/* model/jinja_filters.c: the Jinja filters chat templates use, with
+/* model/jinja/jinja_filters.c: the Jinja filters chat templates use, with
  * jinja2's semantics (and transformers' tojson); runs in the front end
  * during a render.
  * map/select/reject/selectattr/rejectattr return "generators" (jj_list.gen):
@@ -6,7 +6,7 @@
  * because real templates depend on both behaviours.
  * Trade-off: sort/unique/dictsort compare case-insensitively in ASCII only
  * (see jinja_text.c). */
-#include "model/jinja.h"
+#include "model/jinja/jinja.h"
 
 #include <math.h>
 #include <stdio.h>
