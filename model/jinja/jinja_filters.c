@@ -148,6 +148,21 @@ static int select_items(jj_ctx *c, jj_val v, const jj_args *a, bool by_attr, boo
     return 0;
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* filters on any value                                                      */
+/* ------------------------------------------------------------------------ */
+
+static int f_default(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    const jj_val *def = jj_arg(a, 0, "default_value");
+    bool boolean = jj_arg_bool(a, 1, "boolean", false);
+    bool use_def = v.k == JJ_UNDEF || (boolean && !jj_truthy(v));
+    (void)c;
+    *out = use_def ? (def ? *def : jj_strv(jj_lit(""))) : v;
+    return 0;
+}
+
 static int f_tojson(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
 {
     const jj_val *ind = jj_arg(a, 1, "indent");
@@ -172,7 +187,455 @@ static int f_tojson(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
     return 0;
 }
 
-static int f_indent(jj_ctx *c, jj_str s, const jj_args *a, jj_val *out)
+
+static int f_safe(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_str s;
+    (void)a;
+    if (jj_stringify(c, v, &s) < 0)
+        return -1;
+    s.safe = true;
+    *out = jj_strv(s);
+    return 0;
+}
+
+static int f_length(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    (void)a;
+    switch (v.k) {
+    case JJ_STR: *out = jj_int((int64_t)jj_utf8_len(v.s.p, v.s.n)); return 0;
+    case JJ_LIST:
+        if (v.l->gen)
+            return jj_fail(c, SL_EINVAL, "object of type 'generator' has no len()");
+        *out = jj_int((int64_t)v.l->n);
+        return 0;
+    case JJ_DICT: *out = jj_int((int64_t)v.d->n); return 0;
+    case JJ_UNDEF: *out = jj_int(0); return 0;
+    default: return jj_fail(c, SL_EINVAL, "object of type %s has no length", jj_kind_name(v.k));
+    }
+}
+
+
+static int f_string(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_str s;
+    (void)a;
+    if (jj_stringify(c, v, &s) < 0)
+        return -1;
+    *out = jj_strv(s);
+    return 0;
+}
+
+static int to_number(jj_ctx *c, jj_val v, bool want_int, const jj_args *a, jj_val *out)
+{
+    const jj_val *def = jj_arg(a, 0, "default");
+    jj_val d = def ? *def : want_int ? jj_int(0) : jj_float(0.0);
+    switch (v.k) {
+    case JJ_INT: case JJ_BOOL:
+        *out = want_int ? jj_int(v.k == JJ_INT ? v.i : v.b) : jj_float(v.k == JJ_INT ? (double)v.i : v.b);
+        return 0;
+    case JJ_FLOAT:
+        *out = want_int ? (isfinite(v.f) && fabs(v.f) < 9e18 ? jj_int((int64_t)v.f) : d) : v;
+        return 0;
+    case JJ_STR: {
+        char tmp[64];
+        if (v.s.n >= sizeof(tmp)) {
+            *out = d;
+            return 0;
+        }
+        memcpy(tmp, v.s.p, v.s.n);
+        tmp[v.s.n] = 0;
+        char *end;
+        double f = strtod(tmp, &end);
+        while (*end == ' ' || *end == '\t' || *end == '\n')
+            end++;
+        if (end == tmp || *end)
+            *out = d;
+        else if (want_int)
+            *out = fabs(f) < 9e18 ? jj_int((int64_t)f) : d;
+        else
+            *out = jj_float(f);
+        return 0;
+    }
+    default:
+        (void)c;
+        *out = d;
+        return 0;
+    }
+}
+
+
+static int f_int(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    return to_number(c, v, true, a, out);
+}
+
+static int f_float(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    return to_number(c, v, false, a, out);
+}
+
+static int f_list(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_list *l;
+    (void)a;
+    if (jj_to_list(c, v, &l) < 0)
+        return -1;
+    if (l->gen) {
+        jj_list *copy = jj_list_new(c, l->n);
+        if (!copy)
+            return -1;
+        if (l->n)
+            memcpy(copy->v, l->v, l->n * sizeof(jj_val));
+        copy->n = l->n;
+        l = copy;
+    }
+    *out = jj_list_val(l);
+    return 0;
+}
+
+/* items and dictsort: a mapping's (key, value) pairs; dictsort sorts them
+ * by key. name is the filter's, for the error. */
+static int dict_pairs(jj_ctx *c, jj_val v, const jj_args *a, const char *name, bool sorted,
+                      jj_val *out)
+{
+    if (v.k == JJ_UNDEF) {
+        jj_list *l = jj_list_new(c, 0);
+        if (!l)
+            return -1;
+        *out = jj_list_val(l);
+        return 0;
+    }
+    if (v.k != JJ_DICT)
+        return jj_fail(c, SL_EINVAL, "%s expects a mapping", name);
+    jj_list *l = jj_list_new(c, v.d->n);
+    if (!l)
+        return -1;
+    for (size_t i = 0; i < v.d->n; i++) {
+        jj_list *pair = jj_list_new(c, 2);
+        if (!pair)
+            return -1;
+        pair->v[0] = v.d->keys[i];
+        pair->v[1] = v.d->vals[i];
+        pair->n = 2;
+        pair->tuple = true;
+        l->v[l->n++] = jj_list_val(pair);
+    }
+    if (sorted) {
+        jj_str zero = jj_lit("0");
+        if (sort_list(c, l, jj_arg_bool(a, 2, "reverse", false),
+                      jj_arg_bool(a, 0, "case_sensitive", false), &zero, &l) < 0)
+            return -1;
+    }
+    *out = jj_list_val(l);
+    return 0;
+}
+
+static int f_items(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    return dict_pairs(c, v, a, "items", false, out);
+}
+
+static int f_dictsort(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    return dict_pairs(c, v, a, "dictsort", true, out);
+}
+
+static int f_map(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_list *src, *l = jj_list_new(c, 0);
+    if (!l || jj_to_list(c, jj_truthy(v) ? v : jj_undef(), &src) < 0) /* jinja2: `if value:` */
+        return -1;
+    l->gen = true;
+    const jj_val *attr = jj_arg(a, 99, "attribute");
+    const jj_val *def = jj_arg(a, 99, "default");
+    const jj_val *fname = jj_arg(a, 0, NULL);
+    if (!attr && (!fname || fname->k != JJ_STR))
+        return jj_fail(c, SL_EINVAL, "map needs attribute= or a filter name");
+    if (attr && attr->k != JJ_STR)
+        return jj_fail(c, SL_EINVAL, "map: attribute must be a string");
+    jj_args rest = {a->n_pos > 1 ? a->pos + 1 : NULL, a->n_pos > 1 ? a->n_pos - 1 : 0, NULL, NULL, 0};
+    for (size_t i = 0; i < src->n; i++) {
+        jj_val r;
+        if (attr) {
+            r = jj_attr_path(src->v[i], attr->s);
+            if (r.k == JJ_UNDEF && def)
+                r = *def;
+        } else if (jj_filter(c, fname->s, src->v[i], &rest, &r) < 0) {
+            return -1;
+        }
+        if (jj_list_push(c, l, r) < 0)
+            return -1;
+    }
+    *out = jj_list_val(l);
+    return 0;
+}
+
+
+static int f_select(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    return select_items(c, v, a, false, true, out);
+}
+
+static int f_reject(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    return select_items(c, v, a, false, false, out);
+}
+
+static int f_selectattr(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    return select_items(c, v, a, true, true, out);
+}
+
+static int f_rejectattr(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    return select_items(c, v, a, true, false, out);
+}
+
+/* first and last item; undefined when there is none */
+static int end_item(jj_ctx *c, jj_val v, bool first, jj_val *out)
+{
+    jj_list *l;
+    if (jj_to_list(c, v, &l) < 0)
+        return -1;
+    *out = l->n ? l->v[first ? 0 : l->n - 1] : jj_undef();
+    return 0;
+}
+
+static int f_first(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    (void)a;
+    return end_item(c, v, true, out);
+}
+
+static int f_last(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    (void)a;
+    return end_item(c, v, false, out);
+}
+
+static int f_join(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_list *l;
+    jj_str sep;
+    bool have;
+    if (jj_to_list(c, v, &l) < 0 || jj_arg_str(c, a, 0, "d", &sep, &have) < 0)
+        return -1;
+    if (!have)
+        sep = jj_lit("");
+    const jj_val *at = jj_arg(a, 1, "attribute");
+    return jj_text_join(c, l, sep, at && at->k == JJ_STR ? &at->s : NULL, out);
+}
+
+static int f_unique(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_list *src, *l = jj_list_new(c, 0), *keys = jj_list_new(c, 0);
+    bool cs = jj_arg_bool(a, 0, "case_sensitive", false);
+    const jj_val *at = jj_arg(a, 1, "attribute");
+    if (!l || !keys || jj_to_list(c, v, &src) < 0)
+        return -1;
+    for (size_t i = 0; i < src->n; i++) {
+        jj_val k = at && at->k == JJ_STR ? jj_attr_path(src->v[i], at->s) : src->v[i];
+        if (!cs)
+            k = lower_key(c, k);
+        bool seen = false;
+        for (size_t j = 0; j < keys->n && !seen; j++)
+            seen = jj_equal(keys->v[j], k);
+        if (!seen && (jj_list_push(c, keys, k) < 0 || jj_list_push(c, l, src->v[i]) < 0))
+            return -1;
+    }
+    *out = jj_list_val(l);
+    return 0;
+}
+
+static int f_reverse(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_list *src;
+    (void)a;
+    if (v.k == JJ_STR) {
+        jj_list *chars;
+        jj_buf b = {0};
+        if (jj_to_list(c, v, &chars) < 0)
+            return -1;
+        for (size_t i = chars->n; i > 0; i--)
+            if (jj_buf_puts(c, &b, chars->v[i - 1].s) < 0)
+                return -1;
+        *out = jj_strv(jj_buf_str(&b));
+        return 0;
+    }
+    if (jj_to_list(c, v, &src) < 0)
+        return -1;
+    jj_list *l = jj_list_new(c, src->n);
+    if (!l)
+        return -1;
+    for (size_t i = src->n; i > 0; i--)
+        l->v[l->n++] = src->v[i - 1];
+    *out = jj_list_val(l);
+    return 0;
+}
+
+static int f_sort(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_list *src, *l;
+    const jj_val *at = jj_arg(a, 2, "attribute");
+    if (jj_to_list(c, v, &src) < 0 ||
+        sort_list(c, src, jj_arg_bool(a, 0, "reverse", false), jj_arg_bool(a, 1, "case_sensitive", false),
+                  at && at->k == JJ_STR ? &at->s : NULL, &l) < 0)
+        return -1;
+    *out = jj_list_val(l);
+    return 0;
+}
+
+static int f_abs(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    (void)a;
+    if (v.k == JJ_INT) *out = jj_int(v.i < 0 && v.i != INT64_MIN ? -v.i : v.i);
+    else if (v.k == JJ_FLOAT) *out = jj_float(fabs(v.f));
+    else if (v.k == JJ_BOOL) *out = jj_int(v.b);
+    else return jj_fail(c, SL_EINVAL, "abs needs a number");
+    return 0;
+}
+
+static int f_round(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    const jj_val *pr = jj_arg(a, 0, "precision");
+    const jj_val *me = jj_arg(a, 1, "method");
+    int64_t p = pr && pr->k == JJ_INT ? pr->i : 0;
+    if (p > 15) p = 15;
+    if (p < -15) p = -15;
+    double x = v.k == JJ_FLOAT ? v.f : v.k == JJ_INT ? (double)v.i : v.k == JJ_BOOL ? v.b : NAN;
+    if (isnan(x) && v.k != JJ_FLOAT)
+        return jj_fail(c, SL_EINVAL, "round needs a number");
+    double m = pow(10.0, (double)p), y = x * m;
+    bool common = !me || (me->k == JJ_STR && jj_str_eqc(me->s, "common"));
+    if (common && v.k != JJ_FLOAT && p >= 0) { /* Python: round(int, n) is the int */
+        *out = jj_int(v.k == JJ_INT ? v.i : v.b);
+        return 0;
+    }
+    if (me && me->k == JJ_STR && jj_str_eqc(me->s, "floor")) y = floor(y);
+    else if (me && me->k == JJ_STR && jj_str_eqc(me->s, "ceil")) y = ceil(y);
+    else if (common) y = nearbyint(y); /* Python's round: half to even */
+    else return jj_fail(c, SL_EINVAL, "round: method must be common, ceil or floor");
+    *out = jj_float(y / m);
+    return 0;
+}
+
+static int f_sum(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_list *l;
+    jj_val acc = jj_int(0);
+    const jj_val *at = jj_arg(a, 0, "attribute");
+    if (jj_to_list(c, v, &l) < 0)
+        return -1;
+    for (size_t i = 0; i < l->n; i++) {
+        jj_val x = at && at->k == JJ_STR ? jj_attr_path(l->v[i], at->s) : l->v[i];
+        bool fl = acc.k == JJ_FLOAT || x.k == JJ_FLOAT;
+        if (x.k != JJ_INT && x.k != JJ_FLOAT && x.k != JJ_BOOL)
+            return jj_fail(c, SL_EINVAL, "sum needs numbers");
+        double xf = x.k == JJ_FLOAT ? x.f : x.k == JJ_INT ? (double)x.i : x.b;
+        if (fl)
+            acc = jj_float((acc.k == JJ_FLOAT ? acc.f : (double)acc.i) + xf);
+        else if (__builtin_add_overflow(acc.i, x.k == JJ_INT ? x.i : x.b, &acc.i))
+            return jj_fail(c, SL_ERANGE, "integer overflow");
+    }
+    *out = acc;
+    return 0;
+}
+
+/* min and max: the first smallest (largest) item; undefined if empty */
+static int extreme(jj_ctx *c, jj_val v, bool want_min, jj_val *out)
+{
+    jj_list *l;
+    if (jj_to_list(c, v, &l) < 0)
+        return -1;
+    *out = jj_undef();
+    for (size_t i = 0; i < l->n; i++) {
+        int r = 0;
+        if (i && jj_compare(c, l->v[i], *out, &r) < 0)
+            return -1;
+        if (i == 0 || (want_min ? r < 0 : r > 0))
+            *out = l->v[i];
+    }
+    return 0;
+}
+
+static int f_min(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    (void)a;
+    return extreme(c, v, true, out);
+}
+
+static int f_max(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    (void)a;
+    return extreme(c, v, false, out);
+}
+
+/* ------------------------------------------------------------------------ */
+/* filters on strings: each coerces its value with str() first, as jinja2's */
+/* ------------------------------------------------------------------------ */
+
+static int f_trim(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_str s, chars;
+    bool have;
+    if (jj_stringify(c, v, &s) < 0 || jj_arg_str(c, a, 0, "chars", &chars, &have) < 0)
+        return -1;
+    *out = jj_strv(jj_text_strip(s, have ? &chars : NULL, true, true));
+    return 0;
+}
+
+/* upper, lower and title: str.upper(), str.lower(), jinja2's title */
+static int change_case(jj_ctx *c, jj_val v, int mode, jj_val *out)
+{
+    jj_str s;
+    if (jj_stringify(c, v, &s) < 0)
+        return -1;
+    return jj_text_case(c, s, mode, out);
+}
+
+static int f_upper(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    (void)a;
+    return change_case(c, v, JJ_CASE_UPPER, out);
+}
+
+static int f_lower(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    (void)a;
+    return change_case(c, v, JJ_CASE_LOWER, out);
+}
+
+static int f_title(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    (void)a;
+    return change_case(c, v, JJ_CASE_TITLE_WORDS, out);
+}
+
+static int f_capitalize(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_str s;
+    jj_val lo;
+    (void)a;
+    if (jj_stringify(c, v, &s) < 0 || jj_text_case(c, s, JJ_CASE_LOWER, &lo) < 0)
+        return -1;
+    return jj_text_case(c, lo.s, JJ_CASE_CAPITALIZE_FIRST, out);
+}
+
+static int f_replace(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_str s, old, neu;
+    bool h1, h2;
+    if (jj_stringify(c, v, &s) < 0 || jj_arg_str(c, a, 0, "old", &old, &h1) < 0 ||
+        jj_arg_str(c, a, 1, "new", &neu, &h2) < 0)
+        return -1;
+    if (!h1 || !h2)
+        return jj_fail(c, SL_EINVAL, "replace needs two strings");
+    const jj_val *cnt = jj_arg(a, 2, "count");
+    return jj_text_replace(c, s, old, neu, cnt && cnt->k == JJ_INT ? cnt->i : -1, out);
+}
+
+static int indent_lines(jj_ctx *c, jj_str s, const jj_args *a, jj_val *out)
 {
     const jj_val *w = jj_arg(a, 0, "width");
     jj_str ind = jj_lit("    ");
@@ -213,372 +676,126 @@ static int f_indent(jj_ctx *c, jj_str s, const jj_args *a, jj_val *out)
     return 0;
 }
 
-static int f_map(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+
+static int f_indent(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
 {
-    jj_list *src, *l = jj_list_new(c, 0);
-    if (!l || jj_to_list(c, jj_truthy(v) ? v : jj_undef(), &src) < 0) /* jinja2: `if value:` */
+    jj_str s;
+    if (jj_stringify(c, v, &s) < 0)
         return -1;
-    l->gen = true;
-    const jj_val *attr = jj_arg(a, 99, "attribute");
-    const jj_val *def = jj_arg(a, 99, "default");
-    const jj_val *fname = jj_arg(a, 0, NULL);
-    if (!attr && (!fname || fname->k != JJ_STR))
-        return jj_fail(c, SL_EINVAL, "map needs attribute= or a filter name");
-    if (attr && attr->k != JJ_STR)
-        return jj_fail(c, SL_EINVAL, "map: attribute must be a string");
-    jj_args rest = {a->n_pos > 1 ? a->pos + 1 : NULL, a->n_pos > 1 ? a->n_pos - 1 : 0, NULL, NULL, 0};
-    for (size_t i = 0; i < src->n; i++) {
-        jj_val r;
-        if (attr) {
-            r = jj_attr_path(src->v[i], attr->s);
-            if (r.k == JJ_UNDEF && def)
-                r = *def;
-        } else if (jj_filter(c, fname->s, src->v[i], &rest, &r) < 0) {
-            return -1;
-        }
-        if (jj_list_push(c, l, r) < 0)
-            return -1;
+    if (v.k != JJ_STR) /* jinja2 appends "\n" to its input: non-strings fail */
+        return jj_fail(c, SL_EINVAL, "indent needs a string, got %s", jj_kind_name(v.k));
+    return indent_lines(c, s, a, out);
+}
+
+/* e, escape and forceescape; a may be NULL (Markup + str in jinja_eval.c) */
+static int f_escape(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_str s;
+    (void)a;
+    if (jj_stringify(c, v, &s) < 0)
+        return -1;
+    return jj_text_escape(c, s, out);
+}
+
+static int f_wordcount(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out)
+{
+    jj_str s;
+    (void)a;
+    if (jj_stringify(c, v, &s) < 0)
+        return -1;
+    int64_t words = 0;
+    bool in = false;
+    for (size_t i = 0; i < s.n; i++) {
+        unsigned char ch = (unsigned char)s.p[i];
+        bool w = ch >= 0x80 || (ch >= '0' && ch <= '9') || ch == '_' ||
+                 (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+        if (w && !in)
+            words++;
+        in = w;
     }
-    *out = jj_list_val(l);
+    *out = jj_int(words);
     return 0;
 }
 
-static int f_length(jj_ctx *c, jj_val v, jj_val *out)
-{
-    switch (v.k) {
-    case JJ_STR: *out = jj_int((int64_t)jj_utf8_len(v.s.p, v.s.n)); return 0;
-    case JJ_LIST:
-        if (v.l->gen)
-            return jj_fail(c, SL_EINVAL, "object of type 'generator' has no len()");
-        *out = jj_int((int64_t)v.l->n);
-        return 0;
-    case JJ_DICT: *out = jj_int((int64_t)v.d->n); return 0;
-    case JJ_UNDEF: *out = jj_int(0); return 0;
-    default: return jj_fail(c, SL_EINVAL, "object of type %s has no length", jj_kind_name(v.k));
-    }
-}
+/* ------------------------------------------------------------------------ */
+/* the filter table                                                         */
+/* ------------------------------------------------------------------------ */
 
-static int f_number(jj_ctx *c, jj_val v, bool want_int, const jj_args *a, jj_val *out)
-{
-    const jj_val *def = jj_arg(a, 0, "default");
-    jj_val d = def ? *def : want_int ? jj_int(0) : jj_float(0.0);
-    switch (v.k) {
-    case JJ_INT: case JJ_BOOL:
-        *out = want_int ? jj_int(v.k == JJ_INT ? v.i : v.b) : jj_float(v.k == JJ_INT ? (double)v.i : v.b);
-        return 0;
-    case JJ_FLOAT:
-        *out = want_int ? (isfinite(v.f) && fabs(v.f) < 9e18 ? jj_int((int64_t)v.f) : d) : v;
-        return 0;
-    case JJ_STR: {
-        char tmp[64];
-        if (v.s.n >= sizeof(tmp)) {
-            *out = d;
-            return 0;
-        }
-        memcpy(tmp, v.s.p, v.s.n);
-        tmp[v.s.n] = 0;
-        char *end;
-        double f = strtod(tmp, &end);
-        while (*end == ' ' || *end == '\t' || *end == '\n')
-            end++;
-        if (end == tmp || *end)
-            *out = d;
-        else if (want_int)
-            *out = fabs(f) < 9e18 ? jj_int((int64_t)f) : d;
-        else
-            *out = jj_float(f);
-        return 0;
-    }
-    default:
-        (void)c;
-        *out = d;
-        return 0;
-    }
-}
+typedef int (*filter_fn)(jj_ctx *c, jj_val v, const jj_args *a, jj_val *out);
 
-/* Every filter jj_filter() knows; the parser checks names against it so an
- * unknown filter fails at load, as jinja2 fails at compile time. */
-static const char *const filter_names[] = {
-    "abs", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
-    "forceescape", "indent", "int", "items", "join", "last", "length", "list", "lower", "map",
-    "max", "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
-    "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper",
-    "wordcount", NULL
+/* Every filter there is: jj_filter() dispatches through this table and
+ * jj_filter_known() (the parser's load-time check, as jinja2 fails at
+ * compile time) reads it, so the two cannot disagree. Aliases are rows of
+ * their own. */
+static const struct {
+    const char *name;
+    filter_fn fn;
+} filters[] = {
+    {"abs", f_abs},
+    {"capitalize", f_capitalize},
+    {"count", f_length},
+    {"d", f_default},
+    {"default", f_default},
+    {"dictsort", f_dictsort},
+    {"e", f_escape},
+    {"escape", f_escape},
+    {"first", f_first},
+    {"float", f_float},
+    {"forceescape", f_escape},
+    {"indent", f_indent},
+    {"int", f_int},
+    {"items", f_items},
+    {"join", f_join},
+    {"last", f_last},
+    {"length", f_length},
+    {"list", f_list},
+    {"lower", f_lower},
+    {"map", f_map},
+    {"max", f_max},
+    {"min", f_min},
+    {"reject", f_reject},
+    {"rejectattr", f_rejectattr},
+    {"replace", f_replace},
+    {"reverse", f_reverse},
+    {"round", f_round},
+    {"safe", f_safe},
+    {"select", f_select},
+    {"selectattr", f_selectattr},
+    {"sort", f_sort},
+    {"string", f_string},
+    {"sum", f_sum},
+    {"title", f_title},
+    {"tojson", f_tojson},
+    {"trim", f_trim},
+    {"unique", f_unique},
+    {"upper", f_upper},
+    {"wordcount", f_wordcount},
 };
+
+static filter_fn filter_find(jj_str name)
+{
+    for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++)
+        if (jj_str_eqc(name, filters[i].name))
+            return filters[i].fn;
+    return NULL;
+}
 
 bool jj_filter_known(jj_str name)
 {
-    for (size_t i = 0; filter_names[i]; i++)
-        if (jj_str_eqc(name, filter_names[i]))
-            return true;
-    return false;
+    return filter_find(name) != NULL;
 }
 
 int jj_filter(jj_ctx *c, jj_str name, jj_val v, const jj_args *a, jj_val *out)
 {
-    bool have;
-    jj_str s1, s2;
-    if (jj_str_eqc(name, "default") || jj_str_eqc(name, "d")) {
-        const jj_val *def = jj_arg(a, 0, "default_value");
-        bool boolean = jj_arg_bool(a, 1, "boolean", false);
-        bool use_def = v.k == JJ_UNDEF || (boolean && !jj_truthy(v));
-        *out = use_def ? (def ? *def : jj_strv(jj_lit(""))) : v;
-        return 0;
-    }
-    if (jj_str_eqc(name, "tojson"))
-        return f_tojson(c, v, a, out);
-    if (jj_str_eqc(name, "safe")) {
-        jj_str s;
-        if (jj_stringify(c, v, &s) < 0)
-            return -1;
-        s.safe = true;
-        *out = jj_strv(s);
-        return 0;
-    }
-    if (jj_str_eqc(name, "length") || jj_str_eqc(name, "count"))
-        return f_length(c, v, out);
-    if (jj_str_eqc(name, "string")) {
-        jj_str s;
-        if (jj_stringify(c, v, &s) < 0)
-            return -1;
-        *out = jj_strv(s);
-        return 0;
-    }
-    if (jj_str_eqc(name, "int") || jj_str_eqc(name, "float"))
-        return f_number(c, v, jj_str_eqc(name, "int"), a, out);
-    if (jj_str_eqc(name, "list")) {
-        jj_list *l;
-        if (jj_to_list(c, v, &l) < 0)
-            return -1;
-        if (l->gen) {
-            jj_list *copy = jj_list_new(c, l->n);
-            if (!copy)
-                return -1;
-            if (l->n)
-                memcpy(copy->v, l->v, l->n * sizeof(jj_val));
-            copy->n = l->n;
-            l = copy;
-        }
-        *out = jj_list_val(l);
-        return 0;
-    }
-    if (jj_str_eqc(name, "items") || jj_str_eqc(name, "dictsort")) {
-        if (v.k == JJ_UNDEF) {
-            jj_list *l = jj_list_new(c, 0);
-            if (!l)
-                return -1;
-            *out = jj_list_val(l);
-            return 0;
-        }
-        if (v.k != JJ_DICT)
-            return jj_fail(c, SL_EINVAL, "%.*s expects a mapping", ENAME(name));
-        jj_list *l = jj_list_new(c, v.d->n);
-        if (!l)
-            return -1;
-        for (size_t i = 0; i < v.d->n; i++) {
-            jj_list *pair = jj_list_new(c, 2);
-            if (!pair)
-                return -1;
-            pair->v[0] = v.d->keys[i];
-            pair->v[1] = v.d->vals[i];
-            pair->n = 2;
-            pair->tuple = true;
-            l->v[l->n++] = jj_list_val(pair);
-        }
-        if (jj_str_eqc(name, "dictsort")) {
-            jj_str zero = jj_lit("0");
-            if (sort_list(c, l, jj_arg_bool(a, 2, "reverse", false),
-                          jj_arg_bool(a, 0, "case_sensitive", false), &zero, &l) < 0)
-                return -1;
-        }
-        *out = jj_list_val(l);
-        return 0;
-    }
-    if (jj_str_eqc(name, "map"))
-        return f_map(c, v, a, out);
-    if (jj_str_eqc(name, "select") || jj_str_eqc(name, "reject"))
-        return select_items(c, v, a, false, jj_str_eqc(name, "select"), out);
-    if (jj_str_eqc(name, "selectattr") || jj_str_eqc(name, "rejectattr"))
-        return select_items(c, v, a, true, jj_str_eqc(name, "selectattr"), out);
-    if (jj_str_eqc(name, "first") || jj_str_eqc(name, "last")) {
-        jj_list *l;
-        if (jj_to_list(c, v, &l) < 0)
-            return -1;
-        *out = l->n ? l->v[jj_str_eqc(name, "first") ? 0 : l->n - 1] : jj_undef();
-        return 0;
-    }
-    if (jj_str_eqc(name, "join")) {
-        jj_list *l;
-        if (jj_to_list(c, v, &l) < 0 || jj_arg_str(c, a, 0, "d", &s1, &have) < 0)
-            return -1;
-        if (!have)
-            s1 = jj_lit("");
-        const jj_val *at = jj_arg(a, 1, "attribute");
-        return jj_text_join(c, l, s1, at && at->k == JJ_STR ? &at->s : NULL, out);
-    }
-    if (jj_str_eqc(name, "unique")) {
-        jj_list *src, *l = jj_list_new(c, 0), *keys = jj_list_new(c, 0);
-        bool cs = jj_arg_bool(a, 0, "case_sensitive", false);
-        const jj_val *at = jj_arg(a, 1, "attribute");
-        if (!l || !keys || jj_to_list(c, v, &src) < 0)
-            return -1;
-        for (size_t i = 0; i < src->n; i++) {
-            jj_val k = at && at->k == JJ_STR ? jj_attr_path(src->v[i], at->s) : src->v[i];
-            if (!cs)
-                k = lower_key(c, k);
-            bool seen = false;
-            for (size_t j = 0; j < keys->n && !seen; j++)
-                seen = jj_equal(keys->v[j], k);
-            if (!seen && (jj_list_push(c, keys, k) < 0 || jj_list_push(c, l, src->v[i]) < 0))
-                return -1;
-        }
-        *out = jj_list_val(l);
-        return 0;
-    }
-    if (jj_str_eqc(name, "reverse")) {
-        jj_list *src;
-        if (v.k == JJ_STR) {
-            jj_list *chars;
-            jj_buf b = {0};
-            if (jj_to_list(c, v, &chars) < 0)
-                return -1;
-            for (size_t i = chars->n; i > 0; i--)
-                if (jj_buf_puts(c, &b, chars->v[i - 1].s) < 0)
-                    return -1;
-            *out = jj_strv(jj_buf_str(&b));
-            return 0;
-        }
-        if (jj_to_list(c, v, &src) < 0)
-            return -1;
-        jj_list *l = jj_list_new(c, src->n);
-        if (!l)
-            return -1;
-        for (size_t i = src->n; i > 0; i--)
-            l->v[l->n++] = src->v[i - 1];
-        *out = jj_list_val(l);
-        return 0;
-    }
-    if (jj_str_eqc(name, "sort")) {
-        jj_list *src, *l;
-        const jj_val *at = jj_arg(a, 2, "attribute");
-        if (jj_to_list(c, v, &src) < 0 ||
-            sort_list(c, src, jj_arg_bool(a, 0, "reverse", false), jj_arg_bool(a, 1, "case_sensitive", false),
-                      at && at->k == JJ_STR ? &at->s : NULL, &l) < 0)
-            return -1;
-        *out = jj_list_val(l);
-        return 0;
-    }
-    if (jj_str_eqc(name, "abs")) {
-        if (v.k == JJ_INT) *out = jj_int(v.i < 0 && v.i != INT64_MIN ? -v.i : v.i);
-        else if (v.k == JJ_FLOAT) *out = jj_float(fabs(v.f));
-        else if (v.k == JJ_BOOL) *out = jj_int(v.b);
-        else return jj_fail(c, SL_EINVAL, "abs needs a number");
-        return 0;
-    }
-    if (jj_str_eqc(name, "round")) {
-        const jj_val *pr = jj_arg(a, 0, "precision");
-        const jj_val *me = jj_arg(a, 1, "method");
-        int64_t p = pr && pr->k == JJ_INT ? pr->i : 0;
-        if (p > 15) p = 15;
-        if (p < -15) p = -15;
-        double x = v.k == JJ_FLOAT ? v.f : v.k == JJ_INT ? (double)v.i : v.k == JJ_BOOL ? v.b : NAN;
-        if (isnan(x) && v.k != JJ_FLOAT)
-            return jj_fail(c, SL_EINVAL, "round needs a number");
-        double m = pow(10.0, (double)p), y = x * m;
-        bool common = !me || (me->k == JJ_STR && jj_str_eqc(me->s, "common"));
-        if (common && v.k != JJ_FLOAT && p >= 0) { /* Python: round(int, n) is the int */
-            *out = jj_int(v.k == JJ_INT ? v.i : v.b);
-            return 0;
-        }
-        if (me && me->k == JJ_STR && jj_str_eqc(me->s, "floor")) y = floor(y);
-        else if (me && me->k == JJ_STR && jj_str_eqc(me->s, "ceil")) y = ceil(y);
-        else if (common) y = nearbyint(y); /* Python's round: half to even */
-        else return jj_fail(c, SL_EINVAL, "round: method must be common, ceil or floor");
-        *out = jj_float(y / m);
-        return 0;
-    }
-    if (jj_str_eqc(name, "sum")) {
-        jj_list *l;
-        jj_val acc = jj_int(0);
-        const jj_val *at = jj_arg(a, 0, "attribute");
-        if (jj_to_list(c, v, &l) < 0)
-            return -1;
-        for (size_t i = 0; i < l->n; i++) {
-            jj_val x = at && at->k == JJ_STR ? jj_attr_path(l->v[i], at->s) : l->v[i];
-            bool fl = acc.k == JJ_FLOAT || x.k == JJ_FLOAT;
-            if (x.k != JJ_INT && x.k != JJ_FLOAT && x.k != JJ_BOOL)
-                return jj_fail(c, SL_EINVAL, "sum needs numbers");
-            double xf = x.k == JJ_FLOAT ? x.f : x.k == JJ_INT ? (double)x.i : x.b;
-            if (fl)
-                acc = jj_float((acc.k == JJ_FLOAT ? acc.f : (double)acc.i) + xf);
-            else if (__builtin_add_overflow(acc.i, x.k == JJ_INT ? x.i : x.b, &acc.i))
-                return jj_fail(c, SL_ERANGE, "integer overflow");
-        }
-        *out = acc;
-        return 0;
-    }
-    if (jj_str_eqc(name, "min") || jj_str_eqc(name, "max")) {
-        jj_list *l;
-        if (jj_to_list(c, v, &l) < 0)
-            return -1;
-        *out = jj_undef();
-        for (size_t i = 0; i < l->n; i++) {
-            int r = 0;
-            if (i && jj_compare(c, l->v[i], *out, &r) < 0)
-                return -1;
-            if (i == 0 || (jj_str_eqc(name, "min") ? r < 0 : r > 0))
-                *out = l->v[i];
-        }
-        return 0;
-    }
-    /* the rest work on strings (jinja2 coerces with str()) */
+    filter_fn fn = filter_find(name);
+    if (fn)
+        return fn(c, v, a, out);
+    /* Only map("name") gets here with an unknown name (check_names() in
+     * jinja_parser.c refuses the others at load). Wart: the value is coerced
+     * with str() before the name is refused, so a value that cannot print
+     * (a generator) reports that instead; refusing first would remove it. */
     jj_str s;
     if (jj_stringify(c, v, &s) < 0)
         return -1;
-    if (jj_str_eqc(name, "trim")) {
-        if (jj_arg_str(c, a, 0, "chars", &s1, &have) < 0)
-            return -1;
-        *out = jj_strv(jj_text_strip(s, have ? &s1 : NULL, true, true));
-        return 0;
-    }
-    if (jj_str_eqc(name, "upper")) return jj_text_case(c, s, JJ_CASE_UPPER, out);
-    if (jj_str_eqc(name, "lower")) return jj_text_case(c, s, JJ_CASE_LOWER, out);
-    if (jj_str_eqc(name, "capitalize")) {
-        jj_val lo;
-        if (jj_text_case(c, s, JJ_CASE_LOWER, &lo) < 0)
-            return -1;
-        return jj_text_case(c, lo.s, JJ_CASE_CAPITALIZE_FIRST, out);
-    }
-    if (jj_str_eqc(name, "title")) return jj_text_case(c, s, JJ_CASE_TITLE_WORDS, out);
-    if (jj_str_eqc(name, "replace")) {
-        bool h2;
-        if (jj_arg_str(c, a, 0, "old", &s1, &have) < 0 || jj_arg_str(c, a, 1, "new", &s2, &h2) < 0)
-            return -1;
-        if (!have || !h2)
-            return jj_fail(c, SL_EINVAL, "replace needs two strings");
-        const jj_val *cnt = jj_arg(a, 2, "count");
-        return jj_text_replace(c, s, s1, s2, cnt && cnt->k == JJ_INT ? cnt->i : -1, out);
-    }
-    if (jj_str_eqc(name, "indent")) {
-        if (v.k != JJ_STR) /* jinja2 appends "\n" to its input: non-strings fail */
-            return jj_fail(c, SL_EINVAL, "indent needs a string, got %s", jj_kind_name(v.k));
-        return f_indent(c, s, a, out);
-    }
-    if (jj_str_eqc(name, "e") || jj_str_eqc(name, "escape") || jj_str_eqc(name, "forceescape"))
-        return jj_text_escape(c, s, out);
-    if (jj_str_eqc(name, "wordcount")) {
-        int64_t words = 0;
-        bool in = false;
-        for (size_t i = 0; i < s.n; i++) {
-            unsigned char ch = (unsigned char)s.p[i];
-            bool w = ch >= 0x80 || (ch >= '0' && ch <= '9') || ch == '_' ||
-                     (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
-            if (w && !in)
-                words++;
-            in = w;
-        }
-        *out = jj_int(words);
-        return 0;
-    }
     return jj_fail(c, SL_EUNSUPPORTED, "unknown filter '%.*s'", ENAME(name));
 }
