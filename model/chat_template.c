@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/jinja.h"
+#include "model/jinja/jinja.h"
 
 /* Bytes of AST a template may use: far above any real template (~13 KB of
  * source is the largest we know) while bounding a hostile one. */

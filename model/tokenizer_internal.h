@@ -1,9 +1,16 @@
 /* model/tokenizer_internal.h: the private layout shared by tokenizer*.c and
  * detok.c. Not a public contract: include only from those files.
- * Why one struct: the loader (tokenizer.c) sizes and fills everything once;
- * the encoders (tokenizer_bpe.c, tokenizer_spm.c, tokenizer_pretok.c) and the
- * decoder (detok.c) only read it, which is what makes a tokenizer shareable
- * between threads without locks. */
+ * Why one struct: the loader (tokenizer_load.c) sizes and fills everything
+ * once; the encoders (tokenizer.c, tokenizer_bpe.c, tokenizer_spm.c,
+ * tokenizer_pretok.c) and the decoder (detok.c) only read it, which is what
+ * makes a tokenizer shareable between threads without locks.
+ * Calls go one way, each file only to files below it:
+ *   tokenizer_load.c -> tokenizer_pretok.c (init/fini), tokenizer_util.c
+ *   tokenizer.c      -> tokenizer_pretok.c, tokenizer_bpe.c, tokenizer_spm.c,
+ *                       tokenizer_util.c
+ *   tokenizer_pretok.c -> tokenizer_bpe.c -> tokenizer_util.c
+ *   tokenizer_spm.c  -> tokenizer_util.c
+ *   detok.c          -> (the layout only) */
 #ifndef SL_TOKENIZER_INTERNAL_H
 #define SL_TOKENIZER_INTERNAL_H
 
@@ -125,13 +132,25 @@ static inline void sl_tok_emit(sl_tok_sink *s, int32_t id)
     s->n++;
 }
 
+/* tokenizer_util.c */
 /* Grows *p to hold n elements of size sz; SL_ENOMEM on failure (*p kept). */
 sl_status sl_tok_grow(void **p, size_t *cap, size_t n, size_t sz);
+/* Slot count (a power of two, at least 16) for a table of n keys kept at
+ * most half full; the table's mask is this minus one. */
+uint32_t sl_tok_table_size(size_t n);
 
 /* Lookup by raw bytes; -1 if absent. */
 int32_t sl_tok_hash_find(const sl_tokenizer *t, const char *s, size_t len);
+/* Inserts id into t->by_raw under its raw bytes unless those bytes are
+ * already taken (the first, i.e. preferred, holder wins). The table must
+ * have a free slot. */
+void sl_tok_hash_insert(sl_tokenizer *t, int32_t id);
 /* Merge rank of (a, b), or UINT32_MAX; *res gets the merged id. */
 uint32_t sl_tok_merge_find(const sl_tok_merges *m, int32_t a, int32_t b, int32_t *res);
+/* Adds (a, b) -> (rank, res). Returns false, changing nothing, if the pair
+ * is already present (HF keeps the first rank). The table must have a free
+ * slot. */
+bool sl_tok_merge_insert(sl_tok_merges *m, int32_t a, int32_t b, uint32_t rank, int32_t res);
 
 /* tokenizer_pretok.c */
 sl_status sl_tok_pretok_init(sl_pretok *p, const char *pre, size_t pre_len, char err[SL_ERR_LEN]);

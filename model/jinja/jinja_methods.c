@@ -1,11 +1,11 @@
-/* model/jinja_methods.c: Jinja tests (`is defined`, ...), the str/dict/
+/* model/jinja/jinja_methods.c: Jinja tests (`is defined`, ...), the str/dict/
  * list methods templates call, and the global functions (range, dict,
  * namespace, raise_exception, strftime_now); runs in the front end during a
  * render.
  * Trade-off: the immutable sandbox's refusals (list.append, dict.update...)
  * are spelled out by name instead of a general attribute policy; anything
  * not listed is simply not a method here. */
-#include "model/jinja.h"
+#include "model/jinja/jinja.h"
 
 #include <math.h>
 #include <stdio.h>

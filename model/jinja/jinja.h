@@ -1,6 +1,6 @@
-/* model/jinja.h: internals of the Jinja subset behind chat_template.h.
- * Where:     only model/jinja_*.c and model/chat_template.c include this; the
- *            public API is model/chat_template.h.
+/* model/jinja/jinja.h: internals of the Jinja subset behind chat_template.h.
+ * Where:     only the files of model/jinja/ and model/chat_template.c
+ *            include this; the public API is model/chat_template.h.
  * Pipeline:  jinja_lexer.c (source -> tokens, whitespace control as jinja2
  *            with trim_blocks + lstrip_blocks), jinja_parser.c (tokens -> AST),
  *            jinja_value.c (arena, values, order), jinja_repr.c (str(), repr(),

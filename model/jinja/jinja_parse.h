@@ -1,4 +1,4 @@
-/* model/jinja_parse.h: the parser state and token helpers shared by
+/* model/jinja/jinja_parse.h: the parser state and token helpers shared by
  * jinja_parser.c (statements) and jinja_parse_expr.c (expressions).
  * Where: those two files only. */
 #ifndef SL_JINJA_PARSE_H
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/jinja.h"
+#include "model/jinja/jinja.h"
 
 typedef struct {
     jj_ctx *c;

@@ -1,4 +1,4 @@
-/* model/jinja_interp.c: walks the AST of a compiled template and writes
+/* model/jinja/jinja_interp.c: walks the AST of a compiled template and writes
  * the output with its untrusted-byte mask; runs in the front end once per
  * request.
  * Scoping follows jinja2 where chat templates can tell the difference: a
@@ -8,7 +8,7 @@
  * Trade-off: a single depth counter (c->depth) bounds every recursion
  * (expressions, statements, macro calls) instead of per-kind limits; one
  * number is easy to reason about for stack size. */
-#include "model/jinja.h"
+#include "model/jinja/jinja.h"
 
 #include <stdio.h>
 #include <string.h>

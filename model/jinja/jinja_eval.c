@@ -1,4 +1,4 @@
-/* model/jinja_eval.c: evaluates Jinja expressions (names, literals,
+/* model/jinja/jinja_eval.c: evaluates Jinja expressions (names, literals,
  * item/attribute/slice access, operators, calls, filters and tests) for the
  * statement walker in jinja_interp.c; runs in the front end per request.
  * Semantics are Python's as jinja2 exposes them: `and`/`or` return an
@@ -7,7 +7,7 @@
  * Undefined (an attribute of Undefined is an error, as in jinja2).
  * Trade-off: strings are indexed by decoding UTF-8 on demand rather than
  * storing code point offsets; chat templates slice rarely and short. */
-#include "model/jinja.h"
+#include "model/jinja/jinja.h"
 
 #include <math.h>
 #include <stdio.h>

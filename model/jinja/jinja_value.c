@@ -1,10 +1,10 @@
-/* model/jinja_value.c: arenas, values, the string builder, truth,
+/* model/jinja/jinja_value.c: arenas, values, the string builder, truth,
  * equality and order, UTF-8 decoding for the Jinja engine; runs in the
  * front end.
  * Trade-off: values are never freed one by one; a render's arena dies with
  * the render. This keeps provenance copies cheap to write and impossible to
  * leak, at the price of a byte budget per render (JJ_RENDER_ARENA). */
-#include "model/jinja.h"
+#include "model/jinja/jinja.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -1,10 +1,10 @@
-/* model/jinja_repr.c: Python's spellings of engine values: str(), repr()
+/* model/jinja/jinja_repr.c: Python's spellings of engine values: str(), repr()
  * and json.dumps() as transformers' tojson calls it, for the Jinja engine;
  * runs in the front end during a render.
  * Trade-off: every spelling copies the provenance mask byte by byte, and an
  * escape sequence inherits the mask of the byte it stands for, so a user's
  * text stays untrusted however it is quoted. */
-#include "model/jinja.h"
+#include "model/jinja/jinja.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,10 +1,10 @@
-/* model/jinja_lexer.c: template source -> tokens, with jinja2's whitespace
+/* model/jinja/jinja_lexer.c: template source -> tokens, with jinja2's whitespace
  * control as transformers configures it (trim_blocks, lstrip_blocks,
  * keep_trailing_newline off). Runs once per template at load.
  * Trade-off: newlines are normalised like jinja2 for "\r\n" and "\r" only;
  * the rarer separators Python's splitlines() also honours (\v, \f, \x1c-\x1e,
  * U+0085, U+2028, U+2029) are kept as text. */
-#include "model/jinja.h"
+#include "model/jinja/jinja.h"
 
 #include <stdlib.h>
 #include <string.h>

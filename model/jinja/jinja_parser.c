@@ -1,4 +1,4 @@
-/* model/jinja_parser.c: tokens -> AST for Jinja statements (if, for, set,
+/* model/jinja/jinja_parser.c: tokens -> AST for Jinja statements (if, for, set,
  * macro, filter blocks, break/continue) and template bodies; expressions are
  * in jinja_parse_expr.c. Runs once per template at load.
  * Trade-off: recursion depth is capped (JJ_MAX_PARSE_DEPTH) so hostile
@@ -14,7 +14,7 @@
  *   FOR names in a [if b]: kids else c | SET names = a | SETATTR names[0].name = a
  *   SETBLOCK names[0] = kids [| filter a] | MACRO name(names=name_vals): kids
  *   FILTERBLOCK a: kids | BREAK | CONTINUE */
-#include "model/jinja_parse.h"
+#include "model/jinja/jinja_parse.h"
 
 /* ======================================================================== */
 /* statements                                                               */

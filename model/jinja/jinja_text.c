@@ -1,4 +1,4 @@
-/* model/jinja_text.c: string transformations with provenance for the
+/* model/jinja/jinja_text.c: string transformations with provenance for the
  * Jinja engine (Python's strip, split, replace, join, case mapping, and
  * HTML escaping); runs in the front end during a render.
  * Every function copies the untrusted mask with the bytes it keeps; bytes it
@@ -7,7 +7,7 @@
  * Trade-off: case mapping handles ASCII only; other letters pass through
  * unchanged where Python would map them. Templates apply it to roles and
  * tool types, which are ASCII; removing the wart needs a Unicode case table. */
-#include "model/jinja.h"
+#include "model/jinja/jinja.h"
 
 #include <string.h>
 

@@ -1,11 +1,11 @@
-/* model/jinja_parse_expr.c: Jinja expressions -> AST, by recursive
+/* model/jinja/jinja_parse_expr.c: Jinja expressions -> AST, by recursive
  * descent with jinja2's precedence (parser.py): conditional, or, and, not,
  * comparisons, + -, ~, * / // %, **, unary, then postfix (. [] ()) with
  * filters (|) and tests (is) binding tighter than binary operators (but
  * `-x|abs` is `(-x)|abs`). Runs once per template at load.
  * Trade-off: recursion depth is capped (JJ_MAX_PARSE_DEPTH) so hostile
  * nesting is an error, not a stack overflow. */
-#include "model/jinja_parse.h"
+#include "model/jinja/jinja_parse.h"
 
 static jj_node *expr(jj_parser *p);
 static jj_node *primary(jj_parser *p);
