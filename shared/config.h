@@ -36,7 +36,7 @@ typedef enum {
 
 typedef struct {
     char model[SL_CONFIG_PATH_MAX];         /* GGUF file */
-    char model_alias[128];                  /* the `model` name the API reports; default: file's base name */
+    char model_alias[128];                  /* the `model` name the API reports; `sluice serve`: the file's general.name, else its base name */
     char host[64];                          /* listen address */
     uint32_t port;                          /* listen port (0 = any, tests) */
     uint32_t n_frontends;                   /* front-end processes */
