@@ -3,7 +3,7 @@ import subprocess
 
 import pytest
 
-from paths import TESTDATA, tool
+from paths import testdata, tool
 
 
 @pytest.fixture(scope="session")
@@ -32,13 +32,10 @@ def make_model(model_dir):
 
 
 @pytest.fixture(scope="session")
-def qwen3_tokenizer(tmp_path_factory):
+def qwen3_tokenizer():
     """mkmodel options for Qwen3's real tokenizer and chat template."""
-    d = tmp_path_factory.mktemp("qwen3tok")
-    tj = d / "tokenizer.json"
-    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/qwen3/tokenizer.json.xz")],
-                                  check=True, capture_output=True).stdout)
-    return dict(tokenizer=str(tj), tokenizer_config=str(TESTDATA / "tokenizers/qwen3/tokenizer_config.json"))
+    return dict(tokenizer=str(testdata("tokenizers/qwen3/tokenizer.json")),
+                tokenizer_config=str(testdata("tokenizers/qwen3/tokenizer_config.json")))
 
 
 @pytest.fixture(scope="session")
