@@ -3,7 +3,7 @@ import subprocess
 
 import pytest
 
-from paths import testdata, tool
+from paths import data_path, tool
 
 
 @pytest.fixture(scope="session")
@@ -34,8 +34,8 @@ def make_model(model_dir):
 @pytest.fixture(scope="session")
 def qwen3_tokenizer():
     """mkmodel options for Qwen3's real tokenizer and chat template."""
-    return dict(tokenizer=str(testdata("tokenizers/qwen3/tokenizer.json")),
-                tokenizer_config=str(testdata("tokenizers/qwen3/tokenizer_config.json")))
+    return dict(tokenizer=str(data_path("tokenizers/qwen3/tokenizer.json")),
+                tokenizer_config=str(data_path("tokenizers/qwen3/tokenizer_config.json")))
 
 
 @pytest.fixture(scope="session")

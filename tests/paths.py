@@ -1,5 +1,5 @@
 """Where things are, for every Python test and tool: the repository, its test
-data (tests/data, read through testdata()), and the build under test
+data (tests/data, read through data_path()), and the build under test
 (SLUICE_BUILD_DIR, default build/)."""
 import hashlib
 import lzma
@@ -14,7 +14,7 @@ SLUICE = str(BUILD / "sluice")
 CACHE = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "sluice" / "testdata"
 
 
-def testdata(rel):
+def data_path(rel):
     """Path of the plain file tests/data/<rel>, for reading only. A file kept
     there as-is is returned in place; one kept as <rel>.xz is expanded once
     into CACHE/<hash of the .xz bytes>/, so a changed file gets a new entry

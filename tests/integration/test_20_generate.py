@@ -4,12 +4,12 @@ import subprocess
 
 import pytest
 
-from paths import SLUICE, testdata
+from paths import SLUICE, data_path
 
 
 @pytest.fixture(scope="module")
 def vocab_model(make_model):
-    return make_model("tiny-llama", "Q4_K", tokenizer=str(testdata("tokenizers/mistral/tokenizer.json")), peak=8)
+    return make_model("tiny-llama", "Q4_K", tokenizer=str(data_path("tokenizers/mistral/tokenizer.json")), peak=8)
 
 
 def gen(*args, **kw):

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from paths import TESTDATA, testdata, tokenizer_names
+from paths import TESTDATA, data_path, tokenizer_names
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("SLUICE_BUILD_DIR", ROOT / "build"))
@@ -129,9 +129,9 @@ CONVERSATIONS = {
 def template_sources():
     out = {}
     for p in sorted((TESTDATA / "templates").glob("*.jinja")):
-        out[p.stem] = (testdata(f"templates/{p.name}").read_text(), "<s>", "</s>")
+        out[p.stem] = (data_path(f"templates/{p.name}").read_text(), "<s>", "</s>")
     for name in tokenizer_names():
-        cfg = json.loads(testdata(f"tokenizers/{name}/tokenizer_config.json").read_text())
+        cfg = json.loads(data_path(f"tokenizers/{name}/tokenizer_config.json").read_text())
         tpl = cfg.get("chat_template")
         if isinstance(tpl, list):  # named variants
             tpl = next((t["template"] for t in tpl if t.get("name") == "default"), None)
@@ -244,7 +244,7 @@ def test_untrusted_ranges_cover_roles_and_content_chatml(tmp_path):
 
 
 def test_untrusted_ranges_qwen25_content_only(tmp_path):
-    src = testdata("templates/Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
+    src = data_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
     path = tmp_path / "t.jinja"
     path.write_text(src)
     messages = [{"role": "user", "content": "a <|im_end|> b"}]
@@ -256,7 +256,7 @@ def test_untrusted_ranges_qwen25_content_only(tmp_path):
 
 
 def test_untrusted_ranges_tojson_tools(tmp_path):
-    src = testdata("templates/Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
+    src = data_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
     path = tmp_path / "t.jinja"
     path.write_text(src)
     messages = [{"role": "user", "content": "x"}]
@@ -343,7 +343,7 @@ def test_whitespace_control_random(tmp_path):
 
 
 def special_token_texts(name):
-    tj = json.loads(testdata(f"tokenizers/{name}/tokenizer.json").read_bytes())
+    tj = json.loads(data_path(f"tokenizers/{name}/tokenizer.json").read_bytes())
     return [t["content"] for t in tj.get("added_tokens", []) if t.get("special")]
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from paths import testdata
+from paths import data_path
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("SLUICE_BUILD_DIR", REPO / "build"))
@@ -49,8 +49,8 @@ def tokenizer_files(work, name):
     if name not in _files:
         d = work / name
         d.mkdir(exist_ok=True)
-        tj = testdata(f"tokenizers/{name}/tokenizer.json")
-        cfg = testdata(f"tokenizers/{name}/tokenizer_config.json")
+        tj = data_path(f"tokenizers/{name}/tokenizer.json")
+        cfg = data_path(f"tokenizers/{name}/tokenizer_config.json")
         gguf = d / "vocab.gguf"
         subprocess.run([str(MKVOCAB), str(tj), str(cfg), str(gguf)],
                        check=True, capture_output=True)
@@ -86,12 +86,12 @@ def hf_plain(tok, s):
 
 @pytest.mark.parametrize("name", list(VECTORS))
 def test_llama_cpp_vectors(work, name):
-    inp = testdata(f"vocab/ggml-vocab-{name}.gguf.inp").read_text(encoding="utf-8")
+    inp = data_path(f"vocab/ggml-vocab-{name}.gguf.inp").read_text(encoding="utf-8")
     strings = inp.split(SEP)
     strings[-1] = strings[-1].removesuffix("\n__ggml_vocab_test__")
-    expected = testdata(f"vocab/ggml-vocab-{name}.gguf.out").read_text().split("\n")
+    expected = data_path(f"vocab/ggml-vocab-{name}.gguf.out").read_text().split("\n")
     src = VECTORS[name]
-    gguf = tokenizer_files(work, src)[1] if src else testdata(f"vocab/ggml-vocab-{name}.gguf")
+    gguf = tokenizer_files(work, src)[1] if src else data_path(f"vocab/ggml-vocab-{name}.gguf")
     got = c_encode(gguf, strings)
     for s, e, g in zip(strings, expected, got):
         assert g == [int(x) for x in e.split()], f"{name}: {s!r}"
@@ -291,7 +291,7 @@ def reference_prompt_ids(tok, text, untrusted, specials):
 def test_chat_prompt_tokens(work, name, tmp_path):
     tj, gguf = tokenizer_files(work, name)
     tok = hf_tokenizer(tj)
-    cfg = json.loads(testdata(f"tokenizers/{name}/tokenizer_config.json").read_text(encoding="utf-8"))
+    cfg = json.loads(data_path(f"tokenizers/{name}/tokenizer_config.json").read_text(encoding="utf-8"))
     tpl = cfg.get("chat_template")
     if not isinstance(tpl, str):
         pytest.skip("no chat template in the config")

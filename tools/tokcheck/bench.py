@@ -25,7 +25,7 @@ from tokenizers import Tokenizer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
-from paths import testdata  # noqa: E402  (tests/data, expanded)
+from paths import data_path  # noqa: E402  (tests/data, expanded)
 BUILD = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "build"
 MB = 1 << 20
 
@@ -68,9 +68,9 @@ def main():
     print("| vocabulary | text | bytes | sluice MB/s | HF MB/s (one call) | HF MB/s (4 KB calls) | tokens |")
     print("|---|---|---|---|---|---|---|")
     for voc in ["llama3", "qwen3"]:
-        tj = testdata(f"tokenizers/{voc}/tokenizer.json")
+        tj = data_path(f"tokenizers/{voc}/tokenizer.json")
         gguf = tmp / f"{voc}.gguf"
-        subprocess.run([BUILD / "tools" / "mkvocab", tj, testdata(f"tokenizers/{voc}/tokenizer_config.json"),
+        subprocess.run([BUILD / "tools" / "mkvocab", tj, data_path(f"tokenizers/{voc}/tokenizer_config.json"),
                         gguf], check=True, capture_output=True)
         tok = Tokenizer.from_file(str(tj))
         tok.encode_special_tokens = True

@@ -36,7 +36,7 @@ from tokenizers import Tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tests"))
-from paths import testdata  # noqa: E402  (tests/data, expanded)
+from paths import data_path  # noqa: E402  (tests/data, expanded)
 
 TOKENIZER = "tokenizers/mistral"
 FORTUNE_DIR = "/usr/share/games/fortunes"
@@ -146,8 +146,8 @@ def write_vocab_gguf(out_path, build_dir):
     mkvocab = os.path.join(build_dir, "tools", "mkvocab")
     if not os.access(mkvocab, os.X_OK):
         sys.exit(f"prepare: {mkvocab} not found: build sluice first (tools/setup.sh)")
-    tj = str(testdata(f"{TOKENIZER}/tokenizer.json"))
-    subprocess.run([mkvocab, tj, str(testdata(f"{TOKENIZER}/tokenizer_config.json")), out_path], check=True,
+    tj = str(data_path(f"{TOKENIZER}/tokenizer.json"))
+    subprocess.run([mkvocab, tj, str(data_path(f"{TOKENIZER}/tokenizer_config.json")), out_path], check=True,
                    stdout=subprocess.DEVNULL)
     return Tokenizer.from_file(tj)
 
