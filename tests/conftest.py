@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from paths import TESTDATA, tool
+from paths import data_path, tool
 
 
 def _shm_segments():
@@ -161,13 +161,10 @@ def make_model(model_dir):
 
 
 @pytest.fixture(scope="session")
-def qwen3_tokenizer(tmp_path_factory):
+def qwen3_tokenizer():
     """mkmodel options for Qwen3's real tokenizer and chat template."""
-    d = tmp_path_factory.mktemp("qwen3tok")
-    tj = d / "tokenizer.json"
-    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/qwen3/tokenizer.json.xz")],
-                                  check=True, capture_output=True).stdout)
-    return dict(tokenizer=str(tj), tokenizer_config=str(TESTDATA / "tokenizers/qwen3/tokenizer_config.json"))
+    return dict(tokenizer=str(data_path("tokenizers/qwen3/tokenizer.json")),
+                tokenizer_config=str(data_path("tokenizers/qwen3/tokenizer_config.json")))
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/gpu-bench.sh: issue 7's benchmark table on the GPU machine, in stages
 # that each fit in one 10-minute call there. Run from the repo root with the
-# release CUDA build in build-gpu/ (and .devlibs/ from ../shared/tools/device-pack).
+# release CUDA build in build-gpu/ (and .devlibs/ holding the shared libraries
+# the binaries link that the GPU machine lacks, when it lacks any).
 #
 # usage: tools/gpu-bench.sh STAGE [SIZE] [TYPE]
 #   STAGE  models  build the test models (cached: a second call reuses them)
@@ -27,7 +28,7 @@
 #   BENCH_LG_THREADS   loadgen threads (default 4)
 #   BENCH_SERVE_ARGS   extra flags for sluice serve
 #   BENCH_TOKENIZER_DIR  llama3 tokenizer.json.xz + tokenizer_config.json
-#                      (default ../shared/testdata/tokenizers/llama3)
+#                      (default tests/data/tokenizers/llama3)
 #   BENCH_TINY=1       CPU dry run of this script: tiny-llama3 / tiny-llama stand
 #                      in for 1b / 8b, --device cpu, levels 1,4,8, 3 s per level
 # The load: --prompt-words 100 --max-tokens 128 --ignore-eos, streaming chat
@@ -79,7 +80,7 @@ preset_of() {   # size -> mkmodel preset
 
 # ---- models: written to a temporary name, renamed when complete, so a call
 # cut off by the time limit never leaves a half model that a later call reuses
-tok_dir=${BENCH_TOKENIZER_DIR:-../shared/testdata/tokenizers/llama3}   # the team folder does not travel to the GPU machine: carry a copy
+tok_dir=${BENCH_TOKENIZER_DIR:-tests/data/tokenizers/llama3}
 tok_json=$models/llama3-tokenizer.json
 model_path() { echo "$models/$(preset_of "$1")-$2.gguf"; }
 ensure_tokenizer() {

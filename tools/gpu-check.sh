@@ -12,9 +12,11 @@
 #
 # usage: tools/gpu-check.sh [BUILD_DIR]      (default: $SLUICE_BUILD_DIR, else build-gpu, else build)
 # env SLUICE_TOKENIZER_DIR: the llama3 tokenizer folder for the serving run
-# (default ../shared/testdata/tokenizers/llama3).
-# The build must be configured with -DSLUICE_CUDA=ON; .devlibs/ (from
-# ../shared/tools/device-pack) is put on LD_LIBRARY_PATH when present.
+# (default tests/data/tokenizers/llama3; its tokenizer.json.xz is expanded
+# into $SLUICE_MODELS by gpu-serve-sanitize.sh).
+# The build must be configured with -DSLUICE_CUDA=ON; .devlibs/ (the shared
+# libraries the binaries link that the GPU machine lacks) is put on
+# LD_LIBRARY_PATH when present.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-${SLUICE_BUILD_DIR:-}}
@@ -100,7 +102,7 @@ else
 fi
 # 4. compute-sanitizer memcheck and racecheck on a short serving run of
 #    `sluice serve` (the worker started under the tool: tools/gpu-serve-sanitize.sh)
-tokdir=${SLUICE_TOKENIZER_DIR:-../shared/testdata/tokenizers/llama3}
+tokdir=${SLUICE_TOKENIZER_DIR:-tests/data/tokenizers/llama3}
 if [ -x "$cs" ]; then
   OUT=$out/serve-sanitize SLUICE_MODELS=$models tools/gpu-serve-sanitize.sh "$build" "$tokdir" 2>&1 \
     | grep '^compute-sanitizer\|^serve-sanitize' | tee -a "$summary"

@@ -1,7 +1,7 @@
 /* tests/fuzz/fuzz_common.c: data paths and the vocabularies the harnesses
  * share (see fuzz_common.h). Setup runs once per process, so it favours
- * plain code over speed: Llama 3's tokenizer.json is decompressed with the
- * xz tool into a temporary file, as the unit tests do. */
+ * plain code over speed: Llama 3's tokenizer.json is converted into a
+ * temporary GGUF file and loaded from there, as the unit tests do. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +14,22 @@
 #ifndef SL_FUZZ_SOURCE_DIR
 #define SL_FUZZ_SOURCE_DIR "."
 #endif
+#ifndef SL_TESTDATA_DIR
+#error "SL_TESTDATA_DIR must name the expanded tests/data (tests/fuzz/CMakeLists.txt sets it)"
+#endif
 
 const char *fz_repo_path(const char *rel)
 {
     static char path[4096];
     const char *root = getenv("SLUICE_SOURCE_DIR");
     snprintf(path, sizeof path, "%s/%s", root && root[0] ? root : SL_FUZZ_SOURCE_DIR, rel);
+    return path;
+}
+
+const char *fz_testdata_path(const char *rel)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/%s", SL_TESTDATA_DIR, rel);
     return path;
 }
 
@@ -77,20 +87,14 @@ sl_tokenizer *fz_tokenizer_llama3(void)
     static sl_tokenizer *t;
     if (t != NULL)
         return t;
-    char json[] = "/tmp/sl_fuzz_tok_XXXXXX", gguf[] = "/tmp/sl_fuzz_gguf_XXXXXX";
-    int fd1 = mkstemp(json), fd2 = mkstemp(gguf);
-    if (fd1 < 0 || fd2 < 0)
+    char gguf[] = "/tmp/sl_fuzz_gguf_XXXXXX";
+    int fd = mkstemp(gguf);
+    if (fd < 0)
         abort();
-    close(fd1);
-    close(fd2);
-    char cmd[8192], cfg[4096], err[SL_ERR_LEN];
-    snprintf(cmd, sizeof cmd, "xz -dc '%s' > '%s'", fz_repo_path("../shared/testdata/tokenizers/llama3/tokenizer.json.xz"),
-             json);
-    snprintf(cfg, sizeof cfg, "%s", fz_repo_path("../shared/testdata/tokenizers/llama3/tokenizer_config.json"));
-    if (system(cmd) != 0) {
-        fprintf(stderr, "fuzz setup: %s failed\n", cmd);
-        abort();
-    }
+    close(fd);
+    char json[4096], cfg[4096], err[SL_ERR_LEN];
+    snprintf(json, sizeof json, "%s", fz_testdata_path("tokenizers/llama3/tokenizer.json"));
+    snprintf(cfg, sizeof cfg, "%s", fz_testdata_path("tokenizers/llama3/tokenizer_config.json"));
     sl_gguf_writer *w = sl_gguf_writer_create();
     if (w == NULL || sl_vocab_json_to_gguf(json, cfg, w, err) != SL_OK || sl_gguf_writer_begin(w, gguf, err) != SL_OK ||
         sl_gguf_writer_finish(w, err) != SL_OK) {
@@ -99,7 +103,6 @@ sl_tokenizer *fz_tokenizer_llama3(void)
     }
     sl_gguf_writer_destroy(w);
     t = tokenizer_from_gguf_path(gguf);
-    unlink(json);
     unlink(gguf);
     return t;
 }

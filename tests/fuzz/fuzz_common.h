@@ -16,6 +16,10 @@
  * source tree). Returns a static buffer, overwritten by the next call. */
 const char *fz_repo_path(const char *rel);
 
+/* `rel` under tests/data as the build expanded it (SL_TESTDATA_DIR: every
+ * X.xz there is X). Returns a static buffer, overwritten by the next call. */
+const char *fz_testdata_path(const char *rel);
+
 /* The whole file, malloc'd and NUL-terminated (*len without the NUL); aborts
  * when it cannot be read. */
 char *fz_read_file(const char *path, size_t *len);
@@ -25,7 +29,7 @@ const char *fz_default_model_path(void);
 
 /* Tokenizers built once and kept for the process: the default model's
  * SentencePiece vocabulary, and Llama 3's byte-level BPE one converted from
- * ../shared/testdata/tokenizers/llama3 with model/vocab_json.c. */
+ * tests/data/tokenizers/llama3 with model/vocab_json.c. */
 sl_tokenizer *fz_tokenizer_default(void);
 sl_tokenizer *fz_tokenizer_llama3(void);
 

@@ -3,7 +3,7 @@
  * Input: byte 0 even: the rest is template source, compiled and rendered
  * with a fixed conversation (system, user, assistant with a tool call, tool
  * answer) and one tool. Byte 0 odd: byte 1 picks one of the real templates
- * in ../shared/testdata/templates (those that compile), and the rest is the
+ * in tests/data/templates (those that compile), and the rest is the
  * conversation: a JSON array of messages when it parses as one, else text
  * cut at '\n\n' into alternating user/assistant contents.
  * The engine caps nesting, loop iterations, output and memory (see
@@ -53,7 +53,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fixed_tools = json_loads(k_tools, 0, NULL);
     CHECK(fixed_messages && fixed_tools);
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", fz_repo_path("../shared/testdata/templates"));
+    snprintf(dir, sizeof dir, "%s", fz_testdata_path("templates"));
     DIR *d = opendir(dir);
     CHECK(d != NULL);
     char *names[MAX_TEMPLATES];

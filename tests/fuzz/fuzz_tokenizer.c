@@ -1,7 +1,7 @@
 /* tests/fuzz/fuzz_tokenizer.c: libFuzzer target `tokenizer`: encode and
  * decode with real vocabularies loaded once: the default model's
  * SentencePiece one and Llama 3's byte-level BPE one (from
- * ../shared/testdata/tokenizers/llama3 through model/vocab_json.c).
+ * tests/data/tokenizers/llama3 through model/vocab_json.c).
  * Input: byte 0 picks the vocabulary (bit 0) and the mode (bits 1..3); the
  * rest is the text, or for the decode modes little-endian 32-bit token ids
  * (any value: out-of-range ids must be ignored, not read).

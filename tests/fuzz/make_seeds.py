@@ -14,7 +14,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-TESTDATA = os.path.join(REPO, "..", "shared", "testdata")
+TESTDATA = os.path.join(REPO, "tests", "data")
 
 
 def put(target, name, data):

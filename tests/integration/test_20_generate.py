@@ -4,16 +4,12 @@ import subprocess
 
 import pytest
 
-from paths import SLUICE, TESTDATA
+from paths import SLUICE, data_path
 
 
 @pytest.fixture(scope="module")
-def vocab_model(make_model, tmp_path_factory):
-    d = tmp_path_factory.mktemp("tok")
-    tj = d / "tokenizer.json"
-    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/mistral/tokenizer.json.xz")],
-                                  check=True, capture_output=True).stdout)
-    return make_model("tiny-llama", "Q4_K", tokenizer=str(tj), peak=8)
+def vocab_model(make_model):
+    return make_model("tiny-llama", "Q4_K", tokenizer=str(data_path("tokenizers/mistral/tokenizer.json")), peak=8)
 
 
 def gen(*args, **kw):

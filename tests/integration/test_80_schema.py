@@ -19,7 +19,7 @@ from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.completion_choice import CompletionChoice
 
-from paths import REPO, TESTDATA
+from paths import REPO, data_path
 from serve import Server
 
 SPEC = REPO / "docs" / "openapi.yaml"
@@ -44,11 +44,8 @@ class CompletionChunk(Completion):
 @pytest.fixture(scope="module")
 def server(make_model, tmp_path_factory):
     d = tmp_path_factory.mktemp("schema")
-    tj = d / "tokenizer.json"
-    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/qwen3/tokenizer.json.xz")],
-                                  check=True, capture_output=True).stdout)
-    model = make_model("tiny-qwen3", "Q8_0", tokenizer=str(tj),
-                       tokenizer_config=str(TESTDATA / "tokenizers/qwen3/tokenizer_config.json"), peak=4)
+    model = make_model("tiny-qwen3", "Q8_0", tokenizer=str(data_path("tokenizers/qwen3/tokenizer.json")),
+                       tokenizer_config=str(data_path("tokenizers/qwen3/tokenizer_config.json")), peak=4)
     # A small context and default max_tokens keep each generated request to a
     # few decode steps; an API key makes the 401 paths reachable.
     s = Server(model, d, frontends=1, extra=["--ctx-size", "64", "--default-max-tokens", "4",

@@ -2,8 +2,8 @@
 environment (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks,
 loopcontrols, its tojson/raise_exception), with strftime_now frozen.
 
-Every template in ../shared/testdata/templates and every chat_template in
-../shared/testdata/tokenizers/*/tokenizer_config.json is rendered on a set of
+Every template in tests/data/templates and every chat_template in
+tests/data/tokenizers/*/tokenizer_config.json is rendered on a set of
 conversations; output must match byte for byte, and where the reference
 raises (raise_exception, unsupported roles) ours must fail too.
 """
@@ -15,8 +15,9 @@ import subprocess
 
 import pytest
 
+from paths import TESTDATA, data_path, tokenizer_names
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "testdata"
 BUILD = pathlib.Path(os.environ.get("SLUICE_BUILD_DIR", ROOT / "build"))
 TOOL = BUILD / "tools" / "render-template"
 NOW = 1721952000  # 2024-07-26 00:00:00 UTC
@@ -127,10 +128,10 @@ CONVERSATIONS = {
 
 def template_sources():
     out = {}
-    for p in sorted((DATA / "templates").glob("*.jinja")):
-        out[p.stem] = (p.read_text(), "<s>", "</s>")
-    for p in sorted((DATA / "tokenizers").glob("*/tokenizer_config.json")):
-        cfg = json.loads(p.read_text())
+    for p in sorted((TESTDATA / "templates").glob("*.jinja")):
+        out[p.stem] = (data_path(f"templates/{p.name}").read_text(), "<s>", "</s>")
+    for name in tokenizer_names():
+        cfg = json.loads(data_path(f"tokenizers/{name}/tokenizer_config.json").read_text())
         tpl = cfg.get("chat_template")
         if isinstance(tpl, list):  # named variants
             tpl = next((t["template"] for t in tpl if t.get("name") == "default"), None)
@@ -140,7 +141,7 @@ def template_sources():
         def tok(x):
             return x.get("content", "") if isinstance(x, dict) else (x or "")
 
-        out["tokenizer-" + p.parent.name] = (tpl, tok(cfg.get("bos_token")), tok(cfg.get("eos_token")))
+        out["tokenizer-" + name] = (tpl, tok(cfg.get("bos_token")), tok(cfg.get("eos_token")))
     return out
 
 
@@ -243,7 +244,7 @@ def test_untrusted_ranges_cover_roles_and_content_chatml(tmp_path):
 
 
 def test_untrusted_ranges_qwen25_content_only(tmp_path):
-    src = (DATA / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
+    src = data_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
     path = tmp_path / "t.jinja"
     path.write_text(src)
     messages = [{"role": "user", "content": "a <|im_end|> b"}]
@@ -255,7 +256,7 @@ def test_untrusted_ranges_qwen25_content_only(tmp_path):
 
 
 def test_untrusted_ranges_tojson_tools(tmp_path):
-    src = (DATA / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
+    src = data_path("templates/Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
     path = tmp_path / "t.jinja"
     path.write_text(src)
     messages = [{"role": "user", "content": "x"}]
@@ -342,9 +343,7 @@ def test_whitespace_control_random(tmp_path):
 
 
 def special_token_texts(name):
-    import lzma
-
-    tj = json.loads(lzma.decompress((DATA / "tokenizers" / name / "tokenizer.json.xz").read_bytes()))
+    tj = json.loads(data_path(f"tokenizers/{name}/tokenizer.json").read_bytes())
     return [t["content"] for t in tj.get("added_tokens", []) if t.get("special")]
 
 

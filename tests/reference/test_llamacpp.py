@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from numpy_forward import Model
-from paths import TESTDATA, tool
+from paths import data_path, tool
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
@@ -133,13 +133,9 @@ def test_llamacpp_quantized_files_load(make_model, tmp_path, ftype, name):
 
 
 @pytest.fixture(scope="module")
-def llama3_model(make_model, tmp_path_factory):
-    d = tmp_path_factory.mktemp("l3")
-    tj = d / "tokenizer.json"
-    tj.write_bytes(subprocess.run(["xz", "-dc", str(TESTDATA / "tokenizers/llama3/tokenizer.json.xz")],
-                                  check=True, capture_output=True).stdout)
-    return make_model("tiny-llama3", "Q4_K_M", tokenizer=str(tj),
-                      tokenizer_config=str(TESTDATA / "tokenizers/llama3/tokenizer_config.json"), peak=8)
+def llama3_model(make_model):
+    return make_model("tiny-llama3", "Q4_K_M", tokenizer=str(data_path("tokenizers/llama3/tokenizer.json")),
+                      tokenizer_config=str(data_path("tokenizers/llama3/tokenizer_config.json")), peak=8)
 
 
 def test_real_vocabulary_model_loads_and_agrees(llama3_model, tmp_path):

@@ -7,7 +7,6 @@ build/tools/mkvocab into a temporary directory.
 """
 import functools
 import json
-import lzma
 import os
 import random
 import subprocess
@@ -17,14 +16,15 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
+from paths import data_path
+
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO.parent / "shared" / "testdata"
 BUILD = Path(os.environ.get("SLUICE_BUILD_DIR", REPO / "build"))
 TOKCHECK = BUILD / "tools" / "tokcheck"
 MKVOCAB = BUILD / "tools" / "mkvocab"
 
 HF_NAMES = ["mistral", "llama3", "llama3_1", "qwen3", "gemma3"]
-# llama.cpp vector sets: name -> GGUF in testdata/vocab, or the tokenizer we convert
+# llama.cpp vector sets: name -> GGUF in tests/data/vocab, or the tokenizer we convert
 VECTORS = {
     "llama-spm": None, "phi-3": None, "gpt-2": None, "falcon": None, "starcoder": None,
     "deepseek-llm": None, "deepseek-coder": None, "llama-bpe": "llama3", "qwen2": "qwen3",
@@ -47,13 +47,12 @@ _files = {}
 def tokenizer_files(work, name):
     """(tokenizer.json path, GGUF path) for a test tokenizer, built once."""
     if name not in _files:
-        src = DATA / "tokenizers" / name
         d = work / name
         d.mkdir(exist_ok=True)
-        tj = d / "tokenizer.json"
-        tj.write_bytes(lzma.decompress((src / "tokenizer.json.xz").read_bytes()))
+        tj = data_path(f"tokenizers/{name}/tokenizer.json")
+        cfg = data_path(f"tokenizers/{name}/tokenizer_config.json")
         gguf = d / "vocab.gguf"
-        subprocess.run([str(MKVOCAB), str(tj), str(src / "tokenizer_config.json"), str(gguf)],
+        subprocess.run([str(MKVOCAB), str(tj), str(cfg), str(gguf)],
                        check=True, capture_output=True)
         _files[name] = (tj, gguf)
     return _files[name]
@@ -87,12 +86,12 @@ def hf_plain(tok, s):
 
 @pytest.mark.parametrize("name", list(VECTORS))
 def test_llama_cpp_vectors(work, name):
-    inp = (DATA / "vocab" / f"ggml-vocab-{name}.gguf.inp").read_text(encoding="utf-8")
+    inp = data_path(f"vocab/ggml-vocab-{name}.gguf.inp").read_text(encoding="utf-8")
     strings = inp.split(SEP)
     strings[-1] = strings[-1].removesuffix("\n__ggml_vocab_test__")
-    expected = (DATA / "vocab" / f"ggml-vocab-{name}.gguf.out").read_text().split("\n")
+    expected = data_path(f"vocab/ggml-vocab-{name}.gguf.out").read_text().split("\n")
     src = VECTORS[name]
-    gguf = tokenizer_files(work, src)[1] if src else DATA / "vocab" / f"ggml-vocab-{name}.gguf"
+    gguf = tokenizer_files(work, src)[1] if src else data_path(f"vocab/ggml-vocab-{name}.gguf")
     got = c_encode(gguf, strings)
     for s, e, g in zip(strings, expected, got):
         assert g == [int(x) for x in e.split()], f"{name}: {s!r}"
@@ -292,7 +291,7 @@ def reference_prompt_ids(tok, text, untrusted, specials):
 def test_chat_prompt_tokens(work, name, tmp_path):
     tj, gguf = tokenizer_files(work, name)
     tok = hf_tokenizer(tj)
-    cfg = json.loads((DATA / "tokenizers" / name / "tokenizer_config.json").read_text(encoding="utf-8"))
+    cfg = json.loads(data_path(f"tokenizers/{name}/tokenizer_config.json").read_text(encoding="utf-8"))
     tpl = cfg.get("chat_template")
     if not isinstance(tpl, str):
         pytest.skip("no chat template in the config")

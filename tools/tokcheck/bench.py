@@ -10,7 +10,6 @@ machine) for both implementations on the same input.
 """
 import inspect
 import json
-import lzma
 import os
 import random
 import subprocess
@@ -25,7 +24,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from tokenizers import Tokenizer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO.parent / "shared" / "testdata"
+sys.path.insert(0, str(REPO / "tests"))
+from paths import data_path  # noqa: E402  (tests/data, expanded)
 BUILD = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "build"
 MB = 1 << 20
 
@@ -68,10 +68,9 @@ def main():
     print("| vocabulary | text | bytes | sluice MB/s | HF MB/s (one call) | HF MB/s (4 KB calls) | tokens |")
     print("|---|---|---|---|---|---|---|")
     for voc in ["llama3", "qwen3"]:
-        tj = tmp / f"{voc}.json"
-        tj.write_bytes(lzma.decompress((DATA / "tokenizers" / voc / "tokenizer.json.xz").read_bytes()))
+        tj = data_path(f"tokenizers/{voc}/tokenizer.json")
         gguf = tmp / f"{voc}.gguf"
-        subprocess.run([BUILD / "tools" / "mkvocab", tj, DATA / "tokenizers" / voc / "tokenizer_config.json",
+        subprocess.run([BUILD / "tools" / "mkvocab", tj, data_path(f"tokenizers/{voc}/tokenizer_config.json"),
                         gguf], check=True, capture_output=True)
         tok = Tokenizer.from_file(str(tj))
         tok.encode_special_tokens = True

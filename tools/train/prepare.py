@@ -26,18 +26,19 @@ import argparse
 import glob
 import hashlib
 import json
-import lzma
 import os
 import re
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 from tokenizers import Tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOKDIR = os.path.join(REPO, "..", "shared", "testdata", "tokenizers", "mistral")
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from paths import data_path  # noqa: E402  (tests/data, expanded)
+
+TOKENIZER = "tokenizers/mistral"
 FORTUNE_DIR = "/usr/share/games/fortunes"
 VAL_EVERY = 20
 BOS, EOS = 1, 2
@@ -145,14 +146,10 @@ def write_vocab_gguf(out_path, build_dir):
     mkvocab = os.path.join(build_dir, "tools", "mkvocab")
     if not os.access(mkvocab, os.X_OK):
         sys.exit(f"prepare: {mkvocab} not found: build sluice first (tools/setup.sh)")
-    with tempfile.TemporaryDirectory() as td:
-        tj = os.path.join(td, "tokenizer.json")
-        with lzma.open(os.path.join(TOKDIR, "tokenizer.json.xz")) as src, open(tj, "wb") as dst:
-            dst.write(src.read())
-        subprocess.run([mkvocab, tj, os.path.join(TOKDIR, "tokenizer_config.json"), out_path], check=True,
-                       stdout=subprocess.DEVNULL)
-    with lzma.open(os.path.join(TOKDIR, "tokenizer.json.xz")) as fh:
-        return Tokenizer.from_str(fh.read().decode("utf-8"))
+    tj = str(data_path(f"{TOKENIZER}/tokenizer.json"))
+    subprocess.run([mkvocab, tj, str(data_path(f"{TOKENIZER}/tokenizer_config.json")), out_path], check=True,
+                   stdout=subprocess.DEVNULL)
+    return Tokenizer.from_file(tj)
 
 
 def main():
@@ -190,7 +187,7 @@ def main():
     ces = {str(k): bigram_ce(train, val, n_vocab, k) for k in ks}
     best_k = min(ks, key=lambda k: ces[str(k)])
     meta = {
-        "tokenizer": "mistral (../shared/testdata/tokenizers/mistral), 32000 tokens",
+        "tokenizer": "mistral (tests/data/tokenizers/mistral), 32000 tokens",
         "n_vocab": n_vocab, "bos": BOS, "eos": EOS, "dtype": "uint16",
         "split": f"every {VAL_EVERY}th document of each source is validation",
         "sources": {

@@ -1,5 +1,5 @@
 /* tests/unit/frontend/api_tokenize_test.c: frontend/api_tokenize.c with the
- * real Llama 2 SentencePiece vocabulary from ../shared/testdata (its ids are
+ * real Llama 2 SentencePiece vocabulary from tests/data (its ids are
  * from llama.cpp's test vectors: "Hello world" = 15043 3186, BOS = 1). */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -15,9 +15,8 @@ static sl_tokenizer *tok;
 
 static void setup(void)
 {
-    const char *src = getenv("SLUICE_SOURCE_DIR");
-    char path[1024], err[SL_ERR_LEN];
-    snprintf(path, sizeof path, "%s/../shared/testdata/vocab/ggml-vocab-llama-spm.gguf", src ? src : ".");
+    const char *path = SL_TESTDATA_DIR "/vocab/ggml-vocab-llama-spm.gguf";
+    char err[SL_ERR_LEN];
     cr_assert_eq(sl_gguf_open(path, &g, err), SL_OK, "%s", err);
     cr_assert_eq(sl_tokenizer_create(g, &tok, err), SL_OK, "%s", err);
 }

@@ -1,7 +1,7 @@
 /* tests/unit/model/tokenizer_test.c: the tokenizer on tiny hand-made
  * vocabularies (load errors name the key; specials only where allowed;
  * byte fallback; streaming decode) and on llama.cpp's real vocabularies from
- * ../shared/testdata/vocab (known ids, random bytes never crash). */
+ * tests/data/vocab (known ids, random bytes never crash). */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -88,9 +88,8 @@ static sl_tokenizer *byte_level(void)
 
 static sl_tokenizer *open_vocab(const char *name)
 {
-    const char *src = getenv("SLUICE_SOURCE_DIR");
     char path[1024], err[SL_ERR_LEN];
-    snprintf(path, sizeof path, "%s/../shared/testdata/vocab/ggml-vocab-%s.gguf", src ? src : ".", name);
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", SL_TESTDATA_DIR, name);
     sl_gguf *g;
     if (sl_gguf_open(path, &g, err) < 0)
         return NULL;

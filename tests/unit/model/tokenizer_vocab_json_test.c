@@ -118,16 +118,11 @@ Test(vocab_json, refuses_bad_files)
 
 static sl_tokenizer *convert_real(const char *name, char err[SL_ERR_LEN])
 {
-    const char *src = getenv("SLUICE_SOURCE_DIR");
-    char cmd[1200], jp[] = "/tmp/sl_vj_real_XXXXXX", cfg[1024];
-    close(mkstemp(jp));
-    snprintf(cmd, sizeof cmd, "xz -dkc '%s/../shared/testdata/tokenizers/%s/tokenizer.json.xz' > '%s'",
-             src ? src : ".", name, jp);
-    cr_assert_eq(system(cmd), 0, "cannot decompress %s", name);
-    snprintf(cfg, sizeof cfg, "%s/../shared/testdata/tokenizers/%s/tokenizer_config.json", src ? src : ".", name);
+    char jp[1024], cfg[1024];
+    snprintf(jp, sizeof jp, "%s/tokenizers/%s/tokenizer.json", SL_TESTDATA_DIR, name);
+    snprintf(cfg, sizeof cfg, "%s/tokenizers/%s/tokenizer_config.json", SL_TESTDATA_DIR, name);
     sl_status rc;
     sl_tokenizer *t = convert(jp, cfg, &rc, err);
-    unlink(jp);
     cr_assert_eq(rc, SL_OK, "%s: %s", name, err);
     return t;
 }
