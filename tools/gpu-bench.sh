@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# tools/gpu-bench.sh: issue 7's benchmark table on the GPU machine, in stages
-# that each fit in one 10-minute call there. Run from the repo root with the
-# release CUDA build in build-gpu/ (and .devlibs/ holding the shared libraries
-# the binaries link that the GPU machine lacks, when it lacks any).
+# tools/gpu-bench.sh: the served benchmark table (docs/PERF.md, "CUDA backend")
+# on the GPU machine, in stages that each fit in one 10-minute call there.
+# Run from the repo root with the release CUDA build in build-gpu/ (and
+# .devlibs/ holding the shared libraries the binaries link that the GPU
+# machine lacks, when it lacks any).
 #
 # usage: tools/gpu-bench.sh STAGE [SIZE] [TYPE]
 #   STAGE  models  build the test models (cached: a second call reuses them)
@@ -32,7 +33,8 @@
 #   BENCH_TINY=1       CPU dry run of this script: tiny-llama3 / tiny-llama stand
 #                      in for 1b / 8b, --device cpu, levels 1,4,8, 3 s per level
 # The load: --prompt-words 100 --max-tokens 128 --ignore-eos, streaming chat
-# completions with usage, as issue 7 states. Exit 0 only if every step passed.
+# completions with usage, the load of docs/PERF.md's CUDA table. Exit 0 only if
+# every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 stage=${1:-}
@@ -173,8 +175,8 @@ EOF
 }
 
 # ---- calibrate: the load generator against the stub server. Unpaced (tokens
-# as fast as the stub writes them: the generator's ceiling), then paced at
-# twice issue 7's 1B rates: 2,500 tok/s on one stream, and 256 streams of
+# as fast as the stub writes them: the generator's ceiling), then paced above
+# twice the 1B served goals: 2,500 tok/s on one stream, and 256 streams of
 # 500 tok/s (128,000 tok/s offered).
 run_calibrate() {
   local stub_threads=4; [ "$tiny" = 1 ] && stub_threads=1
@@ -210,7 +212,7 @@ report() {
 import datetime, json, os, re, sys
 state, device, levels = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")]
 tiny, gpu = sys.argv[4] == "1", sys.argv[5]
-# issue 7's goals (Q4_K_M rows); a tiny dry run has none
+# the goals of docs/PERF.md's CUDA table (Q4_K_M rows); a tiny dry run has none
 goals = {} if tiny else {("1b", "Q4_K_M"): (1500, {1: 1000, 64: 20000, 256: 40000}),
                          ("8b", "Q4_K_M"): (550, {1: 400, 64: 8000, 256: 15000})}
 def engine(size, typ):

@@ -1,6 +1,9 @@
-/* kernels/cuda/eltwise.cu: grid-stride element-wise kernels. They are memory
- * bound and tiny next to the matmuls; fusing them into the matmul epilogues
- * is the speed round's job. */
+/* kernels/cuda/eltwise.cu: grid-stride element-wise kernels: the last
+ * layer's residual add (the other layers' are fused into rmsnorm.cu), and
+ * SwiGLU for the steps that mmv.cu's fused gate+up+SwiGLU launch does not
+ * take. They are memory bound and tiny next to the matmuls. A known cost:
+ * one extra launch and one pass over the activations each; what would
+ * remove it: fusing them into the matmul epilogues. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/eltwise.cuh"
 

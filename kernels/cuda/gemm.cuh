@@ -32,8 +32,8 @@
  * small-batch kernels it does not). 64, 128 or 256, fixed at the first call
  * from SLUICE_CUDA_GEMM_COLS (default SL_GEMM_COLS_DEFAULT): wider chunks
  * read each weight matrix fewer times in a large step and compute more
- * padding in a small one (docs/PERF.md has the measurement). Output
- * buffers need round_up(T, SL_GEMM_COLS_MAX) rows. */
+ * padding in a small one (docs/history/PERF-rounds.md has the
+ * measurement). Output buffers need round_up(T, SL_GEMM_COLS_MAX) rows. */
 #define SL_GEMM_COLS_MAX 256
 #define SL_GEMM_COLS_DEFAULT 256
 int sl_cuda_gemm_cols(void);

@@ -12,10 +12,12 @@
  * Trade-off: correctness and batch invariance first. The per-token order of
  * operations is fixed by (type, ne0) alone: unit order per lane, explicit
  * fmaf chains, then the butterfly (matmul_unit.cuh; decode_test.cu checks
- * the decoding on the host). Known costs left for the speed round: 2-byte
- * loads for the formats whose blocks are only 2-byte aligned (Q8_0, Q4_0,
- * Q6_K), ceil(T/8) passes over the weights for prefill (tensor cores belong
- * there), one row per warp however short the row, and the weights decoded
+ * the decoding on the host). This is the general kernel: mmv.cu takes the
+ * small-batch calls it supports, and large steps go to tensor cores
+ * (gemm.cu) when the float16 copies exist. Known costs of this kernel where
+ * it still runs: 2-byte loads for the formats whose blocks are only 2-byte
+ * aligned (Q8_0, Q4_0, Q6_K), ceil(T/8) passes over the weights for many
+ * rows, one row per warp however short the row, and the weights decoded
  * again for every tile of 8 tokens. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matmul.cuh"
