@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How sensitive are mkmodel's random test models to small activation errors,
 as a function of --branch-scale? Not a test: a measurement for
-docs/CPU-ACTIVATIONS.md ("The two bounds of issue 2").
+docs/CPU-ACTIVATIONS.md ("The two accuracy bounds the tests hold").
 
 For each branch scale X, preset and type it measures, with the prompts, steps
 and helpers of tests/reference/test_llamacpp.py and test_forward.py:
