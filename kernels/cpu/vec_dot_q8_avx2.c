@@ -258,7 +258,7 @@ static inline float hsum(__m256 s)
 /* Software prefetch of the weight bytes PREFETCH_AHEAD past the chunk being
  * staged, running into the next row (the matmul walks rows in order): at
  * one thread decode waits on weight loads, and the hardware prefetcher
- * alone got 5.5 of the 9.7 GB/s this machine reads (docs/PERF.md). */
+ * alone got 5.5 of the 9.7 GB/s the 2-core development machine reads. */
 #ifndef PREFETCH_AHEAD
 #define PREFETCH_AHEAD 1024
 #define PREFETCH_HINT _MM_HINT_T0
