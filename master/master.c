@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,6 +31,7 @@
 #include "frontend/server.h"
 #include "gpu-worker/worker.h"
 #include "master/admin.h"
+#include "master/instance.h"
 #include "master/master.h"
 #include "master/master_impl.h"
 #include "master/worker_exec.h"
@@ -126,10 +128,20 @@ static _Noreturn void child_exit(int code)
     _exit(code);
 }
 
-/* In a child: keep only what its role needs, restore signals, run the role. */
-static void child_setup(sl_master *m, int keep_listen)
+/* In a child, first thing after fork: die with the master, keep only what
+ * the role needs, restore signals. The death signal is set before the check
+ * of the parent, so a master that dies in between is seen by one or the
+ * other. Front ends get SIGKILL: with the master gone nobody restarts their
+ * worker or reaps them, and a front end left on the port would answer
+ * /health 200 for an instance that can no longer serve. The worker's own
+ * start (sl_worker_main) sets its signal again. */
+static void child_setup(sl_master *m, int keep_listen, int death_signal)
 {
+    if (prctl(PR_SET_PDEATHSIG, death_signal) < 0 || getppid() != m->pid)
+        _exit(SL_EXIT_FAILED);
     close(m->sig_fd);
+    if (m->lock_fd >= 0)
+        close(m->lock_fd);   /* the lock says "the master lives", no more */
     if (m->admin_fd >= 0)
         close(m->admin_fd);
     for (uint32_t i = 0; i < m->cfg.n_frontends; i++)
@@ -150,7 +162,7 @@ static void start_worker(sl_master *m)
         return;
     }
     if (pid == 0) {
-        child_setup(m, -1);
+        child_setup(m, -1, SIGTERM);
         if (sl_worker_exec_wanted()) {   /* debug: a worker that tools following exec can see */
             sl_worker_exec(&m->cfg, m->wake_fds, m->cfg.n_frontends);
             child_exit(SL_EXIT_FAILED);
@@ -170,7 +182,7 @@ static void start_frontend(sl_master *m, uint32_t slot)
         return;
     }
     if (pid == 0) {
-        child_setup(m, (int)slot);
+        child_setup(m, (int)slot, SIGKILL);
         for (uint32_t i = 0; i < m->cfg.n_frontends; i++)
             if (i != slot)
                 close(m->wake_fds[i]);
@@ -331,9 +343,16 @@ static int setup(sl_master *m)
     for (uint32_t i = 0; i < SL_SHM_SLOTS_MAX; i++)
         m->listen_fds[i] = m->wake_fds[i] = -1;
     m->admin_fd = -1;
-    snprintf(m->cfg.shm_name, sizeof m->cfg.shm_name, "/sluice-%d", (int)getpid());
+    m->pid = getpid();
+    char err[SL_ERR_LEN];
+    if (sl_instance_claim_port(m, err) < 0) {
+        log_line("%s", err);
+        return SL_EXIT_CONFIG;
+    }
     if (open_listeners(m) < 0)
         return SL_EXIT_FAILED;
+    sl_instance_name_segment(m);
+    sl_instance_remove_stale_segments(m);
     for (uint32_t i = 0; i < m->cfg.n_frontends; i++) {
         m->wake_fds[i] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (m->wake_fds[i] < 0) {
@@ -358,7 +377,6 @@ static int setup(sl_master *m)
     uint64_t mailboxes = 2 * held;
     lim.n_mailboxes = (uint32_t)(mailboxes < 1024 ? 1024 : mailboxes > 65535 ? 65535 : mailboxes);
     lim.prompt_tokens_max = m->n_ctx;
-    char err[SL_ERR_LEN];
     m->shm = sl_shm_create(m->cfg.shm_name, &lim, err);
     if (!m->shm) {
         log_line("%s", err);
@@ -394,6 +412,7 @@ static void teardown(sl_master *m)
         sl_shm_destroy(m->shm);
     if (m->sig_fd >= 0)
         close(m->sig_fd);
+    sl_instance_release(m);
 }
 
 int sl_master_run(const sl_config *cfg, int32_t n_ctx)
@@ -403,6 +422,7 @@ int sl_master_run(const sl_config *cfg, int32_t n_ctx)
     m.cfg = *cfg;
     m.n_ctx = n_ctx;
     m.sig_fd = -1;
+    m.lock_fd = -1;
     int rc = setup(&m);
     if (rc != SL_EXIT_OK) {
         teardown(&m);

@@ -26,6 +26,8 @@ typedef struct {
     int wake_fds[SL_SHM_SLOTS_MAX];     /* per slot eventfd, written by the worker */
     int sig_fd;
     int admin_fd;
+    int lock_fd;                        /* the port's flock (instance.h); -1 = none */
+    pid_t pid;                          /* the master's, for the children's check at birth */
     sl_child worker;
     sl_child frontends[SL_SHM_SLOTS_MAX];
     bool draining;
