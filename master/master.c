@@ -142,8 +142,7 @@ static void child_setup(sl_master *m, int keep_listen, int death_signal)
     close(m->sig_fd);
     if (m->lock_fd >= 0)
         close(m->lock_fd);   /* the lock says "the master lives", no more */
-    if (m->admin_fd >= 0)
-        close(m->admin_fd);
+    sl_admin_close_fds(m);
     for (uint32_t i = 0; i < m->cfg.n_frontends; i++)
         if ((int)i != keep_listen && m->listen_fds[i] >= 0)
             close(m->listen_fds[i]);
@@ -343,6 +342,8 @@ static int setup(sl_master *m)
     for (uint32_t i = 0; i < SL_SHM_SLOTS_MAX; i++)
         m->listen_fds[i] = m->wake_fds[i] = -1;
     m->admin_fd = -1;
+    for (uint32_t i = 0; i < SL_ADMIN_CLIENTS_MAX; i++)
+        m->admin_clients[i].fd = -1;
     m->pid = getpid();
     char err[SL_ERR_LEN];
     if (sl_instance_claim_port(m, err) < 0) {
@@ -383,9 +384,10 @@ static int setup(sl_master *m)
         return SL_EXIT_FAILED;
     }
     sl_shm_set_eventfds(m->shm, m->wake_fds, m->cfg.n_frontends);
-    if (sl_admin_open(m, err) < 0) {
+    sl_status admin_rc = sl_admin_open(m, err);
+    if (admin_rc < 0) {
         log_line("%s", err);
-        return SL_EXIT_FAILED;
+        return admin_rc == SL_EINVAL ? SL_EXIT_CONFIG : SL_EXIT_FAILED;
     }
     sigset_t set;
     sigemptyset(&set);
@@ -437,8 +439,10 @@ int sl_master_run(const sl_config *cfg, int32_t n_ctx)
     int exit_code = SL_EXIT_OK;
     uint64_t worker_stop_sent = 0;
     for (;;) {
-        struct pollfd pfd[2] = {{.fd = m.sig_fd, .events = POLLIN}, {.fd = m.admin_fd, .events = POLLIN}};
-        poll(pfd, 2, 100);
+        struct pollfd pfd[1 + SL_ADMIN_POLLFDS] = {{.fd = m.sig_fd, .events = POLLIN}};
+        uint32_t n_admin = sl_admin_poll_fill(&m, pfd + 1);
+        poll(pfd, 1 + n_admin, 100);
+        sl_admin_poll_handle(&m, pfd + 1, n_admin);   /* never blocks: clients wait in the loop */
         if (pfd[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             while (read(m.sig_fd, &si, sizeof si) == sizeof si) {
@@ -452,8 +456,6 @@ int sl_master_run(const sl_config *cfg, int32_t n_ctx)
                 }
             }
         }
-        if (pfd[1].revents & POLLIN)
-            sl_admin_serve_one(&m);
         int fatal = reap(&m);
         if (fatal && !m.draining) {
             exit_code = fatal;
