@@ -150,6 +150,10 @@ static void child_setup(sl_master *m, int keep_listen, int death_signal)
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGCHLD, SIG_DFL);
+    /* A closed terminal sends SIGHUP to the whole process group: the master
+     * takes it as a no-op, and a child must not die of it (ignored, the
+     * disposition survives the worker's optional exec) */
+    signal(SIGHUP, SIG_IGN);
 }
 
 static void start_worker(sl_master *m)
@@ -350,8 +354,12 @@ static int setup(sl_master *m)
         log_line("%s", err);
         return SL_EXIT_CONFIG;
     }
+    bool port_0 = m->cfg.port == 0;
     if (open_listeners(m) < 0)
         return SL_EXIT_FAILED;
+    /* the default admin socket is named after the port, known only now */
+    if (port_0 && m->cfg.source[SL_CFG_ADMIN_SOCKET] == SL_CONFIG_SOURCE_DEFAULT)
+        snprintf(m->cfg.admin_socket, sizeof m->cfg.admin_socket, "/tmp/sluice-%u.sock", m->cfg.port);
     sl_instance_name_segment(m);
     sl_instance_remove_stale_segments(m);
     for (uint32_t i = 0; i < m->cfg.n_frontends; i++) {
@@ -446,6 +454,8 @@ int sl_master_run(const sl_config *cfg, int32_t n_ctx)
         if (pfd[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             while (read(m.sig_fd, &si, sizeof si) == sizeof si) {
+                if (si.ssi_signo == SIGHUP)
+                    log_line("SIGHUP: ignored (there is no reload; restart the server to change its config)");
                 if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
                     if (m.draining) {
                         log_line("second signal: stopping at once");
