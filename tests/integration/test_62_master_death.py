@@ -60,15 +60,16 @@ def post(base, body=CHAT, timeout=30):
 class Instances:
     """Servers started by a test; teardown kills each one's process group
     (children included, also when the master is already dead) and removes
-    every segment and socket they made."""
+    every segment and port lock file they made."""
 
     def __init__(self):
-        self.servers, self.pgids, self.segments = [], set(), set()
+        self.servers, self.pgids, self.segments, self.ports = [], set(), set(), set()
 
     def start(self, model, tmp_path, port, **kw):
         s = Server(model, tmp_path, extra=("--port", str(port), *kw.pop("extra", ())), **kw)
         self.servers.append(s)
         self.pgids.add(s.proc.pid)
+        self.ports.add(port)
         self.segments.add("/dev/shm/" + s.admin("effective-config")["master"]["shm"].lstrip("/"))
         return s
 
@@ -80,9 +81,9 @@ class Instances:
                 os.killpg(g, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        for seg in self.segments:
+        for path in [*self.segments, *(f"/tmp/sluice-{p}.lock" for p in self.ports)]:
             try:
-                os.unlink(seg)
+                os.unlink(path)
             except FileNotFoundError:
                 pass
 
