@@ -1,7 +1,10 @@
 /* master/admin.c: answers the admin socket from the master's own state and
  * the shared segment (never from the worker directly, so it answers while
- * the worker is dead or restarting). One client at a time, each bounded by a
- * short read timeout so a silent client cannot hold the master. */
+ * the worker is dead or restarting). Served from the master's poll loop,
+ * never inline: every socket is non-blocking, each client has a deadline to
+ * send its line and one to take the answer, and at most
+ * SL_ADMIN_CLIENTS_MAX are held. The trade-off: an answer is built in one go
+ * (a few KiB of JSON) and only its sending is spread over the loop. */
 #include <errno.h>
 #include <grp.h>
 #include <jansson.h>
@@ -17,32 +20,65 @@
 #include "master/admin.h"
 #include "master/config.h"
 
+/* What is at the admin path decides whether we may take it (admin.h). */
+static sl_status admin_path_free(const char *path, const struct sockaddr_un *addr, char err[SL_ERR_LEN])
+{
+    struct stat st;
+    if (lstat(path, &st) < 0) {
+        if (errno == ENOENT)
+            return SL_OK;
+        snprintf(err, SL_ERR_LEN, "--admin-socket %.200s: lstat: %s", path, strerror(errno));
+        return SL_EIO;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(err, SL_ERR_LEN, "--admin-socket %.160s exists and is not a socket (%s); refusing to replace it",
+                 path, S_ISREG(st.st_mode) ? "a regular file" : S_ISDIR(st.st_mode) ? "a directory"
+                                         : S_ISLNK(st.st_mode) ? "a symlink" : "not a file we made");
+        return SL_EINVAL;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, SL_ERR_LEN, "admin socket: %s", strerror(errno));
+        return SL_EIO;
+    }
+    /* Only a refused connection proves nobody listens: EAGAIN is a live
+     * listener with a full backlog, EACCES one we may not judge. */
+    int rc = connect(fd, (const struct sockaddr *)addr, sizeof *addr), why = errno;
+    close(fd);
+    if (rc == 0) {
+        snprintf(err, SL_ERR_LEN, "admin socket %.200s: in use by another sluice instance", path);
+        return SL_EINVAL;
+    }
+    if (why != ECONNREFUSED) {
+        snprintf(err, SL_ERR_LEN, "admin socket %.140s: may be in use (connect: %.40s); refusing to replace it", path,
+                 strerror(why));
+        return SL_EINVAL;
+    }
+    if (unlink(path) < 0 && errno != ENOENT) {   /* a dead instance's socket */
+        snprintf(err, SL_ERR_LEN, "admin socket %.200s: unlink: %s", path, strerror(errno));
+        return SL_EIO;
+    }
+    return SL_OK;
+}
+
 sl_status sl_admin_open(sl_master *m, char err[SL_ERR_LEN])
 {
+    for (uint32_t i = 0; i < SL_ADMIN_CLIENTS_MAX; i++)
+        m->admin_clients[i].fd = -1;
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     if (strlen(m->cfg.admin_socket) >= sizeof addr.sun_path) {
         snprintf(err, SL_ERR_LEN, "--admin-socket %.200s: path too long", m->cfg.admin_socket);
         return SL_EINVAL;
     }
     strcpy(addr.sun_path, m->cfg.admin_socket);
+    sl_status free_rc = admin_path_free(m->cfg.admin_socket, &addr, err);
+    if (free_rc < 0)
+        return free_rc;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(err, SL_ERR_LEN, "admin socket: %s", strerror(errno));
-        return SL_EIO;
-    }
-    /* a socket file left by a dead instance: refuse if someone still answers */
-    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0) {
-        close(fd);
-        snprintf(err, SL_ERR_LEN, "admin socket %.200s: another sluice instance is using it", m->cfg.admin_socket);
-        return SL_EINVAL;
-    }
-    close(fd);
-    unlink(m->cfg.admin_socket);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     mode_t old = umask(0177);   /* 0600: the socket reveals config and can steer the server */
     int rc = fd < 0 ? -1 : bind(fd, (struct sockaddr *)&addr, sizeof addr);
     umask(old);
-    if (rc < 0 || listen(fd, 16) < 0) {
+    if (rc < 0 || listen(fd, 64) < 0) {
         snprintf(err, SL_ERR_LEN, "admin socket %.200s: %s", m->cfg.admin_socket, strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -69,8 +105,31 @@ sl_status sl_admin_open(sl_master *m, char err[SL_ERR_LEN])
     return SL_OK;
 }
 
+static void client_close(sl_admin_client *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->out);
+    *c = (sl_admin_client){.fd = -1};
+}
+
+void sl_admin_close_fds(sl_master *m)
+{
+    if (m->admin_fd >= 0)
+        close(m->admin_fd);
+    m->admin_fd = -1;
+    for (uint32_t i = 0; i < SL_ADMIN_CLIENTS_MAX; i++)
+        if (m->admin_clients[i].fd >= 0) {
+            close(m->admin_clients[i].fd);
+            m->admin_clients[i].fd = -1;
+        }
+}
+
 void sl_admin_close(sl_master *m)
 {
+    for (uint32_t i = 0; i < SL_ADMIN_CLIENTS_MAX; i++)
+        if (m->admin_clients[i].fd >= 0)
+            client_close(&m->admin_clients[i]);
     if (m->admin_fd >= 0) {
         close(m->admin_fd);
         unlink(m->cfg.admin_socket);
@@ -182,45 +241,141 @@ char *sl_admin_answer(sl_master *m, const char *cmd)
     return s;
 }
 
-static void reply(int fd, const char *text)
+/* ------------------------------------------------------------------------ */
+/* serving from the poll loop                                                */
+
+#define DEADLINE_NS ((uint64_t)SL_ADMIN_DEADLINE_MS * 1000000ull)
+#define ACCEPTS_PER_TURN 64   /* a flood of connections yields to supervision between turns */
+
+static const char late_text[] = "{\"error\": \"no command line within the admin deadline\"}\n";
+
+/* Sends what the socket takes now; closes the client when all is sent or the
+ * peer is gone. */
+static void client_write(sl_admin_client *c)
 {
-    size_t len = strlen(text), off = 0;
-    while (off < len) {
-        ssize_t n = send(fd, text + off, len - off, MSG_NOSIGNAL);
-        if (n < 0 && errno == EAGAIN) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            if (poll(&p, 1, 1000) <= 0)
-                return;
+    while (c->out_sent < c->out_len) {
+        ssize_t n = send(c->fd, c->out + c->out_sent, c->out_len - c->out_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
             continue;
-        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;   /* POLLOUT brings us back */
         if (n <= 0)
+            break;
+        c->out_sent += (size_t)n;
+    }
+    client_close(c);
+}
+
+static void client_answer(sl_master *m, sl_admin_client *c, uint64_t now)
+{
+    c->out = sl_admin_reply(m, c->line, c->line_len);
+    if (c->out == NULL) {
+        client_close(c);
+        return;
+    }
+    c->out_len = strlen(c->out);
+    c->out_sent = 0;
+    c->deadline_ns = now + DEADLINE_NS;
+    client_write(c);
+}
+
+/* Reads what has arrived; a line ends at LF, at SL_ADMIN_LINE_MAX bytes or
+ * at the client's EOF (a client that shut down its writing side). */
+static void client_read(sl_master *m, sl_admin_client *c, uint64_t now)
+{
+    for (;;) {
+        ssize_t r = recv(c->fd, c->line + c->line_len, SL_ADMIN_LINE_MAX - c->line_len, MSG_DONTWAIT);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
-        off += (size_t)n;
+        if (r < 0) {
+            client_close(c);
+            return;
+        }
+        int ended = r == 0 || memchr(c->line + c->line_len, '\n', (size_t)r) != NULL;
+        c->line_len += (uint32_t)r;
+        if (ended || c->line_len == SL_ADMIN_LINE_MAX) {
+            client_answer(m, c, now);
+            return;
+        }
     }
 }
 
-void sl_admin_serve_one(sl_master *m)
+/* A free client slot, or the reader with the oldest deadline closed to make
+ * one; NULL when every slot is sending an answer. */
+static sl_admin_client *client_slot(sl_master *m)
 {
-    int fd = accept4(m->admin_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0)
-        return;
-    char line[SL_ADMIN_LINE_MAX + 1];
-    size_t n = 0;
-    while (n < SL_ADMIN_LINE_MAX && !memchr(line, '\n', n)) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 1000) <= 0)
-            break;
-        ssize_t r = recv(fd, line + n, SL_ADMIN_LINE_MAX - n, 0);
-        if (r <= 0)
-            break;
-        n += (size_t)r;
+    sl_admin_client *oldest = NULL;
+    for (uint32_t i = 0; i < SL_ADMIN_CLIENTS_MAX; i++) {
+        sl_admin_client *c = &m->admin_clients[i];
+        if (c->fd < 0)
+            return c;
+        if (c->out == NULL && (oldest == NULL || c->deadline_ns < oldest->deadline_ns))
+            oldest = c;
     }
-    char *text = sl_admin_reply(m, line, n);
-    if (text) {
-        reply(fd, text);
-        free(text);
+    if (oldest != NULL)
+        client_close(oldest);
+    return oldest;
+}
+
+uint32_t sl_admin_poll_fill(sl_master *m, struct pollfd *pfd)
+{
+    uint32_t n = 0;
+    if (m->admin_fd >= 0)
+        pfd[n++] = (struct pollfd){.fd = m->admin_fd, .events = POLLIN};
+    for (uint32_t i = 0; i < SL_ADMIN_CLIENTS_MAX; i++) {
+        const sl_admin_client *c = &m->admin_clients[i];
+        if (c->fd >= 0)
+            pfd[n++] = (struct pollfd){.fd = c->fd, .events = c->out ? POLLOUT : POLLIN};
     }
-    close(fd);
+    return n;
+}
+
+void sl_admin_poll_handle(sl_master *m, const struct pollfd *pfd, uint32_t n)
+{
+    uint64_t now = sl_shm_now_ns();
+    int accept_ready = 0;
+    /* Clients first, by fd: nothing here opens a descriptor, so no number in
+     * pfd can come to mean a new client before the accepts below. */
+    for (uint32_t k = 0; k < n; k++) {
+        if (pfd[k].fd == m->admin_fd) {
+            accept_ready = (pfd[k].revents & POLLIN) != 0;
+            continue;
+        }
+        if (pfd[k].revents == 0)
+            continue;
+        for (uint32_t i = 0; i < SL_ADMIN_CLIENTS_MAX; i++) {
+            sl_admin_client *c = &m->admin_clients[i];
+            if (c->fd != pfd[k].fd)
+                continue;
+            if (c->out)
+                client_write(c);
+            else
+                client_read(m, c, now);
+            break;
+        }
+    }
+    for (uint32_t i = 0; i < SL_ADMIN_CLIENTS_MAX; i++) {
+        sl_admin_client *c = &m->admin_clients[i];
+        if (c->fd < 0 || now < c->deadline_ns)
+            continue;
+        if (c->out == NULL)   /* best effort: one try, the socket is non-blocking */
+            (void)!send(c->fd, late_text, sizeof late_text - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        client_close(c);
+    }
+    for (int k = 0; accept_ready && k < ACCEPTS_PER_TURN; k++) {
+        int fd = accept4(m->admin_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            break;
+        sl_admin_client *c = client_slot(m);
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        *c = (sl_admin_client){.fd = fd, .deadline_ns = now + DEADLINE_NS};
+        client_read(m, c, now);   /* its line is often there already */
+    }
 }
 
 char *sl_admin_reply(sl_master *m, const char *buf, size_t n)

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,6 +31,7 @@
 #include "frontend/server.h"
 #include "gpu-worker/worker.h"
 #include "master/admin.h"
+#include "master/instance.h"
 #include "master/master.h"
 #include "master/master_impl.h"
 #include "master/worker_exec.h"
@@ -129,12 +131,21 @@ static _Noreturn void child_exit(int code)
     _exit(code);
 }
 
-/* In a child: keep only what its role needs, restore signals, run the role. */
-static void child_setup(sl_master *m, int keep_listen)
+/* In a child, first thing after fork: die with the master, keep only what
+ * the role needs, restore signals. The death signal is set before the check
+ * of the parent, so a master that dies in between is seen by one or the
+ * other. Front ends get SIGKILL: with the master gone nobody restarts their
+ * worker or reaps them, and a front end left on the port would answer
+ * /health 200 for an instance that can no longer serve. The worker's own
+ * start (sl_worker_main) sets its signal again. */
+static void child_setup(sl_master *m, int keep_listen, int death_signal)
 {
+    if (prctl(PR_SET_PDEATHSIG, death_signal) < 0 || getppid() != m->pid)
+        _exit(SL_EXIT_FAILED);
     close(m->sig_fd);
-    if (m->admin_fd >= 0)
-        close(m->admin_fd);
+    if (m->lock_fd >= 0)
+        close(m->lock_fd);   /* the lock says "the master lives", no more */
+    sl_admin_close_fds(m);
     for (uint32_t i = 0; i < m->cfg.n_frontends; i++)
         if ((int)i != keep_listen && m->listen_fds[i] >= 0)
             close(m->listen_fds[i]);
@@ -142,6 +153,10 @@ static void child_setup(sl_master *m, int keep_listen)
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGCHLD, SIG_DFL);
+    /* A closed terminal sends SIGHUP to the whole process group: the master
+     * takes it as a no-op, and a child must not die of it (ignored, the
+     * disposition survives the worker's optional exec) */
+    signal(SIGHUP, SIG_IGN);
 }
 
 static void start_worker(sl_master *m)
@@ -153,7 +168,7 @@ static void start_worker(sl_master *m)
         return;
     }
     if (pid == 0) {
-        child_setup(m, -1);
+        child_setup(m, -1, SIGTERM);
         if (sl_worker_exec_wanted()) {   /* debug: a worker that tools following exec can see */
             sl_worker_exec(&m->cfg, m->wake_fds, m->cfg.n_frontends);
             child_exit(SL_EXIT_FAILED);
@@ -173,7 +188,7 @@ static void start_frontend(sl_master *m, uint32_t slot)
         return;
     }
     if (pid == 0) {
-        child_setup(m, (int)slot);
+        child_setup(m, (int)slot, SIGKILL);
         for (uint32_t i = 0; i < m->cfg.n_frontends; i++)
             if (i != slot)
                 close(m->wake_fds[i]);
@@ -334,9 +349,22 @@ static int setup(sl_master *m)
     for (uint32_t i = 0; i < SL_SHM_SLOTS_MAX; i++)
         m->listen_fds[i] = m->wake_fds[i] = -1;
     m->admin_fd = -1;
-    snprintf(m->cfg.shm_name, sizeof m->cfg.shm_name, "/sluice-%d", (int)getpid());
+    for (uint32_t i = 0; i < SL_ADMIN_CLIENTS_MAX; i++)
+        m->admin_clients[i].fd = -1;
+    m->pid = getpid();
+    char err[SL_ERR_LEN];
+    if (sl_instance_claim_port(m, err) < 0) {
+        log_line("%s", err);
+        return SL_EXIT_CONFIG;
+    }
+    bool port_0 = m->cfg.port == 0;
     if (open_listeners(m) < 0)
         return SL_EXIT_FAILED;
+    /* the default admin socket is named after the port, known only now */
+    if (port_0 && m->cfg.source[SL_CFG_ADMIN_SOCKET] == SL_CONFIG_SOURCE_DEFAULT)
+        snprintf(m->cfg.admin_socket, sizeof m->cfg.admin_socket, "/tmp/sluice-%u.sock", m->cfg.port);
+    sl_instance_name_segment(m);
+    sl_instance_remove_stale_segments(m);
     for (uint32_t i = 0; i < m->cfg.n_frontends; i++) {
         m->wake_fds[i] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (m->wake_fds[i] < 0) {
@@ -361,16 +389,16 @@ static int setup(sl_master *m)
     uint64_t mailboxes = 2 * held;
     lim.n_mailboxes = (uint32_t)(mailboxes < 1024 ? 1024 : mailboxes > 65535 ? 65535 : mailboxes);
     lim.prompt_tokens_max = m->n_ctx;
-    char err[SL_ERR_LEN];
     m->shm = sl_shm_create(m->cfg.shm_name, &lim, err);
     if (!m->shm) {
         log_line("%s", err);
         return SL_EXIT_FAILED;
     }
     sl_shm_set_eventfds(m->shm, m->wake_fds, m->cfg.n_frontends);
-    if (sl_admin_open(m, err) < 0) {
+    sl_status admin_rc = sl_admin_open(m, err);
+    if (admin_rc < 0) {
         log_line("%s", err);
-        return SL_EXIT_FAILED;
+        return admin_rc == SL_EINVAL ? SL_EXIT_CONFIG : SL_EXIT_FAILED;
     }
     sigset_t set;
     sigemptyset(&set);
@@ -397,6 +425,7 @@ static void teardown(sl_master *m)
         sl_shm_destroy(m->shm);
     if (m->sig_fd >= 0)
         close(m->sig_fd);
+    sl_instance_release(m);
 }
 
 int sl_master_run(const sl_config *cfg, int32_t n_ctx)
@@ -406,6 +435,7 @@ int sl_master_run(const sl_config *cfg, int32_t n_ctx)
     m.cfg = *cfg;
     m.n_ctx = n_ctx;
     m.sig_fd = -1;
+    m.lock_fd = -1;
     int rc = setup(&m);
     if (rc != SL_EXIT_OK) {
         teardown(&m);
@@ -420,11 +450,15 @@ int sl_master_run(const sl_config *cfg, int32_t n_ctx)
     int exit_code = SL_EXIT_OK;
     uint64_t worker_stop_sent = 0;
     for (;;) {
-        struct pollfd pfd[2] = {{.fd = m.sig_fd, .events = POLLIN}, {.fd = m.admin_fd, .events = POLLIN}};
-        poll(pfd, 2, 100);
+        struct pollfd pfd[1 + SL_ADMIN_POLLFDS] = {{.fd = m.sig_fd, .events = POLLIN}};
+        uint32_t n_admin = sl_admin_poll_fill(&m, pfd + 1);
+        poll(pfd, 1 + n_admin, 100);
+        sl_admin_poll_handle(&m, pfd + 1, n_admin);   /* never blocks: clients wait in the loop */
         if (pfd[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             while (read(m.sig_fd, &si, sizeof si) == sizeof si) {
+                if (si.ssi_signo == SIGHUP)
+                    log_line("SIGHUP: ignored (there is no reload; restart the server to change its config)");
                 if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
                     if (m.draining) {
                         log_line("second signal: stopping at once");
@@ -435,8 +469,6 @@ int sl_master_run(const sl_config *cfg, int32_t n_ctx)
                 }
             }
         }
-        if (pfd[1].revents & POLLIN)
-            sl_admin_serve_one(&m);
         int fatal = reap(&m);
         if (fatal && !m.draining) {
             exit_code = fatal;

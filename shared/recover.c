@@ -23,7 +23,6 @@ sl_status sl_shm_recover_worker_death(sl_shm_t *m, uint32_t *n_failed)
     atomic_store_explicit(&hdr->worker_state, SL_WORKER_STATE_DEAD, memory_order_release);
     atomic_store_explicit(&hdr->worker_pid, 0, memory_order_relaxed);
     atomic_store_explicit(&hdr->worker_sleeping, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&hdr->counters[SL_COUNTER_WORKER_RESTARTS], 1, memory_order_relaxed);
     for (uint32_t i = 0; i < m->limits.n_mailboxes; i++) {
         struct sl_mailbox_shm *mb = sl_shm_mb(m, i);
         uint64_t w = atomic_load_explicit(&mb->word, memory_order_acquire);
@@ -75,7 +74,6 @@ sl_status sl_shm_recover_frontend_death(sl_shm_t *m, uint32_t slot, uint32_t *n_
      * gets SL_ESTALE from every call from now on. */
     atomic_fetch_add_explicit(&m->slots[slot].generation, 1, memory_order_acq_rel);
     atomic_store_explicit(&m->slots[slot].pid, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&m->hdr->counters[SL_COUNTER_FRONTEND_RESTARTS], 1, memory_order_relaxed);
     for (uint32_t i = 0; i < m->limits.n_mailboxes; i++) {
         struct sl_mailbox_shm *mb = sl_shm_mb(m, i);
         uint64_t w = atomic_load_explicit(&mb->word, memory_order_acquire);

@@ -310,8 +310,8 @@ typedef enum {
     SL_COUNTER_TOKENS_GENERATED,
     SL_COUNTER_PROMPT_TOKENS,
     SL_COUNTER_STALE_ENTRIES_SKIPPED,      /* worker skipped a dead ring entry */
-    SL_COUNTER_WORKER_RESTARTS,
-    SL_COUNTER_FRONTEND_RESTARTS,
+    SL_COUNTER_WORKER_RESTARTS,            /* the master, when it plans a restart (not recovery: a drain's exits count none) */
+    SL_COUNTER_FRONTEND_RESTARTS,          /* likewise */
     SL_COUNTER_COUNT
 } sl_counter;
 #define SL_SHM_COUNTERS_MAX 64             /* room reserved in the header */
