@@ -373,7 +373,7 @@ static uint8_t sched_source(uint8_t s)
 int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
 {
     char err[SL_ERR_LEN];
-    prctl(PR_SET_PDEATHSIG, SIGTERM);   /* never outlive the master */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);   /* never outlive the master, even mid-step */
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);

@@ -134,10 +134,11 @@ static _Noreturn void child_exit(int code)
 /* In a child, first thing after fork: die with the master, keep only what
  * the role needs, restore signals. The death signal is set before the check
  * of the parent, so a master that dies in between is seen by one or the
- * other. Front ends get SIGKILL: with the master gone nobody restarts their
- * worker or reaps them, and a front end left on the port would answer
- * /health 200 for an instance that can no longer serve. The worker's own
- * start (sl_worker_main) sets its signal again. */
+ * other. Every child gets SIGKILL: with the master gone nobody restarts or
+ * reaps them, a front end left on the port would answer /health 200 for an
+ * instance that can no longer serve, and a worker told to stop would first
+ * finish its step (seconds for a long prefill). The worker's own start
+ * (sl_worker_main) sets the same signal again. */
 static void child_setup(sl_master *m, int keep_listen, int death_signal)
 {
     if (prctl(PR_SET_PDEATHSIG, death_signal) < 0 || getppid() != m->pid)
@@ -168,7 +169,7 @@ static void start_worker(sl_master *m)
         return;
     }
     if (pid == 0) {
-        child_setup(m, -1, SIGTERM);
+        child_setup(m, -1, SIGKILL);
         if (sl_worker_exec_wanted()) {   /* debug: a worker that tools following exec can see */
             sl_worker_exec(&m->cfg, m->wake_fds, m->cfg.n_frontends);
             child_exit(SL_EXIT_FAILED);
