@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/alloc.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/backend.cuh"
 #include "kernels/cuda/common.cuh"
@@ -30,45 +31,7 @@
 #define RESERVE_DIV 32             /* ... or 1/32 of the card, whichever is larger */
 
 /* ------------------------------------------------------------------------ */
-/* allocation, with fault injection                                         */
-
-/* Fault injection by countdown: with SLUICE_CUDA_FAIL_ALLOC=N in the
- * environment, the Nth device or pinned allocation of a backend creation
- * fails as out of memory, so a test (cudacheck --faults) can sweep N and
- * check that each failure is a clean error that leaks nothing. Only
- * creation counts; steps never do. */
-static int alloc_countdown;   /* 0: off; creation runs on one thread */
-
-static cudaError_t dev_malloc(void **p, size_t bytes)
-{
-    if (alloc_countdown > 0 && --alloc_countdown == 0) {
-        *p = NULL;
-        return cudaErrorMemoryAllocation;
-    }
-    return cudaMalloc(p, bytes);
-}
-
-static cudaError_t pinned_malloc(void **p, size_t bytes)
-{
-    if (alloc_countdown > 0 && --alloc_countdown == 0) {
-        *p = NULL;
-        return cudaErrorMemoryAllocation;
-    }
-    return cudaHostAlloc(p, bytes, cudaHostAllocDefault);
-}
-
-/* ------------------------------------------------------------------------ */
 /* teardown                                                                  */
-
-/* Frees the captured graphs (they hold the old staging pointers). */
-void sl_cuda_backend_drop_graphs(cuda_backend *cb)
-{
-    for (int64_t i = 0; cb->graphs && i < graph_slots(cb->graph_cap); i++)
-        if (cb->graphs[i]) {
-            cudaGraphExecDestroy(cb->graphs[i]);
-            cb->graphs[i] = NULL;
-        }
-}
 
 static void cuda_destroy(sl_backend *b)
 {
@@ -81,7 +44,7 @@ static void cuda_destroy(sl_backend *b)
     sl_cuda_sampler_destroy(cb->sampler);
     if (cb->pinned_ptr)
         cudaHostUnregister(cb->pinned_ptr);
-    sl_cuda_backend_drop_graphs(cb);
+    sl_cuda_forward_drop_graphs(cb);
     free(cb->graphs);
     sl_cuda_gemm_destroy(cb->gemm);
     cudaFree(cb->f16);
@@ -96,27 +59,6 @@ static void cuda_destroy(sl_backend *b)
         cudaStreamDestroy(cb->stream);
     free(cb->layers);
     free(cb);
-}
-
-/* ------------------------------------------------------------------------ */
-/* per-step staging                                                         */
-
-/* Makes room for `need` int32 entries of per-step metadata. */
-sl_status sl_cuda_backend_meta_reserve(cuda_backend *cb, int64_t need)
-{
-    if (need <= cb->meta_cap)
-        return SL_OK;
-    SL_CUDA_CHECK(cudaStreamSynchronize(cb->stream));
-    sl_cuda_backend_drop_graphs(cb);
-    cudaFree(cb->meta_d);
-    cudaFreeHost(cb->meta_h);
-    cb->meta_d = NULL;
-    cb->meta_h = NULL;
-    cb->meta_cap = 0;
-    SL_CUDA_CHECK(dev_malloc((void **)&cb->meta_d, (size_t)need * sizeof(int32_t)));
-    SL_CUDA_CHECK(pinned_malloc((void **)&cb->meta_h, (size_t)need * sizeof(int32_t)));
-    cb->meta_cap = need;
-    return SL_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -234,7 +176,7 @@ static sl_status setup_gemm(cuda_backend *cb, char err[SL_ERR_LEN])
     int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
     int64_t widest = E > q_dim ? E : q_dim;
     widest = widest > F ? widest : F;
-    if (dev_malloc((void **)&cb->f16, total) != cudaSuccess) {
+    if (sl_cuda_dev_malloc((void **)&cb->f16, total) != cudaSuccess) {
         cudaGetLastError();
         snprintf(err, SL_ERR_LEN, "cuda backend: float16 weight copies (%llu MiB) do not fit: %llu MiB free",
                  MIB(total), MIB(free_b));
@@ -311,7 +253,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
     }
 
     const char *fault = getenv("SLUICE_CUDA_FAIL_ALLOC");
-    alloc_countdown = fault ? atoi(fault) : 0;
+    sl_cuda_alloc_fail_after(fault ? atoi(fault) : 0);
     cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
     if (cb)
         cb->layers = (cuda_layer *)calloc((size_t)hp->n_layer, sizeof *cb->layers);
@@ -363,7 +305,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         arena a = {NULL, 0, cudaSuccess};
         size_t wbytes = place_weights(cb, &a, inv_freq);
         cudaMemGetInfo(&free_b, &total_b);
-        ce = dev_malloc((void **)&cb->weights, wbytes);
+        ce = sl_cuda_dev_malloc((void **)&cb->weights, wbytes);
         if (ce != cudaSuccess) {
             free(inv_freq);
             FAIL(SL_ENOMEM, "cuda backend: weights (%llu MiB) do not fit: %llu MiB free of %llu MiB (%s)",
@@ -403,7 +345,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
             if (sc[i].n == 0)
                 continue;   /* att_split when max_ctx never splits */
             sbytes += (size_t)sc[i].n * sizeof(float);
-            ce = dev_malloc((void **)sc[i].p, (size_t)sc[i].n * sizeof(float));
+            ce = sl_cuda_dev_malloc((void **)sc[i].p, (size_t)sc[i].n * sizeof(float));
             if (ce != cudaSuccess) {
                 cudaMemGetInfo(&free_b, &total_b);
                 FAIL(SL_ENOMEM, "cuda backend: scratch for %d batch tokens (%llu MiB so far) does not fit "
@@ -413,7 +355,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         }
         int64_t per_seq = ((int64_t)cfg->max_ctx + cfg->kv_block_size - 1) / cfg->kv_block_size;
         int64_t tab = T * per_seq < (4 << 20) ? T * per_seq : (4 << 20);
-        if (sl_cuda_backend_meta_reserve(cb, 4 * T + tab) < 0)
+        if (sl_cuda_forward_meta_reserve(cb, 4 * T + tab) < 0)
             FAIL(SL_ENOMEM, "cuda backend: per-step staging (%llu MiB) does not fit",
                  MIB((uint64_t)(4 * T + tab) * 4));
 
@@ -439,7 +381,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
                      MIB(reserve));
         }
         uint64_t kv_bytes = n_blocks * block_bytes;
-        ce = dev_malloc((void **)&cb->kv.kv, kv_bytes);
+        ce = sl_cuda_dev_malloc((void **)&cb->kv.kv, kv_bytes);
         if (ce != cudaSuccess)
             FAIL(SL_ENOMEM, "cuda backend: KV cache (%llu MiB for %llu blocks of %u positions) does not fit: "
                  "%llu MiB free after weights (%llu MiB) and scratch (%llu MiB)", MIB(kv_bytes),
@@ -456,7 +398,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
     }
 #undef CUDA_OR_FAIL
 #undef FAIL
-    alloc_countdown = 0;
+    sl_cuda_alloc_fail_after(0);
     if (sl_cuda_attention_prepare() < 0) {
         snprintf(err, SL_ERR_LEN, "cuda backend: attention kernels: %s", cudaGetErrorString(cudaGetLastError()));
         rc = SL_EBACKEND;
@@ -479,7 +421,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
     return SL_OK;
 
 fail:
-    alloc_countdown = 0;
+    sl_cuda_alloc_fail_after(0);
     cuda_destroy(&cb->base);
     return rc;
 }

@@ -8,7 +8,7 @@
  *            its destroy slot. forward.cu writes only the per-step fields
  *            (use_gemm, step_ctx, sampler_gen, graph_max), the graph table's
  *            slots and the pinned logits array, and grows the staging only
- *            through sl_cuda_backend_meta_reserve(). */
+ *            through sl_cuda_forward_meta_reserve(). */
 #ifndef SL_CUDA_BACKEND_CUH
 #define SL_CUDA_BACKEND_CUH
 
@@ -107,19 +107,5 @@ static inline cudaGraphExec_t *graph_slot(cuda_backend *cb, bool sampling, int64
 {
     return &cb->graphs[((sampling ? 1 : 0) * (cb->graph_cap + 1) + T) * GRAPH_SPLITS + S];
 }
-
-/* ------------------------------------------------------------------------ */
-/* backend.cu, for forward.cu                                               */
-
-/* Makes room for `need` int32 entries in the per-step staging (meta_h and
- * its device mirror meta_d). When it grows them it synchronises the stream
- * and drops the captured graphs, which point into the old buffers.
- * Returns SL_OK, or SL_EBACKEND after logging the failed CUDA call; on
- * failure meta_cap is 0 and whatever was allocated is freed by destroy. */
-sl_status sl_cuda_backend_meta_reserve(cuda_backend *cb, int64_t need);
-
-/* Frees every captured decode graph and clears its slot, so the next
- * decode step of that shape captures anew. No-op when graphs are off. */
-void sl_cuda_backend_drop_graphs(cuda_backend *cb);
 
 #endif

@@ -19,9 +19,10 @@
  * its (draws or copies, row count, attention split count), so its launches
  * cost one graph launch instead of several per layer; the price is a graph
  * held per shape seen, and a recapture whenever the staging the graphs
- * point into moves (sl_cuda_backend_drop_graphs). */
+ * point into moves (sl_cuda_forward_drop_graphs). */
 #include <string.h>
 
+#include "kernels/cuda/alloc.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/backend.cuh"
 #include "kernels/cuda/common.cuh"
@@ -35,6 +36,35 @@
 #include "kernels/cuda/qkv_post.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/sample.cuh"
+
+/* ------------------------------------------------------------------------ */
+/* per-step staging and the graphs that point into it                       */
+
+void sl_cuda_forward_drop_graphs(cuda_backend *cb)
+{
+    for (int64_t i = 0; cb->graphs && i < graph_slots(cb->graph_cap); i++)
+        if (cb->graphs[i]) {
+            cudaGraphExecDestroy(cb->graphs[i]);
+            cb->graphs[i] = NULL;
+        }
+}
+
+sl_status sl_cuda_forward_meta_reserve(cuda_backend *cb, int64_t need)
+{
+    if (need <= cb->meta_cap)
+        return SL_OK;
+    SL_CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    sl_cuda_forward_drop_graphs(cb);
+    cudaFree(cb->meta_d);
+    cudaFreeHost(cb->meta_h);
+    cb->meta_d = NULL;
+    cb->meta_h = NULL;
+    cb->meta_cap = 0;
+    SL_CUDA_CHECK(sl_cuda_dev_malloc((void **)&cb->meta_d, (size_t)need * sizeof(int32_t)));
+    SL_CUDA_CHECK(sl_cuda_pinned_malloc((void **)&cb->meta_h, (size_t)need * sizeof(int32_t)));
+    cb->meta_cap = need;
+    return SL_OK;
+}
 
 /* ------------------------------------------------------------------------ */
 /* one step's launches                                                      */
@@ -79,7 +109,7 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
     int64_t n_tab = 0;
     for (int32_t i = 0; i < n_seqs; i++)
         n_tab += ((int64_t)seqs[i].pos + seqs[i].n_tokens + bs - 1) / bs;
-    TRY(sl_cuda_backend_meta_reserve(cb, 4 * Tmax + n_tab));
+    TRY(sl_cuda_forward_meta_reserve(cb, 4 * Tmax + n_tab));
     int32_t *tokens = cb->meta_h, *tok_pos = tokens + Tmax, *tok_table = tok_pos + Tmax;
     int32_t *out_rows = tok_table + Tmax, *blocks = out_rows + Tmax;
     int64_t T = 0, n_out = 0, off = 0;
@@ -297,7 +327,7 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     for (int32_t i = 0; sampling && i < n_seqs; i++)
         sampling = reqs[i].params != NULL;
     if (reqs && sl_cuda_sampler_generation(cb->sampler) != cb->sampler_gen) {
-        sl_cuda_backend_drop_graphs(cb);
+        sl_cuda_forward_drop_graphs(cb);
         cb->sampler_gen = sl_cuda_sampler_generation(cb->sampler);
     }
     cudaGraphExec_t g = decode && (!reqs || sampling) && T <= cb->graph_max ? decode_graph(cb, T, sampling) : NULL;
