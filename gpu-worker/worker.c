@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpu-worker/cpu_quota.h"
 #include "gpu-worker/load_progress.h"
 #include "gpu-worker/scheduler.h"
 #include "gpu-worker/step_bound.h"
@@ -368,6 +369,11 @@ static uint8_t sched_source(uint8_t s)
     case SL_CONFIG_SOURCE_SEED_ALIAS: return SL_SCHED_SOURCE_SEED_ALIAS;
     }
     return SL_SCHED_SOURCE_DEFAULT;
+}
+
+uint32_t sl_worker_default_threads(void)
+{
+    return (uint32_t)sl_cpu_quota_default_threads();
 }
 
 int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
