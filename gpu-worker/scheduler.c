@@ -680,6 +680,8 @@ sl_status sl_sched_step(sl_sched *s)
     }
 
     /* 7. one forward */
+    if (s->io.step_begin)
+        s->io.step_begin(s->io.ctx, n_batch, n_tokens);
     uint64_t t0 = s->io.now_ns(s->io.ctx);
     for (int32_t b = 0; b < n_batch; b++) {
         seq *q = &s->slots[s->batch_slot[b]];

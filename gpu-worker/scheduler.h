@@ -109,7 +109,7 @@ typedef struct {
     uint64_t n_step_failures;    /* whole-step failures so far */
 } sl_sched_stats;
 
-/* The outside world. All slots required. */
+/* The outside world. All slots required but step_begin. */
 typedef struct {
     void *ctx;
     /* Next waiting request into *out; SL_AGAIN if none. Never blocks. */
@@ -133,6 +133,10 @@ typedef struct {
     uint64_t (*now_ns)(void *ctx);
     /* After every step: publish in-flight, peak, KV usage, heartbeat. */
     void (*step_done)(void *ctx, const sl_sched_stats *s);
+    /* Optional (NULL: nothing): the batch is planned and its forward starts
+     * now, n_seqs sequences carrying n_tokens new tokens; the worker beats
+     * with a bound for a step of that size. */
+    void (*step_begin)(void *ctx, int32_t n_seqs, int32_t n_tokens);
 } sl_sched_io;
 
 /* A config value and where it came from, as effective-config shows it. */

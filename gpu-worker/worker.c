@@ -16,8 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpu-worker/cpu_quota.h"
 #include "gpu-worker/load_progress.h"
 #include "gpu-worker/scheduler.h"
+#include "gpu-worker/step_bound.h"
 #include "gpu-worker/worker.h"
 #include "kernels/backend.h"
 #include "model/model.h"
@@ -26,7 +28,6 @@
 
 #define IDLE_BEAT_NS 100000000ull        /* beat at least every 100 ms while idle */
 #define SNAPSHOT_EVERY_NS 200000000ull   /* republish effective-config at most 5 times a second */
-#define MIN_STEP_BOUND_NS 2000000000ull  /* a step may always take 2 s before it looks wedged */
 #define FLOOR_FLOPS_PER_THREAD 1e9       /* first-step guess: a slow, loaded core (ASan builds reach ~3e9) */
 #define PAUSED_TICK_NS 10000000ull       /* while paused: cancels and intake every 10 ms */
 
@@ -52,10 +53,7 @@ typedef struct {
     const sl_config *cfg;
     held *held;                  /* indexed by slot in this table; id = slot */
     uint32_t n_held;
-    uint64_t longest_step_ns;
-    uint64_t token_ns_max;       /* most ns one token of a step has cost (step_ns / step_tokens) */
-    uint64_t first_bound_ns;     /* the bound before any step was measured (from the model's size) */
-    int32_t token_budget;        /* tokens one step may carry */
+    sl_step_bound bound;         /* the heartbeat's step bound over the recent steps */
     uint64_t last_snapshot_ns;
     bool paused;                 /* this worker has seen the pause flag and runs no step */
     sl_sched *sched;
@@ -187,18 +185,16 @@ static uint64_t io_now(void *ctx)
 }
 
 /* How long the next step may take before the master calls the worker wedged
- * (it adds --heartbeat-timeout-ms), so a slow but progressing CPU prefill is
- * not a wedge: the largest of 2 s, 8x the longest step so far, and twice a
- * full token budget at the dearest per-token cost seen (a worker that has
- * only decoded may next get a full prefill chunk). Before any step it has
- * nothing measured and guesses from the model's size (first_bound_ns). */
+ * (it adds --heartbeat-timeout-ms): sl_step_bound over the recent steps, so
+ * a slow but progressing CPU prefill is not a wedge while a stopped worker
+ * under steady decode load is seen within about twice its p99 step. The
+ * worker beats twice per step: before it plans the step (the size is not
+ * known yet: the recent steps' bound) and, in io_step_begin, with the bound
+ * for the planned batch's token count. Before any step it guesses from the
+ * model's size (first_step_bound). */
 static uint64_t step_bound(const worker *w)
 {
-    uint64_t bound = w->longest_step_ns ? 8 * w->longest_step_ns : w->first_bound_ns;
-    uint64_t by_tokens = 2 * w->token_ns_max * (uint64_t)w->token_budget;
-    if (by_tokens > bound)
-        bound = by_tokens;
-    return bound > MIN_STEP_BOUND_NS ? bound : MIN_STEP_BOUND_NS;
+    return sl_step_bound_get(&w->bound, 0);
 }
 
 /* The first step's bound: a full token budget at FLOOR_FLOPS_PER_THREAD,
@@ -213,13 +209,17 @@ static uint64_t first_step_bound(const sl_hparams *hp, int32_t token_budget, int
     return s > 3600.0 ? 3600000000000ull : (uint64_t)(s * 1e9);
 }
 
+static void io_step_begin(void *ctx, int32_t n_seqs, int32_t n_tokens)
+{
+    worker *w = ctx;
+    (void)n_seqs;
+    sl_shm_heartbeat(w->shm, sl_shm_now_ns(), sl_step_bound_get(&w->bound, n_tokens));
+}
+
 static void io_step_done(void *ctx, const sl_sched_stats *st)
 {
     worker *w = ctx;
-    if (st->step_ns > w->longest_step_ns)
-        w->longest_step_ns = st->step_ns;
-    if (st->step_tokens > 0 && st->step_ns / (uint64_t)st->step_tokens > w->token_ns_max)
-        w->token_ns_max = st->step_ns / (uint64_t)st->step_tokens;
+    sl_step_bound_record(&w->bound, st->step_ns, st->step_tokens);
     sl_shm_heartbeat(w->shm, sl_shm_now_ns(), step_bound(w));
     sl_shm_worker_flush_wakeups(w->shm);
     uint64_t now = sl_shm_now_ns();
@@ -328,6 +328,7 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
         json_object_set_new(o, "paused", json_boolean(w->paused));
         /* what the master allows the next step, before --heartbeat-timeout-ms */
         json_object_set_new(o, "step_bound_ms", json_integer((json_int_t)(step_bound(w) / 1000000)));
+        json_object_set_new(o, "step_p99_ms", json_real(sl_step_bound_p99(&w->bound) / 1e6));
     }
     if (o && st) {
         json_object_set_new(o, "waiting_now", json_integer(st->n_waiting));
@@ -368,6 +369,11 @@ static uint8_t sched_source(uint8_t s)
     case SL_CONFIG_SOURCE_SEED_ALIAS: return SL_SCHED_SOURCE_SEED_ALIAS;
     }
     return SL_SCHED_SOURCE_DEFAULT;
+}
+
+uint32_t sl_worker_default_threads(void)
+{
+    return (uint32_t)sl_cpu_quota_default_threads();
 }
 
 int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
@@ -472,14 +478,14 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     sl_load_progress_done(&lp, "loaded %s (%.0f MiB of weights) on %s", m->name,
                           (double)m->weight_bytes / (1024.0 * 1024.0), be->ops->name);
     w.backend_name = be->ops->name;
-    w.token_budget = sc.token_budget;
-    w.first_bound_ns = first_step_bound(&m->hp, sc.token_budget, bc.n_threads);
+    sl_step_bound_init(&w.bound, first_step_bound(&m->hp, sc.token_budget, bc.n_threads));
     w.kv_bytes = be->kv_bytes;
     /* the scheduler holds what it can run plus as many waiting again */
     w.n_held = (uint32_t)sc.max_seqs * 2;
     w.held = calloc(w.n_held, sizeof *w.held);
     sl_sched_io io = {.ctx = &w, .poll = io_poll, .emit = io_emit, .finish = io_finish, .cancelled = io_cancelled,
-                      .wait = io_wait, .now_ns = io_now, .step_done = io_step_done};
+                      .wait = io_wait, .now_ns = io_now, .step_done = io_step_done,
+                      .step_begin = io_step_begin};
     if (!w.held || sl_sched_create(be, m->hp.n_vocab, n_ctx, eog, n_eog, &sc, &io, &sched, err) < 0) {
         fprintf(stderr, "sluice worker: %s\n", w.held ? err : "out of memory");
         goto out;

@@ -21,4 +21,9 @@
  * process exit code. */
 int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds);
 
+/* The default of --threads: the CPUs this process may use (its affinity
+ * mask, its cgroup's CPU quota rounded up; gpu-worker/cpu_quota.h), at
+ * least 1. Reads /proc and /sys; never fails. */
+uint32_t sl_worker_default_threads(void);
+
 #endif

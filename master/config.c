@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu-worker/worker.h"
 #include "master/config.h"
 
 typedef enum { T_STR, T_U32, T_BYTES, T_BOOL } vtype;
@@ -262,7 +263,7 @@ static void set_defaults(sl_config *cfg)
             set_value(cfg, &settings[i], settings[i].def, "default", err);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     cfg->n_frontends = n > 0 ? (uint32_t)(n < 64 ? n : 64) : 1;
-    cfg->threads = n > 0 ? (uint32_t)n : 1;
+    cfg->threads = sl_worker_default_threads();   /* affinity and cgroup quota, not the online cores */
 }
 
 sl_status sl_config_parse(int argc, char **argv, sl_config *cfg, char err[SL_ERR_LEN])

@@ -5,9 +5,12 @@
  * Safety:  tasks are claimed from an atomic counter, so which thread runs a
  *          task varies run to run: a task must compute the same bytes
  *          whichever thread runs it (each writes only its own outputs).
- * Idle:    after a job, workers spin briefly (a decode step issues several
- *          jobs back to back) and then sleep on a futex, so an idle server
- *          leaves its cores to the front ends. */
+ * Idle:    after a job, workers spin ~20 us (a decode step issues several
+ *          jobs back to back), yield the core until ~200 us, then sleep on
+ *          a futex, so an idle server leaves its cores to the front ends.
+ * Oversubscribed: the caller waits for the job's tasks, not for every
+ *          worker to check in, and waits the same bounded way, so a
+ *          descheduled worker delays a job only by a task it holds. */
 #ifndef SL_THREADPOOL_H
 #define SL_THREADPOOL_H
 

@@ -1,8 +1,8 @@
 """Liveness as the master judges it (master.c check_worker_liveness,
 shm.c sl_shm_worker_alive): the worker beats before every step with the
-step's bound (at least 2 s; 8x the longest step so far; twice a token budget
-at the dearest per-token cost; before any step, a guess from the model's
-size: worker.c step_bound) and an idle beat (bound 0) at least every 100 ms
+step's bound (at least 250 ms; twice the p99 of the last 128 steps; twice
+the step's tokens at the per-token cost of the largest recent step; before
+any step, a guess from the model's size: gpu-worker/step_bound.c) and an idle beat (bound 0) at least every 100 ms
 while it waits. It is wedged when now > last
 beat + bound + --heartbeat-timeout-ms. So:
   - a worker stopped while idle turns /ready 503 within the heartbeat timeout
