@@ -45,7 +45,7 @@ static const setting settings[] = {
      "group that may also use the admin socket (mode 0660 instead of 0600)"},
     {SL_CFG_DEVICE, "device", 0, "SLUICE_DEVICE", NULL, T_STR, F(device), 0, 0, "auto", "auto | cpu | cuda"},
     {SL_CFG_THREADS, "threads", 't', "SLUICE_THREADS", NULL, T_U32, F(threads), 1, 1024, "",
-     "worker compute threads on the CPU backend (default: number of cores)"},
+     "worker compute threads on the CPU backend (default: the CPUs the affinity mask and cgroup quota allow)"},
     {SL_CFG_KV_MEMORY, "kv-memory", 0, "SLUICE_KV_MEMORY", NULL, T_BYTES, F(kv_memory), 0, UINT64_MAX, "0",
      "KV-cache bytes, suffix K/M/G allowed (0 = a quarter of free memory)"},
     {SL_CFG_CTX_SIZE, "ctx-size", 'c', "SLUICE_CTX_SIZE", NULL, T_U32, F(ctx_size), 0, 1u << 24, "0",
