@@ -93,14 +93,26 @@ static int from_json(jj_ctx *c, const json_t *j, int depth, jj_val *out)
         if (!d)
             return -1;
         const char *key;
+        size_t key_len;
         json_t *v;
-        /* jansson keeps insertion order, as Python dicts do */
-        json_object_foreach((json_t *)j, key, v) {
+        /* jansson keeps insertion order, as Python dicts do. Its keys are
+         * unique, so they are appended into the room jj_dict_new made:
+         * jj_dict_set's linear duplicate check would make an object of n
+         * keys cost n^2. A key holding a NUL is cut there by strlen, as
+         * before, and may then repeat: only those take jj_dict_set. */
+        json_object_keylen_foreach((json_t *)j, key, key_len, v) {
             jj_str k;
             jj_val x;
-            if (jj_str_make(c, key, strlen(key), true, &k) < 0 || from_json(c, v, depth + 1, &x) < 0 ||
-                jj_dict_set(c, d, jj_strv(k), x) < 0)
+            size_t len = strlen(key);
+            if (jj_str_make(c, key, len, true, &k) < 0 || from_json(c, v, depth + 1, &x) < 0)
                 return -1;
+            if (len != key_len || d->n == d->cap) {
+                if (jj_dict_set(c, d, jj_strv(k), x) < 0)
+                    return -1;
+            } else {
+                d->keys[d->n] = jj_strv(k);
+                d->vals[d->n++] = x;
+            }
         }
         *out = (jj_val){.k = JJ_DICT, .d = d};
         return 0;

@@ -60,12 +60,78 @@ static sl_status encode_plain(const sl_tokenizer *t, sl_tok_sink *s, const char 
     return rc;
 }
 
-static bool overlaps(const sl_tok_span *sp, size_t n, size_t off, size_t len)
+/* ------------------------------------------------------------------------
+ * Untrusted spans, asked in order.
+ *
+ * A control token at [off, off+len) is refused when some span [a, b) has
+ * off < b && a < off + len (so an empty span strictly inside the match
+ * counts too). encode() asks with off never
+ * decreasing, so a span with b <= off is dead for the rest of the call. If
+ * the spans are ordered so that both a and b never decrease, the live spans
+ * are a suffix that starts at a cursor, and the suffix's first span has the
+ * smallest a: one comparison answers the query, and the cursor only moves
+ * forward, so a whole call costs O(text + spans). The renderer's spans are
+ * sorted and disjoint, which is that order. Any other set is copied, sorted
+ * by a and merged where a span starts at or before the previous one ends
+ * (exact for the rule above, as len >= 1), which is that order too. A scan
+ * of every span at every match would make a chat of n messages cost n^2.
+ * ------------------------------------------------------------------------ */
+
+/* b of a span, clipped at SIZE_MAX instead of wrapping. */
+static size_t span_end(const sl_tok_span *s)
 {
-    for (size_t i = 0; i < n; i++)
-        if (off < sp[i].off + sp[i].len && sp[i].off < off + len)
-            return true;
-    return false;
+    return s->len > SIZE_MAX - s->off ? SIZE_MAX : s->off + s->len;
+}
+
+static int span_cmp(const void *x, const void *y)
+{
+    const sl_tok_span *a = x, *b = y;
+    if (a->off != b->off)
+        return a->off < b->off ? -1 : 1;
+    size_t ea = span_end(a), eb = span_end(b);
+    return ea < eb ? -1 : ea > eb;
+}
+
+sl_status sl_tok_spans_init(sl_tok_spans *q, const sl_tok_span *sp, size_t n)
+{
+    *q = (sl_tok_spans){.sp = sp, .n = n};
+    size_t i = 1;
+    while (i < n && sp[i].off >= sp[i - 1].off && span_end(&sp[i]) >= span_end(&sp[i - 1]))
+        i++;
+    if (i >= n)
+        return SL_OK;
+    sl_tok_span *own = malloc(n * sizeof *own);
+    if (!own)
+        return SL_ENOMEM;
+    memcpy(own, sp, n * sizeof *own);
+    qsort(own, n, sizeof *own, span_cmp);
+    size_t m = 0;   /* own[0..m] is the merged prefix */
+    for (size_t k = 1; k < n; k++) {
+        size_t end = span_end(&own[m]);
+        if (own[k].off <= end) {
+            size_t e = span_end(&own[k]);
+            own[m].len = (e > end ? e : end) - own[m].off;
+        } else {
+            own[++m] = own[k];
+        }
+    }
+    q->own = own;
+    q->sp = own;
+    q->n = m + 1;
+    return SL_OK;
+}
+
+bool sl_tok_spans_hit(sl_tok_spans *q, size_t off, size_t len)
+{
+    while (q->i < q->n && span_end(&q->sp[q->i]) <= off)
+        q->i++;
+    return q->i < q->n && q->sp[q->i].off < off + len;
+}
+
+void sl_tok_spans_fini(sl_tok_spans *q)
+{
+    free(q->own);
+    q->own = NULL;
 }
 
 static void sink_free(sl_tok_sink *s)
@@ -83,7 +149,10 @@ static int64_t encode(const sl_tokenizer *t, const char *text, size_t len, int a
     if (!t || (!text && len) || (!out && cap))
         return SL_EINVAL;
     sl_tok_sink s = {.out = out, .cap = cap, .text_len = len};
-    sl_status rc = SL_OK;
+    sl_tok_spans q;
+    sl_status rc = sl_tok_spans_init(&q, sp, n_sp);
+    if (rc < 0)
+        return rc;
     if (add_special && t->add_bos && t->bos >= 0)
         sl_tok_emit(&s, t->bos);
     size_t seg = 0;
@@ -97,7 +166,7 @@ static int64_t encode(const sl_tokenizer *t, const char *text, size_t len, int a
             int32_t id = t->trie[node].id;
             if (id >= 0 && (t->attr[id] == SL_TOKEN_ATTR_USER_DEFINED ||
                             allow_control == 1 ||
-                            (allow_control == 2 && !overlaps(sp, n_sp, pos, k - pos)))) {
+                            (allow_control == 2 && !sl_tok_spans_hit(&q, pos, k - pos)))) {
                 hit = id;
                 hit_len = k - pos;
             }
@@ -124,6 +193,7 @@ static int64_t encode(const sl_tokenizer *t, const char *text, size_t len, int a
         sl_tok_emit(&s, t->eos);
 done:
     sink_free(&s);
+    sl_tok_spans_fini(&q);
     return rc < 0 ? rc : (int64_t)s.n;
 }
 

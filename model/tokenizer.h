@@ -68,7 +68,10 @@ int64_t sl_tokenize_special(const sl_tokenizer *t, const char *text, size_t len,
  * content, tool arguments ...); everything else is plain text. Pieces between
  * recognised control tokens are pre-tokenized independently, as HF does for
  * text between special tokens. Ranges may be in any order and may overlap;
- * ranges past `len` are clipped. Returns as sl_tokenize. */
+ * ranges past `len` are clipped. Time is linear in len + n_untrusted when the
+ * ranges are sorted and disjoint (as the renderer reports them); other sets
+ * are first copied and sorted (SL_ENOMEM if the copy fails). Returns as
+ * sl_tokenize. */
 int64_t sl_tokenize_rendered(const sl_tokenizer *t, const char *text, size_t len,
                              const sl_tok_span *untrusted, size_t n_untrusted,
                              bool add_special, int32_t *out, size_t cap);

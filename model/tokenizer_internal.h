@@ -132,6 +132,25 @@ static inline void sl_tok_emit(sl_tok_sink *s, int32_t id)
     s->n++;
 }
 
+/* tokenizer.c */
+/* The untrusted spans of one sl_tokenize_rendered call, asked with offsets
+ * that never decrease (the comment above sl_tok_spans_init says why that
+ * makes every query O(1) amortized). */
+typedef struct {
+    const sl_tok_span *sp;   /* (n) both off and off+len never decrease */
+    size_t n;
+    size_t i;                /* first span that can still be hit */
+    sl_tok_span *own;        /* sorted, merged copy, or NULL if the caller's were in order */
+} sl_tok_spans;
+/* Points q at sp[0..n) if they are in order, else at a sorted and merged
+ * copy. SL_OK, or SL_ENOMEM (q then owns nothing). */
+sl_status sl_tok_spans_init(sl_tok_spans *q, const sl_tok_span *sp, size_t n);
+/* True if [off, off+len) (len >= 1) meets a span: off < end && start <
+ * off+len for some span. off must not be below any earlier call's. */
+bool sl_tok_spans_hit(sl_tok_spans *q, size_t off, size_t len);
+/* Frees the copy, if any. */
+void sl_tok_spans_fini(sl_tok_spans *q);
+
 /* tokenizer_util.c */
 /* Grows *p to hold n elements of size sz; SL_ENOMEM on failure (*p kept). */
 sl_status sl_tok_grow(void **p, size_t *cap, size_t n, size_t sz);
