@@ -52,6 +52,11 @@ else
 fi
 done_stage "build (cuda: compile and link only; no GPU here)"
 
+stage "layering (tools/depcheck.py: no circle between source files)"
+python3 tools/depcheck.py build
+[ -d build-cuda ] && python3 tools/depcheck.py build-cuda
+done_stage "layering (tools/depcheck.py: no circle between source files)"
+
 stage "unit tests (criterion, asan+ubsan)"
 # criterion runs each test in a child whose sanitizer reports do not fail the
 # test, so the log is checked for them too.
