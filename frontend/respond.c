@@ -90,6 +90,13 @@ void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri,
             fe->slot, method, path, status, ri->id, prompt_tokens, completion_tokens, ms);
 }
 
+void sl_fe_respond_log_refused(const sl_fe *fe, h2o_socket_t *sock, int status, const char *why)
+{
+    (void)sock;
+    fprintf(stderr, "sluice-fe slot=%" PRIu32 " method=- path=\"-\" status=%d refused=\"%s\"\n", fe->slot, status,
+            why);
+}
+
 void sl_fe_respond(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                    const char *content_type, const char *body, size_t len, int retry_after_s)
 {

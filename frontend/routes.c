@@ -350,6 +350,7 @@ size_t sl_fe_routes_h2o_body_limit(uint64_t max_body)
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     sl_fe *fe = ((fe_handler *)self)->fe;
+    sl_fe_conn_on_request(fe, req);
     sl_fe_reqinfo ri;
     sl_fe_respond_reqinfo_init(&ri, req);
 

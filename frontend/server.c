@@ -31,12 +31,6 @@
 
 static sl_fe *g_fe;   /* the process's one front end; h2o callbacks carry no user pointer */
 
-static void on_conn_close(void *data)
-{
-    sl_fe *fe = data;
-    fe->n_conns--;
-}
-
 static void on_accept(h2o_socket_t *listener, const char *err)
 {
     sl_fe *fe = g_fe;
@@ -45,10 +39,7 @@ static void on_accept(h2o_socket_t *listener, const char *err)
     h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
     if (sock == NULL)
         return;     /* another front end won the race, or EMFILE (h2o retries on the next wake) */
-    fe->n_conns++;
-    sock->on_close.cb = on_conn_close;
-    sock->on_close.data = fe;
-    h2o_accept(&fe->accept_ctx, sock);
+    sl_fe_conn_accept(fe, sock);
 }
 
 static void on_wake(h2o_socket_t *sock, const char *err)
@@ -61,6 +52,7 @@ static void on_wake(h2o_socket_t *sock, const char *err)
     }
     sl_fe_streams_retry_releases(fe);
     sl_fe_streams_pump_all(fe);
+    sl_fe_conn_rearm_all(fe);
 }
 
 static void close_listener(sl_fe *fe)
@@ -90,6 +82,7 @@ static void on_signal(h2o_socket_t *sock, const char *err)
             fe->stop_loop = true;   /* a second Ctrl-C: stop now */
         }
     }
+    sl_fe_conn_rearm_all(fe);
 }
 
 static void on_tick(h2o_timeout_entry_t *entry)
@@ -110,6 +103,7 @@ static void on_tick(h2o_timeout_entry_t *entry)
         if (fe->listener == NULL && fe->n_streams == 0 && (fe->n_conns == 0 || since >= deadline))
             fe->stop_loop = true;
     }
+    sl_fe_conn_rearm_all(fe);
     h2o_timeout_link(fe->loop, &fe->tick_timeout, &fe->tick_entry);
 }
 

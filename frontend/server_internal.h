@@ -3,7 +3,8 @@
  * public contract: only these files include it.
  * Layering: calls point one way, server.c -> routes.c -> generate.c ->
  *            stream.c -> respond.c; server.c also calls stream.c (wake, tick,
- *            drain) and routes.c and generate.c call respond.c. The
+ *            drain) and conn.c (accept, rearm), routes.c calls conn.c (each
+ *            request), and routes.c, generate.c and conn.c call respond.c. The
  *            declarations below are grouped by the file defining them,
  *            lowest layer first.
  * Where:     one sl_fe per process (the process is single-threaded: every
@@ -34,6 +35,7 @@
 #define SL_FE_BODY_MARGIN_MIN (1u << 20) /* h2o's body limit is max_body + max(max_body, this) */
 
 typedef struct sl_fe_stream sl_fe_stream;
+typedef struct sl_fe_conn sl_fe_conn;
 
 typedef struct {
     /* configuration and model (read-only after start) */
@@ -64,7 +66,8 @@ typedef struct {
     /* state */
     sl_fe_stream *streams;           /* live generation requests (doubly linked) */
     uint32_t n_streams;
-    uint32_t n_conns;                /* open client connections */
+    sl_fe_conn *conns;               /* open client connections (conn.c, doubly linked) */
+    uint32_t n_conns;
     bool draining;
     uint64_t drain_start_ns;
     bool stop_loop;
@@ -104,6 +107,26 @@ void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, con
  * that do not go through sl_fe_respond* (streams). */
 void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                        int64_t prompt_tokens, int64_t completion_tokens);
+
+/* A request refused before h2o made it one (conn.c's framing guard): the
+ * log line, with the client's address from `sock`. */
+void sl_fe_respond_log_refused(const sl_fe *fe, h2o_socket_t *sock, int status, const char *why);
+
+/* ---- conn.c (calls respond.c) ---- */
+
+/* Takes an accepted socket: counts it, hands it to h2o and puts the HTTP/1.1
+ * framing guard (http1_guard.h) in front of h2o's reads. On allocation
+ * failure the socket is closed. */
+void sl_fe_conn_accept(sl_fe *fe, h2o_socket_t *sock);
+
+/* h2o handed over a request (routes.c, first thing): counts it, and makes
+ * the response close the connection when a later pipelined request on it
+ * was refused. */
+void sl_fe_conn_on_request(sl_fe *fe, h2o_req_t *req);
+
+/* Puts the guard back in front of h2o's callbacks on every connection; after
+ * sends made outside a connection's own callbacks (wake, tick, signal). */
+void sl_fe_conn_rearm_all(sl_fe *fe);
 
 /* ---- stream.c (calls respond.c) ---- */
 
