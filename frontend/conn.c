@@ -12,10 +12,10 @@
  * slots again (rearm). The slots also change when our own code sends on a
  * connection from outside its callbacks (a wake, the tick): server.c calls
  * sl_fe_conn_rearm_all after those. The guard frames the bytes h2o has not
- * seen yet: sock->bytes_read counts every byte read, so the last
- * (bytes_read - seen) bytes of sock->input are new (h2o keeps the bytes it
- * has not parsed at the end of its buffer). If that ever does not add up the
- * guard steps aside for the connection (logged) rather than guess.
+ * seen yet: in 2.2.5 sock->bytes_read is what this one read added, at the
+ * end of sock->input (h2o keeps the bytes it has not parsed at the end of its
+ * buffer). If that ever does not add up the guard steps aside for the
+ * connection (logged) rather than guess.
  *
  * A refused message: when it is the next request h2o would hand over (every
  * earlier one answered), the 400 is written straight to the socket and h2o's
@@ -32,6 +32,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "frontend/http1_guard.h"
@@ -42,11 +45,14 @@ struct sl_fe_conn {
     h2o_socket_t *sock;
     sl_fe_conn *prev, *next;
     h2o_socket_cb h2o_read, h2o_write;  /* h2o's callbacks the guard stands in front of */
-    size_t seen;                        /* sock->bytes_read already framed */
     uint64_t handed;                    /* requests h2o handed to on_req */
     sl_http1_guard guard;
     bool guarding;                      /* false once the guard stepped aside */
     bool poisoned;                      /* a pipelined request was refused: close after this response */
+    uint64_t write_since_ns;            /* a write is in flight, without progress since (0 = none) */
+    size_t written_at;                  /* sock->bytes_written at write_since_ns */
+    int outq_at;                        /* unsent bytes in the kernel (SIOCOUTQ) then */
+    bool write_timed_out;
     int depth;                          /* inside one of h2o's callbacks */
     bool closed;                        /* the socket is gone; freed when depth returns to 0 */
 };
@@ -95,6 +101,9 @@ static void rearm(sl_fe_conn *c)
     if (s->_cb.write != NULL && s->_cb.write != on_write) {
         c->h2o_write = s->_cb.write;
         s->_cb.write = on_write;
+        c->write_since_ns = sl_shm_now_ns();   /* a new write: the write timeout counts from here */
+        c->written_at = s->bytes_written;
+        c->outq_at = -2;                        /* first tick: read the kernel's queue */
     }
 }
 
@@ -157,17 +166,15 @@ static void on_read(h2o_socket_t *sock, const char *err)
 {
     sl_fe_conn *c = sock->on_close.data;
     if (err == NULL && c->guarding && !c->poisoned) {
-        size_t fresh = sock->bytes_read - c->seen;
-        if (sock->bytes_read < c->seen || fresh > sock->input->size) {
+        size_t fresh = sock->bytes_read;   /* 2.2.5: the bytes this read added, at the end of input */
+        if (fresh > sock->input->size) {
             fprintf(stderr, "sluice-fe slot=%" PRIu32 ": framing guard lost its place (%zu new of %zu buffered); "
                     "h2o frames this connection alone\n", c->fe->slot, fresh, sock->input->size);
             c->guarding = false;
         } else {
             size_t used = 0;
             const char *p = sock->input->bytes + sock->input->size - fresh;
-            sl_http1_guard_verdict v = sl_http1_guard_feed(&c->guard, p, fresh, &used);
-            c->seen = sock->bytes_read;
-            if (v == SL_HTTP1_GUARD_REFUSE) {
+            if (sl_http1_guard_feed(&c->guard, p, fresh, &used) == SL_HTTP1_GUARD_REFUSE) {
                 if (c->guard.msg == c->handed) {
                     refuse_now(c);
                     call_h2o(c, c->h2o_read, sock, refused_err);
@@ -183,7 +190,42 @@ static void on_read(h2o_socket_t *sock, const char *err)
 static void on_write(h2o_socket_t *sock, const char *err)
 {
     sl_fe_conn *c = sock->on_close.data;
+    c->write_since_ns = 0;
     call_h2o(c, c->h2o_write, sock, err);
+}
+
+/* ================================================================ write timeout */
+
+/* h2o 2.2.5 has no write timeout: a client that stops reading holds its
+ * response (a whole non-streamed body, in the request's pool) for as long as
+ * it keeps the connection. A write that makes no progress (h2o's byte count
+ * and the kernel's unsent queue both unchanged) for write_timeout_ms gets the
+ * socket shut down; h2o's write then fails and it
+ * closes the connection, freeing the response and calling a stream's stop. */
+void sl_fe_conn_tick(sl_fe *fe, uint64_t now)
+{
+    uint64_t wto = (uint64_t)fe->cfg->write_timeout_ms * 1000000ull;
+    if (wto == 0)
+        return;
+    for (sl_fe_conn *c = fe->conns; c != NULL; c = c->next) {
+        if (c->write_since_ns == 0 || c->write_timed_out || now <= c->write_since_ns)
+            continue;
+        /* Progress: h2o handed the kernel more, or the kernel sent some of
+         * what it holds (the client is reading): count again. */
+        int outq = -1;
+        ioctl(h2o_socket_get_fd(c->sock), SIOCOUTQ, &outq);
+        if (c->sock->bytes_written != c->written_at || outq != c->outq_at) {
+            c->written_at = c->sock->bytes_written;
+            c->outq_at = outq;
+            c->write_since_ns = now;
+            continue;
+        }
+        if (now - c->write_since_ns > wto) {
+            c->write_timed_out = true;
+            sl_fe_respond_log_refused(fe, c->sock, 0, "write timeout: the client read nothing");
+            shutdown(h2o_socket_get_fd(c->sock), SHUT_RDWR);
+        }
+    }
 }
 
 /* ================================================================ entry points */
@@ -213,7 +255,6 @@ void sl_fe_conn_accept(sl_fe *fe, h2o_socket_t *sock)
         free(c);
         return;
     }
-    c->seen = sock->bytes_read;
     rearm(c);
 }
 

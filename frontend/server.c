@@ -92,6 +92,7 @@ static void on_tick(h2o_timeout_entry_t *entry)
     uint64_t now = sl_shm_now_ns();
     sl_fe_streams_retry_releases(fe);
     sl_fe_streams_tick(fe, now);
+    sl_fe_conn_tick(fe, now);
     if (fe->draining) {
         uint64_t since = now - fe->drain_start_ns;
         uint64_t delay = (uint64_t)fe->cfg->drain_delay_s * 1000000000ull;

@@ -33,6 +33,13 @@
 #define SL_FE_PING_MS 5000           /* ": ping" while a stream has nothing to send */
 #define SL_FE_REQUEST_ID_MAX 64      /* longest X-Request-ID echoed; longer ones are replaced */
 #define SL_FE_BODY_MARGIN_MIN (1u << 20) /* h2o's body limit is max_body + max(max_body, this) */
+#define SL_FE_MAX_RESPONSE_DEFAULT (64ull << 20) /* --max-response when the config leaves it 0 */
+
+/* Response bodies longer than this are refused (400 response_too_large). */
+static inline uint64_t sl_fe_max_response(const sl_config *cfg)
+{
+    return cfg->max_response > 0 ? cfg->max_response : SL_FE_MAX_RESPONSE_DEFAULT;
+}
 
 typedef struct sl_fe_stream sl_fe_stream;
 typedef struct sl_fe_conn sl_fe_conn;
@@ -123,6 +130,10 @@ void sl_fe_conn_accept(sl_fe *fe, h2o_socket_t *sock);
  * the response close the connection when a later pipelined request on it
  * was refused. */
 void sl_fe_conn_on_request(sl_fe *fe, h2o_req_t *req);
+
+/* Every SL_FE_TICK_MS: a connection whose write made no progress for
+ * write_timeout_ms (any response, streamed or not) is shut down. */
+void sl_fe_conn_tick(sl_fe *fe, uint64_t now_ns);
 
 /* Puts the guard back in front of h2o's callbacks on every connection; after
  * sends made outside a connection's own callbacks (wake, tick, signal). */

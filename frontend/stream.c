@@ -241,12 +241,11 @@ static void observe(sl_fe *fe, const sl_shm_timings *t, int64_t n)
         sl_shm_histogram_observe(fe->shm, SL_HISTOGRAM_E2E, end - t->queued_ns);
 }
 
-/* Ends a stream that already sent headers with an error event, or answers a
- * non-streaming request with the error. */
-static void fail(sl_fe_stream *st, sl_api_err_kind kind, const char *msg)
+/* Ends a stream that already sent headers with the error event e, or answers
+ * a non-streaming request with it. */
+static void fail_with(sl_fe_stream *st, const sl_api_error *ep)
 {
-    sl_api_error e;
-    sl_api_error_set(&e, kind, NULL, "%s", msg);
+    sl_api_error e = *ep;
     drop_ticket(st, true);
     if (!st->started) {
         st->done = true;
@@ -274,6 +273,25 @@ static void fail(sl_fe_stream *st, sl_api_err_kind kind, const char *msg)
         return;
     }
     send_out(st, H2O_SEND_STATE_FINAL);
+}
+
+static void fail(sl_fe_stream *st, sl_api_err_kind kind, const char *msg)
+{
+    sl_api_error e;
+    sl_api_error_set(&e, kind, NULL, "%s", msg);
+    fail_with(st, &e);
+}
+
+/* A non-streamed answer grew past --max-response: the worker is stopped
+ * and the client told, instead of building a body nobody may hold. */
+static void fail_too_large(sl_fe_stream *st, size_t bytes)
+{
+    sl_api_error e;
+    sl_api_error_set(&e, SL_API_ERR_INVALID_REQUEST, NULL,
+                     "The response would be at least %zu bytes; this server sends at most %" PRIu64
+                     " (--max-response); stream it instead.", bytes, sl_fe_max_response(st->fe->cfg));
+    e.code = "response_too_large";
+    fail_with(st, &e);
 }
 
 /* ================================================================ tokens -> text */
@@ -379,6 +397,12 @@ static void finish(sl_fe_stream *st)
             fail(st, SL_API_ERR_INTERNAL, "out of memory building the response");
             return;
         }
+        size_t blen = strlen(body);
+        if (blen > sl_fe_max_response(fe->cfg)) {
+            free(body);
+            fail_too_large(st, blen);
+            return;
+        }
         st->done = true;
         st->logged = true;
         unlink_stream(st);
@@ -458,6 +482,10 @@ static void pump(sl_fe_stream *st)
         }
         if (n < READ_BATCH)
             break;
+    }
+    if (!st->stream && st->text_len > sl_fe_max_response(fe->cfg)) {
+        fail_too_large(st, st->text_len);
+        return;
     }
     if (terminal || st->stop_hit) {
         finish(st);

@@ -164,15 +164,19 @@ def test_good_requests_still_pass(srv):
     last = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     out, closed, _ = exchange(srv.port, chunked + cl + h10 + chunked + last)
     assert out.count(b"HTTP/1.1 200 ") == 5 and closed, out
-    # Split at every byte boundary of a chunked request: the guard keeps its place.
-    s = socket.create_connection(("127.0.0.1", srv.port), timeout=3.0)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    for i in range(len(chunked)):
-        s.sendall(chunked[i:i + 1])
-        time.sleep(0.002)
-    s.sendall(last)
-    out = b""
-    while c := s.recv(65536):
-        out += c
-    s.close()
-    assert out.count(b"HTTP/1.1 200 ") == 2, out
+    # Split at every byte boundary of a chunked request: the guard keeps its
+    # place, which the refused request after it proves.
+    for tail, n200, refused in ((last, 2, False), (b"GET /health HTTP/1.9\r\n\r\n", 1, True)):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=3.0)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(len(chunked)):
+            s.sendall(chunked[i:i + 1])
+            time.sleep(0.002)
+        time.sleep(0.1)
+        s.sendall(tail)
+        out = b""
+        while c := s.recv(65536):
+            out += c
+        s.close()
+        assert out.count(b"HTTP/1.1 200 ") == n200, out
+        assert (b"bad_http_framing" in out) == refused, out
