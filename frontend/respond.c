@@ -34,6 +34,16 @@ static const char *reason(int status)
     }
 }
 
+/* The bytes a client's request id may hold: what UUIDs, hex, base64 and
+ * trace ids use. It is echoed in a header and written unquoted into log
+ * lines (text and JSON), so no quote, backslash, space, comma, semicolon or
+ * control byte; an id with any other byte is replaced. */
+static bool request_id_char(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' || c == '_' ||
+           c == '.' || c == ':' || c == '/' || c == '+' || c == '=' || c == '@';
+}
+
 void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req)
 {
     ri->t0_ns = sl_shm_now_ns();
@@ -42,7 +52,7 @@ void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req)
         h2o_iovec_t v = req->headers.entries[i].value;
         bool ok = v.len >= 1 && v.len <= SL_FE_REQUEST_ID_MAX;
         for (size_t k = 0; ok && k < v.len; k++)
-            ok = v.base[k] > 0x20 && v.base[k] < 0x7f;  /* no spaces: it goes into log lines */
+            ok = request_id_char((unsigned char)v.base[k]);
         if (ok) {
             memcpy(ri->id, v.base, v.len);
             ri->id[v.len] = '\0';

@@ -36,10 +36,40 @@ static void on_accept(h2o_socket_t *listener, const char *err)
     sl_fe *fe = g_fe;
     if (err != NULL)
         return;
+    errno = 0;
     h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-    if (sock == NULL)
-        return;     /* another front end won the race, or EMFILE (h2o retries on the next wake) */
-    sl_fe_conn_accept(fe, sock);
+    if (sock != NULL) {
+        sl_fe_conn_accept(fe, sock);
+        return;
+    }
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* Out of descriptors (or kernel memory): the connection stays in the
+         * backlog and the listener stays readable, so epoll (level-triggered)
+         * would call us again at once, forever. Stop listening for a while;
+         * connections closing meanwhile make room. */
+        int e = errno;
+        h2o_socket_read_stop(listener);
+        fe->accept_paused = true;
+        h2o_timeout_link(fe->loop, &fe->accept_timeout, &fe->accept_entry);
+        uint64_t now = sl_shm_now_ns();
+        fe->accept_pauses++;
+        if (now - fe->accept_pause_logged_ns > 10ull * 1000000000ull || fe->accept_pause_logged_ns == 0) {
+            fprintf(stderr, "sluice-fe slot=%" PRIu32 ": accept: %s with %" PRIu32 " connections open; "
+                    "not accepting for %d ms (%" PRIu64 " pauses so far)\n", fe->slot, strerror(e), fe->n_conns,
+                    SL_FE_ACCEPT_PAUSE_MS, fe->accept_pauses);
+            fe->accept_pause_logged_ns = now;
+        }
+    }
+    /* else EAGAIN: another front end won the race */
+}
+
+static void on_accept_resume(h2o_timeout_entry_t *entry)
+{
+    sl_fe *fe = g_fe;
+    (void)entry;
+    fe->accept_paused = false;
+    if (fe->listener != NULL)
+        h2o_socket_read_start(fe->listener, on_accept);
 }
 
 static void on_wake(h2o_socket_t *sock, const char *err)
@@ -59,6 +89,8 @@ static void close_listener(sl_fe *fe)
 {
     if (fe->listener == NULL)
         return;
+    if (h2o_timeout_is_linked(&fe->accept_entry))
+        h2o_timeout_unlink(&fe->accept_entry);
     h2o_socket_read_stop(fe->listener);
     h2o_socket_close(fe->listener);
     fe->listener = NULL;
@@ -233,6 +265,8 @@ static void fe_dispose(sl_fe *fe, bool h2o_ready)
     if (h2o_ready) {
         if (h2o_timeout_is_linked(&fe->tick_entry))
             h2o_timeout_unlink(&fe->tick_entry);
+        if (h2o_timeout_is_linked(&fe->accept_entry))
+            h2o_timeout_unlink(&fe->accept_entry);
         if (h2o_timeout_is_linked(&fe->ctx.http2._graceful_shutdown_timeout))
             h2o_timeout_unlink(&fe->ctx.http2._graceful_shutdown_timeout);
         if (fe->listener != NULL) {
@@ -246,6 +280,7 @@ static void fe_dispose(sl_fe *fe, bool h2o_ready)
         /* Let the loop run the closes (sockets are freed on the next pass). */
         h2o_evloop_run(fe->loop, 0);
         h2o_timeout_dispose(fe->loop, &fe->tick_timeout);
+        h2o_timeout_dispose(fe->loop, &fe->accept_timeout);
         h2o_context_dispose(&fe->ctx);
         h2o_evloop_destroy(fe->loop);
     }
@@ -321,6 +356,8 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
     h2o_socket_read_start(fe->wake_sock, on_wake);
     fe->sig_sock = h2o_evloop_socket_create(fe->loop, sfd, H2O_SOCKET_FLAG_DONT_READ);
     h2o_socket_read_start(fe->sig_sock, on_signal);
+    h2o_timeout_init(fe->loop, &fe->accept_timeout, SL_FE_ACCEPT_PAUSE_MS);
+    fe->accept_entry.cb = on_accept_resume;
     h2o_timeout_init(fe->loop, &fe->tick_timeout, SL_FE_TICK_MS);
     fe->tick_entry.cb = on_tick;
     h2o_timeout_link(fe->loop, &fe->tick_timeout, &fe->tick_entry);

@@ -32,6 +32,7 @@
 #define SL_FE_TICK_MS 250            /* disconnect probe, pings, write timeouts, drain */
 #define SL_FE_PING_MS 5000           /* ": ping" while a stream has nothing to send */
 #define SL_FE_REQUEST_ID_MAX 64      /* longest X-Request-ID echoed; longer ones are replaced */
+#define SL_FE_ACCEPT_PAUSE_MS 100    /* accept stops this long on EMFILE/ENFILE */
 #define SL_FE_BODY_MARGIN_MIN (1u << 20) /* h2o's body limit is max_body + max(max_body, this) */
 #define SL_FE_MAX_RESPONSE_DEFAULT (64ull << 20) /* --max-response when the config leaves it 0 */
 
@@ -69,6 +70,11 @@ typedef struct {
     h2o_socket_t *sig_sock;
     h2o_timeout_t tick_timeout;
     h2o_timeout_entry_t tick_entry;
+    h2o_timeout_t accept_timeout;    /* SL_FE_ACCEPT_PAUSE_MS: accepting again after EMFILE */
+    h2o_timeout_entry_t accept_entry;
+    bool accept_paused;
+    uint64_t accept_pauses;          /* EMFILE/ENFILE pauses since start */
+    uint64_t accept_pause_logged_ns; /* the last one logged (one line per 10 s at most) */
 
     /* state */
     sl_fe_stream *streams;           /* live generation requests (doubly linked) */
@@ -92,8 +98,8 @@ typedef struct {
 
 /* ---- respond.c (calls nothing above it) ---- */
 
-/* Takes the X-Request-ID header if it is 1..SL_FE_REQUEST_ID_MAX printable
- * ASCII bytes, else makes 32 hex digits; sets t0 to now. */
+/* Takes the X-Request-ID header if it is 1..SL_FE_REQUEST_ID_MAX bytes of
+ * [A-Za-z0-9-_.:/+=@], else makes 32 hex digits; sets t0 to now. */
 void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req);
 
 /* Sends a whole response: status, reason, content type, x-request-id, an
