@@ -157,7 +157,8 @@ static void refuse_now(sl_fe_conn *c)
         free(msg);
     }
     free(body);
-    sl_fe_respond_log_refused(c->fe, c->sock, 400, c->guard.why);
+    fprintf(stderr, "sluice-fe slot=%" PRIu32 ": refused a request with %s\n", c->fe->slot, c->guard.why);
+    sl_fe_respond_log_refused(c->fe, c->sock, 400, "bad_http_framing");
 }
 
 /* ================================================================ callbacks */
@@ -222,7 +223,10 @@ void sl_fe_conn_tick(sl_fe *fe, uint64_t now)
         }
         if (now - c->write_since_ns > wto) {
             c->write_timed_out = true;
-            sl_fe_respond_log_refused(fe, c->sock, 0, "write timeout: the client read nothing");
+            char peer[80];
+            sl_fe_peer(c->sock, peer, sizeof peer);
+            fprintf(stderr, "sluice-fe slot=%" PRIu32 ": client=%s write timeout: nothing read for %" PRIu32
+                    " ms, dropping the connection\n", fe->slot, peer, fe->cfg->write_timeout_ms);
             shutdown(h2o_socket_get_fd(c->sock), SHUT_RDWR);
         }
     }

@@ -332,6 +332,15 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
         return SL_FRONTEND_EXIT_CONFIG;
     }
 
+    if (cfg->log_format[0] != '\0' && strcmp(cfg->log_format, "text") != 0 && strcmp(cfg->log_format, "json") != 0) {
+        fprintf(stderr, "sluice-fe slot=%" PRIu32 ": --log-format: '%s' is not text or json\n", slot, cfg->log_format);
+        h2o_config_init(&fe->config);   /* so fe_dispose's config dispose is valid */
+        fe_dispose(fe, false);
+        close(sfd);
+        return SL_FRONTEND_EXIT_CONFIG;
+    }
+    fe->log_json = strcmp(cfg->log_format, "json") == 0;
+
     h2o_config_init(&fe->config);
     /* Above the configured limit, so that routes.c answers bodies just over
      * it with a JSON 413 (its "body limit" section says why and how far). */

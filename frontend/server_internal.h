@@ -81,6 +81,7 @@ typedef struct {
     uint32_t n_streams;
     sl_fe_conn *conns;               /* open client connections (conn.c, doubly linked) */
     uint32_t n_conns;
+    bool log_json;                   /* --log-format json */
     bool draining;
     uint64_t drain_start_ns;
     bool stop_loop;
@@ -108,22 +109,31 @@ void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req);
 void sl_fe_respond(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                    const char *content_type, const char *body, size_t len, int retry_after_s);
 
-/* The same, logging the request's token counts (generation routes). */
+/* The same, logging the request's token counts and its finish (a finish
+ * reason, an error code, or NULL for none). */
 void sl_fe_respond_counted(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                            const char *content_type, const char *body, size_t len, int retry_after_s,
-                           int64_t prompt_tokens, int64_t completion_tokens);
+                           int64_t prompt_tokens, int64_t completion_tokens, const char *finish);
 
 /* Sends e as an OpenAI error body with its status (and Retry-After). */
 void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_error *e);
 
-/* One structured log line (stderr) for a finished request; for responses
- * that do not go through sl_fe_respond* (streams). */
+/* What the log's finish field says for an error: its code, else its type. */
+const char *sl_fe_respond_outcome(const sl_api_error *e);
+
+/* One access-log line (stderr; text or JSON, fe->log_json) for a finished
+ * request; for responses that do not go through sl_fe_respond* (streams).
+ * finish: "stop"/"length", an error code, or NULL. /health and /ready are
+ * left out when log_health is 0. */
 void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
-                       int64_t prompt_tokens, int64_t completion_tokens);
+                       int64_t prompt_tokens, int64_t completion_tokens, const char *finish);
 
 /* A request refused before h2o made it one (conn.c's framing guard): the
- * log line, with the client's address from `sock`. */
-void sl_fe_respond_log_refused(const sl_fe *fe, h2o_socket_t *sock, int status, const char *why);
+ * access-log line, with the client's address from `sock` and finish `code`. */
+void sl_fe_respond_log_refused(const sl_fe *fe, h2o_socket_t *sock, int status, const char *code);
+
+/* The client's "addr:port" ("[v6]:port"; "-" when unknown) for diagnostics. */
+void sl_fe_peer(h2o_socket_t *sock, char *out, size_t cap);
 
 /* ---- conn.c (calls respond.c) ---- */
 

@@ -291,7 +291,8 @@ static void fail_with(sl_fe_stream *st, const sl_api_error *ep)
             e.retry_after_s = 1;   /* nothing was sent: a proxy may replay it (HAProxy retry-on 503) */
         char *body = sl_api_error_body(&e, &http);
         sl_fe_respond_counted(st->fe, st->req, &st->ri, http, "application/json", body ? body : "",
-                              body ? strlen(body) : 0, e.retry_after_s, st->n_prompt, st->n_generated);
+                              body ? strlen(body) : 0, e.retry_after_s, st->n_prompt, st->n_generated,
+                              sl_fe_respond_outcome(&e));
         free(body);
         return;
     }
@@ -303,7 +304,7 @@ static void fail_with(sl_fe_stream *st, const sl_api_error *ep)
         buf_append(&st->out, &st->out_len, &st->out_cap, ev, n);
     free(ev);
     st->logged = true;
-    sl_fe_respond_log(st->fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
+    sl_fe_respond_log(st->fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated, sl_fe_respond_outcome(&e));
     if (st->out_len == 0) {
         st->done = true;
         unlink_stream(st);
@@ -483,7 +484,7 @@ static void finish(sl_fe_stream *st)
         st->logged = true;
         unlink_stream(st);
         sl_fe_respond_counted(fe, st->req, &st->ri, 200, "application/json", body, strlen(body), 0, st->n_prompt,
-                              st->n_generated);
+                              st->n_generated, sl_api_finish_name(fin));
         free(body);
         return;
     }
@@ -517,7 +518,7 @@ static void finish(sl_fe_stream *st)
         return;
     }
     st->logged = true;
-    sl_fe_respond_log(fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
+    sl_fe_respond_log(fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated, sl_api_finish_name(fin));
     send_out(st, H2O_SEND_STATE_FINAL);
 }
 
@@ -613,7 +614,7 @@ static void on_dispose(void *p)
     unlink_stream(st);
     drop_ticket(st, true);
     if (!st->logged)
-        sl_fe_respond_log(st->fe, st->req, &st->ri, 499, st->n_prompt, st->n_generated);
+        sl_fe_respond_log(st->fe, st->req, &st->ri, 499, st->n_prompt, st->n_generated, "client_closed");
     sl_api_stop_fini(&st->stop);
     if (st->lp_live)
         sl_api_logprobs_fini(&st->lp);
@@ -636,7 +637,7 @@ static void kill_stream(sl_fe_stream *st, int status_if_unstarted)
         st->logged = true;
         st->req->http1_is_persistent = 0;
         sl_fe_respond_counted(st->fe, st->req, &st->ri, status_if_unstarted, "application/json", "", 0, 0,
-                              st->n_prompt, st->n_generated);
+                              st->n_prompt, st->n_generated, "client_closed");
     }
 }
 
