@@ -53,9 +53,17 @@ static bool request_id_char(unsigned char c)
            c == '.' || c == ':' || c == '/' || c == '+' || c == '=' || c == '@';
 }
 
+static void peer_of(struct sockaddr *sa, socklen_t len, char *out, size_t cap);
+
 void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req)
 {
     ri->t0_ns = sl_shm_now_ns();
+    snprintf(ri->client, sizeof ri->client, "-");
+    if (req->conn->callbacks->get_peername != NULL) {
+        struct sockaddr_storage ss;
+        socklen_t len = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
+        peer_of((struct sockaddr *)&ss, len, ri->client, sizeof ri->client);
+    }
     ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-request-id"), -1);
     if (i >= 0) {
         h2o_iovec_t v = req->headers.entries[i].value;
@@ -174,13 +182,7 @@ void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri,
         method[i] = (isalnum(c) || c == '-' || c == '_' || c == '.') ? (char)c : '?';
     }
     method[ml] = '\0';
-    char client[80] = "-";
-    struct sockaddr_storage ss;
-    if (req->conn->callbacks->get_peername != NULL) {
-        socklen_t len = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
-        peer_of((struct sockaddr *)&ss, len, client, sizeof client);
-    }
-    log_rec r = {client, method, path, ri->id, finish, status, prompt_tokens, completion_tokens,
+    log_rec r = {ri->client, method, path, ri->id, finish, status, prompt_tokens, completion_tokens,
                  (double)(sl_shm_now_ns() - ri->t0_ns) / 1e6};
     log_write(fe, &r);
 }

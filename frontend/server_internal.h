@@ -94,13 +94,15 @@ typedef struct {
 /* Per-request bookkeeping every route fills (request id, start time). */
 typedef struct {
     char id[SL_FE_REQUEST_ID_MAX + 1];
+    char client[64];                 /* "addr:port" at arrival (the log's client; "-" if unknown) */
     uint64_t t0_ns;
 } sl_fe_reqinfo;
 
 /* ---- respond.c (calls nothing above it) ---- */
 
 /* Takes the X-Request-ID header if it is 1..SL_FE_REQUEST_ID_MAX bytes of
- * [A-Za-z0-9-_.:/+=@], else makes 32 hex digits; sets t0 to now. */
+ * [A-Za-z0-9-_.:/+=@], else makes 32 hex digits; notes the client's address
+ * (a gone client has none by the time its line is logged); sets t0 to now. */
 void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req);
 
 /* Sends a whole response: status, reason, content type, x-request-id, an

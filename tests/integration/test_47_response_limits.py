@@ -85,7 +85,7 @@ def test_never_reading_client_of_a_large_body_is_dropped(chat_model, tmp_path):
             clients.append(c)
         peak = 0
         t0 = time.time()
-        while time.time() - t0 < 2 * WRITE_MS / 1000 + 6:
+        while time.time() - t0 < 30:                   # (building each body takes seconds under ASan)
             peak = max(peak, rss_kib(fe))
             if rss_kib(fe) < base + 64 * 1024 and srv.log_path.read_text().count("write timeout") >= 3:
                 break

@@ -44,6 +44,14 @@ def traffic(srv):
     while s.recv(4096):
         pass
     s.close()
+    # A client that leaves mid-stream: 499, still with its address.
+    body = json.dumps({"messages": msg, "max_tokens": 2000, "ignore_eos": True, "stream": True}).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-ID: r-gone\r\nContent-Type: "
+              b"application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    s.recv(4096)
+    s.close()
+    assert wait_for(lambda: "r-gone" in srv.log_path.read_text(), 5)
 
 
 def parse_text(log):
@@ -81,6 +89,7 @@ def check(recs, health_logged):
     assert str(by_id["r-bad"]["status"]) == "400" and str(by_id["r-bad"]["finish"]) == "invalid_type"
     assert str(by_id["r-404"]["status"]) == "404" and str(by_id["r-404"]["finish"]) == "not_found_error"
     assert ("r-health" in by_id) == health_logged
+    assert str(by_id["r-gone"]["status"]) == "499" and str(by_id["r-gone"]["finish"]) == "client_closed"
     refused = [r for r in recs if str(r["finish"]) == "bad_http_framing"]
     assert len(refused) == 1 and str(refused[0]["status"]) == "400" and str(refused[0]["method"]) == "-"
 
