@@ -24,6 +24,12 @@ def rss_kib(pid):
     return 0
 
 
+def sanitized(pid):
+    """ASan keeps freed memory in quarantine: RSS does not come back there."""
+    with open(f"/proc/{pid}/maps") as f:
+        return "libasan" in f.read()
+
+
 def post(srv, path, obj, timeout=30):
     import urllib.request
     req = urllib.request.Request(srv.base + path, data=json.dumps(obj).encode(),
@@ -87,7 +93,8 @@ def test_never_reading_client_of_a_large_body_is_dropped(chat_model, tmp_path):
         t0 = time.time()
         while time.time() - t0 < 30:                   # (building each body takes seconds under ASan)
             peak = max(peak, rss_kib(fe))
-            if rss_kib(fe) < base + 64 * 1024 and srv.log_path.read_text().count("write timeout") >= 3:
+            freed = sanitized(fe) or rss_kib(fe) < base + 64 * 1024
+            if freed and srv.log_path.read_text().count("write timeout") >= 3:
                 break
             time.sleep(0.1)
         took = time.time() - t0
@@ -96,7 +103,7 @@ def test_never_reading_client_of_a_large_body_is_dropped(chat_model, tmp_path):
         print(f"front end RSS: base {base // 1024} MiB, peak {peak // 1024} MiB, after {after // 1024} MiB, {took:.1f} s")
         assert peak > base + 100 * 1024               # the bodies were built
         assert log.count("write timeout") >= 3, log[-2000:]
-        assert after < base + 64 * 1024, (base, peak, after)
+        assert sanitized(fe) or after < base + 64 * 1024, (base, peak, after)
         for c in clients:                              # the server closed them
             c.setblocking(False)
             gone = False
