@@ -15,6 +15,38 @@ static bool oom(sl_api_error *err)
     return false;
 }
 
+/* Refuses an answer of `bytes` (at least) past max_out (0 = no limit). */
+static bool too_large(uint64_t bytes, uint64_t max_out, sl_api_error *err)
+{
+    if (max_out == 0 || bytes <= max_out)
+        return false;
+    sl_api_error_set(err, SL_API_ERR_INVALID_REQUEST, NULL,
+                     "The response would be at least %llu bytes; this server sends at most %llu (--max-response).",
+                     (unsigned long long)bytes, (unsigned long long)max_out);
+    err->code = "response_too_large";
+    return true;
+}
+
+/* Bytes of s[0..n) as a JSON string body (jansson: \uXXXX for control
+ * characters, a backslash before '"' and '\\'; UTF-8 passes as is): an upper bound. */
+static uint64_t json_string_bytes(const char *s, size_t n)
+{
+    uint64_t b = 2;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        b += c < 0x20 ? 6 : (c == '"' || c == '\\') ? 2 : 1;
+    }
+    return b;
+}
+
+static unsigned digits(int32_t v)
+{
+    unsigned d = 1;
+    for (uint32_t u = (uint32_t)(v < 0 ? -(int64_t)v : v); u >= 10; u /= 10)
+        d++;
+    return d + (v < 0);
+}
+
 static bool get_flag(const json_t *o, const char *key, bool *out, sl_api_error *err)
 {
     json_t *v = json_object_get(o, key);
@@ -89,7 +121,7 @@ static json_t *piece_json(const sl_tokenizer *t, int32_t id, char *buf, size_t c
     return a;
 }
 
-sl_status sl_api_tokenize_respond(const sl_tokenizer *t, const sl_api_tokenize_req *r,
+sl_status sl_api_tokenize_respond(const sl_tokenizer *t, const sl_api_tokenize_req *r, uint64_t max_out,
                                   char **out, sl_api_error *err)
 {
     *out = NULL;
@@ -108,6 +140,22 @@ sl_status sl_api_tokenize_respond(const sl_tokenizer *t, const sl_api_tokenize_r
         return n == SL_ENOMEM ? SL_ENOMEM : SL_EINVAL;
     }
     size_t cap = sl_detok_max_piece(t) + 64;
+    /* The answer's size before it is built (a JSON tree costs far more than
+     * its text): exact for bare ids; with pieces, each piece as its bytes
+     * (up to 4 per byte), at most. */
+    uint64_t bound = 14;
+    for (int64_t i = 0; i < n; i++) {
+        bound += digits(ids[i]) + 1;
+        if (r->with_pieces) {
+            size_t len = 0;
+            sl_tokenizer_text(t, ids[i], &len);
+            bound += 20 + 4 * (uint64_t)(len + 8);
+        }
+    }
+    if (too_large(bound, max_out, err)) {
+        if (ids != stack) free(ids);
+        return SL_ERANGE;
+    }
     char *piece = r->with_pieces ? malloc(cap) : NULL;
     json_t *arr = json_array();
     json_t *root = json_pack("{s:o}", "tokens", arr);
@@ -169,14 +217,21 @@ void sl_api_detokenize_fini(sl_api_detokenize_req *r)
     memset(r, 0, sizeof *r);
 }
 
-sl_status sl_api_detokenize_respond(const sl_tokenizer *t, const sl_api_detokenize_req *r,
+sl_status sl_api_detokenize_respond(const sl_tokenizer *t, const sl_api_detokenize_req *r, uint64_t max_out,
                                     char **out, sl_api_error *err)
 {
     *out = NULL;
+    /* A few ids can stand for a lot of text (a token of 128 spaces): the
+     * size is known before any of it is made, and checked again escaped. */
     size_t need = sl_detokenize(t, r->tokens, r->n_tokens, true, NULL, 0);
+    if (too_large((uint64_t)need + 14, max_out, err)) return SL_ERANGE;
     char *text = malloc(need + 1);
     if (!text) return oom(err), SL_ENOMEM;
     sl_detokenize(t, r->tokens, r->n_tokens, true, text, need);
+    if (too_large(json_string_bytes(text, need) + 12, max_out, err)) {
+        free(text);
+        return SL_ERANGE;
+    }
     /* The detokenizer emits valid UTF-8 (U+FFFD for broken bytes); lossy
      * conversion is only a guard. */
     json_t *root = json_pack("{s:o}", "content", sl_api_json_string_lossy(text, need));

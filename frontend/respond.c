@@ -2,15 +2,24 @@
  * responses (status, headers, body), OpenAI error responses, the request id,
  * and the one access-log line per request.
  * Runs on each front-end process's event loop, called by routes.c,
- * generate.c and stream.c; it calls nothing above it. The trade-off: the log
- * line is written when a response is handed to h2o, not when the client has
- * it, so every request gets exactly one line even if the client is gone, and
- * its "ms" leaves the write out. */
+ * generate.c, stream.c and conn.c; it calls nothing above it. The trade-off:
+ * the log line is written when a response is handed to h2o, not when the
+ * client has it, so every request gets exactly one line even if the client
+ * is gone, and its "ms" leaves the write out.
+ * Access log fields, in this order, as logfmt after "sluice-fe " (text) or
+ * one JSON object per line (--log-format json): ts (ISO 8601 UTC, ms), slot,
+ * client (addr:port), method, path (%XX-escaped), status, request_id,
+ * prompt_tokens, completion_tokens, finish (stop/length, or the error code
+ * or type; "-"/null for other responses), ms. */
+#include <ctype.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "frontend/server_internal.h"
@@ -34,15 +43,33 @@ static const char *reason(int status)
     }
 }
 
+/* The bytes a client's request id may hold: what UUIDs, hex, base64 and
+ * trace ids use. It is echoed in a header and written unquoted into log
+ * lines (text and JSON), so no quote, backslash, space, comma, semicolon or
+ * control byte; an id with any other byte is replaced. */
+static bool request_id_char(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' || c == '_' ||
+           c == '.' || c == ':' || c == '/' || c == '+' || c == '=' || c == '@';
+}
+
+static void peer_of(struct sockaddr *sa, socklen_t len, char *out, size_t cap);
+
 void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req)
 {
     ri->t0_ns = sl_shm_now_ns();
+    snprintf(ri->client, sizeof ri->client, "-");
+    if (req->conn->callbacks->get_peername != NULL) {
+        struct sockaddr_storage ss;
+        socklen_t len = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
+        peer_of((struct sockaddr *)&ss, len, ri->client, sizeof ri->client);
+    }
     ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-request-id"), -1);
     if (i >= 0) {
         h2o_iovec_t v = req->headers.entries[i].value;
         bool ok = v.len >= 1 && v.len <= SL_FE_REQUEST_ID_MAX;
         for (size_t k = 0; ok && k < v.len; k++)
-            ok = v.base[k] > 0x20 && v.base[k] < 0x7f;  /* no spaces: it goes into log lines */
+            ok = request_id_char((unsigned char)v.base[k]);
         if (ok) {
             memcpy(ri->id, v.base, v.len);
             ri->id[v.len] = '\0';
@@ -60,17 +87,89 @@ void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req)
         snprintf(ri->id + 2 * k, 3, "%02x", rnd[k]);
 }
 
-void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
-                       int64_t prompt_tokens, int64_t completion_tokens)
+/* ================================================================ access log */
+
+/* One access-log record, every field already safe to print as is (the
+ * client's bytes are escaped or replaced before they get here). */
+typedef struct {
+    const char *client;     /* "addr:port", "[v6]:port" or "-" */
+    const char *method, *path, *request_id, *finish;   /* finish: NULL = none */
+    int status;
+    int64_t prompt_tokens, completion_tokens;
+    double ms;
+} log_rec;
+
+/* ISO 8601 UTC with milliseconds: 2026-12-01T10:20:59.123Z */
+static void timestamp(char out[32])
 {
-    /* The path is client data: anything outside printable ASCII, and the quote,
-     * is written as %XX so one request is always one parseable line. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, 32 - n, ".%03ldZ", ts.tv_nsec / 1000000);
+}
+
+static void peer_of(struct sockaddr *sa, socklen_t len, char *out, size_t cap)
+{
+    char host[NI_MAXHOST];
+    size_t hl = len > 0 ? h2o_socket_getnumerichost(sa, len, host) : SIZE_MAX;
+    int32_t port = len > 0 ? h2o_socket_getport(sa) : -1;
+    if (hl == SIZE_MAX || port < 0) {
+        snprintf(out, cap, "-");
+        return;
+    }
+    host[hl < sizeof host ? hl : sizeof host - 1] = '\0';
+    snprintf(out, cap, sa->sa_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, (int)port);
+}
+
+/* text: logfmt after "sluice-fe "; json: one object per line. Same fields,
+ * same order. One fprintf per line, so lines from one process never mix. */
+static void log_write(const sl_fe *fe, const log_rec *r)
+{
+    char ts[32];
+    timestamp(ts);
+    if (fe->log_json) {
+        char finish[64];
+        if (r->finish)
+            snprintf(finish, sizeof finish, "\"%s\"", r->finish);
+        else
+            snprintf(finish, sizeof finish, "null");
+        fprintf(stderr,
+                "{\"ts\":\"%s\",\"slot\":%" PRIu32 ",\"client\":\"%s\",\"method\":\"%s\",\"path\":\"%s\","
+                "\"status\":%d,\"request_id\":\"%s\",\"prompt_tokens\":%" PRId64 ",\"completion_tokens\":%" PRId64
+                ",\"finish\":%s,\"ms\":%.1f}\n",
+                ts, fe->slot, r->client, r->method, r->path, r->status, r->request_id, r->prompt_tokens,
+                r->completion_tokens, finish, r->ms);
+        return;
+    }
+    fprintf(stderr,
+            "sluice-fe ts=%s slot=%" PRIu32 " client=%s method=%s path=\"%s\" status=%d request_id=%s"
+            " prompt_tokens=%" PRId64 " completion_tokens=%" PRId64 " finish=%s ms=%.1f\n",
+            ts, fe->slot, r->client, r->method, r->path, r->status, r->request_id, r->prompt_tokens,
+            r->completion_tokens, r->finish ? r->finish : "-", r->ms);
+}
+
+static bool is_probe(h2o_req_t *req)
+{
+    h2o_iovec_t p = req->path_normalized;
+    return h2o_memis(p.base, p.len, H2O_STRLIT("/health")) || h2o_memis(p.base, p.len, H2O_STRLIT("/ready"));
+}
+
+void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
+                       int64_t prompt_tokens, int64_t completion_tokens, const char *finish)
+{
+    if (!fe->cfg->log_health && is_probe(req))
+        return;
+    /* The path is client data: anything outside printable ASCII, the quote,
+     * the backslash and '%' are written as %XX, so one request is always one
+     * parseable line in either format. */
     char path[256];
     size_t o = 0;
     h2o_iovec_t p = req->path_normalized;
     for (size_t i = 0; i < p.len && o + 4 < sizeof path; i++) {
         unsigned char c = (unsigned char)p.base[i];
-        if (c <= 0x20 || c >= 0x7f || c == '"' || c == '%')
+        if (c <= 0x20 || c >= 0x7f || c == '"' || c == '%' || c == '\\')
             o += (size_t)snprintf(path + o, sizeof path - o, "%%%02X", c);
         else
             path[o++] = (char)c;
@@ -79,26 +178,41 @@ void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri,
     char method[16];
     size_t ml = req->method.len < sizeof method - 1 ? req->method.len : sizeof method - 1;
     for (size_t i = 0; i < ml; i++) {
-        char c = req->method.base[i];
-        method[i] = (c > 0x20 && c < 0x7f) ? c : '?';
+        unsigned char c = (unsigned char)req->method.base[i];
+        method[i] = (isalnum(c) || c == '-' || c == '_' || c == '.') ? (char)c : '?';
     }
     method[ml] = '\0';
-    double ms = (double)(sl_shm_now_ns() - ri->t0_ns) / 1e6;
-    fprintf(stderr,
-            "sluice-fe slot=%" PRIu32 " method=%s path=\"%s\" status=%d request_id=%s"
-            " prompt_tokens=%" PRId64 " completion_tokens=%" PRId64 " ms=%.1f\n",
-            fe->slot, method, path, status, ri->id, prompt_tokens, completion_tokens, ms);
+    log_rec r = {ri->client, method, path, ri->id, finish, status, prompt_tokens, completion_tokens,
+                 (double)(sl_shm_now_ns() - ri->t0_ns) / 1e6};
+    log_write(fe, &r);
+}
+
+void sl_fe_respond_log_refused(const sl_fe *fe, h2o_socket_t *sock, int status, const char *code)
+{
+    char client[80] = "-";
+    struct sockaddr_storage ss;
+    socklen_t len = h2o_socket_getpeername(sock, (struct sockaddr *)&ss);
+    peer_of((struct sockaddr *)&ss, len, client, sizeof client);
+    log_rec r = {client, "-", "-", "-", code, status, 0, 0, 0};
+    log_write(fe, &r);
+}
+
+void sl_fe_peer(h2o_socket_t *sock, char *out, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = h2o_socket_getpeername(sock, (struct sockaddr *)&ss);
+    peer_of((struct sockaddr *)&ss, len, out, cap);
 }
 
 void sl_fe_respond(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                    const char *content_type, const char *body, size_t len, int retry_after_s)
 {
-    sl_fe_respond_counted(fe, req, ri, status, content_type, body, len, retry_after_s, 0, 0);
+    sl_fe_respond_counted(fe, req, ri, status, content_type, body, len, retry_after_s, 0, 0, NULL);
 }
 
 void sl_fe_respond_counted(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                            const char *content_type, const char *body, size_t len, int retry_after_s,
-                           int64_t prompt_tokens, int64_t completion_tokens)
+                           int64_t prompt_tokens, int64_t completion_tokens, const char *finish)
 {
     req->res.status = status;
     req->res.reason = reason(status);
@@ -115,18 +229,21 @@ void sl_fe_respond_counted(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, i
     }
     if (fe->draining)
         req->http1_is_persistent = 0;
-    sl_fe_respond_log(fe, req, ri, status, prompt_tokens, completion_tokens);
+    sl_fe_respond_log(fe, req, ri, status, prompt_tokens, completion_tokens, finish);
     h2o_send_inline(req, body, len);    /* copies the body into the pool */
+}
+
+const char *sl_fe_respond_outcome(const sl_api_error *e)
+{
+    const char *code = sl_api_error_code(e);
+    return code ? code : sl_api_error_type(e->kind);
 }
 
 void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_error *e)
 {
     int http = 500;
     char *body = sl_api_error_body(e, &http);
-    if (body == NULL) {
-        sl_fe_respond(fe, req, ri, http, "application/json", "", 0, e->retry_after_s);
-        return;
-    }
-    sl_fe_respond(fe, req, ri, http, "application/json", body, strlen(body), e->retry_after_s);
+    sl_fe_respond_counted(fe, req, ri, http, "application/json", body ? body : "", body ? strlen(body) : 0,
+                          e->retry_after_s, 0, 0, sl_fe_respond_outcome(e));
     free(body);
 }

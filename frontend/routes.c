@@ -251,7 +251,7 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         "ctx_size", "max_seqs", "token_budget", "prefill_chunk", "batch_window_ms", "staggered_prefill",
         "ttft_trace", "queue_depth", "max_body", "max_prompt_tokens", "default_max_tokens", "idle_timeout_ms",
         "write_timeout_ms", "drain_delay_s", "drain_timeout_s", "chat_template", "model_alias", "log_bodies",
-        "heartbeat_timeout_ms", "admin_group"};
+        "heartbeat_timeout_ms", "admin_group", "max_response", "log_format", "log_health"};
     for (int i = 0; i < SL_CFG_COUNT; i++) {
         unsigned s = c->source[i];
         json_object_set_new(src, keys[i], json_string(s < 5 ? source_names[s] : "unknown"));
@@ -285,6 +285,11 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
                               (unsigned)wi.worker_state < 4 ? states[wi.worker_state] : "unknown", "pid",
                               (int)wi.worker_pid, "generation", (int)wi.worker_generation, "step",
                               (json_int_t)wi.step, "model_id", wi.model_id);
+    if (front != NULL) {
+        json_object_set_new(front, "max_response", json_integer((json_int_t)sl_fe_max_response(c)));
+        json_object_set_new(front, "log_format", json_string(c->log_format[0] ? c->log_format : "text"));
+        json_object_set_new(front, "log_health", json_boolean(c->log_health != 0));
+    }
     if (front != NULL)
         json_object_set_new(front, "worker_info", winfo ? winfo : json_null());
     else
@@ -306,13 +311,13 @@ static void on_tokenize(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, bool
         sl_api_detokenize_req r = {0};
         rc = sl_api_detokenize_parse(&r, body, req->entity.len, fe->n_vocab, &e);
         if (rc == SL_OK)
-            rc = sl_api_detokenize_respond(fe->tok, &r, &out, &e);
+            rc = sl_api_detokenize_respond(fe->tok, &r, sl_fe_max_response(fe->cfg), &out, &e);
         sl_api_detokenize_fini(&r);
     } else {
         sl_api_tokenize_req r = {0};
         rc = sl_api_tokenize_parse(&r, body, req->entity.len, &e);
         if (rc == SL_OK)
-            rc = sl_api_tokenize_respond(fe->tok, &r, &out, &e);
+            rc = sl_api_tokenize_respond(fe->tok, &r, sl_fe_max_response(fe->cfg), &out, &e);
         sl_api_tokenize_fini(&r);
     }
     if (rc != SL_OK) {
@@ -350,6 +355,7 @@ size_t sl_fe_routes_h2o_body_limit(uint64_t max_body)
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     sl_fe *fe = ((fe_handler *)self)->fe;
+    sl_fe_conn_on_request(fe, req);
     sl_fe_reqinfo ri;
     sl_fe_respond_reqinfo_init(&ri, req);
 

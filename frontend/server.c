@@ -31,24 +31,45 @@
 
 static sl_fe *g_fe;   /* the process's one front end; h2o callbacks carry no user pointer */
 
-static void on_conn_close(void *data)
-{
-    sl_fe *fe = data;
-    fe->n_conns--;
-}
-
 static void on_accept(h2o_socket_t *listener, const char *err)
 {
     sl_fe *fe = g_fe;
     if (err != NULL)
         return;
+    errno = 0;
     h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-    if (sock == NULL)
-        return;     /* another front end won the race, or EMFILE (h2o retries on the next wake) */
-    fe->n_conns++;
-    sock->on_close.cb = on_conn_close;
-    sock->on_close.data = fe;
-    h2o_accept(&fe->accept_ctx, sock);
+    if (sock != NULL) {
+        sl_fe_conn_accept(fe, sock);
+        return;
+    }
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* Out of descriptors (or kernel memory): the connection stays in the
+         * backlog and the listener stays readable, so epoll (level-triggered)
+         * would call us again at once, forever. Stop listening for a while;
+         * connections closing meanwhile make room. */
+        int e = errno;
+        h2o_socket_read_stop(listener);
+        fe->accept_paused = true;
+        h2o_timeout_link(fe->loop, &fe->accept_timeout, &fe->accept_entry);
+        uint64_t now = sl_shm_now_ns();
+        fe->accept_pauses++;
+        if (now - fe->accept_pause_logged_ns > 10ull * 1000000000ull || fe->accept_pause_logged_ns == 0) {
+            fprintf(stderr, "sluice-fe slot=%" PRIu32 ": accept: %s with %" PRIu32 " connections open; "
+                    "not accepting for %d ms (%" PRIu64 " pauses so far)\n", fe->slot, strerror(e), fe->n_conns,
+                    SL_FE_ACCEPT_PAUSE_MS, fe->accept_pauses);
+            fe->accept_pause_logged_ns = now;
+        }
+    }
+    /* else EAGAIN: another front end won the race */
+}
+
+static void on_accept_resume(h2o_timeout_entry_t *entry)
+{
+    sl_fe *fe = g_fe;
+    (void)entry;
+    fe->accept_paused = false;
+    if (fe->listener != NULL)
+        h2o_socket_read_start(fe->listener, on_accept);
 }
 
 static void on_wake(h2o_socket_t *sock, const char *err)
@@ -61,12 +82,15 @@ static void on_wake(h2o_socket_t *sock, const char *err)
     }
     sl_fe_streams_retry_releases(fe);
     sl_fe_streams_pump_all(fe);
+    sl_fe_conn_rearm_all(fe);
 }
 
 static void close_listener(sl_fe *fe)
 {
     if (fe->listener == NULL)
         return;
+    if (h2o_timeout_is_linked(&fe->accept_entry))
+        h2o_timeout_unlink(&fe->accept_entry);
     h2o_socket_read_stop(fe->listener);
     h2o_socket_close(fe->listener);
     fe->listener = NULL;
@@ -90,6 +114,7 @@ static void on_signal(h2o_socket_t *sock, const char *err)
             fe->stop_loop = true;   /* a second Ctrl-C: stop now */
         }
     }
+    sl_fe_conn_rearm_all(fe);
 }
 
 static void on_tick(h2o_timeout_entry_t *entry)
@@ -99,6 +124,7 @@ static void on_tick(h2o_timeout_entry_t *entry)
     uint64_t now = sl_shm_now_ns();
     sl_fe_streams_retry_releases(fe);
     sl_fe_streams_tick(fe, now);
+    sl_fe_conn_tick(fe, now);
     if (fe->draining) {
         uint64_t since = now - fe->drain_start_ns;
         uint64_t delay = (uint64_t)fe->cfg->drain_delay_s * 1000000000ull;
@@ -110,6 +136,7 @@ static void on_tick(h2o_timeout_entry_t *entry)
         if (fe->listener == NULL && fe->n_streams == 0 && (fe->n_conns == 0 || since >= deadline))
             fe->stop_loop = true;
     }
+    sl_fe_conn_rearm_all(fe);
     h2o_timeout_link(fe->loop, &fe->tick_timeout, &fe->tick_entry);
 }
 
@@ -238,6 +265,8 @@ static void fe_dispose(sl_fe *fe, bool h2o_ready)
     if (h2o_ready) {
         if (h2o_timeout_is_linked(&fe->tick_entry))
             h2o_timeout_unlink(&fe->tick_entry);
+        if (h2o_timeout_is_linked(&fe->accept_entry))
+            h2o_timeout_unlink(&fe->accept_entry);
         if (h2o_timeout_is_linked(&fe->ctx.http2._graceful_shutdown_timeout))
             h2o_timeout_unlink(&fe->ctx.http2._graceful_shutdown_timeout);
         if (fe->listener != NULL) {
@@ -251,6 +280,7 @@ static void fe_dispose(sl_fe *fe, bool h2o_ready)
         /* Let the loop run the closes (sockets are freed on the next pass). */
         h2o_evloop_run(fe->loop, 0);
         h2o_timeout_dispose(fe->loop, &fe->tick_timeout);
+        h2o_timeout_dispose(fe->loop, &fe->accept_timeout);
         h2o_context_dispose(&fe->ctx);
         h2o_evloop_destroy(fe->loop);
     }
@@ -302,6 +332,15 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
         return SL_FRONTEND_EXIT_CONFIG;
     }
 
+    if (cfg->log_format[0] != '\0' && strcmp(cfg->log_format, "text") != 0 && strcmp(cfg->log_format, "json") != 0) {
+        fprintf(stderr, "sluice-fe slot=%" PRIu32 ": --log-format: '%s' is not text or json\n", slot, cfg->log_format);
+        h2o_config_init(&fe->config);   /* so fe_dispose's config dispose is valid */
+        fe_dispose(fe, false);
+        close(sfd);
+        return SL_FRONTEND_EXIT_CONFIG;
+    }
+    fe->log_json = strcmp(cfg->log_format, "json") == 0;
+
     h2o_config_init(&fe->config);
     /* Above the configured limit, so that routes.c answers bodies just over
      * it with a JSON 413 (its "body limit" section says why and how far). */
@@ -326,6 +365,8 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
     h2o_socket_read_start(fe->wake_sock, on_wake);
     fe->sig_sock = h2o_evloop_socket_create(fe->loop, sfd, H2O_SOCKET_FLAG_DONT_READ);
     h2o_socket_read_start(fe->sig_sock, on_signal);
+    h2o_timeout_init(fe->loop, &fe->accept_timeout, SL_FE_ACCEPT_PAUSE_MS);
+    fe->accept_entry.cb = on_accept_resume;
     h2o_timeout_init(fe->loop, &fe->tick_timeout, SL_FE_TICK_MS);
     fe->tick_entry.cb = on_tick;
     h2o_timeout_link(fe->loop, &fe->tick_timeout, &fe->tick_entry);

@@ -3,7 +3,8 @@
  * public contract: only these files include it.
  * Layering: calls point one way, server.c -> routes.c -> generate.c ->
  *            stream.c -> respond.c; server.c also calls stream.c (wake, tick,
- *            drain) and routes.c and generate.c call respond.c. The
+ *            drain) and conn.c (accept, rearm), routes.c calls conn.c (each
+ *            request), and routes.c, generate.c and conn.c call respond.c. The
  *            declarations below are grouped by the file defining them,
  *            lowest layer first.
  * Where:     one sl_fe per process (the process is single-threaded: every
@@ -31,9 +32,18 @@
 #define SL_FE_TICK_MS 250            /* disconnect probe, pings, write timeouts, drain */
 #define SL_FE_PING_MS 5000           /* ": ping" while a stream has nothing to send */
 #define SL_FE_REQUEST_ID_MAX 64      /* longest X-Request-ID echoed; longer ones are replaced */
+#define SL_FE_ACCEPT_PAUSE_MS 100    /* accept stops this long on EMFILE/ENFILE */
 #define SL_FE_BODY_MARGIN_MIN (1u << 20) /* h2o's body limit is max_body + max(max_body, this) */
+#define SL_FE_MAX_RESPONSE_DEFAULT (64ull << 20) /* --max-response when the config leaves it 0 */
+
+/* Response bodies longer than this are refused (400 response_too_large). */
+static inline uint64_t sl_fe_max_response(const sl_config *cfg)
+{
+    return cfg->max_response > 0 ? cfg->max_response : SL_FE_MAX_RESPONSE_DEFAULT;
+}
 
 typedef struct sl_fe_stream sl_fe_stream;
+typedef struct sl_fe_conn sl_fe_conn;
 
 typedef struct {
     /* configuration and model (read-only after start) */
@@ -60,11 +70,18 @@ typedef struct {
     h2o_socket_t *sig_sock;
     h2o_timeout_t tick_timeout;
     h2o_timeout_entry_t tick_entry;
+    h2o_timeout_t accept_timeout;    /* SL_FE_ACCEPT_PAUSE_MS: accepting again after EMFILE */
+    h2o_timeout_entry_t accept_entry;
+    bool accept_paused;
+    uint64_t accept_pauses;          /* EMFILE/ENFILE pauses since start */
+    uint64_t accept_pause_logged_ns; /* the last one logged (one line per 10 s at most) */
 
     /* state */
     sl_fe_stream *streams;           /* live generation requests (doubly linked) */
     uint32_t n_streams;
-    uint32_t n_conns;                /* open client connections */
+    sl_fe_conn *conns;               /* open client connections (conn.c, doubly linked) */
+    uint32_t n_conns;
+    bool log_json;                   /* --log-format json */
     bool draining;
     uint64_t drain_start_ns;
     bool stop_loop;
@@ -77,13 +94,15 @@ typedef struct {
 /* Per-request bookkeeping every route fills (request id, start time). */
 typedef struct {
     char id[SL_FE_REQUEST_ID_MAX + 1];
+    char client[64];                 /* "addr:port" at arrival (the log's client; "-" if unknown) */
     uint64_t t0_ns;
 } sl_fe_reqinfo;
 
 /* ---- respond.c (calls nothing above it) ---- */
 
-/* Takes the X-Request-ID header if it is 1..SL_FE_REQUEST_ID_MAX printable
- * ASCII bytes, else makes 32 hex digits; sets t0 to now. */
+/* Takes the X-Request-ID header if it is 1..SL_FE_REQUEST_ID_MAX bytes of
+ * [A-Za-z0-9-_.:/+=@], else makes 32 hex digits; notes the client's address
+ * (a gone client has none by the time its line is logged); sets t0 to now. */
 void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req);
 
 /* Sends a whole response: status, reason, content type, x-request-id, an
@@ -92,18 +111,51 @@ void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req);
 void sl_fe_respond(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                    const char *content_type, const char *body, size_t len, int retry_after_s);
 
-/* The same, logging the request's token counts (generation routes). */
+/* The same, logging the request's token counts and its finish (a finish
+ * reason, an error code, or NULL for none). */
 void sl_fe_respond_counted(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                            const char *content_type, const char *body, size_t len, int retry_after_s,
-                           int64_t prompt_tokens, int64_t completion_tokens);
+                           int64_t prompt_tokens, int64_t completion_tokens, const char *finish);
 
 /* Sends e as an OpenAI error body with its status (and Retry-After). */
 void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_error *e);
 
-/* One structured log line (stderr) for a finished request; for responses
- * that do not go through sl_fe_respond* (streams). */
+/* What the log's finish field says for an error: its code, else its type. */
+const char *sl_fe_respond_outcome(const sl_api_error *e);
+
+/* One access-log line (stderr; text or JSON, fe->log_json) for a finished
+ * request; for responses that do not go through sl_fe_respond* (streams).
+ * finish: "stop"/"length", an error code, or NULL. /health and /ready are
+ * left out when log_health is 0. */
 void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
-                       int64_t prompt_tokens, int64_t completion_tokens);
+                       int64_t prompt_tokens, int64_t completion_tokens, const char *finish);
+
+/* A request refused before h2o made it one (conn.c's framing guard): the
+ * access-log line, with the client's address from `sock` and finish `code`. */
+void sl_fe_respond_log_refused(const sl_fe *fe, h2o_socket_t *sock, int status, const char *code);
+
+/* The client's "addr:port" ("[v6]:port"; "-" when unknown) for diagnostics. */
+void sl_fe_peer(h2o_socket_t *sock, char *out, size_t cap);
+
+/* ---- conn.c (calls respond.c) ---- */
+
+/* Takes an accepted socket: counts it, hands it to h2o and puts the HTTP/1.1
+ * framing guard (http1_guard.h) in front of h2o's reads. On allocation
+ * failure the socket is closed. */
+void sl_fe_conn_accept(sl_fe *fe, h2o_socket_t *sock);
+
+/* h2o handed over a request (routes.c, first thing): counts it, and makes
+ * the response close the connection when a later pipelined request on it
+ * was refused. */
+void sl_fe_conn_on_request(sl_fe *fe, h2o_req_t *req);
+
+/* Every SL_FE_TICK_MS: a connection whose write made no progress for
+ * write_timeout_ms (any response, streamed or not) is shut down. */
+void sl_fe_conn_tick(sl_fe *fe, uint64_t now_ns);
+
+/* Puts the guard back in front of h2o's callbacks on every connection; after
+ * sends made outside a connection's own callbacks (wake, tick, signal). */
+void sl_fe_conn_rearm_all(sl_fe *fe);
 
 /* ---- stream.c (calls respond.c) ---- */
 

@@ -11,7 +11,9 @@
  * is ever dropped, and memory per stream stays one event's worth.
  *
  * Stream lifecycle (each arrow names the function making it):
- *   sl_fe_stream_start() -> LIVE (linked, mailbox submitted)
+ *   sl_fe_stream_start() -> LIVE (linked, mailbox submitted; a stream's
+ *        headers wait for its first send, commit(), so a request that fails
+ *        before anything was sent still gets an HTTP status)
  *   LIVE --pump(): terminal or stop string--> finish(): FINAL sent, unlinked,
  *        mailbox released (or kept by release_later() until the worker lets go)
  *   LIVE --on_stop() (write failed) | tick(): client hung up, write timeout |
@@ -49,7 +51,9 @@ struct sl_fe_stream {
     bool stream, include_usage, logprobs;
     sl_shm_ticket ticket;
     bool have_ticket;
-    bool started;                  /* h2o_start_response ran (streams only) */
+    bool started;                  /* h2o_start_response ran (streams only, at the first send) */
+    bool keep_out;                 /* fail_with: st->out holds text to send before the error event */
+    uint32_t worker_gen;           /* the worker generation when the request was taken over */
     bool inflight;                 /* an h2o_send awaits proceed */
     bool done;                     /* no more sends: FINAL/ERROR sent or the client is gone */
     bool logged;
@@ -196,8 +200,38 @@ static void drop_ticket(sl_fe_stream *st, bool cancel)
 
 /* ================================================================ sending */
 
+static void on_proceed(h2o_generator_t *gen, h2o_req_t *req);
+static void on_stop(h2o_generator_t *gen, h2o_req_t *req);
+
+/* The headers of a stream: sent with its first event, not at submission, so
+ * that a request lost before it produced anything (a worker death while it
+ * was queued or in prefill) can still get a 503 a proxy will retry. */
+static void commit(sl_fe_stream *st)
+{
+    h2o_req_t *req = st->req;
+    req->res.status = 200;
+    req->res.reason = "OK";
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("text/event-stream"));
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, st->ri.id,
+                          strlen(st->ri.id));
+    st->gen = (h2o_generator_t){on_proceed, on_stop};
+    h2o_start_response(req, &st->gen);
+    st->started = true;
+}
+
+/* Drops what st->out holds unless it is the first event still waiting for
+ * the headers (the role chunk, or ": ok"), which goes out with the next send. */
+static void out_reset(sl_fe_stream *st)
+{
+    if (st->started)
+        st->out_len = 0;
+}
+
 static void send_out(sl_fe_stream *st, h2o_send_state_t state)
 {
+    if (!st->started)
+        commit(st);
     h2o_iovec_t v = h2o_iovec_init(st->out, st->out_len);
     st->last_send_ns = sl_shm_now_ns();
     if (state == H2O_SEND_STATE_IN_PROGRESS) {
@@ -241,32 +275,36 @@ static void observe(sl_fe *fe, const sl_shm_timings *t, int64_t n)
         sl_shm_histogram_observe(fe->shm, SL_HISTOGRAM_E2E, end - t->queued_ns);
 }
 
-/* Ends a stream that already sent headers with an error event, or answers a
- * non-streaming request with the error. */
-static void fail(sl_fe_stream *st, sl_api_err_kind kind, const char *msg)
+/* Ends a stream that already sent headers with the error event e, or answers
+ * a request that has sent nothing yet (non-streaming, or a stream before its
+ * first event) with e's status. */
+static void fail_with(sl_fe_stream *st, const sl_api_error *ep)
 {
-    sl_api_error e;
-    sl_api_error_set(&e, kind, NULL, "%s", msg);
+    sl_api_error e = *ep;
     drop_ticket(st, true);
     if (!st->started) {
         st->done = true;
         st->logged = true;
         unlink_stream(st);
         int http = 500;
+        if (e.kind == SL_API_ERR_UNAVAILABLE && e.retry_after_s == 0)
+            e.retry_after_s = 1;   /* nothing was sent: a proxy may replay it (HAProxy retry-on 503) */
         char *body = sl_api_error_body(&e, &http);
         sl_fe_respond_counted(st->fe, st->req, &st->ri, http, "application/json", body ? body : "",
-                              body ? strlen(body) : 0, 0, st->n_prompt, st->n_generated);
+                              body ? strlen(body) : 0, e.retry_after_s, st->n_prompt, st->n_generated,
+                              sl_fe_respond_outcome(&e));
         free(body);
         return;
     }
     size_t n = 0;
     char *ev = sl_api_sse_error(&e, &n);
-    st->out_len = 0;
+    if (!st->keep_out)
+        st->out_len = 0;
     if (ev != NULL)
         buf_append(&st->out, &st->out_len, &st->out_cap, ev, n);
     free(ev);
     st->logged = true;
-    sl_fe_respond_log(st->fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
+    sl_fe_respond_log(st->fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated, sl_fe_respond_outcome(&e));
     if (st->out_len == 0) {
         st->done = true;
         unlink_stream(st);
@@ -274,6 +312,25 @@ static void fail(sl_fe_stream *st, sl_api_err_kind kind, const char *msg)
         return;
     }
     send_out(st, H2O_SEND_STATE_FINAL);
+}
+
+static void fail(sl_fe_stream *st, sl_api_err_kind kind, const char *msg)
+{
+    sl_api_error e;
+    sl_api_error_set(&e, kind, NULL, "%s", msg);
+    fail_with(st, &e);
+}
+
+/* A non-streamed answer grew past --max-response: the worker is stopped
+ * and the client told, instead of building a body nobody may hold. */
+static void fail_too_large(sl_fe_stream *st, size_t bytes)
+{
+    sl_api_error e;
+    sl_api_error_set(&e, SL_API_ERR_INVALID_REQUEST, NULL,
+                     "The response would be at least %zu bytes; this server sends at most %" PRIu64
+                     " (--max-response); stream it instead.", bytes, sl_fe_max_response(st->fe->cfg));
+    e.code = "response_too_large";
+    fail_with(st, &e);
 }
 
 /* ================================================================ tokens -> text */
@@ -330,6 +387,20 @@ static void lp_reset(sl_fe_stream *st)
 
 /* ================================================================ finish */
 
+/* A FAILED mailbox that a worker death failed (shared/recover.c), not the
+ * worker itself: recovery bumps the worker generation before it marks the
+ * mailboxes, so a generation newer than at submission says so; its error
+ * text is the fallback for a death between submission and takeover. */
+static bool worker_died(const sl_fe_stream *st, const sl_shm_result_info *info)
+{
+    sl_shm_worker_info wi;
+    sl_shm_worker_info_get(st->fe->shm, &wi);
+    if (wi.worker_generation != st->worker_gen)
+        return true;
+    static const char died[] = "the worker process died";
+    return strncmp(info->error, died, sizeof died - 1) == 0;
+}
+
 static void finish(sl_fe_stream *st)
 {
     sl_fe *fe = st->fe;
@@ -352,8 +423,32 @@ static void finish(sl_fe_stream *st)
     sl_api_finish fin = SL_API_FINISH_STOP;
     if (!st->stop_hit) {
         if (info.state == SL_MAILBOX_STATE_FAILED) {
+            if (!st->started && worker_died(st, &info)) {
+                /* Nothing reached the client: a 503 with Retry-After says it is
+                 * safe to send again (HAProxy's retry-on 503 replays it). */
+                sl_api_error e;
+                sl_api_error_set(&e, SL_API_ERR_UNAVAILABLE, NULL,
+                                 "%s; nothing was sent, so it can be retried.",
+                                 info.error[0] ? info.error : "the worker process died while running this request");
+                e.code = "worker_lost";
+                e.retry_after_s = 1;
+                fail_with(st, &e);
+                return;
+            }
             char msg[SL_SHM_ERROR_LEN + 32];
             snprintf(msg, sizeof msg, "generation failed: %s", info.error[0] ? info.error : "worker error");
+            if (st->stream && !st->started && (st->text_len > 0 || lp_has_entries(st))) {
+                /* The worker failed after making text nobody has seen yet: the
+                 * stream starts, sends it, and ends with the error event. */
+                sl_api_chunk c = {.endpoint = st->ep, .kind = SL_API_CHUNK_TEXT, .id = st->id,
+                                  .created = st->created, .model = fe->model_name, .text = st->text,
+                                  .text_len = st->text_len, .logprobs = lp_has_entries(st) ? &st->lp : NULL,
+                                  .include_usage = st->include_usage};
+                if (out_event(st, sl_api_chunk_build(&c))) {
+                    commit(st);
+                    st->keep_out = true;
+                }
+            }
             fail(st, SL_API_ERR_INTERNAL, msg);
             return;
         }
@@ -379,15 +474,21 @@ static void finish(sl_fe_stream *st)
             fail(st, SL_API_ERR_INTERNAL, "out of memory building the response");
             return;
         }
+        size_t blen = strlen(body);
+        if (blen > sl_fe_max_response(fe->cfg)) {
+            free(body);
+            fail_too_large(st, blen);
+            return;
+        }
         st->done = true;
         st->logged = true;
         unlink_stream(st);
         sl_fe_respond_counted(fe, st->req, &st->ri, 200, "application/json", body, strlen(body), 0, st->n_prompt,
-                              st->n_generated);
+                              st->n_generated, sl_api_finish_name(fin));
         free(body);
         return;
     }
-    st->out_len = 0;
+    out_reset(st);
     sl_api_chunk c = {.endpoint = st->ep, .id = st->id, .created = st->created, .model = fe->model_name,
                       .include_usage = st->include_usage};
     bool ok = true;
@@ -417,7 +518,7 @@ static void finish(sl_fe_stream *st)
         return;
     }
     st->logged = true;
-    sl_fe_respond_log(fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated);
+    sl_fe_respond_log(fe, st->req, &st->ri, 200, st->n_prompt, st->n_generated, sl_api_finish_name(fin));
     send_out(st, H2O_SEND_STATE_FINAL);
 }
 
@@ -459,13 +560,17 @@ static void pump(sl_fe_stream *st)
         if (n < READ_BATCH)
             break;
     }
+    if (!st->stream && st->text_len > sl_fe_max_response(fe->cfg)) {
+        fail_too_large(st, st->text_len);
+        return;
+    }
     if (terminal || st->stop_hit) {
         finish(st);
         return;
     }
     if (!st->stream || (st->text_len == 0 && !lp_has_entries(st)))
         return;
-    st->out_len = 0;
+    out_reset(st);
     sl_api_chunk c = {.endpoint = st->ep, .kind = SL_API_CHUNK_TEXT, .id = st->id, .created = st->created,
                       .model = fe->model_name, .text = st->text, .text_len = st->text_len,
                       .logprobs = lp_has_entries(st) ? &st->lp : NULL, .include_usage = st->include_usage};
@@ -509,7 +614,7 @@ static void on_dispose(void *p)
     unlink_stream(st);
     drop_ticket(st, true);
     if (!st->logged)
-        sl_fe_respond_log(st->fe, st->req, &st->ri, 499, st->n_prompt, st->n_generated);
+        sl_fe_respond_log(st->fe, st->req, &st->ri, 499, st->n_prompt, st->n_generated, "client_closed");
     sl_api_stop_fini(&st->stop);
     if (st->lp_live)
         sl_api_logprobs_fini(&st->lp);
@@ -532,7 +637,7 @@ static void kill_stream(sl_fe_stream *st, int status_if_unstarted)
         st->logged = true;
         st->req->http1_is_persistent = 0;
         sl_fe_respond_counted(st->fe, st->req, &st->ri, status_if_unstarted, "application/json", "", 0, 0,
-                              st->n_prompt, st->n_generated);
+                              st->n_prompt, st->n_generated, "client_closed");
     }
 }
 
@@ -583,8 +688,15 @@ void sl_fe_streams_tick(sl_fe *fe, uint64_t now)
                 continue;
             }
         }
-        if (st->started && !st->done && now > st->last_send_ns &&
+        if (st->stream && !st->done && now > st->last_send_ns &&
             now - st->last_send_ns >= (uint64_t)SL_FE_PING_MS * 1000000ull) {
+            if (!st->started) {
+                /* Queued or in a long prefill: the headers and the first
+                 * event go out now, with the ping, to keep proxies open. */
+                if (buf_append(&st->out, &st->out_len, &st->out_cap, ping, sizeof ping - 1))
+                    send_out(st, H2O_SEND_STATE_IN_PROGRESS);
+                continue;
+            }
             st->inflight = true;
             st->inflight_since_ns = st->last_send_ns = now;
             h2o_iovec_t v = h2o_iovec_init(ping, sizeof ping - 1);
@@ -626,6 +738,9 @@ void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, cons
     st->have_ticket = true;
     st->created = (int64_t)time(NULL);
     st->n_prompt = n_prompt;
+    sl_shm_worker_info wi;
+    sl_shm_worker_info_get(fe->shm, &wi);
+    st->worker_gen = wi.worker_generation;
     sl_api_id_make(st->id, st->ep);
     sl_detok_init(&st->detok);
     st->piece_cap = sl_detok_max_piece(fe->tok);
@@ -640,18 +755,12 @@ void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, cons
         fail(st, SL_API_ERR_INTERNAL, "out of memory");
         return;
     }
+    st->last_send_ns = sl_shm_now_ns();    /* the ping timer counts from submission */
     if (st->stream) {
-        req->res.status = 200;
-        req->res.reason = "OK";
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("text/event-stream"));
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
-        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, st->ri.id,
-                              strlen(st->ri.id));
-        st->gen = (h2o_generator_t){on_proceed, on_stop};
-        h2o_start_response(req, &st->gen);
-        st->started = true;
-        /* A non-empty first event sends the headers now: the role delta for
-         * chat, a comment for completions (which have no role chunk). */
+        /* The first event is made now and sent with the first tokens (or the
+         * first ping, or the end), together with the headers (commit): the
+         * role delta for chat, a comment for completions (which have no role
+         * chunk). */
         st->out_len = 0;
         bool ok;
         if (st->ep == SL_API_ENDPOINT_CHAT) {
@@ -665,8 +774,6 @@ void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, cons
             fail(st, SL_API_ERR_INTERNAL, "out of memory");
             return;
         }
-        send_out(st, H2O_SEND_STATE_IN_PROGRESS);
-    } else {
-        pump(st);   /* an echo worker may already be done; normally this reads nothing */
     }
+    pump(st);   /* an echo worker may already be done; normally this reads nothing */
 }

@@ -85,6 +85,12 @@ static const setting settings[] = {
     {SL_CFG_HEARTBEAT_TIMEOUT_MS, "heartbeat-timeout-ms", 0, "SLUICE_HEARTBEAT_TIMEOUT_MS", NULL, T_U32,
      F(heartbeat_timeout_ms), 100, 3600000, "5000",
      "a worker whose step outlives its bound by this much is restarted"},
+    {SL_CFG_MAX_RESPONSE, "max-response", 0, "SLUICE_MAX_RESPONSE", NULL, T_BYTES, F(max_response), 4096,
+     1ull << 40, "64M", "response body bytes at most (a larger answer is refused with 400 response_too_large)"},
+    {SL_CFG_LOG_FORMAT, "log-format", 0, "SLUICE_LOG_FORMAT", NULL, T_STR, F(log_format), 0, 0, "text",
+     "access log lines: text (logfmt) or json (one object per line)"},
+    {SL_CFG_LOG_HEALTH, "log-health", 0, "SLUICE_LOG_HEALTH", NULL, T_BOOL, F(log_health), 0, 1, "1",
+     "log /health and /ready requests (0 leaves probes out of the access log)"},
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

@@ -31,7 +31,8 @@ typedef enum {
     SL_CFG_TTFT_TRACE, SL_CFG_QUEUE_DEPTH, SL_CFG_MAX_BODY, SL_CFG_MAX_PROMPT_TOKENS,
     SL_CFG_DEFAULT_MAX_TOKENS, SL_CFG_IDLE_TIMEOUT_MS, SL_CFG_WRITE_TIMEOUT_MS, SL_CFG_DRAIN_DELAY_S,
     SL_CFG_DRAIN_TIMEOUT_S, SL_CFG_CHAT_TEMPLATE, SL_CFG_MODEL_ALIAS, SL_CFG_LOG_BODIES,
-    SL_CFG_HEARTBEAT_TIMEOUT_MS, SL_CFG_ADMIN_GROUP, SL_CFG_COUNT
+    SL_CFG_HEARTBEAT_TIMEOUT_MS, SL_CFG_ADMIN_GROUP, SL_CFG_MAX_RESPONSE, SL_CFG_LOG_FORMAT,
+    SL_CFG_LOG_HEALTH, SL_CFG_COUNT
 } sl_config_key;
 
 typedef struct {
@@ -64,6 +65,9 @@ typedef struct {
     char chat_template[SL_CONFIG_PATH_MAX]; /* file or built-in name overriding the model's template */
     uint32_t log_bodies;                    /* 1 = log request bodies (off: bodies may hold secrets) */
     uint32_t heartbeat_timeout_ms;          /* a worker whose step outlives its bound by this is wedged */
+    uint64_t max_response;                  /* response body bytes at most; 0 = 64 MiB */
+    char log_format[8];                     /* access log: "text" (logfmt) or "json"; "" = text */
+    uint32_t log_health;                    /* 1 = log /health and /ready requests too */
     char shm_name[64];                      /* the segment's name, derived from the pid */
     uint8_t source[SL_CFG_COUNT];           /* sl_config_source of each field */
 } sl_config;

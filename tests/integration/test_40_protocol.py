@@ -419,7 +419,7 @@ def test_disconnect_while_queued_is_seen_by_the_probe(model):
     try:
         t0 = time.time()
         s = open_stream(h, {"prompt": "hello", "stream": True})
-        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        time.sleep(0.3)      # queued: the headers wait for the first token (or a ping at 5 s)
         s.close()
         m = h.wait_mailboxes_free(64, timeout=3)
         assert m["free"] == 64 and time.time() - t0 < 3, m

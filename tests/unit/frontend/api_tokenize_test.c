@@ -35,7 +35,7 @@ static json_t *tokenize(const char *body)
     sl_api_error e;
     cr_assert_eq(sl_api_tokenize_parse(&r, body, strlen(body), &e), SL_OK, "%s", e.message);
     char *out;
-    cr_assert_eq(sl_api_tokenize_respond(tok, &r, &out, &e), SL_OK, "%s", e.message);
+    cr_assert_eq(sl_api_tokenize_respond(tok, &r, 0, &out, &e), SL_OK, "%s", e.message);
     sl_api_tokenize_fini(&r);
     json_t *o = json_loads(out, 0, NULL);
     cr_assert_not_null(o, "%s", out);
@@ -144,7 +144,7 @@ static char *detokenize(const char *body)
     cr_assert_eq(sl_api_detokenize_parse(&r, body, strlen(body), sl_tokenizer_n_vocab(tok), &e), SL_OK,
                  "%s", e.message);
     char *out;
-    cr_assert_eq(sl_api_detokenize_respond(tok, &r, &out, &e), SL_OK);
+    cr_assert_eq(sl_api_detokenize_respond(tok, &r, 0, &out, &e), SL_OK);
     sl_api_detokenize_fini(&r);
     return out;
 }
