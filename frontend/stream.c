@@ -423,7 +423,8 @@ static void finish(sl_fe_stream *st)
     sl_api_finish fin = SL_API_FINISH_STOP;
     if (!st->stop_hit) {
         if (info.state == SL_MAILBOX_STATE_FAILED) {
-            if (!st->started && worker_died(st, &info)) {
+            bool died = worker_died(st, &info);
+            if (!st->started && died) {
                 /* Nothing reached the client: a 503 with Retry-After says it is
                  * safe to send again (HAProxy's retry-on 503 replays it). */
                 sl_api_error e;
@@ -448,6 +449,16 @@ static void finish(sl_fe_stream *st)
                     commit(st);
                     st->keep_out = true;
                 }
+            }
+            if (died) {
+                /* Part of the answer is out: the error event says what was
+                 * lost, as the 503 would have (a client's retry is its call). */
+                sl_api_error e;
+                sl_api_error_set(&e, SL_API_ERR_UNAVAILABLE, NULL, "%s; the answer so far is incomplete.",
+                                 info.error[0] ? info.error : "the worker process died while running this request");
+                e.code = "worker_lost";
+                fail_with(st, &e);
+                return;
             }
             fail(st, SL_API_ERR_INTERNAL, msg);
             return;

@@ -39,21 +39,14 @@ def error_of(payload):
     return e if isinstance(e, dict) else None
 
 
-# docs/API.md lists 503 unavailable_error for "a request lost to a worker
-# restart". A request whose worker dies while running it gets its mailbox's
-# failure instead, 500 server_error (frontend/stream.c maps every FAILED
-# mailbox to SL_API_ERR_INTERNAL). Until the server or the document changes,
-# that exact answer is an expected failure (xfail) and any other fails.
+# docs/API.md: a request lost to a worker death is 503 unavailable_error
+# `worker_lost` when nothing was sent, and the same error as the final event
+# of a stream that had started.
 DEATH = "the worker process died while running this request"
-MISMATCH = "killed worker: 500 server_error, docs/API.md says 503 unavailable_error"
 
 
 def is_documented_loss(e):
-    return e["type"] == "unavailable_error"
-
-
-def is_known_mismatch(e):
-    return e["type"] == "server_error" and DEATH in e["message"]
+    return e["type"] == "unavailable_error" and e.get("code") == "worker_lost" and DEATH in e["message"]
 
 
 def test_worker_kill_ends_streams_and_recovers(server):
@@ -72,13 +65,11 @@ def test_worker_kill_ends_streams_and_recovers(server):
                     f"{[ev[-1][:60] for ev, _ in streams]}")
     # docs/API.md: a failure after the stream started (HTTP 200 sent) is a
     # final error event, and the stream ends without [DONE].
-    errors = []
     for ev, _ in streams:
         assert "[DONE]" not in ev, ev[-3:]
         e = error_of(ev[-1])
         assert e is not None, f"the stream did not end with an error event: {ev[-3:]}"
-        assert is_documented_loss(e) or is_known_mismatch(e), e
-        errors.append(e)
+        assert is_documented_loss(e), e
     assert elapsed < 2.0
     # front ends untouched, worker replaced, service back
     assert server.get("/health")[0] == 200
@@ -89,8 +80,6 @@ def test_worker_kill_ends_streams_and_recovers(server):
     assert status == 200
     ev = start_streams(server, 1, max_tokens=5)[0]
     assert ev[1].wait(30) and ev[0][-1] == "[DONE]"
-    if not all(is_documented_loss(e) for e in errors):
-        pytest.xfail(MISMATCH)
 
 
 def test_worker_kill_fails_a_non_streaming_request_at_once(server):
@@ -122,8 +111,6 @@ def test_worker_kill_fails_a_non_streaming_request_at_once(server):
     assert e is not None, out
     server.wait_ready(30)
     assert server.pids()[0] != worker
-    if out["status"] == 500 and is_known_mismatch(e):
-        pytest.xfail(MISMATCH)
     assert out["status"] == 503 and is_documented_loss(e), out
 
 
