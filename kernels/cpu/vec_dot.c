@@ -16,6 +16,7 @@
 #include <cpuid.h>
 #endif
 
+#include "kernels/cpu/vec_dot_int.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
 
@@ -54,76 +55,24 @@ static void decode_block(uint32_t type, const void *w, int64_t b, int64_t n, str
                 d->q[i] = sl_bf16_to_fp32(((const uint16_t *)w)[start + i]);
         break;
     }
-    case SL_GGML_TYPE_Q8_0: {
-        const sl_block_q8_0 *blk = (const sl_block_q8_0 *)w + b;
-        d->n = d->sub = SL_QK8_0;
-        d->nsub = 1;
-        d->ds[0] = sl_fp16_to_fp32(blk->d);
-        for (int i = 0; i < SL_QK8_0; i++)
-            d->q[i] = (float)blk->qs[i];
-        break;
-    }
-    case SL_GGML_TYPE_Q4_0: {
-        const sl_block_q4_0 *blk = (const sl_block_q4_0 *)w + b;
-        d->n = d->sub = SL_QK4_0;
-        d->nsub = 1;
-        d->ds[0] = sl_fp16_to_fp32(blk->d);
-        for (int i = 0; i < 16; i++) {
-            d->q[i] = (float)((blk->qs[i] & 0xF) - 8);
-            d->q[i + 16] = (float)((blk->qs[i] >> 4) - 8);
-        }
-        break;
-    }
-    case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K: {
-        /* Q5_K is Q4_K with a fifth bit; the two share scales and nibbles */
-        const uint8_t *scales, *qs, *qh = NULL;
-        uint16_t hd, hdmin;
-        if (type == SL_GGML_TYPE_Q4_K) {
-            const sl_block_q4_K *blk = (const sl_block_q4_K *)w + b;
-            scales = blk->scales; qs = blk->qs; hd = blk->d; hdmin = blk->dmin;
-        } else {
-            const sl_block_q5_K *blk = (const sl_block_q5_K *)w + b;
-            scales = blk->scales; qs = blk->qs; qh = blk->qh; hd = blk->d; hdmin = blk->dmin;
-        }
-        float dd = sl_fp16_to_fp32(hd), dmin = sl_fp16_to_fp32(hdmin);
-        d->n = SL_QK_K;
-        d->sub = 32;
-        d->nsub = 8;
-        d->has_min = true;
-        for (int s = 0; s < 8; s++) {
-            uint8_t sc, m;
-            sl_quant_get_scale_min_k4(s, scales, &sc, &m);
-            d->ds[s] = dd * (float)sc;
-            d->dm[s] = dmin * (float)m;
-            const uint8_t *q = qs + 32 * (s / 2);
-            int shift = 4 * (s & 1);
-            for (int l = 0; l < 32; l++) {
-                int v = (q[l] >> shift) & 0xF;
-                if (qh)
-                    v |= ((qh[l] >> s) & 1) << 4;
-                d->q[32 * s + l] = (float)v;
-            }
-        }
-        break;
-    }
+    case SL_GGML_TYPE_Q8_0: case SL_GGML_TYPE_Q4_0: case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K:
     case SL_GGML_TYPE_Q6_K: {
-        const sl_block_q6_K *blk = (const sl_block_q6_K *)w + b;
-        float dd = sl_fp16_to_fp32(blk->d);
-        d->n = SL_QK_K;
-        d->sub = 16;
-        d->nsub = 16;
-        for (int s = 0; s < 16; s++)
-            d->ds[s] = dd * (float)blk->scales[s];
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = blk->ql + 64 * h, *qh = blk->qh + 32 * h;
-            float *y = d->q + 128 * h;
-            for (int l = 0; l < 32; l++) {
-                y[l]      = (float)(((ql[l] & 0xF)      | (((qh[l] >> 0) & 3) << 4)) - 32);
-                y[l + 32] = (float)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                y[l + 64] = (float)(((ql[l] >> 4)       | (((qh[l] >> 4) & 3) << 4)) - 32);
-                y[l + 96] = (float)(((ql[l + 32] >> 4)  | (((qh[l] >> 6) & 3) << 4)) - 32);
-            }
+        /* the integer unpacking the 8- and 16-bit activation paths use
+         * (vec_dot_int.h), then in float: codes, d*sc and dmin*m are exact
+         * conversions and one product each, as if decoded here directly */
+        sl_qblock u;
+        sl_vec_dot_unpack(type, w, b, &u);
+        d->n = u.n;
+        d->sub = u.sub;
+        d->nsub = u.n / u.sub;
+        d->has_min = type == SL_GGML_TYPE_Q4_K || type == SL_GGML_TYPE_Q5_K;
+        for (int s = 0; s < d->nsub; s++) {
+            d->ds[s] = u.d * (float)u.sc[s];
+            if (d->has_min)
+                d->dm[s] = u.dmin * (float)u.mn[s];
         }
+        for (int i = 0; i < u.n; i++)
+            d->q[i] = (float)u.q[i];
         break;
     }
     default:

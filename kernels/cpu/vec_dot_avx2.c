@@ -22,8 +22,8 @@
 
 #include <assert.h>
 #include <immintrin.h>
-#include <string.h>
 
+#include "kernels/cpu/avx2_util.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
 
@@ -73,15 +73,14 @@ static void stage_q8_0(const sl_block_q8_0 *b, int nblk, struct staged *st)
 
 static void stage_q4_0(const sl_block_q4_0 *b, int nblk, struct staged *st)
 {
-    const __m128i m4 = _mm_set1_epi8(0xF), eight = _mm_set1_epi8(8);
     for (int i = 0; i < nblk; i++) {
         float d = _cvtsh_ss(b[i].d);
         st->s[i] = d;
         st->o[i] = -MAGIC_F * d;
-        __m128i q = _mm_loadu_si128((const __m128i *)b[i].qs);
-        _mm_store_si128((__m128i *)(st->codes + 32 * i), _mm_sub_epi8(_mm_and_si128(q, m4), eight));
-        _mm_store_si128((__m128i *)(st->codes + 32 * i + 16),
-                        _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight));
+        __m128i lo, hi;
+        sl_avx2_q4_0_codes(b[i].qs, &lo, &hi);
+        _mm_store_si128((__m128i *)(st->codes + 32 * i), lo);
+        _mm_store_si128((__m128i *)(st->codes + 32 * i + 16), hi);
     }
     st->shift = 2;
 }
@@ -93,28 +92,16 @@ static void stage_q4_0(const sl_block_q4_0 *b, int nblk, struct staged *st)
 static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const uint8_t *qs,
                             const uint8_t *qh, struct staged *st)
 {
-    const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10);
-    /* the 16 six-bit fields at once, as three little-endian words (bytes
-     * 0-3 low scales, 4-7 low mins, 8-11 high nibbles; top bits of bytes
-     * 0-7 are bits 4-5 of the high ones; see sl_quant_get_scale_min_k4) */
-    uint32_t u[3];
-    memcpy(u, scales, 12);
-    uint32_t sc_lo = u[0] & 0x3f3f3f3fu, mn_lo = u[1] & 0x3f3f3f3fu;
-    uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
-    uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-    __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
-    __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo)));
+    uint32_t f[4];
+    sl_avx2_k4_scale_words(scales, f);
+    __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)f[1], (int)f[0])));
+    __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)f[3], (int)f[2])));
     _mm256_store_ps(st->s, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), scf));
     _mm256_store_ps(st->o, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hdmin)), mnf));
     __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
-        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (qh) {
-            __m256i bl = _mm256_set1_epi8((char)(1 << (2 * c))), bh = _mm256_set1_epi8((char)(2 << (2 * c)));
-            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bl), bl), b4));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bh), bh), b4));
-        }
+        __m256i lo, hi;
+        sl_avx2_k4_codes(qs, qh != NULL, h, c, &lo, &hi);
         _mm256_store_si256((__m256i *)(st->codes + 64 * c), lo);
         _mm256_store_si256((__m256i *)(st->codes + 64 * c + 32), hi);
     }
@@ -123,7 +110,6 @@ static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, 
 
 static void stage_q6_K(const sl_block_q6_K *b, struct staged *st)
 {
-    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
     const __m256i off = _mm256_set1_epi8(32);
     __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d)), nmagic = _mm256_set1_ps(-MAGIC_F);
     for (int k = 0; k < 2; k++) {
@@ -133,16 +119,8 @@ static void stage_q6_K(const sl_block_q6_K *b, struct staged *st)
         _mm256_store_ps(st->o + 8 * k, _mm256_mul_ps(nmagic, ds));
     }
     for (int h = 0; h < 2; h++) {
-        __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-        __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-        __m256i q[4] = {
-            _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
-            _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
-        };
+        __m256i q[4];
+        sl_avx2_q6_K_codes(b->ql, b->qh, h, q);
         for (int k = 0; k < 4; k++)
             _mm256_store_si256((__m256i *)(st->codes + 128 * h + 32 * k), _mm256_sub_epi8(q[k], off));
     }
@@ -348,10 +326,7 @@ static inline float hsum(const struct acc *acc)
     const __m256 *a = acc->a;
     __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])),
                              _mm256_add_ps(_mm256_add_ps(a[4], a[5]), _mm256_add_ps(a[6], a[7])));
-    __m128 v = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    v = _mm_add_ss(v, _mm_movehdup_ps(v));
-    return _mm_cvtss_f32(v) + acc->tail;
+    return sl_avx2_hsum_ps(s) + acc->tail;
 }
 
 /* mt (<= GROUP) vectors through the whole row. Inlined twice: with mt = 1

@@ -1,7 +1,8 @@
-/* kernels/cpu/vec_dot_int.h: private to the integer dot kernels
- * (vec_dot_q8*.c, vec_dot_q16*.c): a weight block unpacked to int codes for
- * the portable references, and the float tails of the 16-bit dots, which the
- * portable and AVX2 kernels must share to stay bitwise equal.
+/* kernels/cpu/vec_dot_int.h: private to the CPU dot kernels: a weight
+ * block unpacked to int codes for the portable references (vec_dot_q8.c,
+ * vec_dot_q16.c, and vec_dot.c, which turns them into floats), and the float
+ * tails of the 16-bit dots (vec_dot_q16*.c), which the portable and AVX2
+ * kernels must share to stay bitwise equal.
  * Who:       CPU backend threads; pure functions.
  * Float tails: the integer part of a block's dot is exact on both paths;
  *            what follows is written once here, in double, one operation per

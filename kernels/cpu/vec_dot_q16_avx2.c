@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/vec_dot.h"
 #include "kernels/cpu/vec_dot_int.h"
 #include "model/ggml_types.h"
@@ -75,7 +76,6 @@ static inline void stage_q8_0(const sl_block_q8_0 *b, int nblk, struct staged *s
 
 static inline void stage_q4_0(const sl_block_q4_0 *b, int nblk, struct staged *st)
 {
-    const __m128i m4 = _mm_set1_epi8(0xF), eight = _mm_set1_epi8(8);
     float d[4];
     for (int i = 0; i < 4; i++) {
         if (i >= nblk) {   /* zeros, never read; they keep the compiler sure c16 is set */
@@ -85,9 +85,8 @@ static inline void stage_q4_0(const sl_block_q4_0 *b, int nblk, struct staged *s
             continue;
         }
         d[i] = _cvtsh_ss(b[i].d);
-        __m128i q = _mm_loadu_si128((const __m128i *)b[i].qs);
-        __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), eight);
-        __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight);
+        __m128i lo, hi;
+        sl_avx2_q4_0_codes(b[i].qs, &lo, &hi);
         _mm256_store_si256((__m256i *)(st->c16 + 32 * i), _mm256_cvtepi8_epi16(lo));
         _mm256_store_si256((__m256i *)(st->c16 + 32 * i + 16), _mm256_cvtepi8_epi16(hi));
     }
@@ -109,16 +108,8 @@ static inline void put_scaled32(struct staged *st, int k, __m256i codes, int sc)
 static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const uint8_t *qs,
                             const uint8_t *qh, struct staged *st)
 {
-    const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10);
-    /* the 16 six-bit fields at once (sl_quant_get_scale_min_k4's rule):
-     * bytes 0-3 low scales, 4-7 low mins, 8-11 high nibbles, top two bits
-     * of bytes 0-7 are bits 4-5 of the high ones */
-    uint32_t u[3], f[4];
-    memcpy(u, scales, 12);
-    f[0] = u[0] & 0x3f3f3f3fu;
-    f[1] = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
-    f[2] = u[1] & 0x3f3f3f3fu;
-    f[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+    uint32_t f[4];
+    sl_avx2_k4_scale_words(scales, f);
     uint8_t sm[8];   /* scales 0-7 */
     memcpy(sm, f, 8);
     /* mins from registers: an 8-byte reload of two 4-byte stores would stall store forwarding */
@@ -127,13 +118,8 @@ static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, 
     st->dmin = _cvtsh_ss(hdmin);
     __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
-        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (qh) {
-            __m256i bl = _mm256_set1_epi8((char)(1 << (2 * c))), bh = _mm256_set1_epi8((char)(2 << (2 * c)));
-            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bl), bl), b4));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bh), bh), b4));
-        }
+        __m256i lo, hi;
+        sl_avx2_k4_codes(qs, qh != NULL, h, c, &lo, &hi);
         put_scaled32(st, 2 * c, lo, sm[2 * c]);
         put_scaled32(st, 2 * c + 1, hi, sm[2 * c + 1]);
     }
@@ -142,20 +128,12 @@ static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, 
 /* Q6_K: codes 0..63 minus 32, times the signed 8-bit scale of their 16. */
 static inline void stage_q6_K(const sl_block_q6_K *b, struct staged *st)
 {
-    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi16(32);
+    const __m256i off = _mm256_set1_epi16(32);
     st->d = _cvtsh_ss(b->d);
     st->dmin = 0.0f;
     for (int h = 0; h < 2; h++) {
-        __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-        __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-        __m256i q[4] = {
-            _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
-            _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
-        };
+        __m256i q[4];
+        sl_avx2_q6_K_codes(b->ql, b->qh, h, q);
         for (int g = 0; g < 4; g++)   /* 32 codes = sub-blocks s and s+1 */
             for (int half = 0; half < 2; half++) {
                 int s = 8 * h + 2 * g + half;
@@ -232,16 +210,6 @@ static inline double dotk(const struct staged *st, const sl_block_q16_K *a, bool
  * Rows
  * ====================================================================== */
 
-/* Prefetch of the weight bytes 1 KiB past the chunk being staged (the same
- * rule and reason as vec_dot_q8_avx2.c: decode waits on weight loads). */
-enum { PREFETCH_AHEAD = 1024 };
-
-static inline void prefetch_bytes(const char *p, int bytes)
-{
-    for (int o = 0; o < bytes; o += 64)
-        _mm_prefetch(p + PREFETCH_AHEAD + o, _MM_HINT_T0);
-}
-
 /* mt (<= GROUP) activation rows through a Q8_0/Q4_0 weight row. */
 static inline __attribute__((always_inline)) void rows0(bool q4, const void *w_row, const char *xa, size_t ldxa,
                                                         int mt, float *out, int64_t n)
@@ -254,7 +222,7 @@ static inline __attribute__((always_inline)) void rows0(bool q4, const void *w_r
     size_t bb = q4 ? sizeof(sl_block_q4_0) : sizeof(sl_block_q8_0);
     for (int64_t b0 = 0; b0 < nb; b0 += 4) {
         int nblk = (int)(nb - b0 < 4 ? nb - b0 : 4);
-        prefetch_bytes((const char *)w_row + b0 * bb, (int)(nblk * bb));
+        sl_avx2_prefetch_weights((const char *)w_row + b0 * bb, (int)(nblk * bb));
         if (q4)
             stage_q4_0((const sl_block_q4_0 *)w_row + b0, nblk, &st);
         else
@@ -284,7 +252,7 @@ static inline __attribute__((always_inline)) void rowsk(int kind, const void *w_
         acc[j] = 0.0;
     int bb = kind == 4 ? (int)sizeof(sl_block_q4_K) : kind == 5 ? (int)sizeof(sl_block_q5_K) : (int)sizeof(sl_block_q6_K);
     for (int64_t c = 0; c < n / SL_QK_K; c++) {
-        prefetch_bytes((const char *)w_row + c * bb, bb);
+        sl_avx2_prefetch_weights((const char *)w_row + c * bb, bb);
         if (kind == 4) {
             const sl_block_q4_K *b = (const sl_block_q4_K *)w_row + c;
             stage_k4(b->d, b->dmin, b->scales, b->qs, NULL, &st);

@@ -23,9 +23,9 @@
  * and what is left: docs/PERF.md, "CPU engine". */
 #include <assert.h>
 #include <immintrin.h>
-#include <string.h>
 
 #include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/vec_dot.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
@@ -63,13 +63,12 @@ static inline void stage_q8_0(const sl_block_q8_0 *b, int nblk, struct qstaged *
 
 static inline void stage_q4_0(const sl_block_q4_0 *b, int nblk, struct qstaged *st)
 {
-    const __m128i m4 = _mm_set1_epi8(0xF), eight = _mm_set1_epi8(8);
     for (int i = 0; i < nblk; i++) {
         st->bd[i] = _cvtsh_ss(b[i].d);
-        __m128i q = _mm_loadu_si128((const __m128i *)b[i].qs);
-        _mm_store_si128((__m128i *)(st->codes + 32 * i), _mm_sub_epi8(_mm_and_si128(q, m4), eight));
-        _mm_store_si128((__m128i *)(st->codes + 32 * i + 16),
-                        _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight));
+        __m128i lo, hi;
+        sl_avx2_q4_0_codes(b[i].qs, &lo, &hi);
+        _mm_store_si128((__m128i *)(st->codes + 32 * i), lo);
+        _mm_store_si128((__m128i *)(st->codes + 32 * i + 16), hi);
     }
     st->nblk = nblk;
 }
@@ -78,16 +77,9 @@ static inline void stage_q4_0(const sl_block_q4_0 *b, int nblk, struct qstaged *
 static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const uint8_t *qs,
                             const uint8_t *qh, struct qstaged *st)
 {
-    const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10);
-    /* the 16 six-bit fields at once (sl_quant_get_scale_min_k4's rule):
-     * bytes 0-3 low scales, 4-7 low mins, 8-11 high nibbles, top two bits
-     * of bytes 0-7 are bits 4-5 of the high ones */
-    uint32_t u[3];
-    memcpy(u, scales, 12);
-    uint32_t sc_lo = u[0] & 0x3f3f3f3fu, mn_lo = u[1] & 0x3f3f3f3fu;
-    uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
-    uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-    __m128i sc = _mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo), mn = _mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo);
+    uint32_t f[4];
+    sl_avx2_k4_scale_words(scales, f);
+    __m128i sc = _mm_set_epi32(0, 0, (int)f[1], (int)f[0]), mn = _mm_set_epi32(0, 0, (int)f[3], (int)f[2]);
     for (int k = 0; k < 8; k++)   /* group k = sub-block k: one scale for all 16 lanes */
         _mm256_store_si256((__m256i *)st->scv[k], _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc, _mm_set1_epi8((char)k))));
     _mm256_store_si256((__m256i *)st->mins16, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn)));
@@ -95,13 +87,8 @@ static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, 
     st->dmin = _cvtsh_ss(hdmin);
     __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
-        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (qh) {
-            __m256i bl = _mm256_set1_epi8((char)(1 << (2 * c))), bh = _mm256_set1_epi8((char)(2 << (2 * c)));
-            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bl), bl), b4));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bh), bh), b4));
-        }
+        __m256i lo, hi;
+        sl_avx2_k4_codes(qs, qh != NULL, h, c, &lo, &hi);
         _mm256_store_si256((__m256i *)(st->codes + 64 * c), lo);
         _mm256_store_si256((__m256i *)(st->codes + 64 * c + 32), hi);
     }
@@ -109,7 +96,6 @@ static inline void stage_k4(uint16_t hd, uint16_t hdmin, const uint8_t *scales, 
 
 static inline void stage_q6_K(const sl_block_q6_K *b, struct qstaged *st)
 {
-    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
     __m128i sc = _mm_loadu_si128((const __m128i *)b->scales);
     for (int k = 0; k < 8; k++) {  /* group k = sub-blocks 2k (lanes 0-7) and 2k+1 (lanes 8-15) */
         __m128i sel = _mm_set_epi64x(0x0101010101010101ll * (2 * k + 1), 0x0101010101010101ll * (2 * k));
@@ -118,19 +104,10 @@ static inline void stage_q6_K(const sl_block_q6_K *b, struct qstaged *st)
     _mm256_store_si256((__m256i *)st->sc16, _mm256_cvtepi8_epi16(sc));
     st->d = _cvtsh_ss(b->d);
     for (int h = 0; h < 2; h++) {
-        __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-        __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-        uint8_t *o = st->codes + 128 * h;
-        _mm256_store_si256((__m256i *)o,
-                           _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)));
-        _mm256_store_si256((__m256i *)(o + 32),
-                           _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)));
-        _mm256_store_si256((__m256i *)(o + 64),
-                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)));
-        _mm256_store_si256((__m256i *)(o + 96),
-                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)));
+        __m256i q[4];
+        sl_avx2_q6_K_codes(b->ql, b->qh, h, q);
+        for (int k = 0; k < 4; k++)
+            _mm256_store_si256((__m256i *)(st->codes + 128 * h + 32 * k), q[k]);
     }
 }
 
@@ -242,33 +219,9 @@ static inline void dot0x4(const struct qstaged *st, const sl_block_q8_0 *const a
     }
 }
 
-static inline float hsum(__m256 s)
-{
-    __m128 v = _mm_add_ps(_mm256_extractf128_ps(s, 1), _mm256_castps256_ps128(s));
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    v = _mm_add_ss(v, _mm_movehdup_ps(v));
-    return _mm_cvtss_f32(v);
-}
-
-
 /* ======================================================================
  * Rows
  * ====================================================================== */
-
-/* Software prefetch of the weight bytes PREFETCH_AHEAD past the chunk being
- * staged, running into the next row (the matmul walks rows in order): at
- * one thread decode waits on weight loads, and the hardware prefetcher
- * alone got 5.5 of the 9.7 GB/s the 2-core development machine reads. */
-#ifndef PREFETCH_AHEAD
-#define PREFETCH_AHEAD 1024
-#define PREFETCH_HINT _MM_HINT_T0
-#endif
-
-static inline void prefetch_bytes(const char *p, int bytes)
-{
-    for (int o = 0; o < bytes; o += 64)
-        _mm_prefetch(p + PREFETCH_AHEAD + o, PREFETCH_HINT);
-}
 
 /* mt (<= GROUP) activation rows through a Q8_0/Q4_0 weight row. */
 static inline __attribute__((always_inline)) void rows0(bool q4, const void *w_row, const char *xa, size_t ldxa,
@@ -282,7 +235,7 @@ static inline __attribute__((always_inline)) void rows0(bool q4, const void *w_r
     size_t bb = q4 ? sizeof(sl_block_q4_0) : sizeof(sl_block_q8_0);
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
         int nblk = (int)(nb - b0 < 8 ? nb - b0 : 8);
-        prefetch_bytes((const char *)w_row + b0 * bb, (int)(nblk * bb));
+        sl_avx2_prefetch_weights((const char *)w_row + b0 * bb, (int)(nblk * bb));
         if (q4)
             stage_q4_0((const sl_block_q4_0 *)w_row + b0, nblk, &st);
         else
@@ -298,7 +251,7 @@ static inline __attribute__((always_inline)) void rows0(bool q4, const void *w_r
             acc[j] = dot0(&st, (const sl_block_q8_0 *)(xa + (size_t)j * ldxa) + b0, acc[j]);
     }
     for (int j = 0; j < mt; j++)
-        out[j] = hsum(acc[j]);
+        out[j] = sl_avx2_hsum_ps(acc[j]);
 }
 
 /* mt (<= GROUP) activation rows through a K-quant weight row; kind is a
@@ -312,7 +265,7 @@ static inline __attribute__((always_inline)) void rowsk(int kind, const void *w_
         acc[j] = (struct racc){_mm256_setzero_ps()};
     int bb = kind == 4 ? (int)sizeof(sl_block_q4_K) : kind == 5 ? (int)sizeof(sl_block_q5_K) : (int)sizeof(sl_block_q6_K);
     for (int64_t c = 0; c < n / CHUNK; c++) {
-        prefetch_bytes((const char *)w_row + c * bb, bb);
+        sl_avx2_prefetch_weights((const char *)w_row + c * bb, bb);
         if (kind == 4) {
             const sl_block_q4_K *b = (const sl_block_q4_K *)w_row + c;
             stage_k4(b->d, b->dmin, b->scales, b->qs, NULL, &st);
@@ -333,7 +286,7 @@ static inline __attribute__((always_inline)) void rowsk(int kind, const void *w_
             acc[j] = kdot(&st, (const sl_block_q8_K *)(xa + (size_t)j * ldxa) + c, kind, acc[j]);
     }
     for (int j = 0; j < mt; j++)
-        out[j] = hsum(acc[j].acc);
+        out[j] = sl_avx2_hsum_ps(acc[j].acc);
 }
 
 /* Inlined twice: mt = 1 (decode: accumulators stay in registers) and generic. */

@@ -10,19 +10,7 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/matmul_unit.cuh"
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float uniform(uint64_t *s)
-{
-    return (float)((double)(rng_next(s) >> 11) * 0x1p-53 * 2.0 - 1.0);
-}
+#include "tests/seeded.h"
 
 template <int TYPE>
 static int check(int64_t n, uint64_t seed)
@@ -33,8 +21,8 @@ static int check(int64_t n, uint64_t seed)
     float *x = (float *)malloc((size_t)n * sizeof(float));
     uint8_t *row = (uint8_t *)malloc(rb);
     for (int64_t i = 0; i < n; i++) {
-        src[i] = uniform(&seed) * (1.0f + (float)(i % 7));
-        x[i] = uniform(&seed);
+        src[i] = sl_seeded_uniform_pm1(&seed) * (1.0f + (float)(i % 7));
+        x[i] = sl_seeded_uniform_pm1(&seed);
     }
     int bad = 0;
     if (sl_quant_quantize_row(TYPE, src, row, n) < 0 || sl_quant_dequantize_row(TYPE, row, ref, n) < 0) {

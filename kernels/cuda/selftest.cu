@@ -84,6 +84,25 @@ struct dev_bufs {
         }                                                                            \
     } while (0)
 
+/* Quantizes the rows x n weights w into wq (rb bytes a row) and replaces w by
+ * their dequantization, exactly what the GPU reads; then ref (T x rows) =
+ * the float64 products of the T activation rows x with it. */
+static void quantize_with_reference(uint32_t type, int64_t rows, int64_t n, size_t rb, float *w, uint8_t *wq,
+                                    const float *x, int64_t T, double *ref)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        sl_quant_quantize_row(type, w + r * n, wq + r * rb, n);
+        sl_quant_dequantize_row(type, wq + r * rb, w + r * n, n);
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0;
+            for (int64_t i = 0; i < n; i++)
+                s += (double)w[r * n + i] * x[t * n + i];
+            ref[t * rows + r] = s;
+        }
+}
+
 /* n 768: a partial step of the small-batch kernel; 4352 and 8448: long
  * rows that two and four warps share (mmv.cu's warps_per_row), each with a
  * partial last step; rows 67: a block's last row pair half empty. */
@@ -109,17 +128,7 @@ static int check_matmul(FILE *out, cudaStream_t st, uint32_t type, int64_t n)
         w[i] = uniform(&seed);
     for (int64_t i = 0; i < T * n; i++)
         x[i] = uniform(&seed);
-    for (int64_t r = 0; r < rows; r++) {
-        sl_quant_quantize_row(type, w + r * n, wq + r * rb, n);
-        sl_quant_dequantize_row(type, wq + r * rb, w + r * n, n);   /* w: exactly what the GPU reads */
-    }
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t r = 0; r < rows; r++) {
-            double s = 0;
-            for (int64_t i = 0; i < n; i++)
-                s += (double)w[r * n + i] * x[t * n + i];
-            ref[t * rows + r] = s;
-        }
+    quantize_with_reference(type, rows, n, rb, w, wq, x, T, ref);
     {
         sl_cuda_weight cw = {type, n, rows, rb, dw, NULL};
         CK(cudaMemcpy(dw, wq, rb * (size_t)rows, cudaMemcpyHostToDevice));
@@ -257,17 +266,7 @@ static int check_gemm(FILE *out, cudaStream_t st, uint32_t type)
         x[5 * n + i] *= 1.0e5f;
         x[40 * n + i] *= 3.0e4f;
     }
-    for (int64_t r = 0; r < rows; r++) {
-        sl_quant_quantize_row(type, w + r * n, wq + r * rb, n);
-        sl_quant_dequantize_row(type, wq + r * rb, w + r * n, n);
-    }
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t r = 0; r < rows; r++) {
-            double s = 0;
-            for (int64_t i = 0; i < n; i++)
-                s += (double)w[r * n + i] * x[t * n + i];
-            ref[t * rows + r] = s;
-        }
+    quantize_with_reference(type, rows, n, rb, w, wq, x, T, ref);
     {
         sl_cuda_weight cw = {type, n, rows, rb, dw, dh};
         CK(cudaMemcpy(dw, wq, rb * (size_t)rows, cudaMemcpyHostToDevice));

@@ -27,6 +27,7 @@
 #include "model/gguf.h"
 #include "model/quant.h"
 #include "model/vocab_json.h"
+#include "tests/seeded.h"
 
 typedef struct {
     const char *name, *arch;
@@ -58,17 +59,9 @@ typedef struct {
 /* ------------------------------------------------------------------------ */
 /* seeded values                                                             */
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static double uniform(uint64_t *s)
 {
-    return ((splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    return ((sl_seeded_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
 static uint64_t name_hash(const char *n)

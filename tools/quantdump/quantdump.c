@@ -23,33 +23,13 @@
 #include "kernels/cpu/vec_dot.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
+#include "tests/seeded.h"
 
 static const uint32_t types[] = {
     SL_GGML_TYPE_F32, SL_GGML_TYPE_F16, SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q8_0,
     SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
 };
 enum { NTYPES = sizeof types / sizeof types[0] };
-
-/* splitmix64 + Box-Muller: reproducible N(0,1) without libc's rand state */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void gaussian(float *x, int64_t n, uint64_t seed)
-{
-    for (int64_t i = 0; i < n; i += 2) {
-        double u1 = ((double)(rng_next(&seed) >> 11) + 0.5) * 0x1p-53;
-        double u2 = (double)(rng_next(&seed) >> 11) * 0x1p-53;
-        double r = sqrt(-2.0 * log(u1));
-        x[i] = (float)(r * cos(2 * M_PI * u2));
-        if (i + 1 < n)
-            x[i + 1] = (float)(r * sin(2 * M_PI * u2));
-    }
-}
 
 static int write_file(const char *dir, const char *name, const char *ext, const void *p, size_t len)
 {
@@ -81,7 +61,7 @@ static int dump(const char *dir, int64_t n)
     for (int t = 0; t < NTYPES && rc == 0; t++) {
         const char *name = sl_ggml_type_name(types[t]);
         size_t qbytes = sl_ggml_row_bytes(types[t], (uint64_t)n);
-        gaussian(src, n, 1234 + (uint64_t)t);
+        sl_seeded_normal(src, n, 1234 + (uint64_t)t);
         if (qbytes == 0 || sl_quant_quantize_row(types[t], src, q, n) < 0
             || sl_quant_dequantize_row(types[t], q, deq, n) < 0) {
             fprintf(stderr, "quantdump: %s: n=%" PRId64 " is not a whole number of blocks\n", name, n);
@@ -123,8 +103,8 @@ static int bench(int64_t rows, int64_t cols, int iters)
         fprintf(stderr, "quantdump: out of memory\n");
         return 1;
     }
-    gaussian(src, DISTINCT * cols, 7);
-    gaussian(x, MB * cols, 8);
+    sl_seeded_normal(src, DISTINCT * cols, 7);
+    sl_seeded_normal(x, MB * cols, 8);
     printf("vec_dot bench: %" PRId64 " x %" PRId64 ", 1 thread, best of %d; dispatch isa: %s\n",
            rows, cols, iters, sl_vec_dot_isa());
     printf("%-5s %-8s %10s %12s %14s\n", "type", "isa", "GB/s", "Gelem/s", "m=8 Gelem*vec/s");

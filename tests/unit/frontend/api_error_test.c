@@ -7,24 +7,7 @@
 
 #include "frontend/api_error.h"
 #include "frontend/api_json.h"
-
-static json_t *load(const char *s)
-{
-    cr_assert_not_null(s);
-    json_error_t je;
-    json_t *v = json_loads(s, 0, &je);
-    cr_assert_not_null(v, "not JSON: %s (%s)", s, je.text);
-    return v;
-}
-
-/* Keys of `o` exactly `keys` (NULL-terminated), in any order. */
-static void expect_keys(json_t *o, const char *const *keys)
-{
-    size_t n = 0;
-    for (; keys[n]; n++)
-        cr_expect_not_null(json_object_get(o, keys[n]), "missing key %s", keys[n]);
-    cr_expect_eq(json_object_size(o), n, "object has %zu keys, want %zu", json_object_size(o), n);
-}
+#include "tests/unit/frontend/json_expect.h"
 
 Test(api_error, every_kind_has_status_type_and_code)
 {
@@ -46,10 +29,10 @@ Test(api_error, every_kind_has_status_type_and_code)
         char *s = sl_api_error_body(&e, &http);
         cr_expect_eq(http, t[i].http);
         cr_expect_eq(e.retry_after_s, t[i].k == SL_API_ERR_QUEUE_FULL ? 1 : 0);
-        json_t *o = load(s);
-        expect_keys(o, (const char *[]){"error", NULL});
+        json_t *o = json_expect_load(s);
+        json_expect_keys(o, (const char *[]){"error", NULL});
         json_t *in = json_object_get(o, "error");
-        expect_keys(in, (const char *[]){"message", "type", "param", "code", NULL});
+        json_expect_keys(in, (const char *[]){"message", "type", "param", "code", NULL});
         char want[32];
         snprintf(want, sizeof want, "problem %zu", i);
         cr_expect_str_eq(json_string_value(json_object_get(in, "message")), want);
@@ -75,7 +58,7 @@ Test(api_error, statuses_map_to_http)
         char *body = NULL;
         int http = sl_api_error_from_status(&e, t[i].rc, NULL, i % 2 ? "why" : NULL, &body);
         cr_expect_eq(http, t[i].http, "rc %d -> %d", t[i].rc, http);
-        json_t *o = load(body);
+        json_t *o = json_expect_load(body);
         cr_expect_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "message")),
                          i % 2 ? "why" : sl_status_name(t[i].rc));
         json_decref(o);
@@ -84,7 +67,7 @@ Test(api_error, statuses_map_to_http)
     sl_api_error e;
     char *body;
     sl_api_error_from_status(&e, SL_ERANGE, "messages", "prompt is 5000 tokens, context 4096", &body);
-    json_t *o = load(body);
+    json_t *o = json_expect_load(body);
     cr_expect_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")), "context_length_exceeded");
     cr_expect_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "param")), "messages");
     json_decref(o);
@@ -101,7 +84,7 @@ Test(api_error, long_message_is_cut_on_a_character_boundary)
     sl_api_error_set(&e, SL_API_ERR_INVALID_REQUEST, NULL, "x%s", big);   /* odd offset */
     cr_expect_eq(sl_api_utf8_valid_prefix(e.message, strlen(e.message)), strlen(e.message));
     char *s = sl_api_error_body(&e, NULL);
-    json_t *o = load(s);
+    json_t *o = json_expect_load(s);
     json_decref(o);
     free(s);
 }

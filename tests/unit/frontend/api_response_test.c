@@ -10,24 +10,7 @@
 #include "frontend/api_response.h"
 #include "frontend/api_sse.h"
 #include "frontend/api_stop.h"
-
-static json_t *load(const char *s)
-{
-    cr_assert_not_null(s);
-    json_error_t je;
-    json_t *v = json_loads(s, 0, &je);
-    cr_assert_not_null(v, "not JSON: %s (%s)", s, je.text);
-    return v;
-}
-
-/* Keys of `o` exactly `keys` (NULL-terminated), in any order. */
-static void expect_keys(json_t *o, const char *const *keys)
-{
-    size_t n = 0;
-    for (; keys[n]; n++)
-        cr_expect_not_null(json_object_get(o, keys[n]), "missing key %s", keys[n]);
-    cr_expect_eq(json_object_size(o), n, "object has %zu keys, want %zu", json_object_size(o), n);
-}
+#include "tests/unit/frontend/json_expect.h"
 
 /* ------------------------------------------------------------------ ids */
 
@@ -64,27 +47,27 @@ Test(api_response, chat_completion_has_openai_fields)
     cr_expect_not_null(strstr(s, "h\xc3\xa9llo"));
     cr_expect_null(strstr(s, "\\u"));
     cr_expect_null(strstr(s, "\": "));
-    json_t *o = load(s);
-    expect_keys(o, (const char *[]){"id", "object", "created", "model", "choices", "usage", "timings", NULL});
+    json_t *o = json_expect_load(s);
+    json_expect_keys(o, (const char *[]){"id", "object", "created", "model", "choices", "usage", "timings", NULL});
     cr_expect_str_eq(json_string_value(json_object_get(o, "id")), "chatcmpl-abc");
     cr_expect_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
     cr_expect_eq(json_integer_value(json_object_get(o, "created")), 1700000000);
     cr_expect_str_eq(json_string_value(json_object_get(o, "model")), "tiny");
     json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
     cr_assert_eq(json_array_size(json_object_get(o, "choices")), 1);
-    expect_keys(ch, (const char *[]){"index", "message", "logprobs", "finish_reason", NULL});
+    json_expect_keys(ch, (const char *[]){"index", "message", "logprobs", "finish_reason", NULL});
     cr_expect_eq(json_integer_value(json_object_get(ch, "index")), 0);
     cr_expect(json_is_null(json_object_get(ch, "logprobs")));
     cr_expect_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "stop");
     json_t *msg = json_object_get(ch, "message");
-    expect_keys(msg, (const char *[]){"role", "content", NULL});
+    json_expect_keys(msg, (const char *[]){"role", "content", NULL});
     cr_expect_str_eq(json_string_value(json_object_get(msg, "role")), "assistant");
     cr_expect_str_eq(json_string_value(json_object_get(msg, "content")), text);
     json_t *u = json_object_get(o, "usage");
-    expect_keys(u, (const char *[]){"prompt_tokens", "completion_tokens", "total_tokens", NULL});
+    json_expect_keys(u, (const char *[]){"prompt_tokens", "completion_tokens", "total_tokens", NULL});
     cr_expect_eq(json_integer_value(json_object_get(u, "total_tokens")), 14);
     json_t *tm = json_object_get(o, "timings");
-    expect_keys(tm, (const char *[]){"prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
+    json_expect_keys(tm, (const char *[]){"prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
                                      "predicted_n", "predicted_ms", "predicted_per_token_ms",
                                      "predicted_per_second", NULL});
     cr_expect_eq(json_integer_value(json_object_get(tm, "prompt_n")), 10);
@@ -105,10 +88,10 @@ Test(api_response, text_completion_and_zero_timings)
         .usage = {.prompt_tokens = 2, .completion_tokens = 3}, .timings = &t,
     };
     char *s = sl_api_response_build(&r);
-    json_t *o = load(s);
+    json_t *o = json_expect_load(s);
     cr_expect_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
     json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
-    expect_keys(ch, (const char *[]){"index", "text", "logprobs", "finish_reason", NULL});
+    json_expect_keys(ch, (const char *[]){"index", "text", "logprobs", "finish_reason", NULL});
     cr_expect_str_eq(json_string_value(json_object_get(ch, "text")), "abc");
     cr_expect_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "length");
     /* no division by zero: derived rates are 0 */
@@ -118,7 +101,7 @@ Test(api_response, text_completion_and_zero_timings)
     r.timings = NULL;
     r.text = NULL;
     s = sl_api_response_build(&r);
-    o = load(s);
+    o = json_expect_load(s);
     cr_expect_null(json_object_get(o, "timings"));
     cr_expect_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "text")), "");
     json_decref(o);
@@ -150,13 +133,13 @@ Test(api_response, chat_logprobs_have_token_bytes_and_top)
                        .text_len = 2, .finish = SL_API_FINISH_STOP, .logprobs = &lp};
     char *s = sl_api_response_build(&r);
     sl_api_logprobs_fini(&lp);
-    json_t *o = load(s);
+    json_t *o = json_expect_load(s);
     json_t *l = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
-    expect_keys(l, (const char *[]){"content", NULL});
+    json_expect_keys(l, (const char *[]){"content", NULL});
     json_t *c = json_object_get(l, "content");
     cr_assert_eq(json_array_size(c), 2);
     json_t *e0 = json_array_get(c, 0);
-    expect_keys(e0, (const char *[]){"token", "logprob", "bytes", "top_logprobs", NULL});
+    json_expect_keys(e0, (const char *[]){"token", "logprob", "bytes", "top_logprobs", NULL});
     cr_expect_str_eq(json_string_value(json_object_get(e0, "token")), "Hi");
     cr_expect_float_eq(json_number_value(json_object_get(e0, "logprob")), -0.25, 1e-9);
     json_t *bytes = json_object_get(e0, "bytes");
@@ -164,7 +147,7 @@ Test(api_response, chat_logprobs_have_token_bytes_and_top)
     cr_expect_eq(json_integer_value(json_array_get(bytes, 0)), 'H');
     json_t *top = json_object_get(e0, "top_logprobs");
     cr_assert_eq(json_array_size(top), 2);
-    expect_keys(json_array_get(top, 1), (const char *[]){"token", "logprob", "bytes", NULL});
+    json_expect_keys(json_array_get(top, 1), (const char *[]){"token", "logprob", "bytes", NULL});
     cr_expect_str_eq(json_string_value(json_object_get(json_array_get(top, 1), "token")), "Hey");
     json_t *e1 = json_array_get(c, 1);
     cr_expect_str_eq(json_string_value(json_object_get(e1, "token")), "\xef\xbf\xbd");  /* U+FFFD */
@@ -191,9 +174,9 @@ Test(api_response, completion_logprobs_are_parallel_arrays)
                        .text = " the cat", .text_len = 8, .logprobs = &lp};
     char *s = sl_api_response_build(&r);
     sl_api_logprobs_fini(&lp);
-    json_t *o = load(s);
+    json_t *o = json_expect_load(s);
     json_t *l = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
-    expect_keys(l, (const char *[]){"tokens", "token_logprobs", "top_logprobs", "text_offset", NULL});
+    json_expect_keys(l, (const char *[]){"tokens", "token_logprobs", "top_logprobs", "text_offset", NULL});
     cr_expect_str_eq(json_string_value(json_array_get(json_object_get(l, "tokens"), 1)), " cat");
     cr_expect_float_eq(json_number_value(json_array_get(json_object_get(l, "token_logprobs"), 1)), -2.0, 0);
     json_t *t0 = json_array_get(json_object_get(l, "top_logprobs"), 0);
@@ -213,7 +196,7 @@ static json_t *chunk(const sl_api_chunk *c)
 {
     char *s = sl_api_chunk_build(c);
     cr_assert_null(strchr(s, '\n'), "a chunk must be one line: %s", s);
-    json_t *o = load(s);
+    json_t *o = json_expect_load(s);
     free(s);
     return o;
 }
@@ -227,11 +210,11 @@ Test(api_response, chat_stream_chunks_in_order)
 
     c.kind = SL_API_CHUNK_ROLE;
     json_t *o = chunk(&c);
-    expect_keys(o, (const char *[]){"id", "object", "created", "model", "choices", "usage", NULL});
+    json_expect_keys(o, (const char *[]){"id", "object", "created", "model", "choices", "usage", NULL});
     cr_expect_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion.chunk");
     cr_expect(json_is_null(json_object_get(o, "usage")));
     json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
-    expect_keys(ch, (const char *[]){"index", "delta", "logprobs", "finish_reason", NULL});
+    json_expect_keys(ch, (const char *[]){"index", "delta", "logprobs", "finish_reason", NULL});
     cr_expect_str_eq(json_string_value(json_object_get(json_object_get(ch, "delta"), "role")), "assistant");
     cr_expect_str_eq(json_string_value(json_object_get(json_object_get(ch, "delta"), "content")), "");
     cr_expect(json_is_null(json_object_get(ch, "finish_reason")));
@@ -242,7 +225,7 @@ Test(api_response, chat_stream_chunks_in_order)
     c.text_len = strlen(c.text);
     o = chunk(&c);
     ch = json_array_get(json_object_get(o, "choices"), 0);
-    expect_keys(json_object_get(ch, "delta"), (const char *[]){"content", NULL});
+    json_expect_keys(json_object_get(ch, "delta"), (const char *[]){"content", NULL});
     cr_expect_str_eq(json_string_value(json_object_get(json_object_get(ch, "delta"), "content")), "w\xc3\xb6rld");
     json_decref(o);
 
@@ -283,7 +266,7 @@ Test(api_response, completion_stream_chunks)
     json_t *o = chunk(&c);
     cr_expect_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
     json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
-    expect_keys(ch, (const char *[]){"index", "text", "logprobs", "finish_reason", NULL});
+    json_expect_keys(ch, (const char *[]){"index", "text", "logprobs", "finish_reason", NULL});
     cr_expect_str_eq(json_string_value(json_object_get(ch, "text")), "ab");
     json_decref(o);
     c.kind = SL_API_CHUNK_FINISH;
@@ -376,7 +359,7 @@ Test(api_response, stream_flow_from_request_to_sse)
         cr_assert_eq(strncmp(ev, "data: ", 6), 0);
         events++;
         if (strcmp(ev + 6, "[DONE]") == 0) { done = true; break; }
-        json_t *o = load(ev + 6);
+        json_t *o = json_expect_load(ev + 6);
         cr_expect_str_eq(json_string_value(json_object_get(o, "id")), id);
         json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
         if (ch) {

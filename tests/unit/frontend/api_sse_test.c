@@ -6,15 +6,7 @@
 
 #include "frontend/api_error.h"
 #include "frontend/api_sse.h"
-
-static json_t *load(const char *s)
-{
-    cr_assert_not_null(s);
-    json_error_t je;
-    json_t *v = json_loads(s, 0, &je);
-    cr_assert_not_null(v, "not JSON: %s (%s)", s, je.text);
-    return v;
-}
+#include "tests/unit/frontend/json_expect.h"
 
 Test(api_sse, frames_data_events)
 {
@@ -50,7 +42,7 @@ Test(api_sse, error_event_is_one_data_line_with_error_object)
     cr_expect_eq(strlen(s), n);
     cr_expect_str_eq(s + n - 2, "\n\n");
     cr_expect_null(strchr(s, '\n') == s + n - 2 ? NULL : strchr(s, '\n'));  /* one line only */
-    json_t *o = load(s + 6);
+    json_t *o = json_expect_load(s + 6);
     cr_expect_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "type")), "server_error");
     json_decref(o);
     free(s);

@@ -13,30 +13,8 @@
 #include "kernels/cpu/vec_dot.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void gaussian(float *x, int64_t n, uint64_t seed)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double u1 = ((double)(rng_next(&seed) >> 11) + 0.5) * 0x1p-53;
-        double u2 = (double)(rng_next(&seed) >> 11) * 0x1p-53;
-        x[i] = (float)(sqrt(-2.0 * log(u1)) * cos(2 * M_PI * u2));
-    }
-}
-
-static const uint32_t qtypes[] = {
-    SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
-};
-enum { NQ = sizeof qtypes / sizeof qtypes[0], MAXM = 40 };
-
-typedef void (*dot_fn)(uint32_t, const void *, const void *, size_t, int, float *, int64_t);
+#include "tests/seeded.h"
+#include "tests/unit/kernels/act_rows.h"
 
 static enum sl_act_format f16of(uint32_t type)
 {
@@ -57,40 +35,10 @@ static void act_dequant(enum sl_act_format f, const void *a, double *out, int64_
     }
 }
 
-struct qrow {
-    int64_t n;
-    enum sl_act_format f;
-    size_t lda;
-    void *q;        /* quantized weights */
-    float *w;       /* dequantized */
-    char *a;        /* MAXM activation rows, stride lda */
-};
-
-static void qrow_make(uint32_t type, int64_t n, uint64_t seed, struct qrow *r)
+/* Weights of `type` with 16-bit activations (Q16_0 or Q16_K). */
+static void qrow_make(uint32_t type, int64_t n, uint64_t seed, act_rows *r)
 {
-    r->n = n;
-    r->f = f16of(type);
-    r->lda = (sl_act_row_bytes(r->f, n) + 7) / 4 * 4;   /* 4-aligned, not 32: misaligned rows too */
-    float *src = malloc((size_t)n * sizeof(float)), *x = malloc((size_t)(n * MAXM) * sizeof(float));
-    r->q = malloc(sl_ggml_row_bytes(type, (uint64_t)n));
-    r->w = malloc((size_t)n * sizeof(float));
-    r->a = malloc(r->lda * MAXM);
-    cr_assert(src && x && r->q && r->w && r->a);
-    gaussian(src, n, seed);
-    gaussian(x, n * MAXM, seed + 1);
-    cr_assert_eq(sl_quant_quantize_row(type, src, r->q, n), SL_OK);
-    cr_assert_eq(sl_quant_dequantize_row(type, r->q, r->w, n), SL_OK);
-    for (int j = 0; j < MAXM; j++)
-        sl_act_quantize_row(r->f, x + j * n, r->a + j * r->lda, n);
-    free(src);
-    free(x);
-}
-
-static void qrow_free(struct qrow *r)
-{
-    free(r->q);
-    free(r->w);
-    free(r->a);
+    act_rows_make(type, n, f16of(type), seed, r);
 }
 
 /* ======================================================================
@@ -113,7 +61,7 @@ static void check_block16(const float *x, const int16_t *qs, float d, int bn)
 Test(act_quant16, q16_0_is_nearest_even_of_x_over_d)
 {
     float x[96];
-    gaussian(x, 96, 5);
+    sl_seeded_normal(x, 96, 5);
     for (int i = 64; i < 96; i++)
         x[i] = 0.0f;   /* an all-zero block: d = 0, codes 0 */
     x[3] = 1.0f;
@@ -129,7 +77,7 @@ Test(act_quant16, q16_0_is_nearest_even_of_x_over_d)
 Test(act_quant16, q16_K_codes_and_sums)
 {
     float x[768];
-    gaussian(x, 768, 9);
+    sl_seeded_normal(x, 768, 9);
     for (int i = 512; i < 768; i++)
         x[i] = 0.0f;
     sl_block_q16_K y[3];
@@ -154,7 +102,7 @@ Test(act_quant16, q16_K_codes_and_sums)
 Test(act_quant16, non_finite_input_gives_in_range_codes)
 {
     float x[256];
-    gaussian(x, 256, 3);
+    sl_seeded_normal(x, 256, 3);
     x[7] = NAN;
     sl_block_q16_K y;
     sl_act_quantize_row(SL_ACT_Q16_K, x, &y, 256);
@@ -199,19 +147,19 @@ Test(act_quant16, env_q8_selects_llamacpp_rounding)
 /* The integer sums are exact and the tail is double, so the result is the
  * float64 dot of the dequantized operands rounded to float, up to the
  * weights' own float dequantization (Q6_K's d*sc*q can take 25 bits). */
-static void check_reference(dot_fn fn, const char *isa)
+static void check_reference(act_rows_dot_fn fn, const char *isa)
 {
     static const int64_t ns[] = {32, 160, 256, 512, 2304, 4096};
     double *xa = malloc(4096 * sizeof(double));
-    for (int t = 0; t < NQ; t++)
+    for (int t = 0; t < ACT_ROWS_NQ; t++)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
-            if (ns[k] % sl_ggml_block_elems(qtypes[t]) != 0)
+            if (ns[k] % sl_ggml_block_elems(act_rows_qtypes[t]) != 0)
                 continue;
-            struct qrow r;
-            qrow_make(qtypes[t], ns[k], 100 * t + k, &r);
+            act_rows r;
+            qrow_make(act_rows_qtypes[t], ns[k], 100 * t + k, &r);
             for (int j = 0; j < 4; j++) {
                 float got;
-                fn(qtypes[t], r.q, r.a + j * r.lda, 0, 1, &got, r.n);
+                fn(act_rows_qtypes[t], r.q, r.a + j * r.lda, 0, 1, &got, r.n);
                 act_dequant(r.f, r.a + j * r.lda, xa, r.n);
                 double want = 0, l1 = 0;
                 for (int64_t i = 0; i < r.n; i++) {
@@ -220,9 +168,9 @@ static void check_reference(dot_fn fn, const char *isa)
                 }
                 double tol = 2.0 * ldexp(1.0, ilogb(want) - 23) + 1e-7 * l1;
                 cr_assert(fabs(got - want) <= tol, "%s %s n=%ld: %.9g vs %.9g (l1 %g)", isa,
-                          sl_ggml_type_name(qtypes[t]), (long)r.n, got, want, l1);
+                          sl_ggml_type_name(act_rows_qtypes[t]), (long)r.n, got, want, l1);
             }
-            qrow_free(&r);
+            act_rows_free(&r);
         }
     free(xa);
 }
@@ -243,23 +191,21 @@ Test(vec_dot_q16, avx2_matches_float64_of_dequantized_operands)
  * than the 8-bit ones. */
 Test(vec_dot_q16, close_to_the_float_activation_dot)
 {
-    for (int t = 0; t < NQ; t++) {
+    for (int t = 0; t < ACT_ROWS_NQ; t++) {
         int64_t n = 4096;
-        struct qrow r;
-        qrow_make(qtypes[t], n, 7 + t, &r);
-        float *x = malloc((size_t)(n * MAXM) * sizeof(float));
-        gaussian(x, n * MAXM, 7 + t + 1);   /* qrow_make's activation source */
+        act_rows r;
+        qrow_make(act_rows_qtypes[t], n, 7 + t, &r);
+        const float *x = r.x;   /* the float rows the activations came from */
         for (int j = 0; j < 4; j++) {
             float q, f;
-            sl_vec_dot_act_multi(qtypes[t], r.f, r.q, r.a + j * r.lda, r.lda, 1, &q, r.n);
-            sl_vec_dot_multi_portable(qtypes[t], r.q, x + j * n, n, 1, &f, n);
+            sl_vec_dot_act_multi(act_rows_qtypes[t], r.f, r.q, r.a + j * r.lda, r.lda, 1, &q, r.n);
+            sl_vec_dot_multi_portable(act_rows_qtypes[t], r.q, x + j * n, n, 1, &f, n);
             double l1 = 0;
             for (int64_t i = 0; i < n; i++)
                 l1 += fabs((double)r.w[i] * x[j * n + i]);
-            cr_assert(fabs((double)q - f) <= 1e-4 * l1, "%s: %g vs %g", sl_ggml_type_name(qtypes[t]), q, f);
+            cr_assert(fabs((double)q - f) <= 1e-4 * l1, "%s: %g vs %g", sl_ggml_type_name(act_rows_qtypes[t]), q, f);
         }
-        free(x);
-        qrow_free(&r);
+        act_rows_free(&r);
     }
 }
 
@@ -268,55 +214,32 @@ Test(vec_dot_q16, avx2_bitwise_equals_portable)
     if (!sl_vec_dot_avx2_available())
         cr_skip_test("no AVX2/FMA/F16C");
     static const int64_t ns[] = {32, 64, 96, 160, 256, 768, 2304, 4096};
-    for (int t = 0; t < NQ; t++)
+    for (int t = 0; t < ACT_ROWS_NQ; t++)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
-            if (ns[k] % sl_ggml_block_elems(qtypes[t]) != 0)
+            if (ns[k] % sl_ggml_block_elems(act_rows_qtypes[t]) != 0)
                 continue;
-            struct qrow r;
-            qrow_make(qtypes[t], ns[k], 77 + t + 10 * k, &r);
-            float a[MAXM], p[MAXM];
-            sl_vec_dot_q16_multi_avx2(qtypes[t], r.q, r.a, r.lda, MAXM, a, r.n);
-            sl_vec_dot_q16_multi_portable(qtypes[t], r.q, r.a, r.lda, MAXM, p, r.n);
-            for (int j = 0; j < MAXM; j++)
+            act_rows r;
+            qrow_make(act_rows_qtypes[t], ns[k], 77 + t + 10 * k, &r);
+            float a[ACT_ROWS_MAXM], p[ACT_ROWS_MAXM];
+            sl_vec_dot_q16_multi_avx2(act_rows_qtypes[t], r.q, r.a, r.lda, ACT_ROWS_MAXM, a, r.n);
+            sl_vec_dot_q16_multi_portable(act_rows_qtypes[t], r.q, r.a, r.lda, ACT_ROWS_MAXM, p, r.n);
+            for (int j = 0; j < ACT_ROWS_MAXM; j++)
                 cr_assert(memcmp(&a[j], &p[j], sizeof(float)) == 0, "%s n=%ld j=%d: avx2 %a portable %a",
-                          sl_ggml_type_name(qtypes[t]), (long)r.n, j, a[j], p[j]);
-            qrow_free(&r);
-        }
-}
-
-static void check_multi_bitwise(dot_fn fn, const char *isa)
-{
-    static const int64_t ns[] = {256, 2304};
-    for (int t = 0; t < NQ; t++)
-        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
-            struct qrow r;
-            qrow_make(qtypes[t], ns[k], 500 + t, &r);
-            float single[MAXM], multi[MAXM];
-            for (int j = 0; j < MAXM; j++)
-                fn(qtypes[t], r.q, r.a + j * r.lda, 0, 1, &single[j], r.n);
-            int ms[] = {1, 2, 3, 4, 5, 8, 9, 16, 31, 32, 33, MAXM};
-            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
-                memset(multi, 0, sizeof multi);
-                fn(qtypes[t], r.q, r.a, r.lda, ms[mi], multi, r.n);
-                for (int j = 0; j < ms[mi]; j++)
-                    cr_assert(memcmp(&multi[j], &single[j], sizeof(float)) == 0,
-                              "%s %s n=%ld m=%d j=%d: %a vs %a", isa, sl_ggml_type_name(qtypes[t]),
-                              (long)r.n, ms[mi], j, multi[j], single[j]);
-            }
-            qrow_free(&r);
+                          sl_ggml_type_name(act_rows_qtypes[t]), (long)r.n, j, a[j], p[j]);
+            act_rows_free(&r);
         }
 }
 
 Test(vec_dot_q16, multi_bitwise_equals_single_portable)
 {
-    check_multi_bitwise(sl_vec_dot_q16_multi_portable, "portable");
+    act_rows_check_multi_bitwise(sl_vec_dot_q16_multi_portable, f16of, "portable");
 }
 
 Test(vec_dot_q16, multi_bitwise_equals_single_avx2)
 {
     if (!sl_vec_dot_avx2_available())
         cr_skip_test("no AVX2/FMA/F16C");
-    check_multi_bitwise(sl_vec_dot_q16_multi_avx2, "avx2");
+    act_rows_check_multi_bitwise(sl_vec_dot_q16_multi_avx2, f16of, "avx2");
 }
 
 /* The largest codes every type can hold against activations of 32767:

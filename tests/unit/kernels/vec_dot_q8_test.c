@@ -12,30 +12,8 @@
 #include "kernels/cpu/vec_dot.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void gaussian(float *x, int64_t n, uint64_t seed)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double u1 = ((double)(rng_next(&seed) >> 11) + 0.5) * 0x1p-53;
-        double u2 = (double)(rng_next(&seed) >> 11) * 0x1p-53;
-        x[i] = (float)(sqrt(-2.0 * log(u1)) * cos(2 * M_PI * u2));
-    }
-}
-
-static const uint32_t qtypes[] = {
-    SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
-};
-enum { NQ = sizeof qtypes / sizeof qtypes[0], MAXM = 40 };
-
-typedef void (*q8_fn)(uint32_t, const void *, const void *, size_t, int, float *, int64_t);
+#include "tests/seeded.h"
+#include "tests/unit/kernels/act_rows.h"
 
 /* Dequantizes one activation row of format f into out (n floats). */
 static void act_dequant(enum sl_act_format f, const void *a, float *out, int64_t n)
@@ -51,48 +29,16 @@ static void act_dequant(enum sl_act_format f, const void *a, float *out, int64_t
     }
 }
 
-struct qrow {
-    int64_t n;
-    enum sl_act_format f;
-    size_t lda;
-    void *q;        /* quantized weights */
-    float *w;       /* dequantized */
-    char *a;        /* MAXM activation rows, stride lda */
-    float *x;       /* the float rows they came from */
-};
-
-static void qrow_make(uint32_t type, int64_t n, uint64_t seed, struct qrow *r)
+/* Weights of `type` with 8-bit activations (Q8_0 or Q8_K, as the engine pairs them). */
+static void qrow_make(uint32_t type, int64_t n, uint64_t seed, act_rows *r)
 {
-    r->n = n;
-    r->f = sl_act_format_of_type(type);
-    r->lda = (sl_act_row_bytes(r->f, n) + 7) / 4 * 4;   /* a stride that is not the length (4-aligned: Q8_K holds a float) */
-    float *src = malloc((size_t)n * sizeof(float));
-    r->q = malloc(sl_ggml_row_bytes(type, (uint64_t)n));
-    r->w = malloc((size_t)n * sizeof(float));
-    r->a = malloc(r->lda * MAXM);
-    r->x = malloc((size_t)(n * MAXM) * sizeof(float));
-    cr_assert(src && r->q && r->w && r->a && r->x);
-    gaussian(src, n, seed);
-    gaussian(r->x, n * MAXM, seed + 1);
-    cr_assert_eq(sl_quant_quantize_row(type, src, r->q, n), SL_OK);
-    cr_assert_eq(sl_quant_dequantize_row(type, r->q, r->w, n), SL_OK);
-    for (int j = 0; j < MAXM; j++)
-        sl_act_quantize_row(r->f, r->x + j * n, r->a + j * r->lda, n);
-    free(src);
-}
-
-static void qrow_free(struct qrow *r)
-{
-    free(r->q);
-    free(r->w);
-    free(r->a);
-    free(r->x);
+    act_rows_make(type, n, sl_act_format_of_type(type), seed, r);
 }
 
 Test(act_quant, q8_0_follows_ggml_x86_rule)
 {
     float x[64];
-    gaussian(x, 64, 5);
+    sl_seeded_normal(x, 64, 5);
     x[40] = 0.0f;
     sl_block_q8_0 y[2];
     sl_act_quantize_row(SL_ACT_Q8_0, x, y, 64);
@@ -114,7 +60,7 @@ Test(act_quant, q8_0_follows_ggml_x86_rule)
 Test(act_quant, q8_K_largest_magnitude_maps_to_minus_127)
 {
     float x[512];
-    gaussian(x, 512, 9);
+    sl_seeded_normal(x, 512, 9);
     x[17] = -9.0f;    /* block 0: negative extreme */
     x[300] = 7.0f;    /* block 1: positive extreme */
     sl_block_q8_K y[2];
@@ -141,7 +87,7 @@ Test(act_quant, q8_K_largest_magnitude_maps_to_minus_127)
 Test(act_quant, float_formats_round_like_the_scalar_converters)
 {
     float x[300], y[300];
-    gaussian(x, 300, 11);
+    sl_seeded_normal(x, 300, 11);
     sl_act_quantize_row(SL_ACT_F16, x, y, 300);
     for (int i = 0; i < 300; i++)
         cr_expect_eq(y[i], sl_fp16_to_fp32(sl_fp32_to_fp16(x[i])));
@@ -155,7 +101,7 @@ Test(act_quant, float_formats_round_like_the_scalar_converters)
 Test(act_quant, nonfinite_inputs_give_in_range_codes)
 {
     float x[256];
-    gaussian(x, 256, 3);
+    sl_seeded_normal(x, 256, 3);
     x[5] = NAN;
     x[6] = INFINITY;
     sl_block_q8_K yk;
@@ -178,17 +124,17 @@ Test(act_quant, env_selects_the_float_path)
 
 /* Against float64 of the dequantized operands: the integer part is exact,
  * so only float rounding of the block scales and sums remains. */
-static void check_reference(q8_fn fn, const char *isa)
+static void check_reference(act_rows_dot_fn fn, const char *isa)
 {
     static const int64_t ns[] = {256, 512, 2304, 4096};
     float *xa = malloc(4096 * sizeof(float));
-    for (int t = 0; t < NQ; t++)
+    for (int t = 0; t < ACT_ROWS_NQ; t++)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
-            struct qrow r;
-            qrow_make(qtypes[t], ns[k], 100 * t + k, &r);
+            act_rows r;
+            qrow_make(act_rows_qtypes[t], ns[k], 100 * t + k, &r);
             for (int j = 0; j < 4; j++) {
                 float got;
-                fn(qtypes[t], r.q, r.a + j * r.lda, 0, 1, &got, r.n);
+                fn(act_rows_qtypes[t], r.q, r.a + j * r.lda, 0, 1, &got, r.n);
                 act_dequant(r.f, r.a + j * r.lda, xa, r.n);
                 double want = 0, l1 = 0;
                 for (int64_t i = 0; i < r.n; i++) {
@@ -196,9 +142,9 @@ static void check_reference(q8_fn fn, const char *isa)
                     l1 += fabs((double)r.w[i] * xa[i]);
                 }
                 cr_assert(fabs(got - want) <= 2e-6 * l1, "%s %s n=%ld: %.9g vs %.9g (l1 %g)", isa,
-                          sl_ggml_type_name(qtypes[t]), (long)r.n, got, want, l1);
+                          sl_ggml_type_name(act_rows_qtypes[t]), (long)r.n, got, want, l1);
             }
-            qrow_free(&r);
+            act_rows_free(&r);
         }
     free(xa);
 }
@@ -218,55 +164,32 @@ Test(vec_dot_q8, avx2_matches_float64_of_dequantized_operands)
 /* The 8-bit activations are llama.cpp's trade: within ~1% of the float dot. */
 Test(vec_dot_q8, close_to_the_float_activation_dot)
 {
-    for (int t = 0; t < NQ; t++) {
-        struct qrow r;
-        qrow_make(qtypes[t], 4096, 7 + t, &r);
+    for (int t = 0; t < ACT_ROWS_NQ; t++) {
+        act_rows r;
+        qrow_make(act_rows_qtypes[t], 4096, 7 + t, &r);
         for (int j = 0; j < 4; j++) {
             float q, f;
-            sl_vec_dot_act_multi(qtypes[t], r.f, r.q, r.a + j * r.lda, r.lda, 1, &q, r.n);
-            sl_vec_dot_multi_portable(qtypes[t], r.q, r.x + j * r.n, r.n, 1, &f, r.n);
+            sl_vec_dot_act_multi(act_rows_qtypes[t], r.f, r.q, r.a + j * r.lda, r.lda, 1, &q, r.n);
+            sl_vec_dot_multi_portable(act_rows_qtypes[t], r.q, r.x + j * r.n, r.n, 1, &f, r.n);
             double l1 = 0;
             for (int64_t i = 0; i < r.n; i++)
                 l1 += fabs((double)r.w[i] * r.x[j * r.n + i]);
-            cr_assert(fabs((double)q - f) <= 1e-2 * l1, "%s: %g vs %g", sl_ggml_type_name(qtypes[t]), q, f);
+            cr_assert(fabs((double)q - f) <= 1e-2 * l1, "%s: %g vs %g", sl_ggml_type_name(act_rows_qtypes[t]), q, f);
         }
-        qrow_free(&r);
+        act_rows_free(&r);
     }
-}
-
-static void check_multi_bitwise(q8_fn fn, const char *isa)
-{
-    static const int64_t ns[] = {256, 2304};
-    for (int t = 0; t < NQ; t++)
-        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
-            struct qrow r;
-            qrow_make(qtypes[t], ns[k], 500 + t, &r);
-            float single[MAXM], multi[MAXM];
-            for (int j = 0; j < MAXM; j++)
-                fn(qtypes[t], r.q, r.a + j * r.lda, 0, 1, &single[j], r.n);
-            int ms[] = {1, 2, 3, 4, 5, 8, 9, 16, 31, 32, 33, MAXM};
-            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
-                memset(multi, 0, sizeof multi);
-                fn(qtypes[t], r.q, r.a, r.lda, ms[mi], multi, r.n);
-                for (int j = 0; j < ms[mi]; j++)
-                    cr_assert(memcmp(&multi[j], &single[j], sizeof(float)) == 0,
-                              "%s %s n=%ld m=%d j=%d: %a vs %a", isa, sl_ggml_type_name(qtypes[t]),
-                              (long)r.n, ms[mi], j, multi[j], single[j]);
-            }
-            qrow_free(&r);
-        }
 }
 
 Test(vec_dot_q8, multi_bitwise_equals_single_portable)
 {
-    check_multi_bitwise(sl_vec_dot_q8_multi_portable, "portable");
+    act_rows_check_multi_bitwise(sl_vec_dot_q8_multi_portable, sl_act_format_of_type, "portable");
 }
 
 Test(vec_dot_q8, multi_bitwise_equals_single_avx2)
 {
     if (!sl_vec_dot_avx2_available())
         cr_skip_test("no AVX2/FMA/F16C");
-    check_multi_bitwise(sl_vec_dot_q8_multi_avx2, "avx2");
+    act_rows_check_multi_bitwise(sl_vec_dot_q8_multi_avx2, sl_act_format_of_type, "avx2");
 }
 
 /* The integer sums are the same on both paths; only float order differs. */
@@ -274,17 +197,17 @@ Test(vec_dot_q8, avx2_close_to_portable)
 {
     if (!sl_vec_dot_avx2_available())
         cr_skip_test("no AVX2/FMA/F16C");
-    for (int t = 0; t < NQ; t++) {
-        struct qrow r;
-        qrow_make(qtypes[t], 4096, 77 + t, &r);
+    for (int t = 0; t < ACT_ROWS_NQ; t++) {
+        act_rows r;
+        qrow_make(act_rows_qtypes[t], 4096, 77 + t, &r);
         for (int j = 0; j < 8; j++) {
             float a, p;
-            sl_vec_dot_q8_multi_avx2(qtypes[t], r.q, r.a + j * r.lda, 0, 1, &a, r.n);
-            sl_vec_dot_q8_multi_portable(qtypes[t], r.q, r.a + j * r.lda, 0, 1, &p, r.n);
+            sl_vec_dot_q8_multi_avx2(act_rows_qtypes[t], r.q, r.a + j * r.lda, 0, 1, &a, r.n);
+            sl_vec_dot_q8_multi_portable(act_rows_qtypes[t], r.q, r.a + j * r.lda, 0, 1, &p, r.n);
             cr_assert(fabs((double)a - p) <= 1e-5 * (fabs((double)p) + 1.0), "%s: avx2 %.9g portable %.9g",
-                      sl_ggml_type_name(qtypes[t]), a, p);
+                      sl_ggml_type_name(act_rows_qtypes[t]), a, p);
         }
-        qrow_free(&r);
+        act_rows_free(&r);
     }
 }
 
@@ -292,8 +215,8 @@ Test(vec_dot_q8, avx2_close_to_portable)
 Test(vec_dot_q8, float_formats_dispatch_to_the_float_kernel)
 {
     float w[256], x[256], out, want;
-    gaussian(w, 256, 1);
-    gaussian(x, 256, 2);
+    sl_seeded_normal(w, 256, 1);
+    sl_seeded_normal(x, 256, 2);
     uint16_t h[256];
     for (int i = 0; i < 256; i++)
         h[i] = sl_fp32_to_fp16(w[i]);

@@ -10,23 +10,7 @@
 #include "kernels/cpu/vec_dot.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void gaussian(float *x, int64_t n, uint64_t seed)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double u1 = ((double)(rng_next(&seed) >> 11) + 0.5) * 0x1p-53;
-        double u2 = (double)(rng_next(&seed) >> 11) * 0x1p-53;
-        x[i] = (float)(sqrt(-2.0 * log(u1)) * cos(2 * M_PI * u2));
-    }
-}
+#include "tests/seeded.h"
 
 static const uint32_t types[] = {
     SL_GGML_TYPE_F32, SL_GGML_TYPE_F16, SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q8_0,
@@ -60,8 +44,8 @@ static bool row_make(uint32_t type, int64_t n, uint64_t seed, struct row *r)
     r->w = malloc((size_t)n * sizeof(float));
     r->x = malloc((size_t)(r->ldx * MAXM) * sizeof(float));
     cr_assert(src && r->q && r->w && r->x);
-    gaussian(src, n, seed);
-    gaussian(r->x, r->ldx * MAXM, seed + 1);
+    sl_seeded_normal(src, n, seed);
+    sl_seeded_normal(r->x, r->ldx * MAXM, seed + 1);
     cr_assert_eq(sl_quant_quantize_row(type, src, r->q, n), SL_OK);
     cr_assert_eq(sl_quant_dequantize_row(type, r->q, r->w, n), SL_OK);
     free(src);

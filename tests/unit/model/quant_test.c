@@ -10,29 +10,10 @@
 
 #include "model/ggml_types.h"
 #include "model/quant.h"
+#include "tests/seeded.h"
 
 static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void gaussian(float *x, int n, uint64_t seed)
-{
-    for (int i = 0; i < n; i += 2) {
-        double u1 = ((double)(rng_next(&seed) >> 11) + 0.5) * 0x1p-53;
-        double u2 = (double)(rng_next(&seed) >> 11) * 0x1p-53;
-        double r = sqrt(-2.0 * log(u1));
-        x[i] = (float)(r * cos(2 * M_PI * u2));
-        if (i + 1 < n)
-            x[i + 1] = (float)(r * sin(2 * M_PI * u2));
-    }
-}
 
 /* ---- fp16 -------------------------------------------------------------- */
 
@@ -103,7 +84,7 @@ Test(quant, fp16_matches_f16c_on_random_floats)
         cr_skip_test("no F16C");
     uint64_t s = 42;
     for (int i = 0; i < 1000000; i++) {
-        float f = from_bits((uint32_t)rng_next(&s));
+        float f = from_bits((uint32_t)sl_seeded_next(&s));
         if (isnan(f))
             continue;
         cr_assert_eq(sl_fp32_to_fp16(f), hw_fp16(f), "f=%a", f);
@@ -126,7 +107,7 @@ Test(quant, bf16_known_values_and_rounding)
     cr_expect_eq(sl_bf16_to_fp32(0x4049), 3.140625f);
     uint64_t s = 7;
     for (int i = 0; i < 1000000; i++) {
-        float f = from_bits((uint32_t)rng_next(&s));
+        float f = from_bits((uint32_t)sl_seeded_next(&s));
         if (!(fabsf(f) < 0x1.fep127f))  /* the reference below can't see inf as a neighbour */
             continue;
         uint16_t got = sl_fp32_to_bf16(f), lo = (uint16_t)(bits(f) >> 16);
@@ -186,7 +167,7 @@ Test(quant, gaussian_rmse_within_bounds)
     static float src[N], deq[N];
     static uint8_t q[N * 4];
     for (size_t t = 0; t < sizeof bounds / sizeof bounds[0]; t++) {
-        gaussian(src, N, 100 + t);
+        sl_seeded_normal(src, N, 100 + t);
         cr_assert_eq(sl_quant_quantize_row(bounds[t].type, src, q, N), SL_OK);
         cr_assert_eq(sl_quant_dequantize_row(bounds[t].type, q, deq, N), SL_OK);
         double se = 0, maxe = 0;
@@ -212,7 +193,7 @@ Test(quant, small_scale_and_constant_blocks)
     uint32_t qt[] = {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K,
                      SL_GGML_TYPE_Q6_K};
     for (size_t t = 0; t < sizeof qt / sizeof qt[0]; t++) {
-        gaussian(src, N, 5);
+        sl_seeded_normal(src, N, 5);
         for (int i = 0; i < N; i++)
             src[i] *= 0.02f;
         for (int i = 0; i < 256; i++)
@@ -238,7 +219,7 @@ Test(quant, non_finite_inputs_do_not_crash)
     uint8_t q[1024];
     uint32_t qt[] = {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K,
                      SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_F16, SL_GGML_TYPE_BF16};
-    gaussian(src, 256, 9);
+    sl_seeded_normal(src, 256, 9);
     src[3] = NAN;
     src[40] = INFINITY;
     src[100] = -INFINITY;
@@ -340,7 +321,7 @@ Test(quant, concurrent_quantize_is_deterministic)
 {
     static const uint32_t types[] = {SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
                                      SL_GGML_TYPE_Q8_0};
-    gaussian(mt_src, MT_N, 99);
+    sl_seeded_normal(mt_src, MT_N, 99);
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         size_t bytes = sl_ggml_row_bytes(types[t], MT_N);
         cr_assert_eq(sl_quant_quantize_row(types[t], mt_src, mt_want, MT_N), SL_OK);
