@@ -332,6 +332,9 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
     }
     if (o && st) {
         json_object_set_new(o, "waiting_now", json_integer(st->n_waiting));
+        json_object_set_new(o, "parked_now", json_integer(st->n_parked));
+        json_object_set_new(o, "parkings", json_integer((json_int_t)st->n_parkings));
+        json_object_set_new(o, "park_drops", json_integer((json_int_t)st->n_park_drops));
         json_object_set_new(o, "kv_blocks_free", json_integer(st->kv_blocks_free));
         json_object_set_new(o, "kv_blocks_total", json_integer(st->kv_blocks_total));
         json_object_set_new(o, "kv_blocks_used", json_integer(st->kv_blocks_total - st->kv_blocks_free));
@@ -480,8 +483,9 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     w.backend_name = be->ops->name;
     sl_step_bound_init(&w.bound, first_step_bound(&m->hp, sc.token_budget, bc.n_threads));
     w.kv_bytes = be->kv_bytes;
-    /* the scheduler holds what it can run plus as many waiting again */
-    w.n_held = (uint32_t)sc.max_seqs * 2;
+    /* the scheduler holds what it can run, as many waiting again, and as
+     * many parked (their consumers full) */
+    w.n_held = (uint32_t)sc.max_seqs * 3;
     w.held = calloc(w.n_held, sizeof *w.held);
     sl_sched_io io = {.ctx = &w, .poll = io_poll, .emit = io_emit, .finish = io_finish, .cancelled = io_cancelled,
                       .wait = io_wait, .now_ns = io_now, .step_done = io_step_done,
