@@ -32,12 +32,14 @@ enum seq_state {
     SEQ_WAITING,    /* polled, not admitted (or preempted): holds no KV blocks */
     SEQ_PREFILL,    /* admitted: n_cached < prefill_target(), blocks cover the target */
     SEQ_DECODE,     /* admitted: n_cached == n_hist - 1; the last token is fed next */
+    SEQ_PARKED,     /* out of the live set since its consumer was full: n_cached is n_hist - 1
+                       (blocks kept) or 0 (blocks dropped under pressure: recompute on return) */
 };
 
 typedef struct {
     sl_sched_request req;
     enum seq_state state;
-    bool paused;            /* hist[n_hist-1] was sampled but not yet emitted (consumer full) */
+    bool paused;            /* hist[n_hist-1] was sampled but not yet emitted (consumer full); only PARKED */
     bool prefill_started;
     bool dropped;           /* emit said SL_ESTALE: free without finish */
     int32_t *hist;          /* (n_ctx) prompt, then generated tokens */
@@ -62,13 +64,15 @@ struct sl_sched {
     FILE *trace;
 
     sl_kv_blocks kv;
-    int32_t n_slots;        /* max_seqs live + max_seqs waiting */
+    int32_t n_slots;        /* max_seqs live + max_seqs waiting + max_seqs parked */
     seq *slots;             /* (n_slots) */
     int32_t *hist_mem;      /* (n_slots, n_ctx) */
     int32_t *live;          /* (max_seqs) admitted slots, oldest admission first */
     int32_t n_live;
     int32_t *waiting;       /* (n_slots) waiting slots, admission order (preempted first) */
     int32_t n_waiting;
+    int32_t *parked;        /* (n_slots) parked slots, oldest parking first */
+    int32_t n_parked;
 
     sl_batch_seq *batch;    /* (max_seqs) this step's forward */
     int32_t *batch_slot;    /* (max_seqs) slot of each batch entry */
@@ -155,18 +159,19 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
     s->n_vocab = n_vocab;
     s->n_ctx = n_ctx;
     s->trace = cfg->trace ? cfg->trace : stderr;
-    s->n_slots = 2 * cfg->max_seqs;
+    s->n_slots = 3 * cfg->max_seqs;
     int32_t M = cfg->max_seqs;
     s->eog = malloc((size_t)(n_eog ? n_eog : 1) * sizeof *s->eog);
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
     s->hist_mem = malloc((size_t)s->n_slots * (size_t)n_ctx * sizeof *s->hist_mem);
     s->live = malloc((size_t)M * sizeof *s->live);
     s->waiting = malloc((size_t)s->n_slots * sizeof *s->waiting);
+    s->parked = malloc((size_t)s->n_slots * sizeof *s->parked);
     s->batch = calloc((size_t)M, sizeof *s->batch);
     s->batch_slot = malloc((size_t)M * sizeof *s->batch_slot);
     s->reqs = calloc((size_t)M, sizeof *s->reqs);
     s->drawn = malloc((size_t)M * sizeof *s->drawn);
-    if (!s->eog || !s->slots || !s->hist_mem || !s->live || !s->waiting || !s->batch || !s->batch_slot ||
+    if (!s->eog || !s->slots || !s->hist_mem || !s->live || !s->waiting || !s->parked || !s->batch || !s->batch_slot ||
         !s->reqs || !s->drawn)
         goto nomem;
     for (int32_t i = 0; i < n_eog; i++)   /* ids outside the vocabulary can never be drawn */
@@ -206,6 +211,7 @@ void sl_sched_destroy(sl_sched *s)
     free(s->hist_mem);
     free(s->live);
     free(s->waiting);
+    free(s->parked);
     free(s->batch);
     free(s->batch_slot);
     free(s->reqs);
@@ -248,6 +254,8 @@ static void seq_end(sl_sched *s, int32_t slot, int reason, const char *error)
         list_remove(s->waiting, &s->n_waiting, slot);
     else if (q->state == SEQ_PREFILL || q->state == SEQ_DECODE)
         list_remove(s->live, &s->n_live, slot);
+    else if (q->state == SEQ_PARKED)
+        list_remove(s->parked, &s->n_parked, slot);
     sl_kv_blocks_release(&s->kv, &q->table);
     if (!q->dropped) {
         sl_sched_timings t = {
@@ -301,6 +309,58 @@ static void seq_preempt(sl_sched *s, int32_t slot)
     s->n_waiting++;
 }
 
+/* Takes a decoding sequence whose consumer is full out of the live set, so
+ * it holds no batch slot while nobody reads; it keeps its blocks (dropped
+ * later only if the pool runs short: park_drop) and its owed token.
+ * Transition: SEQ_DECODE -> SEQ_PARKED. */
+static void seq_park(sl_sched *s, int32_t slot)
+{
+    seq *q = &s->slots[slot];
+    list_remove(s->live, &s->n_live, slot);
+    q->state = SEQ_PARKED;
+    s->parked[s->n_parked++] = slot;
+    s->stats.n_parkings++;
+}
+
+/* Frees the blocks of one parked sequence, the one parked longest whose
+ * consumer is still full, else the one parked longest; it will recompute when
+ * it returns, as a preempted sequence does. Returns false when no parked
+ * sequence holds blocks. Transition: none (SEQ_PARKED, n_cached -> 0). */
+static bool park_drop(sl_sched *s)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (int32_t i = 0; i < s->n_parked; i++) {
+            seq *q = &s->slots[s->parked[i]];
+            if (q->n_cached == 0 || (pass == 0 && !q->paused))
+                continue;
+            sl_kv_blocks_release(&s->kv, &q->table);
+            q->n_cached = 0;
+            s->stats.n_park_drops++;
+            return true;
+        }
+    return false;
+}
+
+/* Puts a parked sequence whose owed token was delivered back into the live
+ * set, as its newest member: DECODE where it left when it kept its blocks,
+ * else PREFILL of hist[0, n_hist-1) (its blocks reserved here, which the
+ * caller checked). Transition: SEQ_PARKED -> SEQ_DECODE / SEQ_PREFILL. */
+static void seq_unpark(sl_sched *s, int32_t slot)
+{
+    seq *q = &s->slots[slot];
+    list_remove(s->parked, &s->n_parked, slot);
+    s->live[s->n_live++] = slot;
+    q->chunk = 0;
+    if (q->n_cached > 0) {
+        q->state = SEQ_DECODE;
+        return;
+    }
+    sl_status rc = sl_kv_blocks_reserve(&s->kv, &q->table, (uint32_t)prefill_target(q));
+    assert(rc == SL_OK);
+    (void)rc;
+    q->state = SEQ_PREFILL;
+}
+
 /* ------------------------------------------------------------------------ */
 /* accounting checker                                                        */
 
@@ -308,7 +368,7 @@ int sl_sched_check(const sl_sched *s)
 {
     const sl_kv_table *tables[8192];
     uint32_t n_tables = 0;
-    int32_t n_live = 0, n_waiting = 0;
+    int32_t n_live = 0, n_waiting = 0, n_parked = 0;
     for (int32_t i = 0; i < s->n_slots; i++) {
         const seq *q = &s->slots[i];
         uint32_t bs = s->kv.block_size;
@@ -332,11 +392,19 @@ int sl_sched_check(const sl_sched *s)
             if ((uint64_t)q->table.n_used * bs < (uint64_t)q->n_cached)
                 return 0;                                   /* 4 */
             break;
+        case SEQ_PARKED:
+            n_parked++;
+            if (q->n_gen < 1 || (q->n_cached != 0 && q->n_cached != q->n_hist - 1))
+                return 0;                                   /* 10 */
+            if (q->n_cached == 0 ? q->table.n_used != 0 : (uint64_t)q->table.n_used * bs < (uint64_t)q->n_cached)
+                return 0;                                   /* 10 */
+            break;
         }
         if (q->state != SEQ_FREE) {
             if (q->n_hist != q->req.n_prompt + q->n_gen)
                 return 0;                                   /* 5 */
-            if (q->n_emitted > q->n_gen || q->n_emitted < q->n_gen - 1 || (q->paused != (q->n_emitted < q->n_gen)))
+            if (q->n_emitted > q->n_gen || q->n_emitted < q->n_gen - 1 || (q->paused != (q->n_emitted < q->n_gen)) ||
+                (q->paused && q->state != SEQ_PARKED))
                 return 0;                                   /* 6 */
             if (q->n_gen > q->req.max_tokens || q->n_hist > s->n_ctx)
                 return 0;                                   /* 7 */
@@ -344,7 +412,8 @@ int sl_sched_check(const sl_sched *s)
         if (q->table.n_used && n_tables < sizeof tables / sizeof *tables)
             tables[n_tables++] = &q->table;
     }
-    if (n_live != s->n_live || n_waiting != s->n_waiting || s->n_live > s->cfg.max_seqs)
+    if (n_live != s->n_live || n_waiting != s->n_waiting || n_parked != s->n_parked ||
+        s->n_live > s->cfg.max_seqs || s->n_live + s->n_waiting > 2 * s->cfg.max_seqs)
         return 0;                                           /* 8 */
     return sl_kv_blocks_check(&s->kv, tables, n_tables);   /* 9 */
 }
@@ -397,7 +466,9 @@ static const char *validate(const sl_sched *s, const sl_sched_request *r, char *
 static void intake(sl_sched *s, uint64_t now)
 {
     for (;;) {
-        int32_t slot = free_slot(s);
+        /* max_seqs may run and max_seqs wait; parked sequences take the
+         * third max_seqs of slots (and, past that, room from the waiting) */
+        int32_t slot = s->n_live + s->n_waiting < 2 * s->cfg.max_seqs ? free_slot(s) : -1;
         if (slot < 0)
             return;   /* the rest waits in the source's queue (backpressure) */
         seq *q = &s->slots[slot];
@@ -460,6 +531,8 @@ static void fail_all(sl_sched *s, const char *why)
         seq_end(s, s->live[0], SL_SCHED_FINISH_ERROR, why);
     while (s->n_waiting > 0)
         seq_end(s, s->waiting[0], SL_SCHED_FINISH_ERROR, why);
+    while (s->n_parked > 0)
+        seq_end(s, s->parked[0], SL_SCHED_FINISH_ERROR, why);
     assert(sl_kv_blocks_free_count(&s->kv) == s->kv.n_blocks);
     s->last_step_seqs = 0;
     s->last_round_n = 0;
@@ -476,6 +549,8 @@ static bool deliver(sl_sched *s, int32_t slot, uint64_t now)
     sl_status rc = s->io.emit(s->io.ctx, q->req.id, tok, rec);
     if (rc == SL_AGAIN) {
         q->paused = true;
+        if (q->state != SEQ_PARKED)
+            seq_park(s, slot);
         return true;
     }
     if (rc == SL_ESTALE) {
@@ -560,29 +635,61 @@ sl_status sl_sched_step(sl_sched *s)
         if (s->slots[i].state != SEQ_FREE && s->io.cancelled(s->io.ctx, s->slots[i].req.id))
             seq_end(s, i, SL_SCHED_FINISH_CANCELLED, NULL);
 
-    /* 2. retry paused emits (oldest first) */
-    for (int32_t i = 0; i < s->n_live;) {
-        int32_t slot = s->live[i];
+    /* 2. retry the owed emits of parked sequences (oldest parking first) */
+    for (int32_t i = 0; i < s->n_parked;) {
+        int32_t slot = s->parked[i];
         if (s->slots[slot].paused && !deliver(s, slot, now))
-            continue;   /* it left the live list: same index is the next one */
+            continue;   /* it ended and left the parked list: same index is the next one */
         i++;
     }
 
     /* 3. intake */
     intake(s, now);
 
-    /* 4. decodes: each running sequence needs a block for its next position;
-     *    when the pool is short, preempt the newest live sequence (perhaps
-     *    itself) and retry. Oldest first, so a victim is never in the batch. */
+    /* 4. returns: parked sequences whose owed token went out rejoin first,
+     *    oldest parking first (they were admitted before anything waiting
+     *    now, and most still hold their blocks). One that must recompute
+     *    needs its blocks like an admission, and counts as one for
+     *    staggered prefill; nobody overtakes a return that does not fit. */
+    int32_t admitted = 0;
+    bool return_blocked = false;   /* a return did not fit: no admission overtakes it */
+    for (int32_t i = 0; i < s->n_parked && s->n_live < s->cfg.max_seqs;) {
+        int32_t slot = s->parked[i];
+        seq *q = &s->slots[slot];
+        if (q->paused) {
+            i++;
+            continue;
+        }
+        if (q->n_cached == 0) {
+            if (s->cfg.staggered_prefill && admitted >= 1)
+                break;
+            uint32_t need = sl_kv_blocks_needed(&s->kv, NULL, (uint32_t)prefill_target(q) + 1);
+            while (need > sl_kv_blocks_free_count(&s->kv) && park_drop(s))
+                ;
+            if (need > sl_kv_blocks_free_count(&s->kv)) {
+                return_blocked = true;
+                break;
+            }
+            admitted++;
+        }
+        seq_unpark(s, slot);   /* left the list: same index is the next one */
+    }
+
+    /* 5. decodes: each running sequence needs a block for its next position;
+     *    when the pool is short, drop a parked sequence's blocks, else
+     *    preempt the newest live sequence (perhaps itself), and retry.
+     *    Oldest first, so a victim is never in the batch. */
     int32_t n_batch = 0, n_tokens = 0;
     for (int32_t i = 0; i < s->n_live; i++) {
         int32_t slot = s->live[i];
         seq *q = &s->slots[slot];
         q->chunk = 0;
-        if (q->state != SEQ_DECODE || q->paused)
+        if (q->state != SEQ_DECODE)
             continue;
         sl_status rc;
         while ((rc = sl_kv_blocks_reserve(&s->kv, &q->table, (uint32_t)q->n_hist)) == SL_AGAIN) {
+            if (park_drop(s))
+                continue;   /* parked blocks go before any live sequence's */
             int32_t victim = s->live[s->n_live - 1];
             seq_preempt(s, victim);
             if (victim == slot)
@@ -599,15 +706,16 @@ sl_status sl_sched_step(sl_sched *s)
         n_tokens++;
     }
 
-    /* 5. admission (joins): waiting requests in order, while slots, blocks
-     *    and the window allow; staggered prefill admits one per step. */
+    /* 6. admission (joins): waiting requests in order, after the returns,
+     *    while slots, blocks and the window allow; staggered prefill admits
+     *    one per step. Parked sequences' blocks are dropped to make room;
+     *    live ones are never preempted for an admission. */
     uint64_t deadline = window_deadline(s);
     bool was_idle = s->n_live == 0;
-    int32_t admitted = 0;
     if (deadline && now < deadline) {
         s->wait_ns = deadline - now;
     } else {
-        while (s->n_waiting > 0 && s->n_live < s->cfg.max_seqs) {
+        while (!return_blocked && s->n_waiting > 0 && s->n_live < s->cfg.max_seqs) {
             if (s->cfg.staggered_prefill && admitted >= 1)
                 break;
             int32_t slot = s->waiting[0];
@@ -615,6 +723,8 @@ sl_status sl_sched_step(sl_sched *s)
             /* blocks for the prefill plus the first decode position */
             int32_t target = prefill_target(q);
             uint32_t need = sl_kv_blocks_needed(&s->kv, NULL, (uint32_t)target + 1);
+            while (need > sl_kv_blocks_free_count(&s->kv) && park_drop(s))
+                ;
             if (need > sl_kv_blocks_free_count(&s->kv))
                 break;   /* FIFO: nobody overtakes the head */
             sl_status rc = sl_kv_blocks_reserve(&s->kv, &q->table, (uint32_t)target);
@@ -635,7 +745,7 @@ sl_status sl_sched_step(sl_sched *s)
             s->last_round_n = admitted + s->n_waiting;   /* the round's size: admitted now or next steps */
     }
 
-    /* 6. prefill chunks under what the budget leaves, oldest first */
+    /* 7. prefill chunks under what the budget leaves, oldest first */
     for (int32_t i = 0; i < s->n_live && n_tokens < s->cfg.token_budget; i++) {
         seq *q = &s->slots[s->live[i]];
         if (q->state != SEQ_PREFILL)
@@ -654,6 +764,7 @@ sl_status sl_sched_step(sl_sched *s)
     if (s->n_live > s->stats.peak_in_flight)
         s->stats.peak_in_flight = s->n_live;
     s->stats.n_waiting = s->n_waiting;
+    s->stats.n_parked = s->n_parked;
 
     for (int32_t i = 0; i < s->n_live; i++) {
         int32_t slot = s->live[i];
@@ -674,12 +785,12 @@ sl_status sl_sched_step(sl_sched *s)
     assert(sl_sched_check(s));
     if (n_batch == 0) {
         if (!(deadline && now < deadline))
-            s->wait_ns = s->n_live > 0 ? PAUSED_RETRY_NS : IDLE_WAIT_NS;
+            s->wait_ns = s->n_live > 0 || s->n_parked > 0 ? PAUSED_RETRY_NS : IDLE_WAIT_NS;
         s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv);
         return SL_AGAIN;
     }
 
-    /* 7. one forward */
+    /* 8. one forward */
     if (s->io.step_begin)
         s->io.step_begin(s->io.ctx, n_batch, n_tokens);
     uint64_t t0 = s->io.now_ns(s->io.ctx);
@@ -706,7 +817,7 @@ sl_status sl_sched_step(sl_sched *s)
                     : rc == SL_ENOMEM ? "the backend is out of memory for its sampling rows"
                                       : "the backend refused the batch");
     } else {
-        /* 8. take the drawn tokens, emit, stop; in batch order. */
+        /* 9. take the drawn tokens, emit, stop; in batch order. */
         s->last_step_seqs = n_batch;
         for (int32_t b = 0; b < n_batch; b++) {
             seq *q = &s->slots[s->batch_slot[b]];
@@ -734,6 +845,7 @@ void sl_sched_step_paused(sl_sched *s)
     intake(s, now);
     s->stats.in_flight = s->n_live;
     s->stats.n_waiting = s->n_waiting;
+    s->stats.n_parked = s->n_parked;
     s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv);
     assert(sl_sched_check(s));
 }
@@ -786,7 +898,7 @@ void sl_sched_snapshot_fill(const sl_sched *s, sl_sched_snapshot *out)
     }
     out->in_flight_now = s->stats.in_flight;
     out->peak_in_flight = s->stats.peak_in_flight;
-    out->queue_capacity = s->n_slots - c->max_seqs;
+    out->queue_capacity = c->max_seqs;   /* the third max_seqs of slots is for parked sequences */
     out->n_vocab = s->n_vocab;
     out->n_ctx = s->n_ctx;
     out->kv_bytes = s->be->kv_bytes;

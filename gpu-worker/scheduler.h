@@ -107,6 +107,9 @@ typedef struct {
     uint32_t kv_blocks_total;
     uint64_t n_preemptions;      /* total so far */
     uint64_t n_step_failures;    /* whole-step failures so far */
+    int32_t n_parked;            /* sequences parked now: their consumer was full (not in in_flight) */
+    uint64_t n_parkings;         /* total so far: a live sequence left the batch for a full consumer */
+    uint64_t n_park_drops;       /* total so far: a parked sequence's blocks were freed for others */
 } sl_sched_stats;
 
 /* The outside world. All slots required but step_begin. */
@@ -193,7 +196,7 @@ void sl_sched_destroy(sl_sched *s);
  * (the backend's first sampling call may, once: kernels/backend.h).
  * Returns SL_OK when a forward ran (successfully or not: a failed step has
  * already failed its requests); SL_AGAIN when there was nothing to run (idle,
- * every sequence paused, or the batch window still open): the caller waits
+ * every sequence parked, or the batch window still open): the caller waits
  * sl_sched_wait_ns() and calls again. */
 sl_status sl_sched_step(sl_sched *s);
 
@@ -205,7 +208,7 @@ sl_status sl_sched_step(sl_sched *s);
 void sl_sched_step_paused(sl_sched *s);
 
 /* After a step returned SL_AGAIN: how long the caller may sleep on the
- * doorbell before the next step is due (window deadline, paused emits'
+ * doorbell before the next step is due (window deadline, parked emits'
  * retry interval, or the idle heartbeat interval). */
 uint64_t sl_sched_wait_ns(const sl_sched *s);
 

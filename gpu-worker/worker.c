@@ -30,6 +30,8 @@
 #define SNAPSHOT_EVERY_NS 200000000ull   /* republish effective-config at most 5 times a second */
 #define FLOOR_FLOPS_PER_THREAD 1e9       /* first-step guess: a slow, loaded core (ASan builds reach ~3e9) */
 #define PAUSED_TICK_NS 10000000ull       /* while paused: cancels and intake every 10 ms */
+#define TYPICAL_SEQ_TOKENS 1024          /* default --max-seqs: sequences of this length the KV pool holds */
+#define MAX_SEQS_FLOOR 16                /* ... but never fewer (a small pool preempts rather than queues) */
 
 static volatile sig_atomic_t stop_flag;
 
@@ -332,6 +334,9 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
     }
     if (o && st) {
         json_object_set_new(o, "waiting_now", json_integer(st->n_waiting));
+        json_object_set_new(o, "parked_now", json_integer(st->n_parked));
+        json_object_set_new(o, "parkings", json_integer((json_int_t)st->n_parkings));
+        json_object_set_new(o, "park_drops", json_integer((json_int_t)st->n_park_drops));
         json_object_set_new(o, "kv_blocks_free", json_integer(st->kv_blocks_free));
         json_object_set_new(o, "kv_blocks_total", json_integer(st->kv_blocks_total));
         json_object_set_new(o, "kv_blocks_used", json_integer(st->kv_blocks_total - st->kv_blocks_free));
@@ -359,6 +364,23 @@ static uint64_t kv_budget(const sl_config *cfg)
     long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     uint64_t avail = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : (1ull << 30);
     return avail / 4;
+}
+
+/* The default --max-seqs: as many sequences as the KV pool holds at
+ * TYPICAL_SEQ_TOKENS each (the context, if shorter), within
+ * [MAX_SEQS_FLOOR, ceiling]; the ceiling is the setting's default (256,
+ * vLLM's max_num_seqs), which also sized the mailbox pool in the master.
+ * Longer sequences than typical simply preempt (docs/SCHEDULER.md section 5). */
+static int32_t default_max_seqs(uint64_t n_blocks, int32_t n_ctx, uint32_t ceiling)
+{
+    uint64_t typical = n_ctx < TYPICAL_SEQ_TOKENS ? (uint64_t)n_ctx : TYPICAL_SEQ_TOKENS;
+    uint64_t per_seq = (typical + SL_KV_BLOCK_TOKENS - 1) / SL_KV_BLOCK_TOKENS;
+    uint64_t n = n_blocks / (per_seq ? per_seq : 1);
+    if (n > ceiling)
+        n = ceiling;
+    if (n < MAX_SEQS_FLOOR)
+        n = MAX_SEQS_FLOOR < ceiling ? MAX_SEQS_FLOOR : ceiling;
+    return (int32_t)n;
 }
 
 static uint8_t sched_source(uint8_t s)
@@ -437,8 +459,6 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     KNOB(staggered_prefill, SL_CFG_STAGGERED_PREFILL, cfg->staggered_prefill != 0);
     KNOB(ttft_trace, SL_CFG_TTFT_TRACE, cfg->ttft_trace != 0);
 #undef KNOB
-    if (sc.token_budget < sc.max_seqs)
-        sc.token_budget = sc.max_seqs;
     sc.kv_block_size = SL_KV_BLOCK_TOKENS;
     uint64_t block_bytes = sl_backend_kv_block_bytes(m, SL_KV_BLOCK_TOKENS);
     uint64_t blocks = kv_budget(cfg) / block_bytes;
@@ -459,6 +479,13 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
         blocks = 1u << 30;
     sc.n_kv_blocks = (uint32_t)blocks;
     sc.source.n_kv_blocks = cfg->kv_memory ? sched_source(cfg->source[SL_CFG_KV_MEMORY]) : SL_SCHED_SOURCE_DEFAULT;
+    if (cfg->source[SL_CFG_MAX_SEQS] == SL_CONFIG_SOURCE_DEFAULT) {
+        sc.max_seqs = default_max_seqs(blocks, n_ctx, cfg->max_seqs);
+        if (sc.max_seqs > sc.token_budget)
+            sc.max_seqs = sc.token_budget;   /* a set budget wins over a computed default */
+    }
+    if (sc.token_budget < sc.max_seqs)
+        sc.token_budget = sc.max_seqs;
 
     sl_backend_config bc = {.device = cfg->device, .n_threads = (int)(cfg->threads ? cfg->threads : 1),
                             .kv_block_size = SL_KV_BLOCK_TOKENS, .n_kv_blocks = sc.n_kv_blocks,
@@ -480,8 +507,9 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     w.backend_name = be->ops->name;
     sl_step_bound_init(&w.bound, first_step_bound(&m->hp, sc.token_budget, bc.n_threads));
     w.kv_bytes = be->kv_bytes;
-    /* the scheduler holds what it can run plus as many waiting again */
-    w.n_held = (uint32_t)sc.max_seqs * 2;
+    /* the scheduler holds what it can run, as many waiting again, and as
+     * many parked (their consumers full) */
+    w.n_held = (uint32_t)sc.max_seqs * 3;
     w.held = calloc(w.n_held, sizeof *w.held);
     sl_sched_io io = {.ctx = &w, .poll = io_poll, .emit = io_emit, .finish = io_finish, .cancelled = io_cancelled,
                       .wait = io_wait, .now_ns = io_now, .step_done = io_step_done,

@@ -68,7 +68,12 @@ static void io_finish(void *ctx, uint64_t id, int reason, const char *error, con
 static bool io_cancelled(void *ctx, uint64_t id)
 {
     fake_io *f = ctx;
-    return f->reqs[id].cancel;
+    fake_req *r = &f->reqs[id];
+    if (r->cancel_at_ns && f->clock >= r->cancel_at_ns && !r->cancel) {
+        r->cancel = true;
+        r->cancel_step = f->steps;
+    }
+    return r->cancel;
 }
 
 static void io_wait(void *ctx, uint64_t timeout_ns)

@@ -18,6 +18,7 @@ typedef struct {
     sl_sched_request req;         /* id, prompt, params, limits; submit_ns is set from arrive_ns */
     uint64_t arrive_ns;
     int32_t cancel_after;         /* cancel once this many tokens were emitted; 0 = never */
+    uint64_t cancel_at_ns;        /* cancel once the clock reaches this; 0 = never */
     int32_t again_at;             /* emit of token index again_at answers SL_AGAIN ... */
     int32_t again_count;          /* ... this many times */
     int32_t fail_emit_at;         /* emit of token index fail_emit_at - 1 fails with SL_EIO; 0 never */

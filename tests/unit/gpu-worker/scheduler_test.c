@@ -438,6 +438,121 @@ Test(scheduler, full_consumer_pauses_without_losing_or_repeating_tokens)
     h_close(&h);
 }
 
+/* A consumer that stops reading parks its sequence: the batch slot goes to
+ * the next request at once, and the parked one resumes where it left. */
+Test(scheduler, parked_sequence_gives_its_batch_slot_to_a_waiting_one)
+{
+    sl_sched_config c = test_config();
+    c.max_seqs = 2;
+    c.token_budget = 64;
+    fake_req r[3] = {mkreq(0, 20, 40, 0), mkreq(1, 20, 200, 0), mkreq(2, 20, 10, 0)};
+    r[0].again_at = 3;
+    r[0].again_count = 400;   /* full for 400 retries: longer than r[2] needs in all */
+    harness h;
+    h_open(&h, r, 3, &c, NULL);
+    h_run(&h);
+    cr_assert_lt(r[2].finish_ns, r[1].finish_ns, "the short one ran beside r[1], in r[0]'s slot");
+    cr_assert_lt(r[2].finish_ns, r[0].finish_ns, "and finished while r[0] was parked");
+    bool saw_parked = false;
+    for (uint64_t i = 0; i < h.io->steps && i < FAKE_MAX_STEPS; i++) {
+        cr_assert_leq(h.io->stats[i].in_flight, 2);
+        if (h.io->stats[i].n_parked == 1 && h.io->stats[i].in_flight == 2)
+            saw_parked = true;
+    }
+    cr_assert(saw_parked, "two ran while the third was parked");
+    sl_sched_stats st;
+    sl_sched_stats_get(h.s, &st);
+    cr_assert_eq(st.n_parkings, 1);
+    cr_assert_eq(st.n_parked, 0);
+    sl_sched_config big = test_config();
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(r[i].reason, SL_SCHED_FINISH_LENGTH);
+        assert_same_as_alone(&r[i], &big);
+    }
+    h_close(&h);
+}
+
+/* Under pool pressure the parked sequence's blocks go first (before any
+ * live sequence is preempted); it recomputes on return and its tokens are
+ * those of an uninterrupted run. */
+Test(scheduler, parked_blocks_are_dropped_under_pressure_and_recomputed)
+{
+    sl_sched_config c = test_config();
+    c.max_seqs = 2;
+    c.token_budget = 64;
+    c.n_kv_blocks = 8;   /* r[0] parked at 33 positions holds 3 blocks; r[1] and r[2] need 5 + 3 */
+    fake_req r[3] = {mkreq(0, 30, 40, 0), mkreq(1, 30, 40, 0), mkreq(2, 20, 20, 0)};
+    r[0].again_at = 3;
+    r[0].again_count = 300;   /* back after r[1] and r[2] are done */
+    r[0].req.params.temperature = 0.9f;   /* seeded: recompute resumes at the same draw */
+    r[0].req.params.seed = 7;
+    harness h;
+    h_open(&h, r, 3, &c, NULL);
+    h_run(&h);
+    sl_sched_stats st;
+    sl_sched_stats_get(h.s, &st);
+    cr_assert_geq(st.n_park_drops, 1, "the parked blocks were taken");
+    cr_assert_eq(st.n_preemptions, 0, "no live sequence was preempted while parked blocks existed");
+    sl_sched_config big = test_config();
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(r[i].reason, SL_SCHED_FINISH_LENGTH);
+        cr_assert_eq(r[i].t.n_generated, r[i].n_tokens, "never re-sent");
+        assert_same_as_alone(&r[i], &big);
+    }
+    h_close(&h);
+}
+
+/* A parked sequence whose consumer drained rejoins ahead of every waiting
+ * request, even when it must wait for a batch slot to do so. */
+Test(scheduler, returning_sequence_rejoins_ahead_of_waiting_ones)
+{
+    sl_sched_config c = test_config();
+    c.max_seqs = 1;
+    c.token_budget = 64;
+    fake_req r[3] = {mkreq(0, 20, 30, 0), mkreq(1, 20, 60, 1 * MS), mkreq(2, 20, 30, 2 * MS)};
+    r[0].again_at = 2;
+    r[0].again_count = 5;   /* drained long before r[1] ends: waits for the slot, then goes first */
+    harness h;
+    h_open(&h, r, 3, &c, NULL);
+    h_run(&h);
+    cr_assert(r[1].token_ns[0] < r[0].finish_ns, "r[1] took the slot while r[0] was parked");
+    cr_assert(r[0].finish_ns < r[2].token_ns[0], "r[0] went back ahead of r[2], which waited longer");
+    for (int i = 0; i < 3; i++)
+        assert_same_as_alone(&r[i], &c);
+    h_close(&h);
+}
+
+/* Cancels and whole-step failures reach parked sequences as well. */
+Test(scheduler, parked_sequence_is_cancelled_and_failed_like_a_live_one)
+{
+    sl_sched_config c = test_config();
+    fake_req r[2] = {mkreq(0, 20, 100, 0), mkreq(1, 20, 400, 0)};
+    r[0].again_at = 4;
+    r[0].again_count = 1000000;   /* never drains */
+    r[0].cancel_at_ns = 5 * MS;   /* parked by ~3.5 ms (after the 3 ms window); r[1] ends ~7.5 ms */
+    harness h;
+    h_open(&h, r, 2, &c, NULL);
+    h_run(&h);
+    cr_assert_eq(r[0].reason, SL_SCHED_FINISH_CANCELLED);
+    cr_assert_eq(r[0].n_tokens, 4, "%d tokens, reason %d, finish %llu", r[0].n_tokens, r[0].reason, (unsigned long long)r[0].finish_ns);
+    cr_assert_lt(r[0].finish_ns, r[1].finish_ns, "cancelled while parked, r[1] still running");
+    sl_sched_stats st;
+    sl_sched_stats_get(h.s, &st);
+    cr_assert_eq(st.n_parkings, 1);
+    cr_assert_eq(r[1].reason, SL_SCHED_FINISH_LENGTH);
+    h_close(&h);
+
+    fake_req f[2] = {mkreq(0, 20, 100, 0), mkreq(1, 20, 100, 0)};
+    f[0].again_at = 2;
+    f[0].again_count = 1000000;
+    knobs k = {.fail_at = 10};
+    h_open(&h, f, 2, &c, &k);
+    h_run(&h);
+    cr_assert_eq(f[0].reason, SL_SCHED_FINISH_ERROR, "parked at the failed step: failed too");
+    cr_assert_eq(f[1].reason, SL_SCHED_FINISH_ERROR);
+    h_close(&h);
+}
+
 /* ------------------------------------------------------------------------ */
 /* chunked prefill, in-flight, timings                                       */
 
