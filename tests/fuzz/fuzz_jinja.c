@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_jinja.c: libFuzzer target `jinja`: the chat-template
- * engine (model/jinja/*.c behind model/chat_template.c).
+ * engine (the interpreter in model/jinja/, behind model/chat_template.c).
  * Input: byte 0 even: the rest is template source, compiled and rendered
  * with a fixed conversation (system, user, assistant with a tool call, tool
  * answer) and one tool. Byte 0 odd: byte 1 picks one of the real templates
