@@ -128,7 +128,15 @@ class HAProxy:
 def cluster(chat_model, tmp_path):
     if HAPROXY is None:
         pytest.skip("haproxy is not installed (Debian package 'haproxy'; tools/setup.sh installs it)")
-    a = Server(chat_model, tmp_path, frontends=1, extra=("--drain-delay", "2"))
+    # a's workers start 1 s late, as a real model's load takes seconds: a
+    # worker killed on a then leaves a window of 503s that HAProxy must meet
+    # (the test model loads in milliseconds, so without it the window can
+    # fall between two requests and the failover path goes untested)
+    slow_start = tmp_path / "slow-start.sh"
+    slow_start.write_text('#!/bin/sh\nsleep 1\nexec "$@"\n')
+    slow_start.chmod(0o755)
+    env = dict(os.environ, SLUICE_WORKER_WRAPPER=str(slow_start))
+    a = Server(chat_model, tmp_path, frontends=1, extra=("--drain-delay", "2"), env=env)
     b = Server(chat_model, tmp_path, frontends=1)
     try:
         h = HAProxy(tmp_path, a, b)
