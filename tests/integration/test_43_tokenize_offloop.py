@@ -27,6 +27,7 @@ from serve import Server, wait_for
 
 THREADS = int(os.environ.get("SLUICE_TEST_TOKENIZE_THREADS", "1"))
 HEALTH_MAX_S = 0.100
+HEALTH_MAX_SANITIZED_S = 0.300   # ASan: the loop's own share (reading 24 MB of bodies, copying answers) is ~5x slower
 CHUNK = " The quick brown fox jumps over the lazy dog."   # pretoken boundaries at both ends
 
 # Polls /health every 20 ms on fresh connections until stdin closes; prints
@@ -70,6 +71,12 @@ def post(base, path, body, timeout=120):
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+def sanitized(server):
+    """An ASan build (libasan mapped into the front end)."""
+    with open(f"/proc/{server.pids()[1][0]}/maps") as f:
+        return "libasan" in f.read()
 
 
 def frontend_state(server):
@@ -139,7 +146,7 @@ def test_large_bodies_leave_health_responsive(server):
     assert s == 400 and json.loads(b)["error"]["code"] == "context_length_exceeded", b[:300]
     assert health["fails"] == [] and health["n"] > 0
     if THREADS > 0:
-        assert health["max"] < HEALTH_MAX_S
+        assert health["max"] < (HEALTH_MAX_SANITIZED_S if sanitized(server) else HEALTH_MAX_S)
 
 
 def test_padded_chat_body_goes_through_the_pool(server):
