@@ -2,11 +2,13 @@
  * /v1/chat/completions and /v1/completions): parse the body, check the model
  * name and the worker, render the template, tokenize, apply the context
  * limits and submit to the worker's ring; then stream.c takes the request.
- * Runs on each front-end process's event loop, called by routes.c.
+ * Runs on each front-end process's event loop, called by routes.c; the pure
+ * middle (parse, render, tokenize: prompt_work) runs as a job (jobs.c), on a
+ * tokenize-pool thread when the body is large.
  * The trade-off: every refusal (404, 400, 429, 503) is decided here, before a
  * mailbox is taken or a byte is sent, so a refused request costs the worker
  * nothing and always gets a status and an OpenAI error body; the price is that
- * the prompt is rendered and tokenized on the event loop, in the front end. */
+ * the prompt is rendered and tokenized in the front end, before submission. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +53,7 @@ static int64_t tokenize_alloc(const sl_fe *fe, const char *text, size_t len, con
 }
 
 /* The prompt's token ids for a parsed request. On failure *e is filled. */
-static int64_t build_prompt(sl_fe *fe, const sl_api_request *r, int32_t **out, sl_api_error *e)
+static int64_t build_prompt(const sl_fe *fe, const sl_api_request *r, int32_t **out, sl_api_error *e)
 {
     *out = NULL;
     if (r->endpoint == SL_API_ENDPOINT_COMPLETIONS && r->prompt_tokens != NULL) {
@@ -119,53 +121,74 @@ static void log_body(const sl_fe *fe, const sl_fe_reqinfo *ri, h2o_req_t *req)
     json_decref(s);
 }
 
-void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat)
-{
-    sl_api_endpoint ep = chat ? SL_API_ENDPOINT_CHAT : SL_API_ENDPOINT_COMPLETIONS;
-    if (fe->cfg->log_bodies)
-        log_body(fe, ri, req);
-    if (fe->draining && fe->listener == NULL) {
-        reject(fe, req, ri, SL_API_ERR_UNAVAILABLE, NULL, "shutting_down", "The server is shutting down.");
-        return;
-    }
-    uint64_t slack = (uint64_t)(fe->cfg->heartbeat_timeout_ms ? fe->cfg->heartbeat_timeout_ms : 5000) * 1000000ull;
-    if (!sl_shm_worker_alive(fe->shm, sl_shm_now_ns(), slack)) {
-        reject(fe, req, ri, SL_API_ERR_UNAVAILABLE, NULL, "worker_unavailable",
-               "The model worker is not ready; retry shortly.");
-        return;
-    }
+/* The pure part of admission, as a job (jobs.c): parse the body and, unless
+ * the model or logprobs check will refuse it anyway, build the prompt. The
+ * refusals themselves are sent by prompt_done, in the order they always had. */
+typedef struct {
+    sl_fe_job job;                   /* first: jobs.c hands this back */
+    int chat;
+    const char *body;                /* req->entity inline, else body_owned */
+    char *body_owned;                /* freed as soon as the body is parsed */
+    size_t len;
+    bool logprobs_ok;                /* the worker's limit, read on the loop (work reads no shm) */
+    sl_status parse_rc;              /* outputs of work */
     sl_api_request r;
-    memset(&r, 0, sizeof r);
     sl_api_error e;
-    memset(&e, 0, sizeof e);
-    if (sl_api_request_parse(&r, ep, req->entity.base ? req->entity.base : "", req->entity.len, fe->n_vocab, &e) !=
-        SL_OK) {
-        sl_api_request_fini(&r);
-        sl_fe_respond_error(fe, req, ri, &e);
+    bool built;                      /* build_prompt ran: n_prompt, prompt and e hold its answer */
+    int64_t n_prompt;
+    int32_t *prompt;
+} prompt_job;
+
+static void prompt_work(const sl_fe *fe, sl_fe_job *job)
+{
+    prompt_job *j = (prompt_job *)job;
+    sl_api_endpoint ep = j->chat ? SL_API_ENDPOINT_CHAT : SL_API_ENDPOINT_COMPLETIONS;
+    j->parse_rc = sl_api_request_parse(&j->r, ep, j->body, j->len, fe->n_vocab, &j->e);
+    free(j->body_owned);             /* the parsed request owns its JSON (api_request.h) */
+    j->body_owned = NULL;
+    j->body = NULL;
+    if (j->parse_rc != SL_OK)
+        return;
+    if (j->r.model != NULL && strcmp(j->r.model, fe->model_name) != 0)
+        return;
+    if (j->r.logprobs && !j->logprobs_ok)
+        return;
+    j->n_prompt = build_prompt(fe, &j->r, &j->prompt, &j->e);
+    j->built = true;
+}
+
+static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
+{
+    const sl_fe_reqinfo *ri = &j->job.ri;
+    const sl_api_request *rq = &j->r;
+    int chat = j->chat;
+    char msg[SL_ERR_LEN];
+    if (j->parse_rc != SL_OK) {
+        sl_fe_respond_error(fe, req, ri, &j->e);
         return;
     }
-    int32_t *prompt = NULL;
-    char msg[SL_ERR_LEN];
-    if (r.model != NULL && strcmp(r.model, fe->model_name) != 0) {
-        snprintf(msg, sizeof msg, "The model `%.100s` does not exist (this server serves `%.100s`).", r.model,
+    if (rq->model != NULL && strcmp(rq->model, fe->model_name) != 0) {
+        snprintf(msg, sizeof msg, "The model `%.100s` does not exist (this server serves `%.100s`).", rq->model,
                  fe->model_name);
         reject(fe, req, ri, SL_API_ERR_NOT_FOUND, "model", "model_not_found", msg);
-        goto out;
+        return;
     }
-    if (r.logprobs && !sl_shm_get_limits(fe->shm)->logprobs) {
+    if (rq->logprobs && !j->logprobs_ok) {
         reject(fe, req, ri, SL_API_ERR_INVALID_REQUEST, "logprobs", "unsupported",
                "This server was started without logprobs support.");
-        goto out;
+        return;
     }
-    int64_t n_prompt = build_prompt(fe, &r, &prompt, &e);
-    if (n_prompt < 0) {
-        sl_fe_respond_error(fe, req, ri, &e);
-        goto out;
+    int64_t n_prompt = j->n_prompt;
+    if (!j->built || n_prompt < 0) {
+        if (!j->built)
+            sl_api_error_set(&j->e, SL_API_ERR_INTERNAL, NULL, "the prompt was not built");
+        sl_fe_respond_error(fe, req, ri, &j->e);
+        return;
     }
     if (n_prompt == 0) {
         reject(fe, req, ri, SL_API_ERR_INVALID_REQUEST, chat ? "messages" : "prompt", NULL,
                "The prompt is empty after tokenization.");
-        goto out;
+        return;
     }
     if (n_prompt > (int64_t)fe->max_prompt) {
         snprintf(msg, sizeof msg,
@@ -173,9 +196,9 @@ void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat
                  ". However, your prompt has %" PRId64 " tokens.",
                  fe->n_ctx, fe->max_prompt, n_prompt);
         reject(fe, req, ri, SL_API_ERR_CONTEXT_LENGTH, chat ? "messages" : "prompt", NULL, msg);
-        goto out;
+        return;
     }
-    int64_t max_tokens = r.max_tokens;
+    int64_t max_tokens = rq->max_tokens;
     int64_t room = (int64_t)fe->n_ctx - n_prompt;
     if (max_tokens < 0) {
         max_tokens = room;
@@ -189,38 +212,86 @@ void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat
                  fe->n_ctx, n_prompt + max_tokens, n_prompt, chat ? "messages" : "prompt", max_tokens,
                  chat ? "messages" : "prompt");
         reject(fe, req, ri, SL_API_ERR_CONTEXT_LENGTH, "max_tokens", NULL, msg);
-        goto out;
+        return;
     }
     if (max_tokens < 1) {
         reject(fe, req, ri, SL_API_ERR_INVALID_REQUEST, "max_tokens", NULL, "max_tokens must be at least 1.");
-        goto out;
+        return;
     }
 
     sl_shm_request sr;
     memset(&sr, 0, sizeof sr);
-    sr.params = r.sampling;
-    if (!r.has_seed && getrandom(&sr.params.seed, sizeof sr.params.seed, GRND_NONBLOCK) != sizeof sr.params.seed)
+    sr.params = rq->sampling;
+    if (!rq->has_seed && getrandom(&sr.params.seed, sizeof sr.params.seed, GRND_NONBLOCK) != sizeof sr.params.seed)
         sr.params.seed = sl_shm_now_ns();
     sr.max_tokens = (int32_t)max_tokens;
-    sr.min_tokens = (int32_t)(r.min_tokens > max_tokens ? max_tokens : r.min_tokens);
-    sr.ignore_eos = r.ignore_eos;
+    sr.min_tokens = (int32_t)(rq->min_tokens > max_tokens ? max_tokens : rq->min_tokens);
+    sr.ignore_eos = rq->ignore_eos;
     sr.request_id = hash_id(ri->id);
-    sr.prompt = prompt;
+    sr.prompt = j->prompt;
     sr.n_prompt = (uint32_t)n_prompt;
     sl_shm_ticket ticket;
     sl_status rc = sl_shm_submit(fe->shm, &sr, &ticket);
     if (rc == SL_AGAIN) {
         reject(fe, req, ri, SL_API_ERR_QUEUE_FULL, NULL, NULL, "The server is at capacity (queue full); retry shortly.");
-        goto out;
+        return;
     }
     if (rc < 0) {
         snprintf(msg, sizeof msg, "Cannot queue the request (%s).", sl_status_name(rc));
         reject(fe, req, ri, rc == SL_ESTALE ? SL_API_ERR_UNAVAILABLE : SL_API_ERR_INTERNAL, NULL, NULL, msg);
-        goto out;
+        return;
     }
 
-    sl_fe_stream_start(fe, req, ri, &r, ticket, n_prompt);   /* owns the ticket from here */
-out:
-    free(prompt);
-    sl_api_request_fini(&r);
+    sl_fe_stream_start(fe, req, ri, rq, ticket, n_prompt);   /* owns the ticket from here */
+}
+
+static void prompt_done(sl_fe *fe, sl_fe_job *job, h2o_req_t *req)
+{
+    prompt_job *j = (prompt_job *)job;
+    if (req != NULL)
+        prompt_submit(fe, req, j);
+    free(j->prompt);
+    sl_api_request_fini(&j->r);
+    free(j->body_owned);
+    free(j);
+}
+
+void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat)
+{
+    if (fe->cfg->log_bodies)
+        log_body(fe, ri, req);
+    if (fe->draining && fe->listener == NULL) {
+        reject(fe, req, ri, SL_API_ERR_UNAVAILABLE, NULL, "shutting_down", "The server is shutting down.");
+        return;
+    }
+    uint64_t slack = (uint64_t)(fe->cfg->heartbeat_timeout_ms ? fe->cfg->heartbeat_timeout_ms : 5000) * 1000000ull;
+    if (!sl_shm_worker_alive(fe->shm, sl_shm_now_ns(), slack)) {
+        reject(fe, req, ri, SL_API_ERR_UNAVAILABLE, NULL, "worker_unavailable",
+               "The model worker is not ready; retry shortly.");
+        return;
+    }
+    size_t len = req->entity.base ? req->entity.len : 0;
+    bool offload = sl_fe_jobs_wanted(fe, len);
+    prompt_job *j = calloc(1, sizeof *j);
+    char *copy = offload && j != NULL ? malloc(len ? len : 1) : NULL;
+    if (j == NULL || (offload && copy == NULL)) {
+        free(j);
+        sl_api_error e;
+        sl_api_error_set(&e, SL_API_ERR_INTERNAL, NULL, "out of memory");
+        sl_fe_respond_error(fe, req, ri, &e);
+        return;
+    }
+    j->job.work = prompt_work;
+    j->job.done = prompt_done;
+    j->job.ri = *ri;
+    j->chat = chat;
+    j->len = len;
+    j->logprobs_ok = sl_shm_get_limits(fe->shm)->logprobs;
+    if (offload) {
+        memcpy(copy, req->entity.base, len);
+        j->body = j->body_owned = copy;
+    } else {
+        j->body = req->entity.base ? req->entity.base : "";
+    }
+    sl_fe_jobs_run(fe, req, &j->job, offload);
 }

@@ -1,6 +1,7 @@
-/* frontend/routes.c: the route table and every endpoint that answers at once:
- * /health, /ready, /metrics, /v1/models, /v1/effective-config, /tokenize,
- * /detokenize; the body limit; bearer auth; 404/405 in OpenAI's error shape.
+/* frontend/routes.c: the route table and every endpoint that answers without
+ * the worker: /health, /ready, /metrics, /v1/models, /v1/effective-config,
+ * /tokenize, /detokenize (the last two as jobs, jobs.c); the body limit;
+ * bearer auth; 404/405 in OpenAI's error shape.
  * Runs on each front-end process's event loop; server.c registers it, and it
  * hands the generation routes to generate.c. The trade-off: one handler owns
  * "/" and dispatches on the exact normalized path (a table scan per request
@@ -251,7 +252,8 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         "ctx_size", "max_seqs", "token_budget", "prefill_chunk", "batch_window_ms", "staggered_prefill",
         "ttft_trace", "queue_depth", "max_body", "max_prompt_tokens", "default_max_tokens", "idle_timeout_ms",
         "write_timeout_ms", "drain_delay_s", "drain_timeout_s", "chat_template", "model_alias", "log_bodies",
-        "heartbeat_timeout_ms", "admin_group", "max_response", "log_format", "log_health"};
+        "heartbeat_timeout_ms", "admin_group", "max_response", "log_format", "log_health",
+        "tokenize_threads"};
     for (int i = 0; i < SL_CFG_COUNT; i++) {
         unsigned s = c->source[i];
         json_object_set_new(src, keys[i], json_string(s < 5 ? source_names[s] : "unknown"));
@@ -289,6 +291,8 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         json_object_set_new(front, "max_response", json_integer((json_int_t)sl_fe_max_response(c)));
         json_object_set_new(front, "log_format", json_string(c->log_format[0] ? c->log_format : "text"));
         json_object_set_new(front, "log_health", json_boolean(c->log_health != 0));
+        json_object_set_new(front, "tokenize_threads", json_integer((json_int_t)c->tokenize_threads));
+        json_object_set_new(front, "tokenize_jobs", json_integer((json_int_t)fe->n_jobs));
     }
     if (front != NULL)
         json_object_set_new(front, "worker_info", winfo ? winfo : json_null());
@@ -301,31 +305,76 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
 
 /* ================================================================ tokenize */
 
-static void on_tokenize(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, bool detok)
-{
+/* /tokenize and /detokenize as one job (jobs.c): parse and answer in work,
+ * send in done. A large body runs on a pool thread with its own copy. */
+typedef struct {
+    sl_fe_job job;                   /* first: jobs.c hands this back */
+    bool detok;
+    const char *body;                /* req->entity inline, else body_owned */
+    char *body_owned;
+    size_t len;
+    sl_status rc;                    /* outputs of work */
+    char *out;
     sl_api_error e;
-    char *out = NULL;
-    sl_status rc;
-    const char *body = req->entity.base ? req->entity.base : "";
-    if (detok) {
+} tokenize_job;
+
+static void tokenize_work(const sl_fe *fe, sl_fe_job *job)
+{
+    tokenize_job *j = (tokenize_job *)job;
+    if (j->detok) {
         sl_api_detokenize_req r = {0};
-        rc = sl_api_detokenize_parse(&r, body, req->entity.len, fe->n_vocab, &e);
-        if (rc == SL_OK)
-            rc = sl_api_detokenize_respond(fe->tok, &r, sl_fe_max_response(fe->cfg), &out, &e);
+        j->rc = sl_api_detokenize_parse(&r, j->body, j->len, fe->n_vocab, &j->e);
+        if (j->rc == SL_OK)
+            j->rc = sl_api_detokenize_respond(fe->tok, &r, sl_fe_max_response(fe->cfg), &j->out, &j->e);
         sl_api_detokenize_fini(&r);
     } else {
         sl_api_tokenize_req r = {0};
-        rc = sl_api_tokenize_parse(&r, body, req->entity.len, &e);
-        if (rc == SL_OK)
-            rc = sl_api_tokenize_respond(fe->tok, &r, sl_fe_max_response(fe->cfg), &out, &e);
+        j->rc = sl_api_tokenize_parse(&r, j->body, j->len, &j->e);
+        if (j->rc == SL_OK)
+            j->rc = sl_api_tokenize_respond(fe->tok, &r, sl_fe_max_response(fe->cfg), &j->out, &j->e);
         sl_api_tokenize_fini(&r);
     }
-    if (rc != SL_OK) {
+}
+
+static void tokenize_done(sl_fe *fe, sl_fe_job *job, h2o_req_t *req)
+{
+    tokenize_job *j = (tokenize_job *)job;
+    if (req != NULL) {
+        if (j->rc != SL_OK)
+            sl_fe_respond_error(fe, req, &job->ri, &j->e);
+        else
+            sl_fe_respond(fe, req, &job->ri, 200, "application/json", j->out, strlen(j->out), 0);
+    }
+    free(j->out);
+    free(j->body_owned);
+    free(j);
+}
+
+static void on_tokenize(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, bool detok)
+{
+    size_t len = req->entity.base ? req->entity.len : 0;
+    bool offload = sl_fe_jobs_wanted(fe, len);
+    tokenize_job *j = calloc(1, sizeof *j);
+    char *copy = offload && j != NULL ? malloc(len ? len : 1) : NULL;
+    if (j == NULL || (offload && copy == NULL)) {
+        free(j);
+        sl_api_error e;
+        sl_api_error_set(&e, SL_API_ERR_INTERNAL, NULL, "out of memory");
         sl_fe_respond_error(fe, req, ri, &e);
         return;
     }
-    sl_fe_respond(fe, req, ri, 200, "application/json", out, strlen(out), 0);
-    free(out);
+    j->job.work = tokenize_work;
+    j->job.done = tokenize_done;
+    j->job.ri = *ri;
+    j->detok = detok;
+    j->len = len;
+    if (offload) {
+        memcpy(copy, req->entity.base, len);
+        j->body = j->body_owned = copy;
+    } else {
+        j->body = req->entity.base ? req->entity.base : "";
+    }
+    sl_fe_jobs_run(fe, req, &j->job, offload);
 }
 
 /* ================================================================ body limit */

@@ -1,9 +1,10 @@
 /* frontend/server.c: the front-end process: h2o setup, the event loop, signals,
  * the worker's wakeups, the 250 ms tick and the graceful drain.
- * Runs in each front-end child (sl_frontend_main). One thread, one h2o evloop;
- * every request's work happens on it. The trade-off: a single thread per
- * process keeps streams lock-free, and scaling is by more processes sharing the
- * port with SO_REUSEPORT (the master's n_frontends).
+ * Runs in each front-end child (sl_frontend_main). One h2o evloop thread does
+ * every request's work, except rendering and tokenizing large bodies, which
+ * --tokenize-threads pool threads do (jobs.c). The trade-off: a single loop
+ * thread per process keeps streams lock-free, and scaling is by more processes
+ * sharing the port with SO_REUSEPORT (the master's n_frontends).
  * It calls routes.c (route table, body limits) and stream.c (wake, tick,
  * drain); nothing calls back into it.
  * libh2o 2.2.5 quirks this file works around: h2o_evloop_run returns -1 on
@@ -133,7 +134,10 @@ static void on_tick(h2o_timeout_entry_t *entry)
             close_listener(fe);
         if (since >= deadline && fe->n_streams > 0)
             sl_fe_streams_abort_all(fe, "the server is shutting down");
-        if (fe->listener == NULL && fe->n_streams == 0 && (fe->n_conns == 0 || since >= deadline))
+        if (since >= deadline && fe->n_jobs > 0)
+            sl_fe_jobs_abort_all(fe, "The server is shutting down.");
+        if (fe->listener == NULL && fe->n_streams == 0 && fe->n_jobs == 0 &&
+            (fe->n_conns == 0 || since >= deadline))
             fe->stop_loop = true;
     }
     sl_fe_conn_rearm_all(fe);
@@ -273,6 +277,7 @@ static void fe_dispose(sl_fe *fe, bool h2o_ready)
             h2o_socket_read_stop(fe->listener);
             h2o_socket_close(fe->listener);
         }
+        sl_fe_jobs_destroy(fe);   /* joins the pool before its eventfd closes */
         h2o_socket_read_stop(fe->wake_sock);
         h2o_socket_close(fe->wake_sock);
         h2o_socket_read_stop(fe->sig_sock);
@@ -370,6 +375,7 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
     h2o_timeout_init(fe->loop, &fe->tick_timeout, SL_FE_TICK_MS);
     fe->tick_entry.cb = on_tick;
     h2o_timeout_link(fe->loop, &fe->tick_timeout, &fe->tick_entry);
+    sl_fe_jobs_create(fe);
 
     fprintf(stderr, "sluice-fe slot=%" PRIu32 ": serving %s (ctx %" PRIu32 ", prompt <= %" PRIu32 " tokens)\n",
             slot, fe->model_name, fe->n_ctx, fe->max_prompt);
@@ -383,6 +389,8 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
         fprintf(stderr, "sluice-fe slot=%" PRIu32 ": drain deadline with %" PRIu32 " connections open\n",
                 slot, fe->n_conns);
         sl_fe_streams_retry_releases(fe);
+        /* The pool may still hold an orphaned job reading the tokenizer: the
+         * threads stay (not joined) and end with the process. */
         sl_shm_detach(fe->shm);
         return SL_FRONTEND_EXIT_OK;
     }

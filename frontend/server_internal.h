@@ -3,18 +3,23 @@
  * public contract: only these files include it.
  * Layering: calls point one way, server.c -> routes.c -> generate.c ->
  *            stream.c -> respond.c; server.c also calls stream.c (wake, tick,
- *            drain) and conn.c (accept, rearm), routes.c calls conn.c (each
- *            request), and routes.c, generate.c and conn.c call respond.c. The
+ *            drain), jobs.c (pool, drain) and conn.c (accept, rearm),
+ *            routes.c calls conn.c (each request), routes.c and generate.c
+ *            call jobs.c (which calls back through each job's done), and
+ *            routes.c, generate.c, jobs.c and conn.c call respond.c. The
  *            declarations below are grouped by the file defining them,
  *            lowest layer first.
- * Where:     one sl_fe per process (the process is single-threaded: every
- *            function here runs on the h2o event loop).
+ * Where:     one sl_fe per process. Every function here runs on the h2o
+ *            event loop, except a job's work function, which runs on a
+ *            tokenize-pool thread (jobs.c) and reads only what is fixed
+ *            after start.
  * Ownership: sl_fe owns the shm handle, the GGUF reader, the tokenizer, the
  *            template and every h2o object; a stream (sl_fe_stream, stream.c)
  *            lives in its request's pool and is freed by the pool's dispose. */
 #ifndef SL_FRONTEND_SERVER_INTERNAL_H
 #define SL_FRONTEND_SERVER_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +40,8 @@
 #define SL_FE_ACCEPT_PAUSE_MS 100    /* accept stops this long on EMFILE/ENFILE */
 #define SL_FE_BODY_MARGIN_MIN (1u << 20) /* h2o's body limit is max_body + max(max_body, this) */
 #define SL_FE_MAX_RESPONSE_DEFAULT (64ull << 20) /* --max-response when the config leaves it 0 */
+#define SL_FE_JOBS_INLINE_MAX (64u << 10) /* bodies under this render and tokenize on the loop */
+#define SL_FE_JOBS_THREADS_MAX 16        /* --tokenize-threads at most */
 
 /* Response bodies longer than this are refused (400 response_too_large). */
 static inline uint64_t sl_fe_max_response(const sl_config *cfg)
@@ -44,6 +51,7 @@ static inline uint64_t sl_fe_max_response(const sl_config *cfg)
 
 typedef struct sl_fe_stream sl_fe_stream;
 typedef struct sl_fe_conn sl_fe_conn;
+typedef struct sl_fe_jobs sl_fe_jobs;
 
 typedef struct {
     /* configuration and model (read-only after start) */
@@ -81,6 +89,8 @@ typedef struct {
     uint32_t n_streams;
     sl_fe_conn *conns;               /* open client connections (conn.c, doubly linked) */
     uint32_t n_conns;
+    sl_fe_jobs *jobs;                /* the tokenize pool (jobs.c); NULL = everything inline */
+    uint32_t n_jobs;                 /* jobs whose request still waits for them */
     bool log_json;                   /* --log-format json */
     bool draining;
     uint64_t drain_start_ns;
@@ -156,6 +166,52 @@ void sl_fe_conn_tick(sl_fe *fe, uint64_t now_ns);
 /* Puts the guard back in front of h2o's callbacks on every connection; after
  * sends made outside a connection's own callbacks (wake, tick, signal). */
 void sl_fe_conn_rearm_all(sl_fe *fe);
+
+/* ---- jobs.c (calls conn.c and respond.c, and each job's callbacks) ---- */
+
+/* The render-and-tokenize step of one request, run on a pool thread when the
+ * body is large. The caller embeds it first in its own struct, sets work,
+ * done and ri, and hands it to sl_fe_jobs_run. */
+typedef struct sl_fe_job sl_fe_job;
+struct sl_fe_job {
+    /* Required. On a pool thread (or inline): pure work on what the job owns
+     * and on fe's read-only fields; no h2o object, no mutable sl_fe field.
+     * Skipped when the request went away first. */
+    void (*work)(const sl_fe *fe, sl_fe_job *job);
+    /* Required. On the loop, once: continues the request (req != NULL) or,
+     * with req NULL (request gone, drain abort, teardown), only cleans up.
+     * Frees the job either way. */
+    void (*done)(sl_fe *fe, sl_fe_job *job, h2o_req_t *req);
+    sl_fe_reqinfo ri;                /* the request's; answers a drain abort */
+    /* private to jobs.c */
+    sl_fe_jobs *_pool;
+    void *_ref;                      /* the request's link to the job, in req's pool */
+    h2o_req_t *_req;                 /* loop only; NULL once orphaned */
+    atomic_bool _cancelled;          /* set by the loop when orphaned: a thread skips work */
+    sl_fe_job *_next;                /* queue link, under the pool's mutex */
+    sl_fe_job *_live_prev, *_live_next;
+};
+
+/* Starts --tokenize-threads pool threads (0: none, fe->jobs stays NULL and
+ * every job runs inline). After h2o's loop exists. On failure logs once and
+ * falls back to inline. */
+void sl_fe_jobs_create(sl_fe *fe);
+
+/* Whether a request with this many body bytes should go to the pool. */
+bool sl_fe_jobs_wanted(const sl_fe *fe, size_t bytes);
+
+/* Runs job: on a pool thread when offload (the caller decided with
+ * sl_fe_jobs_wanted and made the job own its input), else inline, now. Either
+ * way job->done runs on the loop exactly once. Does not block. */
+void sl_fe_jobs_run(sl_fe *fe, h2o_req_t *req, sl_fe_job *job, bool offload);
+
+/* Drain deadline passed: answers every waiting request 503 shutting_down;
+ * the jobs finish orphaned. */
+void sl_fe_jobs_abort_all(sl_fe *fe, const char *why);
+
+/* Stops and joins the threads (waiting for a running job), hands every job
+ * left to its done with req NULL, closes the eventfd. Safe with fe->jobs NULL. */
+void sl_fe_jobs_destroy(sl_fe *fe);
 
 /* ---- stream.c (calls respond.c) ---- */
 

@@ -91,6 +91,8 @@ static const setting settings[] = {
      "access log lines: text (logfmt) or json (one object per line)"},
     {SL_CFG_LOG_HEALTH, "log-health", 0, "SLUICE_LOG_HEALTH", NULL, T_BOOL, F(log_health), 0, 1, "1",
      "log /health and /ready requests (0 leaves probes out of the access log)"},
+    {SL_CFG_TOKENIZE_THREADS, "tokenize-threads", 0, "SLUICE_TOKENIZE_THREADS", NULL, T_U32, F(tokenize_threads), 0,
+     16, "1", "threads per front end that render and tokenize bodies over 64 KiB (0 = on the event loop)"},
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

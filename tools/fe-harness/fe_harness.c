@@ -49,7 +49,7 @@ static void usage(void)
             "  [--max-body N] [--ctx-size N] [--mailboxes N] [--token-ring N] [--token-ms N]\n"
             "  [--first-token-ms N] [--fail-after N] [--ready-after-ms N] [--write-timeout-ms N]\n"
             "  [--drain-delay-s N] [--drain-timeout-s N] [--chat-template T] [--model-alias A]\n"
-            "  [--default-max-tokens N] [--max-prompt-tokens N] [--no-logprobs]\n");
+            "  [--default-max-tokens N] [--max-prompt-tokens N] [--tokenize-threads N] [--no-logprobs]\n");
     exit(2);
 }
 
@@ -84,6 +84,7 @@ int main(int argc, char **argv)
     cfg.drain_timeout_s = 10;
     cfg.heartbeat_timeout_ms = 2000;
     cfg.queue_depth = 64;
+    cfg.tokenize_threads = 1;
     uint32_t mailboxes = 64, token_ring = 256, token_ms = 0, first_ms = 0, fail_after = 0, ready_after_ms = 0;
     int logprobs = 1;
     for (int i = 1; i < argc; i++) {
@@ -110,6 +111,7 @@ int main(int argc, char **argv)
         else if (OPT("--model-alias")) snprintf(cfg.model_alias, sizeof cfg.model_alias, "%s", v);
         else if (OPT("--default-max-tokens")) cfg.default_max_tokens = (uint32_t)atoi(v);
         else if (OPT("--max-prompt-tokens")) cfg.max_prompt_tokens = (uint32_t)atoi(v);
+        else if (OPT("--tokenize-threads")) cfg.tokenize_threads = (uint32_t)atoi(v);
         else if (strcmp(a, "--no-logprobs") == 0) logprobs = 0;
         else usage();
 #undef OPT
