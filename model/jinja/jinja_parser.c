@@ -30,6 +30,20 @@ static int end_tag(jj_parser *p)
     return 0;
 }
 
+/* The statements up to `{% END %}` become n's kids, then the end tag's `%}`;
+ * n, or NULL after an error. */
+static jj_node *block_until(jj_parser *p, jj_node *n, const char *end)
+{
+    const char *const ends[] = {end, NULL};
+    nlist kids = {0};
+    int which;
+    if (body(p, &kids, ends, &which) < 0)
+        return NULL;
+    n->kids = kids.v;
+    n->n_kids = kids.n;
+    return end_tag(p) < 0 ? NULL : n;
+}
+
 /* `{% if %}` with elif/else chains; on entry cur is after `if` */
 static jj_node *stmt_if(jj_parser *p)
 {
@@ -184,14 +198,7 @@ static jj_node *stmt_set(jj_parser *p)
     }
     if (end_tag(p) < 0)
         return NULL;
-    static const char *const ends[] = {"endset", NULL};
-    nlist kids = {0};
-    int which;
-    if (body(p, &kids, ends, &which) < 0)
-        return NULL;
-    n->kids = kids.v;
-    n->n_kids = kids.n;
-    return end_tag(p) < 0 ? NULL : n;
+    return block_until(p, n, "endset");
 }
 
 static jj_node *stmt_macro(jj_parser *p)
@@ -231,14 +238,7 @@ static jj_node *stmt_macro(jj_parser *p)
     n->names = names.v;
     n->name_vals = defs.v;
     n->n_names = names.n;
-    static const char *const ends[] = {"endmacro", NULL};
-    nlist kids = {0};
-    int which;
-    if (body(p, &kids, ends, &which) < 0)
-        return NULL;
-    n->kids = kids.v;
-    n->n_kids = kids.n;
-    return end_tag(p) < 0 ? NULL : n;
+    return block_until(p, n, "endmacro");
 }
 
 static jj_node *stmt_filter(jj_parser *p)
@@ -259,14 +259,7 @@ static jj_node *stmt_filter(jj_parser *p)
     n->a = jj_parse_filters(p, f);
     if (!n->a || end_tag(p) < 0)
         return NULL;
-    static const char *const ends[] = {"endfilter", NULL};
-    nlist kids = {0};
-    int which;
-    if (body(p, &kids, ends, &which) < 0)
-        return NULL;
-    n->kids = kids.v;
-    n->n_kids = kids.n;
-    return end_tag(p) < 0 ? NULL : n;
+    return block_until(p, n, "endfilter");
 }
 
 static jj_node *statement(jj_parser *p)
