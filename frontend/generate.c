@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "shared/alloc.h"
 #include "frontend/api_json.h"
 #include "frontend/api_request.h"
 #include "frontend/server_internal.h"
@@ -34,7 +35,7 @@ static int64_t tokenize_alloc(const sl_fe *fe, const char *text, size_t len, con
 {
     size_t cap = len / 2 + 16;
     for (int pass = 0; pass < 2; pass++) {
-        int32_t *buf = malloc(cap * sizeof *buf);
+        int32_t *buf = sl_malloc(cap * sizeof *buf);
         if (buf == NULL)
             return SL_ENOMEM;
         int64_t n = sl_tokenize_rendered(fe->tok, text, len, spans, n_spans, add_special, buf, cap);
@@ -55,7 +56,7 @@ static int64_t build_prompt(sl_fe *fe, const sl_api_request *r, int32_t **out, s
 {
     *out = NULL;
     if (r->endpoint == SL_API_ENDPOINT_COMPLETIONS && r->prompt_tokens != NULL) {
-        int32_t *p = malloc((r->n_prompt_tokens ? r->n_prompt_tokens : 1) * sizeof *p);
+        int32_t *p = sl_malloc((r->n_prompt_tokens ? r->n_prompt_tokens : 1) * sizeof *p);
         if (p == NULL)
             goto nomem;
         memcpy(p, r->prompt_tokens, r->n_prompt_tokens * sizeof *p);
@@ -82,7 +83,7 @@ static int64_t build_prompt(sl_fe *fe, const sl_api_request *r, int32_t **out, s
                          "messages", "chat template: %s", err[0] ? err : sl_status_name(rc));
         return rc;
     }
-    sl_tok_span *spans = malloc((rr.n_untrusted ? rr.n_untrusted : 1) * sizeof *spans);
+    sl_tok_span *spans = sl_malloc((rr.n_untrusted ? rr.n_untrusted : 1) * sizeof *spans);
     if (spans == NULL) {
         sl_chat_render_result_fini(&rr);
         goto nomem;
@@ -122,6 +123,7 @@ static void log_body(const sl_fe *fe, const sl_fe_reqinfo *ri, h2o_req_t *req)
 void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat)
 {
     sl_api_endpoint ep = chat ? SL_API_ENDPOINT_CHAT : SL_API_ENDPOINT_COMPLETIONS;
+    sl_alloc_fault_begin();   /* a fault-injection sweep counts this request's allocations */
     if (fe->cfg->log_bodies)
         log_body(fe, ri, req);
     if (fe->draining && fe->listener == NULL) {

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared/alloc.h"
 #include "frontend/api_error.h"
 #include "frontend/api_json.h"
 #include "frontend/api_metrics.h"
@@ -184,7 +185,7 @@ static void on_metrics(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
         sl_api_metrics_counter(&m, counters[i].name, counters[i].help, NULL, 0,
                                (double)sl_shm_counter_get(fe->shm, counters[i].c));
 
-    sl_shm_census_info *cen = malloc(sizeof *cen);
+    sl_shm_census_info *cen = sl_malloc(sizeof *cen);
     if (cen != NULL) {
         sl_shm_census(fe->shm, cen);
         sl_api_metrics_gauge(&m, "sluice_requests_running", "Requests the worker is generating for.", NULL, 0,
@@ -256,7 +257,7 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         unsigned s = c->source[i];
         json_object_set_new(src, keys[i], json_string(s < 5 ? source_names[s] : "unknown"));
     }
-    sl_shm_census_info *cen = malloc(sizeof *cen);
+    sl_shm_census_info *cen = sl_malloc(sizeof *cen);
     json_t *mail = json_null();
     if (cen != NULL) {
         sl_shm_census(fe->shm, cen);
