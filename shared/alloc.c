@@ -17,10 +17,11 @@ static const char *fault_role;   /* NULL: not configured */
 static int fault_n;              /* the first armed request's N */
 static bool fault_step;          /* "N+": sweep, one armed request in two */
 static unsigned long requests;   /* requests begun (event-loop thread only) */
+static _Thread_local int held;   /* > 0: this thread's calls are not counted */
 
 static bool fires(void)
 {
-    if (__builtin_expect(atomic_load_explicit(&countdown, memory_order_relaxed) == 0, 1))
+    if (__builtin_expect(atomic_load_explicit(&countdown, memory_order_relaxed) == 0, 1) || held)
         return false;
     int left = atomic_fetch_sub(&countdown, 1);
     if (left != 1) {
@@ -100,6 +101,11 @@ void sl_alloc_fault_begin(void)
     else if (!fault_step && k == 0)
         n = fault_n;
     atomic_store(&countdown, n);
+}
+
+void sl_alloc_fault_hold(bool on)
+{
+    held += on ? 1 : -1;
 }
 
 void sl_alloc_fail_after(int n)

@@ -42,6 +42,11 @@ void sl_alloc_fault_init(const char *role);
 /* A request starts: arms the countdown for it, or disarms it (see above). */
 void sl_alloc_fault_begin(void);
 
+/* Between hold(true) and hold(false) this thread's calls are neither counted
+ * nor failed: for a library that cannot survive a failure at that point
+ * (jansson's parser, see frontend/api_request.c). Nests. */
+void sl_alloc_fault_hold(bool on);
+
 /* Tests: fail the Nth call from now (0: off), and the number of failures
  * injected so far in this process. */
 void sl_alloc_fail_after(int n);
