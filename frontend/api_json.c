@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared/alloc.h"
 #include "frontend/api_json.h"
 
 /* Length of the valid character at s[0..len), or 0 if the bytes there do
@@ -64,7 +65,7 @@ json_t *sl_api_json_string_lossy(const char *s, size_t len)
     size_t ok = sl_api_utf8_valid_prefix(s, len);
     if (ok == len) return json_stringn(s, len);
     /* Worst case each byte becomes the 3-byte U+FFFD. */
-    char *buf = malloc(len * 3 + 1);
+    char *buf = sl_malloc(len * 3 + 1);
     if (!buf) return NULL;
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0, o = 0, bad;
@@ -83,4 +84,9 @@ json_t *sl_api_json_string_lossy(const char *s, size_t len)
 char *sl_api_json_dump(const json_t *v)
 {
     return json_dumps(v, JSON_COMPACT);
+}
+
+void sl_api_json_use_sl_alloc(void)
+{
+    json_set_alloc_funcs(sl_malloc, free);
 }

@@ -26,4 +26,8 @@ json_t *sl_api_json_string_lossy(const char *s, size_t len);
 /* json_dumps(v, JSON_COMPACT) (UTF-8 out, not \u-escaped). NULL on failure. */
 char *sl_api_json_dump(const json_t *v);
 
+/* Routes jansson's allocations through sl_malloc (shared/alloc.h), so that
+ * fault injection reaches them; called once at front-end start. */
+void sl_api_json_use_sl_alloc(void);
+
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared/alloc.h"
 #include "frontend/api_metrics.h"
 
 void sl_api_metrics_init(sl_api_metrics *m)
@@ -33,7 +34,7 @@ static bool reserve(sl_api_metrics *m, size_t more)
     if (m->_len + more + 1 <= m->_cap) return true;
     size_t cap = m->_cap ? m->_cap : 1024;
     while (cap < m->_len + more + 1) cap *= 2;
-    char *b = realloc(m->_buf, cap);
+    char *b = sl_realloc(m->_buf, cap);
     if (!b) { m->_failed = true; return false; }
     m->_buf = b;
     m->_cap = cap;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared/alloc.h"
 #include "frontend/api_request.h"
 
 /* ------------------------------------------------------------ body parse */
@@ -53,7 +54,20 @@ json_t *sl_api_json_parse_body(const char *body, size_t len, sl_api_error *err)
      * (without JSON_ALLOW_NUL) \u0000 in strings, which C strings could not
      * carry. */
     json_error_t je;
+    unsigned nulls = sl_alloc_nulls();
+    /* No injected failure inside the parser: jansson 2.14 writes out of
+     * bounds after one of its allocations fails mid-parse (an ASan SEGV on a
+     * write inside json_loadb, at the sweep's N=77). A real failure there is
+     * jansson's to fix; injection covers everything around it. */
+    sl_alloc_fault_hold(true);
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    sl_alloc_fault_hold(false);
+    /* Out of memory: jansson reports a failed allocation as a syntax error
+     * (or with no text at all), so the allocator's count decides. */
+    if (!root && sl_alloc_nulls() != nulls) {
+        sl_api_error_set(err, SL_API_ERR_INTERNAL, NULL, "out of memory");
+        return NULL;
+    }
     if (!root) {
         sl_api_error_set(err, SL_API_ERR_INVALID_REQUEST, NULL,
                          "invalid JSON body: %s (at byte %d)", je.text, je.position);
@@ -231,7 +245,7 @@ static bool flatten_content(json_t *m, sl_api_error *err)
     size_t n = json_is_array(content) ? json_array_size(content) : 0, len = 0;
     for (size_t j = 0; j < n; j++)
         len += json_string_length(json_object_get(json_array_get(content, j), "text")) + (j > 0);
-    char *buf = malloc(len + 1);
+    char *buf = sl_malloc(len + 1);
     size_t at = 0;
     for (size_t j = 0; buf && j < n; j++) {
         json_t *text = json_object_get(json_array_get(content, j), "text");
@@ -325,7 +339,7 @@ static bool parse_prompt(sl_api_request *r, int32_t n_vocab, sl_api_error *err)
     if (n == 0) return value_error(err, "prompt", "'prompt' must not be empty");
     if (json_is_string(json_array_get(v, 0)))
         return value_error(err, "prompt", "a batch of several prompts is not supported");
-    r->prompt_tokens = malloc(n * sizeof *r->prompt_tokens);
+    r->prompt_tokens = sl_malloc(n * sizeof *r->prompt_tokens);
     if (!r->prompt_tokens) {
         sl_api_error_set(err, SL_API_ERR_INTERNAL, NULL, "out of memory");
         return false;

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shared/alloc.h"
 #include "frontend/api_json.h"
 #include "frontend/api_response.h"
 
@@ -89,7 +90,20 @@ static json_t *chat_entry(const sl_api_token_alt *a)
                      "bytes", bytes_json(a->text, a->len));
 }
 
+/* jansson's setters and packers drop a member whose allocation failed and
+ * carry on; a body with a missing member would be a wrong answer, so each
+ * builder below also fails when any allocation failed while it ran
+ * (sl_alloc_nulls, shared/alloc.h). */
+static sl_status push_entry(sl_api_logprobs *lp, const sl_api_token_logprob *t);
+
 sl_status sl_api_logprobs_push(sl_api_logprobs *lp, const sl_api_token_logprob *t)
+{
+    unsigned nulls = sl_alloc_nulls();
+    sl_status rc = push_entry(lp, t);
+    return rc == SL_OK && sl_alloc_nulls() != nulls ? SL_ENOMEM : rc;
+}
+
+static sl_status push_entry(sl_api_logprobs *lp, const sl_api_token_logprob *t)
 {
     if (!lp->_obj) return SL_ENOMEM;
     int32_t n_top = t->n_top < 0 ? 0 : t->n_top > SL_TOP_LOGPROBS_MAX ? SL_TOP_LOGPROBS_MAX : t->n_top;
@@ -213,7 +227,32 @@ static char *dump_and_free(json_t *o)
     return s;
 }
 
+static char *build_response(const sl_api_result *r);
+static char *build_chunk(const sl_api_chunk *c);
+
+/* A builder's body, or NULL when any allocation failed while it ran. */
+static char *checked(char *body, unsigned nulls)
+{
+    if (body && sl_alloc_nulls() != nulls) {
+        free(body);
+        return NULL;
+    }
+    return body;
+}
+
 char *sl_api_response_build(const sl_api_result *r)
+{
+    unsigned nulls = sl_alloc_nulls();
+    return checked(build_response(r), nulls);
+}
+
+char *sl_api_chunk_build(const sl_api_chunk *c)
+{
+    unsigned nulls = sl_alloc_nulls();
+    return checked(build_chunk(c), nulls);
+}
+
+static char *build_response(const sl_api_result *r)
 {
     bool chat = r->endpoint == SL_API_ENDPOINT_CHAT;
     json_t *o = envelope(r->id, chat ? "chat.completion" : "text_completion", r->created, r->model);
@@ -235,7 +274,7 @@ char *sl_api_response_build(const sl_api_result *r)
     return dump_and_free(o);
 }
 
-char *sl_api_chunk_build(const sl_api_chunk *c)
+static char *build_chunk(const sl_api_chunk *c)
 {
     bool chat = c->endpoint == SL_API_ENDPOINT_CHAT;
     json_t *o = envelope(c->id, chat ? "chat.completion.chunk" : "text_completion", c->created, c->model);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared/alloc.h"
 #include "frontend/api_sse.h"
 
 size_t sl_api_sse_frame(char *out, size_t cap, const char *payload, size_t len)
@@ -33,7 +34,7 @@ size_t sl_api_sse_frame(char *out, size_t cap, const char *payload, size_t len)
 char *sl_api_sse_frame_dup(const char *payload, size_t len, size_t *n_out)
 {
     size_t n = sl_api_sse_frame(NULL, 0, payload, len);
-    char *s = malloc(n + 1);
+    char *s = sl_malloc(n + 1);
     if (!s) return NULL;
     sl_api_sse_frame(s, n, payload, len);
     s[n] = '\0';

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared/alloc.h"
 #include "frontend/api_stop.h"
 
 sl_status sl_api_stop_init(sl_api_stop *s, const char *const *stops, const size_t *lens, int n)
@@ -21,7 +22,7 @@ sl_status sl_api_stop_init(sl_api_stop *s, const char *const *stops, const size_
     if (n < 0 || n > SL_API_STOP_N_MAX) return SL_EINVAL;
     for (int i = 0; i < n; i++) {
         if (!stops[i] || lens[i] == 0) { sl_api_stop_fini(s); return SL_EINVAL; }
-        s->_stop[i] = malloc(lens[i]);
+        s->_stop[i] = sl_malloc(lens[i]);
         if (!s->_stop[i]) { sl_api_stop_fini(s); return SL_ENOMEM; }
         memcpy(s->_stop[i], stops[i], lens[i]);
         s->_stop_len[i] = lens[i];
@@ -71,7 +72,7 @@ sl_status sl_api_stop_push(sl_api_stop *s, const char *piece, size_t len,
     if (s->_len + len > s->_cap) {
         size_t cap = s->_cap ? s->_cap : 256;
         while (cap < s->_len + len) cap *= 2;
-        char *b = realloc(s->_buf, cap);
+        char *b = sl_realloc(s->_buf, cap);
         if (!b) return SL_ENOMEM;
         s->_buf = b;
         s->_cap = cap;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared/alloc.h"
 #include "frontend/api_json.h"
 #include "frontend/api_request.h"
 #include "frontend/api_tokenize.h"
@@ -129,7 +130,7 @@ sl_status sl_api_tokenize_respond(const sl_tokenizer *t, const sl_api_tokenize_r
     int32_t *ids = stack;
     int64_t n = run_tokenizer(t, r, stack, 256);
     if (n > 256) {
-        ids = malloc((size_t)n * sizeof *ids);
+        ids = sl_malloc((size_t)n * sizeof *ids);
         if (!ids) return oom(err), SL_ENOMEM;
         n = run_tokenizer(t, r, ids, (size_t)n);
     }
@@ -156,7 +157,7 @@ sl_status sl_api_tokenize_respond(const sl_tokenizer *t, const sl_api_tokenize_r
         if (ids != stack) free(ids);
         return SL_ERANGE;
     }
-    char *piece = r->with_pieces ? malloc(cap) : NULL;
+    char *piece = r->with_pieces ? sl_malloc(cap) : NULL;
     json_t *arr = json_array();
     json_t *root = json_pack("{s:o}", "tokens", arr);
     bool ok = root && (!r->with_pieces || piece);
@@ -191,7 +192,7 @@ sl_status sl_api_detokenize_parse(sl_api_detokenize_req *r, const char *body, si
         goto done;
     }
     size_t n = json_array_size(a);
-    r->tokens = malloc((n ? n : 1) * sizeof *r->tokens);
+    r->tokens = sl_malloc((n ? n : 1) * sizeof *r->tokens);
     if (!r->tokens) { oom(err); rc = SL_ENOMEM; goto done; }
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(a, i);
@@ -225,7 +226,7 @@ sl_status sl_api_detokenize_respond(const sl_tokenizer *t, const sl_api_detokeni
      * size is known before any of it is made, and checked again escaped. */
     size_t need = sl_detokenize(t, r->tokens, r->n_tokens, true, NULL, 0);
     if (too_large((uint64_t)need + 14, max_out, err)) return SL_ERANGE;
-    char *text = malloc(need + 1);
+    char *text = sl_malloc(need + 1);
     if (!text) return oom(err), SL_ENOMEM;
     sl_detokenize(t, r->tokens, r->n_tokens, true, text, need);
     if (too_large(json_string_bytes(text, need) + 12, max_out, err)) {

@@ -37,6 +37,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "shared/alloc.h"
 #include "frontend/http1_guard.h"
 #include "frontend/server_internal.h"
 
@@ -146,7 +147,7 @@ static void refuse_now(sl_fe_conn *c)
     int hl = snprintf(head, sizeof head,
                       "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nServer: sluice\r\n"
                       "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", blen);
-    char *msg = malloc((size_t)hl + blen);
+    char *msg = sl_malloc((size_t)hl + blen);
     if (msg != NULL) {
         memcpy(msg, head, (size_t)hl);
         if (body)
@@ -236,7 +237,7 @@ void sl_fe_conn_tick(sl_fe *fe, uint64_t now)
 
 void sl_fe_conn_accept(sl_fe *fe, h2o_socket_t *sock)
 {
-    sl_fe_conn *c = calloc(1, sizeof *c);
+    sl_fe_conn *c = sl_calloc(1, sizeof *c);
     if (c == NULL) {
         h2o_socket_close(sock);
         return;

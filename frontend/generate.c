@@ -18,6 +18,7 @@
 #include "frontend/api_json.h"
 #include "frontend/api_request.h"
 #include "frontend/server_internal.h"
+#include "shared/alloc.h"
 
 static void reject(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, sl_api_err_kind kind, const char *param,
                    const char *code, const char *msg)
@@ -36,7 +37,7 @@ static int64_t tokenize_alloc(const sl_fe *fe, const char *text, size_t len, con
 {
     size_t cap = len / 2 + 16;
     for (int pass = 0; pass < 2; pass++) {
-        int32_t *buf = malloc(cap * sizeof *buf);
+        int32_t *buf = sl_malloc(cap * sizeof *buf);
         if (buf == NULL)
             return SL_ENOMEM;
         int64_t n = sl_tokenize_rendered(fe->tok, text, len, spans, n_spans, add_special, buf, cap);
@@ -57,7 +58,7 @@ static int64_t build_prompt(const sl_fe *fe, const sl_api_request *r, int32_t **
 {
     *out = NULL;
     if (r->endpoint == SL_API_ENDPOINT_COMPLETIONS && r->prompt_tokens != NULL) {
-        int32_t *p = malloc((r->n_prompt_tokens ? r->n_prompt_tokens : 1) * sizeof *p);
+        int32_t *p = sl_malloc((r->n_prompt_tokens ? r->n_prompt_tokens : 1) * sizeof *p);
         if (p == NULL)
             goto nomem;
         memcpy(p, r->prompt_tokens, r->n_prompt_tokens * sizeof *p);
@@ -84,7 +85,7 @@ static int64_t build_prompt(const sl_fe *fe, const sl_api_request *r, int32_t **
                          "messages", "chat template: %s", err[0] ? err : sl_status_name(rc));
         return rc;
     }
-    sl_tok_span *spans = malloc((rr.n_untrusted ? rr.n_untrusted : 1) * sizeof *spans);
+    sl_tok_span *spans = sl_malloc((rr.n_untrusted ? rr.n_untrusted : 1) * sizeof *spans);
     if (spans == NULL) {
         sl_chat_render_result_fini(&rr);
         goto nomem;
@@ -127,9 +128,6 @@ static void log_body(const sl_fe *fe, const sl_fe_reqinfo *ri, h2o_req_t *req)
 typedef struct {
     sl_fe_job job;                   /* first: jobs.c hands this back */
     int chat;
-    const char *body;                /* req->entity inline, else body_owned */
-    char *body_owned;                /* freed as soon as the body is parsed */
-    size_t len;
     bool logprobs_ok;                /* the worker's limit, read on the loop (work reads no shm) */
     sl_status parse_rc;              /* outputs of work */
     sl_api_request r;
@@ -143,10 +141,10 @@ static void prompt_work(const sl_fe *fe, sl_fe_job *job)
 {
     prompt_job *j = (prompt_job *)job;
     sl_api_endpoint ep = j->chat ? SL_API_ENDPOINT_CHAT : SL_API_ENDPOINT_COMPLETIONS;
-    j->parse_rc = sl_api_request_parse(&j->r, ep, j->body, j->len, fe->n_vocab, &j->e);
-    free(j->body_owned);             /* the parsed request owns its JSON (api_request.h) */
-    j->body_owned = NULL;
-    j->body = NULL;
+    j->parse_rc = sl_api_request_parse(&j->r, ep, j->job.body, j->job.len, fe->n_vocab, &j->e);
+    free(j->job.body_owned);         /* the parsed request owns its JSON (api_request.h) */
+    j->job.body_owned = NULL;
+    j->job.body = NULL;
     if (j->parse_rc != SL_OK)
         return;
     if (j->r.model != NULL && strcmp(j->r.model, fe->model_name) != 0)
@@ -252,12 +250,13 @@ static void prompt_done(sl_fe *fe, sl_fe_job *job, h2o_req_t *req)
         prompt_submit(fe, req, j);
     free(j->prompt);
     sl_api_request_fini(&j->r);
-    free(j->body_owned);
+    free(j->job.body_owned);
     free(j);
 }
 
 void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat)
 {
+    sl_alloc_fault_begin();   /* a fault-injection sweep counts this request's allocations */
     if (fe->cfg->log_bodies)
         log_body(fe, ri, req);
     if (fe->draining && fe->listener == NULL) {
@@ -270,28 +269,12 @@ void sl_fe_generate(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int chat
                "The model worker is not ready; retry shortly.");
         return;
     }
-    size_t len = req->entity.base ? req->entity.len : 0;
-    bool offload = sl_fe_jobs_wanted(fe, len);
-    prompt_job *j = calloc(1, sizeof *j);
-    char *copy = offload && j != NULL ? malloc(len ? len : 1) : NULL;
-    if (j == NULL || (offload && copy == NULL)) {
-        free(j);
-        sl_api_error e;
-        sl_api_error_set(&e, SL_API_ERR_INTERNAL, NULL, "out of memory");
-        sl_fe_respond_error(fe, req, ri, &e);
+    prompt_job *j = (prompt_job *)sl_fe_jobs_new(fe, req, ri, sizeof *j);
+    if (j == NULL)
         return;
-    }
     j->job.work = prompt_work;
     j->job.done = prompt_done;
-    j->job.ri = *ri;
     j->chat = chat;
-    j->len = len;
     j->logprobs_ok = sl_shm_get_limits(fe->shm)->logprobs;
-    if (offload) {
-        memcpy(copy, req->entity.base, len);
-        j->body = j->body_owned = copy;
-    } else {
-        j->body = req->entity.base ? req->entity.base : "";
-    }
-    sl_fe_jobs_run(fe, req, &j->job, offload);
+    sl_fe_jobs_run(fe, req, &j->job);
 }

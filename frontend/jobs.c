@@ -45,6 +45,7 @@
 #include <jansson.h>
 
 #include "frontend/server_internal.h"
+#include "shared/alloc.h"
 
 struct sl_fe_jobs {
     sl_fe *fe;
@@ -171,7 +172,7 @@ void sl_fe_jobs_create(sl_fe *fe)
     /* jansson seeds its hash function on the first object; do it here, before
      * any thread parses (json_object_seed sets the seed only once). */
     json_object_seed(0);
-    sl_fe_jobs *p = calloc(1, sizeof *p);
+    sl_fe_jobs *p = sl_calloc(1, sizeof *p);
     int efd = p != NULL ? eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
     if (efd < 0) {
         fprintf(stderr, "sluice-fe slot=%" PRIu32 ": jobs: %s: %s; tokenizing on the event loop\n", fe->slot,
@@ -209,9 +210,34 @@ bool sl_fe_jobs_wanted(const sl_fe *fe, size_t bytes)
     return fe->jobs != NULL && bytes >= SL_FE_JOBS_INLINE_MAX;
 }
 
-void sl_fe_jobs_run(sl_fe *fe, h2o_req_t *req, sl_fe_job *job, bool offload)
+sl_fe_job *sl_fe_jobs_new(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, size_t size)
 {
-    if (!offload || fe->jobs == NULL) {
+    size_t len = req->entity.base ? req->entity.len : 0;
+    bool offload = sl_fe_jobs_wanted(fe, len);
+    sl_fe_job *job = sl_calloc(1, size);
+    char *copy = offload && job != NULL ? sl_malloc(len ? len : 1) : NULL;
+    if (job == NULL || (offload && copy == NULL)) {
+        free(job);
+        sl_api_error e;
+        sl_api_error_set(&e, SL_API_ERR_INTERNAL, NULL, "out of memory");
+        sl_fe_respond_error(fe, req, ri, &e);
+        return NULL;
+    }
+    job->ri = *ri;
+    job->len = len;
+    job->_offload = offload;
+    if (offload) {
+        memcpy(copy, req->entity.base, len);
+        job->body = job->body_owned = copy;
+    } else {
+        job->body = req->entity.base ? req->entity.base : "";
+    }
+    return job;
+}
+
+void sl_fe_jobs_run(sl_fe *fe, h2o_req_t *req, sl_fe_job *job)
+{
+    if (!job->_offload || fe->jobs == NULL) {
         job->work(fe, job);
         job->done(fe, job, req);
         return;

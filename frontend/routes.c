@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared/alloc.h"
 #include "frontend/api_error.h"
 #include "frontend/api_json.h"
 #include "frontend/api_metrics.h"
@@ -185,7 +186,7 @@ static void on_metrics(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
         sl_api_metrics_counter(&m, counters[i].name, counters[i].help, NULL, 0,
                                (double)sl_shm_counter_get(fe->shm, counters[i].c));
 
-    sl_shm_census_info *cen = malloc(sizeof *cen);
+    sl_shm_census_info *cen = sl_malloc(sizeof *cen);
     if (cen != NULL) {
         sl_shm_census(fe->shm, cen);
         sl_api_metrics_gauge(&m, "sluice_requests_running", "Requests the worker is generating for.", NULL, 0,
@@ -258,7 +259,7 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         unsigned s = c->source[i];
         json_object_set_new(src, keys[i], json_string(s < 5 ? source_names[s] : "unknown"));
     }
-    sl_shm_census_info *cen = malloc(sizeof *cen);
+    sl_shm_census_info *cen = sl_malloc(sizeof *cen);
     json_t *mail = json_null();
     if (cen != NULL) {
         sl_shm_census(fe->shm, cen);
@@ -310,9 +311,6 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
 typedef struct {
     sl_fe_job job;                   /* first: jobs.c hands this back */
     bool detok;
-    const char *body;                /* req->entity inline, else body_owned */
-    char *body_owned;
-    size_t len;
     sl_status rc;                    /* outputs of work */
     char *out;
     sl_api_error e;
@@ -323,13 +321,13 @@ static void tokenize_work(const sl_fe *fe, sl_fe_job *job)
     tokenize_job *j = (tokenize_job *)job;
     if (j->detok) {
         sl_api_detokenize_req r = {0};
-        j->rc = sl_api_detokenize_parse(&r, j->body, j->len, fe->n_vocab, &j->e);
+        j->rc = sl_api_detokenize_parse(&r, j->job.body, j->job.len, fe->n_vocab, &j->e);
         if (j->rc == SL_OK)
             j->rc = sl_api_detokenize_respond(fe->tok, &r, sl_fe_max_response(fe->cfg), &j->out, &j->e);
         sl_api_detokenize_fini(&r);
     } else {
         sl_api_tokenize_req r = {0};
-        j->rc = sl_api_tokenize_parse(&r, j->body, j->len, &j->e);
+        j->rc = sl_api_tokenize_parse(&r, j->job.body, j->job.len, &j->e);
         if (j->rc == SL_OK)
             j->rc = sl_api_tokenize_respond(fe->tok, &r, sl_fe_max_response(fe->cfg), &j->out, &j->e);
         sl_api_tokenize_fini(&r);
@@ -346,35 +344,19 @@ static void tokenize_done(sl_fe *fe, sl_fe_job *job, h2o_req_t *req)
             sl_fe_respond(fe, req, &job->ri, 200, "application/json", j->out, strlen(j->out), 0);
     }
     free(j->out);
-    free(j->body_owned);
+    free(j->job.body_owned);
     free(j);
 }
 
 static void on_tokenize(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, bool detok)
 {
-    size_t len = req->entity.base ? req->entity.len : 0;
-    bool offload = sl_fe_jobs_wanted(fe, len);
-    tokenize_job *j = calloc(1, sizeof *j);
-    char *copy = offload && j != NULL ? malloc(len ? len : 1) : NULL;
-    if (j == NULL || (offload && copy == NULL)) {
-        free(j);
-        sl_api_error e;
-        sl_api_error_set(&e, SL_API_ERR_INTERNAL, NULL, "out of memory");
-        sl_fe_respond_error(fe, req, ri, &e);
+    tokenize_job *j = (tokenize_job *)sl_fe_jobs_new(fe, req, ri, sizeof *j);
+    if (j == NULL)
         return;
-    }
     j->job.work = tokenize_work;
     j->job.done = tokenize_done;
-    j->job.ri = *ri;
     j->detok = detok;
-    j->len = len;
-    if (offload) {
-        memcpy(copy, req->entity.base, len);
-        j->body = j->body_owned = copy;
-    } else {
-        j->body = req->entity.base ? req->entity.base : "";
-    }
-    sl_fe_jobs_run(fe, req, &j->job, offload);
+    sl_fe_jobs_run(fe, req, &j->job);
 }
 
 /* ================================================================ body limit */

@@ -13,6 +13,8 @@
  * request is parsed (the tick probes them, stream.c), and h2o_context_dispose
  * asserts that no timeout entry is linked (fe_dispose unlinks the tick and
  * HTTP/2's graceful-shutdown timer first). */
+#include "shared/alloc.h"
+#include "frontend/api_json.h"
 #include "frontend/server.h"
 
 #include <errno.h>
@@ -150,7 +152,7 @@ static char *dup_token_text(const sl_tokenizer *t, int32_t id)
 {
     size_t len = 0;
     const char *s = id >= 0 ? sl_tokenizer_text(t, id, &len) : NULL;
-    char *out = malloc(len + 1);
+    char *out = sl_malloc(len + 1);
     if (out == NULL)
         return NULL;
     if (s != NULL)
@@ -169,7 +171,7 @@ static char *read_file(const char *path, size_t *len)
     for (;;) {
         if (n + 4096 > cap) {
             cap = cap ? cap * 2 : 8192;
-            char *p = realloc(buf, cap);
+            char *p = sl_realloc(buf, cap);
             if (p == NULL) { free(buf); fclose(f); return NULL; }
             buf = p;
         }
@@ -310,6 +312,8 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
     fe->slot = slot;
     fe->started = (int64_t)time(NULL);
     char err[SL_ERR_LEN] = "";
+    sl_alloc_fault_init("frontend");
+    sl_api_json_use_sl_alloc();
 
     signal(SIGPIPE, SIG_IGN);   /* h2o writes with writev; a gone client must not kill us */
     sigset_t mask;

@@ -170,8 +170,9 @@ void sl_fe_conn_rearm_all(sl_fe *fe);
 /* ---- jobs.c (calls conn.c and respond.c, and each job's callbacks) ---- */
 
 /* The render-and-tokenize step of one request, run on a pool thread when the
- * body is large. The caller embeds it first in its own struct, sets work,
- * done and ri, and hands it to sl_fe_jobs_run. */
+ * body is large. sl_fe_jobs_new makes it (the caller's struct, this first)
+ * with the body; the caller sets work and done and hands it to
+ * sl_fe_jobs_run. */
 typedef struct sl_fe_job sl_fe_job;
 struct sl_fe_job {
     /* Required. On a pool thread (or inline): pure work on what the job owns
@@ -183,7 +184,11 @@ struct sl_fe_job {
      * Frees the job either way. */
     void (*done)(sl_fe *fe, sl_fe_job *job, h2o_req_t *req);
     sl_fe_reqinfo ri;                /* the request's; answers a drain abort */
+    const char *body;                /* the request body: req->entity inline, else body_owned */
+    char *body_owned;                /* the job's copy when offloaded (the owner frees it) */
+    size_t len;
     /* private to jobs.c */
+    bool _offload;                   /* runs on a pool thread (sl_fe_jobs_new decided) */
     sl_fe_jobs *_pool;
     void *_ref;                      /* the request's link to the job, in req's pool */
     h2o_req_t *_req;                 /* loop only; NULL once orphaned */
@@ -200,10 +205,16 @@ void sl_fe_jobs_create(sl_fe *fe);
 /* Whether a request with this many body bytes should go to the pool. */
 bool sl_fe_jobs_wanted(const sl_fe *fe, size_t bytes);
 
-/* Runs job: on a pool thread when offload (the caller decided with
- * sl_fe_jobs_wanted and made the job own its input), else inline, now. Either
- * way job->done runs on the loop exactly once. Does not block. */
-void sl_fe_jobs_run(sl_fe *fe, h2o_req_t *req, sl_fe_job *job, bool offload);
+/* A zeroed job of `size` bytes (the caller's struct, sl_fe_job first) that
+ * holds req's body: a copy of it when the job will run on a pool thread
+ * (sl_fe_jobs_wanted), else req->entity itself. ri is copied in. NULL after
+ * answering 500 when memory runs out. */
+sl_fe_job *sl_fe_jobs_new(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, size_t size);
+
+/* Runs job (work and done set): on a pool thread when sl_fe_jobs_new copied
+ * the body for it, else inline, now. Either way job->done runs on the loop
+ * exactly once. Does not block. */
+void sl_fe_jobs_run(sl_fe *fe, h2o_req_t *req, sl_fe_job *job);
 
 /* Drain deadline passed: answers every waiting request 503 shutting_down;
  * the jobs finish orphaned. */

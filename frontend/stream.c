@@ -31,6 +31,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "shared/alloc.h"
 #include "frontend/api_response.h"
 #include "frontend/api_sse.h"
 #include "frontend/api_stop.h"
@@ -72,6 +73,7 @@ struct sl_fe_stream {
     size_t lp_cap;
     sl_api_logprobs lp;            /* stream: this event's tokens; else all */
     bool lp_live;
+    bool oom;            /* text or a logprob was lost to a failed allocation: the request fails */
     char *text;                    /* stream: this event's text; else the whole answer */
     size_t text_len, text_cap;
     char *out;                     /* bytes of the write in flight (stream) */
@@ -86,7 +88,7 @@ static bool buf_append(char **buf, size_t *len, size_t *cap, const char *s, size
         size_t c = *cap ? *cap : 256;
         while (c < *len + n + 1)
             c *= 2;
-        char *p = realloc(*buf, c);
+        char *p = sl_realloc(*buf, c);
         if (p == NULL)
             return false;
         *buf = p;
@@ -109,7 +111,7 @@ static bool out_event(sl_fe_stream *st, char *json)
         size_t c = st->out_cap ? st->out_cap : 512;
         while (c < st->out_len + need + 1)
             c *= 2;
-        char *p = realloc(st->out, c);
+        char *p = sl_realloc(st->out, c);
         ok = p != NULL;
         if (ok) {
             st->out = p;
@@ -134,7 +136,7 @@ static void release_later(sl_fe *fe, sl_shm_ticket t)
         return;     /* released, or no longer ours (recovery took it back): nothing to keep */
     if (fe->n_pending == fe->cap_pending) {
         uint32_t cap = fe->cap_pending ? fe->cap_pending * 2 : 16;
-        sl_shm_ticket *p = realloc(fe->pending, cap * sizeof *p);
+        sl_shm_ticket *p = sl_realloc(fe->pending, cap * sizeof *p);
         if (p == NULL) {
             /* Out of memory: the mailbox stays taken until this slot is recovered
              * (the master reclaims a dead front end's mailboxes). Logged once per case. */
@@ -343,7 +345,8 @@ static void take_text(sl_fe_stream *st, const char *s, size_t n)
         return;
     if (sl_api_stop_push(&st->stop, s, n, &emit, &emit_len) < 0)
         return;    /* out of memory: the matcher kept the text; it comes out with the next piece */
-    buf_append(&st->text, &st->text_len, &st->text_cap, emit, emit_len);
+    if (!buf_append(&st->text, &st->text_len, &st->text_cap, emit, emit_len))
+        st->oom = true;
     if (st->stop.hit) {
         st->stop_hit = true;
         /* The client's answer is complete: stop the worker now, not at max_tokens. */
@@ -362,8 +365,9 @@ static void consume(sl_fe_stream *st, int32_t token, const sl_logprob_record *re
     take_text(st, st->piece, n);
     if (st->logprobs && rec != NULL && st->lp_live && !sl_tokenizer_is_eog(fe->tok, token)) {
         sl_api_token_logprob tl;
-        if (sl_api_token_logprob_from_record(&tl, rec, fe->tok, st->lp_scratch, st->lp_cap) == SL_OK)
-            sl_api_logprobs_push(&st->lp, &tl);
+        if (sl_api_token_logprob_from_record(&tl, rec, fe->tok, st->lp_scratch, st->lp_cap) == SL_OK &&
+            sl_api_logprobs_push(&st->lp, &tl) < 0)
+            st->oom = true;
     }
 }
 
@@ -383,6 +387,8 @@ static void lp_reset(sl_fe_stream *st)
     if (st->lp_live)
         sl_api_logprobs_fini(&st->lp);
     st->lp_live = sl_api_logprobs_init(&st->lp, st->ep, off) == SL_OK;
+    if (!st->lp_live)
+        st->oom = true;
 }
 
 /* ================================================================ finish */
@@ -418,7 +424,12 @@ static void finish(sl_fe_stream *st)
         const char *emit = NULL;
         size_t emit_len = 0;
         sl_api_stop_flush(&st->stop, &emit, &emit_len);
-        buf_append(&st->text, &st->text_len, &st->text_cap, emit, emit_len);
+        if (!buf_append(&st->text, &st->text_len, &st->text_cap, emit, emit_len))
+            st->oom = true;
+    }
+    if (st->oom) {
+        fail(st, SL_API_ERR_INTERNAL, "out of memory");
+        return;
     }
     sl_api_finish fin = SL_API_FINISH_STOP;
     if (!st->stop_hit) {
@@ -564,6 +575,10 @@ static void pump(sl_fe_stream *st)
         for (uint32_t i = 0; i < n; i++)
             consume(st, toks[i], want_recs ? &recs[i] : NULL);
         total += n;
+        if (st->oom) {
+            fail(st, SL_API_ERR_INTERNAL, "out of memory");
+            return;
+        }
         if (state >= SL_MAILBOX_STATE_FINISHED && n < READ_BATCH) {
             terminal = true;
             break;
@@ -755,9 +770,9 @@ void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, cons
     sl_api_id_make(st->id, st->ep);
     sl_detok_init(&st->detok);
     st->piece_cap = sl_detok_max_piece(fe->tok);
-    st->piece = malloc(st->piece_cap);
+    st->piece = sl_malloc(st->piece_cap);
     st->lp_cap = (1 + SL_TOP_LOGPROBS_MAX) * st->piece_cap;
-    st->lp_scratch = st->logprobs ? malloc(st->lp_cap) : NULL;
+    st->lp_scratch = st->logprobs ? sl_malloc(st->lp_cap) : NULL;
     sl_status rc = sl_api_stop_init(&st->stop, r->stop, r->stop_len, r->n_stop);
     if (st->logprobs)
         st->lp_live = sl_api_logprobs_init(&st->lp, st->ep, 0) == SL_OK;

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared/alloc.h"
 #include "gpu-worker/kv_blocks.h"
 
 /* Invariants 1 and 3, which need no tables. O(n_blocks): debug builds only. */
@@ -47,9 +48,9 @@ sl_status sl_kv_blocks_init(sl_kv_blocks *kv, uint32_t n_blocks, uint32_t block_
 {
     memset(kv, 0, sizeof *kv);
     if (n_blocks == 0 || block_size == 0 || n_blocks > INT32_MAX) return SL_EINVAL;
-    kv->_free = malloc((size_t)n_blocks * sizeof *kv->_free);
-    kv->_ref = calloc(n_blocks, sizeof *kv->_ref);
-    kv->_seen = calloc(n_blocks, sizeof *kv->_seen);
+    kv->_free = sl_malloc((size_t)n_blocks * sizeof *kv->_free);
+    kv->_ref = sl_calloc(n_blocks, sizeof *kv->_ref);
+    kv->_seen = sl_calloc(n_blocks, sizeof *kv->_seen);
     if (!kv->_free || !kv->_ref || !kv->_seen) {
         sl_kv_blocks_fini(kv);
         return SL_ENOMEM;
@@ -88,7 +89,7 @@ sl_status sl_kv_blocks_table_init(const sl_kv_blocks *kv, sl_kv_table *t, uint32
     memset(t, 0, sizeof *t);
     if (n_ctx == 0 || kv->block_size == 0) return SL_EINVAL;
     uint32_t cap = n_ctx / kv->block_size + (n_ctx % kv->block_size != 0);
-    t->blocks = malloc((size_t)cap * sizeof *t->blocks);
+    t->blocks = sl_malloc((size_t)cap * sizeof *t->blocks);
     if (!t->blocks) return SL_ENOMEM;
     t->capacity = cap;
     return SL_OK;

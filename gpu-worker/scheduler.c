@@ -12,6 +12,7 @@
  * The step is one backend call, sl_backend_forward_sample: the forward pass
  * and the draws (on the device or on the host, the backend's business), so
  * this file holds no logits, sampler scratch or threads. */
+#include "shared/alloc.h"
 #include "gpu-worker/scheduler.h"
 
 #include <assert.h>
@@ -150,7 +151,7 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
         return SL_EINVAL;
     }
 
-    sl_sched *s = calloc(1, sizeof *s);
+    sl_sched *s = sl_calloc(1, sizeof *s);
     if (!s)
         goto nomem;
     s->be = be;
@@ -161,16 +162,16 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
     s->trace = cfg->trace ? cfg->trace : stderr;
     s->n_slots = 3 * cfg->max_seqs;
     int32_t M = cfg->max_seqs;
-    s->eog = malloc((size_t)(n_eog ? n_eog : 1) * sizeof *s->eog);
-    s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
-    s->hist_mem = malloc((size_t)s->n_slots * (size_t)n_ctx * sizeof *s->hist_mem);
-    s->live = malloc((size_t)M * sizeof *s->live);
-    s->waiting = malloc((size_t)s->n_slots * sizeof *s->waiting);
-    s->parked = malloc((size_t)s->n_slots * sizeof *s->parked);
-    s->batch = calloc((size_t)M, sizeof *s->batch);
-    s->batch_slot = malloc((size_t)M * sizeof *s->batch_slot);
-    s->reqs = calloc((size_t)M, sizeof *s->reqs);
-    s->drawn = malloc((size_t)M * sizeof *s->drawn);
+    s->eog = sl_malloc((size_t)(n_eog ? n_eog : 1) * sizeof *s->eog);
+    s->slots = sl_calloc((size_t)s->n_slots, sizeof *s->slots);
+    s->hist_mem = sl_malloc((size_t)s->n_slots * (size_t)n_ctx * sizeof *s->hist_mem);
+    s->live = sl_malloc((size_t)M * sizeof *s->live);
+    s->waiting = sl_malloc((size_t)s->n_slots * sizeof *s->waiting);
+    s->parked = sl_malloc((size_t)s->n_slots * sizeof *s->parked);
+    s->batch = sl_calloc((size_t)M, sizeof *s->batch);
+    s->batch_slot = sl_malloc((size_t)M * sizeof *s->batch_slot);
+    s->reqs = sl_calloc((size_t)M, sizeof *s->reqs);
+    s->drawn = sl_malloc((size_t)M * sizeof *s->drawn);
     if (!s->eog || !s->slots || !s->hist_mem || !s->live || !s->waiting || !s->parked || !s->batch || !s->batch_slot ||
         !s->reqs || !s->drawn)
         goto nomem;

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shared/alloc.h"
 #include "gpu-worker/cpu_quota.h"
 #include "gpu-worker/load_progress.h"
 #include "gpu-worker/scheduler.h"
@@ -87,6 +88,7 @@ static sl_status io_poll(void *ctx, sl_sched_request *out)
             stop_flag = 1;   /* a newer worker generation exists: this process must go */
         if (rc != SL_OK)
             return SL_AGAIN;
+        sl_alloc_fault_begin();   /* a fault-injection sweep counts this sequence's allocations */
         uint32_t n_prompt, ignore_eos;
         uint64_t request_id;
         memset(out, 0, sizeof *out);
@@ -95,7 +97,7 @@ static sl_status io_poll(void *ctx, sl_sched_request *out)
         const sl_mailbox_shm *mb = sl_shm_mailbox(w->shm, t);
         held *h = &w->held[slot];
         if (rc == SL_OK && mb && n_prompt >= 1 && n_prompt <= (uint32_t)w->model->hp.n_ctx_train &&
-            (h->prompt = malloc(n_prompt * sizeof(int32_t))) != NULL &&
+            (h->prompt = sl_malloc(n_prompt * sizeof(int32_t))) != NULL &&
             sl_shm_prompt_copy(w->shm, t, 0, n_prompt, h->prompt) == SL_OK) {
             h->ticket = t;
             h->used = true;
@@ -406,6 +408,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    sl_alloc_fault_init("worker");
 
     sl_shm_t *shm = sl_shm_attach(cfg->shm_name, SL_SHM_ROLE_WORKER, 0, err);
     if (!shm) {
@@ -437,7 +440,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     if (n_ctx > m->hp.n_ctx_train)
         n_ctx = m->hp.n_ctx_train;
     int32_t n_eog = 0;
-    eog = malloc((size_t)m->hp.n_vocab * sizeof *eog);
+    eog = sl_malloc((size_t)m->hp.n_vocab * sizeof *eog);
     if (!eog) {   /* without the list no request would ever stop at end-of-generation */
         sl_load_progress_abort(&lp);
         fprintf(stderr, "sluice worker: out of memory listing end-of-generation ids (%d tokens)\n", m->hp.n_vocab);
@@ -510,7 +513,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     /* the scheduler holds what it can run, as many waiting again, and as
      * many parked (their consumers full) */
     w.n_held = (uint32_t)sc.max_seqs * 3;
-    w.held = calloc(w.n_held, sizeof *w.held);
+    w.held = sl_calloc(w.n_held, sizeof *w.held);
     sl_sched_io io = {.ctx = &w, .poll = io_poll, .emit = io_emit, .finish = io_finish, .cancelled = io_cancelled,
                       .wait = io_wait, .now_ns = io_now, .step_done = io_step_done,
                       .step_begin = io_step_begin};

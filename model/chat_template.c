@@ -5,6 +5,7 @@
  * front (one copy, every string marked untrusted) instead of reading jansson
  * objects lazily; the copy is what lets every later operation carry
  * provenance without asking where a value came from. */
+#include "shared/alloc.h"
 #include "model/chat_template.h"
 
 #include <stdio.h>
@@ -30,7 +31,7 @@ sl_status sl_chat_template_compile(const char *src, size_t len, sl_chat_template
     err[0] = 0;
     if (!src && len)
         return snprintf(err, SL_ERR_LEN, "chat template: no source"), SL_EINVAL;
-    sl_chat_template *t = calloc(1, sizeof(*t));
+    sl_chat_template *t = sl_calloc(1, sizeof(*t));
     if (!t)
         return snprintf(err, SL_ERR_LEN, "chat template: out of memory"), SL_ENOMEM;
     jj_arena_init(&t->ar, TEMPLATE_ARENA);
@@ -142,8 +143,8 @@ static sl_status finish(const jj_buf *b, sl_chat_render_result *out, char *err)
     for (size_t i = 0; i < b->n; i++)
         if (b->t[i] && (i == 0 || !b->t[i - 1]))
             n_spans++;
-    out->text = malloc(b->n + 1);
-    out->untrusted = n_spans ? malloc(n_spans * sizeof(sl_span)) : NULL;
+    out->text = sl_malloc(b->n + 1);
+    out->untrusted = n_spans ? sl_malloc(n_spans * sizeof(sl_span)) : NULL;
     if (!out->text || (n_spans && !out->untrusted)) {
         sl_chat_render_result_fini(out);
         snprintf(err, SL_ERR_LEN, "chat template: out of memory");

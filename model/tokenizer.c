@@ -7,6 +7,7 @@
  * Trade-off: the special-token scan walks the trie at every byte instead of
  * a single automaton (Aho-Corasick): the walk costs the match depth, which is
  * short, and keeps the per-span "allowed" rule a simple check at each hit. */
+#include "shared/alloc.h"
 #include "model/tokenizer_internal.h"
 
 #include <stdlib.h>
@@ -100,7 +101,7 @@ sl_status sl_tok_spans_init(sl_tok_spans *q, const sl_tok_span *sp, size_t n)
         i++;
     if (i >= n)
         return SL_OK;
-    sl_tok_span *own = malloc(n * sizeof *own);
+    sl_tok_span *own = sl_malloc(n * sizeof *own);
     if (!own)
         return SL_ENOMEM;
     memcpy(own, sp, n * sizeof *own);

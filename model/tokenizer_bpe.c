@@ -6,6 +6,7 @@
  * than a rescan per merge: O(n log n), which matters for SentencePiece text
  * where a whole paragraph is one word. Ties go to the leftmost pair, so the
  * result equals HF's merge order exactly. */
+#include "shared/alloc.h"
 #include "model/tokenizer_internal.h"
 
 #include <stdlib.h>
@@ -117,7 +118,7 @@ sl_status sl_tok_word_cached(const sl_tokenizer *t, sl_tok_sink *s, const char *
             uint32_t n = 256;
             while (n < 16384 && n < s->text_len / 32)
                 n <<= 1;
-            s->cache = calloc(n, sizeof *s->cache);
+            s->cache = sl_calloc(n, sizeof *s->cache);
             s->cache_mask = n - 1;
         }
         if (s->cache) {

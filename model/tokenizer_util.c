@@ -6,6 +6,7 @@
  * Trade-off: open addressing with linear probing, never more than half
  * full: a lookup is a probe or two in one flat array, paid for with twice
  * the slots. Insert and find live together because they must hash alike. */
+#include "shared/alloc.h"
 #include "model/tokenizer_internal.h"
 
 #include <stdlib.h>
@@ -120,7 +121,7 @@ sl_status sl_tok_grow(void **p, size_t *cap, size_t n, size_t sz)
     size_t nc = *cap ? *cap : 64;
     while (nc < n)
         nc *= 2;
-    void *q = realloc(*p, nc * sz);
+    void *q = sl_realloc(*p, nc * sz);
     if (!q)
         return SL_ENOMEM;
     *p = q;

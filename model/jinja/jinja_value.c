@@ -4,6 +4,7 @@
  * Trade-off: values are never freed one by one; a render's arena dies with
  * the render. This keeps provenance copies cheap to write and impossible to
  * leak, at the price of a byte budget per render (JJ_RENDER_ARENA). */
+#include "shared/alloc.h"
 #include "model/jinja/jinja.h"
 
 #include <math.h>
@@ -51,7 +52,7 @@ void *jj_alloc(jj_arena *a, size_t n)
     jj_chunk *c = a->head;
     if (!c || c->cap - c->used < n) {
         size_t cap = n > 65536 ? n : 65536;
-        c = malloc(sizeof(jj_chunk) + cap);
+        c = sl_malloc(sizeof(jj_chunk) + cap);
         if (!c)
             return NULL;
         c->next = a->head;

@@ -101,9 +101,8 @@ Test(tokenizer_spans, span_past_size_max_is_clipped)
 
 static sl_tokenizer *open_vocab(const char *name)
 {
-    const char *src = getenv("SLUICE_SOURCE_DIR");
     char path[1024], err[SL_ERR_LEN];
-    snprintf(path, sizeof path, "%s/../shared/testdata/vocab/ggml-vocab-%s.gguf", src ? src : ".", name);
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", SL_TESTDATA_DIR, name);
     sl_gguf *g;
     if (sl_gguf_open(path, &g, err) < 0)
         return NULL;
