@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "frontend/server_internal.h"
+#include "shared/alloc.h"
 
 /* HTTP reason phrase for a status (h2o needs one: a NULL reason crashes). */
 static const char *reason(int status)
@@ -159,6 +160,7 @@ static bool is_probe(h2o_req_t *req)
 void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                        int64_t prompt_tokens, int64_t completion_tokens, const char *finish)
 {
+    sl_alloc_fault_end();   /* logged once, as the request ends */
     if (!fe->cfg->log_health && is_probe(req))
         return;
     /* The path is client data: anything outside printable ASCII, the quote,

@@ -139,6 +139,7 @@ static sl_status io_emit(void *ctx, uint64_t id, int32_t token, const sl_logprob
 
 static void io_finish(void *ctx, uint64_t id, int reason, const char *error, const sl_sched_timings *t)
 {
+    sl_alloc_fault_end();   /* the sequence a sweep armed is over */
     worker *w = ctx;
     held *h = held_of(w, id);
     if (!h)

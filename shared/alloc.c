@@ -103,6 +103,13 @@ void sl_alloc_fault_begin(void)
     atomic_store(&countdown, n);
 }
 
+void sl_alloc_fault_end(void)
+{
+    if (__builtin_expect(fault_role == NULL, 1))
+        return;
+    atomic_store(&countdown, 0);
+}
+
 void sl_alloc_fault_hold(bool on)
 {
     held += on ? 1 : -1;

@@ -42,6 +42,12 @@ void sl_alloc_fault_init(const char *role);
 /* A request starts: arms the countdown for it, or disarms it (see above). */
 void sl_alloc_fault_begin(void);
 
+/* The request ends: a countdown it did not use up is dropped, so nothing
+ * between two requests (the next connection's accept, a probe) is counted.
+ * The sweep sends one request at a time, so the request ending is the one
+ * that began. */
+void sl_alloc_fault_end(void);
+
 /* Between hold(true) and hold(false) this thread's calls are neither counted
  * nor failed: for a library that cannot survive a failure at that point
  * (jansson's parser, see frontend/api_request.c). Nests. */
