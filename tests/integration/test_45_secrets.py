@@ -1,4 +1,4 @@
-"""45-level, issue 8 item 7 (permissions and secrets) on the real `sluice
+"""45-level: permissions and secrets on the real `sluice
 serve`: the shared-memory segment and the admin socket are 0600; the API key
 never appears in the server's log, in the admin socket's effective-config or
 in GET /v1/effective-config (right key, wrong key and no key are all tried);

@@ -8,7 +8,7 @@ Three paths (env SLUICE_CPU_ACT, kernels/cpu/act_quant.h):
 - q16, the default: matmul inputs of quantized weights rounded to 16-bit
   blocks (step amax/32767), float32 for F32/F16/BF16 weights. Held to the
   plain float64 pass: relative L2 1e-3 for quantized types, 1e-4 for float
-  types (issue 2's bound).
+  types (the accuracy bound docs/CPU-ACTIVATIONS.md states).
 - f32: every matmul input float32; the same bounds.
 - q8: inputs rounded as llama.cpp does (8-bit blocks for quantized weights,
   fp16/bf16 for F16/BF16), kept for parity with llama.cpp; the reference

@@ -16,6 +16,7 @@
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/tokenizer_internal.h"
+#include "tests/unit/model/test_vocab.h"
 
 /* The oracle: every span, every query. */
 static bool scan_overlaps(const sl_tok_span *sp, size_t n, size_t off, size_t len)
@@ -99,18 +100,6 @@ Test(tokenizer_spans, span_past_size_max_is_clipped)
 
 /* ---- rendered chats on a real vocabulary ---- */
 
-static sl_tokenizer *open_vocab(const char *name)
-{
-    char path[1024], err[SL_ERR_LEN];
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", SL_TESTDATA_DIR, name);
-    sl_gguf *g;
-    if (sl_gguf_open(path, &g, err) < 0)
-        return NULL;
-    sl_tokenizer *t = NULL;
-    cr_assert_eq(sl_tokenizer_create(g, &t, err), SL_OK, "%s", err);
-    sl_gguf_close(g);
-    return t;
-}
 
 static void render(const char *builtin, json_t *msgs, sl_chat_render_result *rr)
 {
@@ -151,7 +140,7 @@ static const char *const fragments[] = {
 
 Test(tokenizer_spans, rendered_chats_same_ids_in_any_span_order)
 {
-    sl_tokenizer *t = open_vocab("phi-3");
+    sl_tokenizer *t = sl_test_open_vocab("phi-3");
     cr_assert_not_null(t, "testdata vocab missing");
     static const char *const control[] = {"<|end|>", "<|user|>", "<|assistant|>", "<|system|>", "<|endoftext|>"};
     size_t n_ctl = sizeof control / sizeof control[0], n_frag = sizeof fragments / sizeof fragments[0];
@@ -253,7 +242,7 @@ static void chat_cost(const sl_tokenizer *t, size_t n, double *render_s, double 
 
 Test(tokenizer_spans, chat_of_1e5_messages_costs_linear_time, .timeout = 120)
 {
-    sl_tokenizer *t = open_vocab("phi-3");
+    sl_tokenizer *t = sl_test_open_vocab("phi-3");
     cr_assert_not_null(t, "testdata vocab missing");
     double r_small, t_small, r_big, t_big;
     int64_t n_small, n_big;

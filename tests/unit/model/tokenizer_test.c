@@ -11,6 +11,7 @@
 
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "tests/unit/model/test_vocab.h"
 
 /* ---- helpers ---- */
 
@@ -86,18 +87,6 @@ static sl_tokenizer *byte_level(void)
     return t;
 }
 
-static sl_tokenizer *open_vocab(const char *name)
-{
-    char path[1024], err[SL_ERR_LEN];
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", SL_TESTDATA_DIR, name);
-    sl_gguf *g;
-    if (sl_gguf_open(path, &g, err) < 0)
-        return NULL;
-    sl_tokenizer *t = NULL;
-    cr_assert_eq(sl_tokenizer_create(g, &t, err), SL_OK, "%s", err);
-    sl_gguf_close(g);
-    return t;
-}
 
 static int64_t enc(const sl_tokenizer *t, const char *s, int32_t *out, size_t cap)
 {
@@ -274,7 +263,7 @@ Test(tokenizer, accessors)
 
 Test(tokenizer, llama_spm_known_ids)
 {
-    sl_tokenizer *t = open_vocab("llama-spm");
+    sl_tokenizer *t = sl_test_open_vocab("llama-spm");
     cr_assert_not_null(t, "testdata vocab missing");
     int32_t ids[16];
     cr_assert_eq(enc(t, "Hello world", ids, 16), 2);
@@ -305,7 +294,7 @@ static size_t stream(const sl_tokenizer *t, const int32_t *ids, size_t n, bool s
 
 Test(tokenizer, spm_detok_holds_byte_runs)
 {
-    sl_tokenizer *t = open_vocab("llama-spm");
+    sl_tokenizer *t = sl_test_open_vocab("llama-spm");
     cr_assert_not_null(t);
     int32_t ids[16];
     int64_t n = enc(t, " \xf0\x9f\xa6\x99", ids, 16);   /* a llama: byte-fallback tokens */
@@ -332,7 +321,7 @@ Test(tokenizer, spm_detok_holds_byte_runs)
 
 Test(tokenizer, bpe_detok_streams_complete_utf8)
 {
-    sl_tokenizer *t = open_vocab("gpt-2");
+    sl_tokenizer *t = sl_test_open_vocab("gpt-2");
     cr_assert_not_null(t);
     const char *s = "caf\xc3\xa9 \xf0\x9f\xa6\x99!";
     int32_t ids[32];
@@ -356,7 +345,7 @@ Test(tokenizer, random_bytes_never_crash)
     static const char *names[] = {"llama-spm", "gpt-2", "falcon", "deepseek-llm"};
     unsigned seed = 12345;
     for (int v = 0; v < 4; v++) {
-        sl_tokenizer *t = open_vocab(names[v]);
+        sl_tokenizer *t = sl_test_open_vocab(names[v]);
         cr_assert_not_null(t);
         char text[300];
         int32_t ids[600];
@@ -409,7 +398,7 @@ static void *enc_worker(void *arg)
 
 Test(tokenizer, concurrent_encode_decode_agree)
 {
-    sl_tokenizer *t = open_vocab("gpt-2");
+    sl_tokenizer *t = sl_test_open_vocab("gpt-2");
     cr_assert_not_null(t);
     const char *text = "Concurrency \xf0\x9f\xa6\x99 test: the same words, the same ids. 12345 "
                        "\xe4\xb8\xad\xe6\x96\x87   spaces\n\n";
