@@ -44,6 +44,25 @@ static jj_node *block_until(jj_parser *p, jj_node *n, const char *end)
     return end_tag(p) < 0 ? NULL : n;
 }
 
+/* After `{% else %}`: its `%}`, then the statements up to `{% END %}` as a
+ * BODY node (the caller reads the end tag's `%}`); NULL after an error. */
+static jj_node *else_body(jj_parser *p, const char *end)
+{
+    if (end_tag(p) < 0)
+        return NULL;
+    const char *const ends[] = {end, NULL};
+    nlist els = {0};
+    int which;
+    if (body(p, &els, ends, &which) < 0)
+        return NULL;
+    jj_node *b = node(p, JJ_N_BODY);
+    if (!b)
+        return NULL;
+    b->kids = els.v;
+    b->n_kids = els.n;
+    return b;
+}
+
 /* `{% if %}` with elif/else chains; on entry cur is after `if` */
 static jj_node *stmt_if(jj_parser *p)
 {
@@ -65,17 +84,9 @@ static jj_node *stmt_if(jj_parser *p)
         return n->b ? n : NULL;
     }
     if (which == 1) {
-        if (end_tag(p) < 0)
-            return NULL;
-        static const char *const ends2[] = {"endif", NULL};
-        nlist els = {0};
-        if (body(p, &els, ends2, &which) < 0)
-            return NULL;
-        n->b = node(p, JJ_N_BODY);
+        n->b = else_body(p, "endif");
         if (!n->b)
             return NULL;
-        n->b->kids = els.v;
-        n->b->n_kids = els.n;
     }
     return end_tag(p) < 0 ? NULL : n;
 }
@@ -131,17 +142,9 @@ static jj_node *stmt_for(jj_parser *p)
     n->kids = kids.v;
     n->n_kids = kids.n;
     if (which == 0) {
-        if (end_tag(p) < 0)
-            return NULL;
-        static const char *const ends2[] = {"endfor", NULL};
-        nlist els = {0};
-        if (body(p, &els, ends2, &which) < 0)
-            return NULL;
-        n->c = node(p, JJ_N_BODY);
+        n->c = else_body(p, "endfor");
         if (!n->c)
             return NULL;
-        n->c->kids = els.v;
-        n->c->n_kids = els.n;
     }
     return end_tag(p) < 0 ? NULL : n;
 }
