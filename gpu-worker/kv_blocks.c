@@ -3,8 +3,9 @@
  * Runs on the worker's scheduler thread.
  * Trade-off: a plain LIFO stack of free ids rather than an LRU of cached
  * blocks. It is O(1), deterministic and recently freed (cache-warm) blocks go
- * out first; an evictable prefix cache would add a second list of ref-0 blocks
- * that still hold valid contents, and take from it only when this is empty.
+ * out first. Blocks that keep valid contents after their sequences ended are
+ * not this file's business: the prefix cache holds them with a reference of
+ * its own and gives them back here when it evicts them.
  *
  * Invariants (checked in full by sl_kv_blocks_check, in part after every
  * call in debug builds by assert_pool):
@@ -19,7 +20,10 @@
  *
  * A block's life:
  *   free --reserve--> held (ref 1) --share--> shared (ref n > 1)
- *   shared --release--> ref n-1 ... held --release--> free */
+ *   shared --release--> ref n-1 ... held --release--> free
+ * The prefix cache (prefix_cache.c) holds each cached block through a table
+ * of its own, so a block whose last sequence let go stays held (ref 1) with
+ * its contents until the cache evicts it; nothing here knows about that. */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +165,26 @@ sl_status sl_kv_blocks_share(sl_kv_blocks *kv, sl_kv_table *dst, const sl_kv_tab
     dst->n_used = n_blocks;
     assert_pool(kv);
     return SL_OK;
+}
+
+sl_status sl_kv_blocks_append(sl_kv_blocks *kv, sl_kv_table *t, int32_t id)
+{
+    if (id < 0 || (uint32_t)id >= kv->n_blocks || kv->_ref[id] == 0) return SL_ESTATE;
+    if (t->n_used >= t->capacity) return SL_ERANGE;
+    kv->_ref[id]++;
+    t->blocks[t->n_used++] = id;
+    return SL_OK;
+}
+
+int32_t sl_kv_blocks_remove_slot(sl_kv_blocks *kv, sl_kv_table *t, uint32_t i)
+{
+    if (i >= t->n_used) return -1;
+    int32_t b = t->blocks[i];
+    assert(b >= 0 && (uint32_t)b < kv->n_blocks && kv->_ref[b] > 0);
+    if (--kv->_ref[b] == 0) kv->_free[kv->_n_free++] = b;
+    int32_t moved = --t->n_used == i ? -1 : t->blocks[t->n_used];
+    if (moved >= 0) t->blocks[i] = moved;
+    return moved;
 }
 
 int sl_kv_blocks_check(const sl_kv_blocks *kv, const sl_kv_table *const *tables,

@@ -88,6 +88,20 @@ void sl_kv_blocks_release(sl_kv_blocks *kv, sl_kv_table *t);
 sl_status sl_kv_blocks_share(sl_kv_blocks *kv, sl_kv_table *dst, const sl_kv_table *src,
                              uint32_t n_blocks);
 
+/* Appends block `id`, already held by some table, to `t` as its next slot,
+ * incrementing its reference count: how a prefix cache maps a cached block
+ * into a sequence's table, and how the cache itself holds its blocks (a
+ * table used as a set). Same promise as share: the block is full and read-
+ * only while shared. Returns SL_OK; SL_ERANGE if `t` is at capacity;
+ * SL_ESTATE if `id` is free or outside the pool. Nothing changes on failure. */
+sl_status sl_kv_blocks_append(sl_kv_blocks *kv, sl_kv_table *t, int32_t id);
+
+/* Removes slot `i` of `t` by moving its last slot into it (the table's order
+ * is lost: for a table used as a set) and drops that reference; a block
+ * whose count reaches 0 returns to the free list. Returns the id of the block
+ * that moved into slot i, or -1 if i was the last slot (or out of range). */
+int32_t sl_kv_blocks_remove_slot(sl_kv_blocks *kv, sl_kv_table *t, uint32_t i);
+
 /* The accounting checker, for `assert(sl_kv_blocks_check(...))` in debug
  * builds and for tests. Given every live table, returns 1 if:
  *   1. the free list holds _n_free distinct ids in [0, n_blocks), each ref 0;

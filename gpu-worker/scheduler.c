@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "gpu-worker/kv_blocks.h"
+#include "gpu-worker/prefix_cache.h"
 
 #define NS_PER_MS 1000000ull
 #define ADAPTIVE_PEERS_WAIT_NS (3 * NS_PER_MS)  /* seed: stragglers when arrivals found peers */
@@ -50,6 +51,9 @@ typedef struct {
     int32_t n_cached;       /* positions whose KV the backend holds */
     int32_t n_preempted;
     sl_kv_table table;
+    sl_prefix_chain chain;  /* how far the table's blocks are in the prefix cache */
+    int32_t n_prefix_hit;   /* prompt tokens the cache gave at first admission */
+    int32_t n_prefix_lookup;/* prompt tokens looked up then */
     sl_logprob_record rec;  /* record of the last sampled token */
     uint64_t seen_ns, admit_ns, prefill_ns, first_ns, last_ns;
     int32_t chunk;          /* tokens this step feeds (0: not in this step) */
@@ -65,6 +69,7 @@ struct sl_sched {
     FILE *trace;
 
     sl_kv_blocks kv;
+    sl_prefix_cache pc;     /* holds full blocks past their sequences (empty when off) */
     int32_t n_slots;        /* max_seqs live + max_seqs waiting + max_seqs parked */
     seq *slots;             /* (n_slots) */
     int32_t *hist_mem;      /* (n_slots, n_ctx) */
@@ -100,6 +105,7 @@ void sl_sched_config_default(sl_sched_config *c)
     c->window_ms = 0;
     c->kv_block_size = SL_KV_BLOCK_TOKENS;
     c->n_kv_blocks = 0;
+    c->prefix_cache = true;
 }
 
 static sl_status bad(char err[SL_ERR_LEN], const char *what)
@@ -179,7 +185,7 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
         if (eog[i] >= 0 && eog[i] < n_vocab)
             s->eog[s->n_eog++] = eog[i];
     sl_status rc = sl_kv_blocks_init(&s->kv, cfg->n_kv_blocks, cfg->kv_block_size);
-    if (rc < 0)
+    if (rc < 0 || sl_prefix_cache_init(&s->pc, &s->kv, cfg->prefix_cache) < 0)
         goto nomem;
     for (int32_t i = 0; i < s->n_slots; i++) {
         s->slots[i].hist = s->hist_mem + (size_t)i * (size_t)n_ctx;
@@ -188,6 +194,7 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
     }
     s->stats.kv_blocks_total = cfg->n_kv_blocks;
     s->stats.kv_blocks_free = cfg->n_kv_blocks;
+    s->stats.prefix_cache = s->pc.enabled;
     *out = s;
     return SL_OK;
 nomem:
@@ -206,6 +213,7 @@ void sl_sched_destroy(sl_sched *s)
             sl_kv_blocks_table_fini(&s->slots[i].table);
         }
     }
+    sl_prefix_cache_fini(&s->pc, &s->kv);
     sl_kv_blocks_fini(&s->kv);
     free(s->eog);
     free(s->slots);
@@ -257,7 +265,7 @@ static void seq_end(sl_sched *s, int32_t slot, int reason, const char *error)
         list_remove(s->live, &s->n_live, slot);
     else if (q->state == SEQ_PARKED)
         list_remove(s->parked, &s->n_parked, slot);
-    sl_kv_blocks_release(&s->kv, &q->table);
+    sl_prefix_cache_release(&s->pc, &s->kv, &q->table);
     if (!q->dropped) {
         sl_sched_timings t = {
             .queue_ms = q->admit_ns ? ms_between(q->req.submit_ns, q->admit_ns) : 0,
@@ -266,6 +274,8 @@ static void seq_end(sl_sched *s, int32_t slot, int reason, const char *error)
             .n_prompt_tokens = q->req.n_prompt,
             .n_generated = q->n_emitted,
             .n_preempted = q->n_preempted,
+            .n_cached_tokens = q->n_prefix_hit,
+            .n_lookup_tokens = q->n_prefix_lookup,
         };
         s->io.finish(s->io.ctx, q->req.id, reason, error, &t);
     }
@@ -300,7 +310,7 @@ static void seq_preempt(sl_sched *s, int32_t slot)
 {
     seq *q = &s->slots[slot];
     list_remove(s->live, &s->n_live, slot);
-    sl_kv_blocks_release(&s->kv, &q->table);
+    sl_prefix_cache_release(&s->pc, &s->kv, &q->table);
     q->n_cached = 0;
     q->state = SEQ_WAITING;
     q->n_preempted++;
@@ -334,7 +344,7 @@ static bool park_drop(sl_sched *s)
             seq *q = &s->slots[s->parked[i]];
             if (q->n_cached == 0 || (pass == 0 && !q->paused))
                 continue;
-            sl_kv_blocks_release(&s->kv, &q->table);
+            sl_prefix_cache_release(&s->pc, &s->kv, &q->table);
             q->n_cached = 0;
             s->stats.n_park_drops++;
             return true;
@@ -342,24 +352,43 @@ static bool park_drop(sl_sched *s)
     return false;
 }
 
+/* Gives a sequence about to prefill (admission, or a return that must
+ * recompute) its blocks: the longest cached prefix of its history, mapped
+ * from the prefix cache, then fresh blocks for the rest and room for the
+ * first decode position, evicting unused cached blocks and then dropping
+ * parked sequences' blocks when the pool is short. At least the last
+ * position of the target is always computed (its row gives the next token).
+ * Returns false, holding nothing, if the pool cannot make the room. */
+static bool seq_take_blocks(sl_sched *s, seq *q)
+{
+    uint32_t target = (uint32_t)prefill_target(q), bs = s->kv.block_size;
+    uint32_t hit = sl_prefix_cache_match(&s->pc, &s->kv, q->hist, target, (target - 1) / bs, &q->table, &q->chain);
+    uint32_t need = sl_kv_blocks_needed(&s->kv, &q->table, target + 1);
+    while (need > sl_kv_blocks_free_count(&s->kv) &&
+           (sl_prefix_cache_evict(&s->pc, &s->kv, need - sl_kv_blocks_free_count(&s->kv)) > 0 || park_drop(s)))
+        ;
+    if (need > sl_kv_blocks_free_count(&s->kv)) {
+        sl_kv_blocks_release(&s->kv, &q->table);
+        return false;
+    }
+    sl_status rc = sl_kv_blocks_reserve(&s->kv, &q->table, target);
+    assert(rc == SL_OK);
+    (void)rc;
+    q->n_cached = (int32_t)(hit * bs);
+    return true;
+}
+
 /* Puts a parked sequence whose owed token was delivered back into the live
  * set, as its newest member: DECODE where it left when it kept its blocks,
- * else PREFILL of hist[0, n_hist-1) (its blocks reserved here, which the
- * caller checked). Transition: SEQ_PARKED -> SEQ_DECODE / SEQ_PREFILL. */
+ * else PREFILL of hist[0, n_hist-1) (its blocks taken by the caller's
+ * seq_take_blocks). Transition: SEQ_PARKED -> SEQ_DECODE / SEQ_PREFILL. */
 static void seq_unpark(sl_sched *s, int32_t slot)
 {
     seq *q = &s->slots[slot];
     list_remove(s->parked, &s->n_parked, slot);
     s->live[s->n_live++] = slot;
     q->chunk = 0;
-    if (q->n_cached > 0) {
-        q->state = SEQ_DECODE;
-        return;
-    }
-    sl_status rc = sl_kv_blocks_reserve(&s->kv, &q->table, (uint32_t)prefill_target(q));
-    assert(rc == SL_OK);
-    (void)rc;
-    q->state = SEQ_PREFILL;
+    q->state = q->table.n_used > 0 && q->n_cached == q->n_hist - 1 ? SEQ_DECODE : SEQ_PREFILL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -416,7 +445,11 @@ int sl_sched_check(const sl_sched *s)
     if (n_live != s->n_live || n_waiting != s->n_waiting || n_parked != s->n_parked ||
         s->n_live > s->cfg.max_seqs || s->n_live + s->n_waiting > 2 * s->cfg.max_seqs)
         return 0;                                           /* 8 */
-    return sl_kv_blocks_check(&s->kv, tables, n_tables);   /* 9 */
+    const sl_kv_table *held = sl_prefix_cache_held(&s->pc);
+    if (held && held->n_used && n_tables < sizeof tables / sizeof *tables)
+        tables[n_tables++] = held;
+    return sl_kv_blocks_check(&s->kv, tables, n_tables) && /* 9 */
+           sl_prefix_cache_check(&s->pc, &s->kv);          /* 11 */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -480,6 +513,7 @@ static void intake(sl_sched *s, uint64_t now)
         q->state = SEQ_WAITING;
         q->paused = q->prefill_started = q->dropped = false;
         q->n_gen = q->n_emitted = q->n_cached = q->n_preempted = 0;
+        q->n_prefix_hit = q->n_prefix_lookup = 0;
         q->seen_ns = now;
         q->admit_ns = q->prefill_ns = q->first_ns = q->last_ns = 0;
         q->chunk = 0;
@@ -524,6 +558,20 @@ static uint64_t window_deadline(const sl_sched *s)
 /* ------------------------------------------------------------------------ */
 /* one step                                                                  */
 
+/* The KV and prefix-cache figures of the stats, as they are now. */
+static void stats_refresh(sl_sched *s)
+{
+    sl_prefix_cache_stats pcs;
+    sl_prefix_cache_stats_get(&s->pc, &s->kv, &pcs);
+    s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv) + pcs.n_evictable;   /* evictable counts as free */
+    s->stats.prefix_cache = s->pc.enabled;
+    s->stats.prefix_cached_blocks = pcs.n_cached;
+    s->stats.prefix_evictable_blocks = pcs.n_evictable;
+    s->stats.prefix_query_tokens = pcs.query_tokens;
+    s->stats.prefix_hit_tokens = pcs.hit_tokens;
+    s->stats.prefix_evictions = pcs.n_evicted;
+}
+
 /* Fails every live and waiting request and rebuilds the batch state from
  * nothing, so the next step cannot reuse anything of the failed one. */
 static void fail_all(sl_sched *s, const char *why)
@@ -534,6 +582,7 @@ static void fail_all(sl_sched *s, const char *why)
         seq_end(s, s->waiting[0], SL_SCHED_FINISH_ERROR, why);
     while (s->n_parked > 0)
         seq_end(s, s->parked[0], SL_SCHED_FINISH_ERROR, why);
+    sl_prefix_cache_clear(&s->pc, &s->kv);   /* cached blocks are read-only, but trust nothing after a failure */
     assert(sl_kv_blocks_free_count(&s->kv) == s->kv.n_blocks);
     s->last_step_seqs = 0;
     s->last_round_n = 0;
@@ -664,10 +713,7 @@ sl_status sl_sched_step(sl_sched *s)
         if (q->n_cached == 0) {
             if (s->cfg.staggered_prefill && admitted >= 1)
                 break;
-            uint32_t need = sl_kv_blocks_needed(&s->kv, NULL, (uint32_t)prefill_target(q) + 1);
-            while (need > sl_kv_blocks_free_count(&s->kv) && park_drop(s))
-                ;
-            if (need > sl_kv_blocks_free_count(&s->kv)) {
+            if (!seq_take_blocks(s, q)) {
                 return_blocked = true;
                 break;
             }
@@ -689,8 +735,8 @@ sl_status sl_sched_step(sl_sched *s)
             continue;
         sl_status rc;
         while ((rc = sl_kv_blocks_reserve(&s->kv, &q->table, (uint32_t)q->n_hist)) == SL_AGAIN) {
-            if (park_drop(s))
-                continue;   /* parked blocks go before any live sequence's */
+            if (sl_prefix_cache_evict(&s->pc, &s->kv, 1) > 0 || park_drop(s))
+                continue;   /* unused cached and parked blocks go before any live sequence's */
             int32_t victim = s->live[s->n_live - 1];
             seq_preempt(s, victim);
             if (victim == slot)
@@ -722,22 +768,16 @@ sl_status sl_sched_step(sl_sched *s)
             int32_t slot = s->waiting[0];
             seq *q = &s->slots[slot];
             /* blocks for the prefill plus the first decode position */
-            int32_t target = prefill_target(q);
-            uint32_t need = sl_kv_blocks_needed(&s->kv, NULL, (uint32_t)target + 1);
-            while (need > sl_kv_blocks_free_count(&s->kv) && park_drop(s))
-                ;
-            if (need > sl_kv_blocks_free_count(&s->kv))
+            if (!seq_take_blocks(s, q))
                 break;   /* FIFO: nobody overtakes the head */
-            sl_status rc = sl_kv_blocks_reserve(&s->kv, &q->table, (uint32_t)target);
-            assert(rc == SL_OK);
-            (void)rc;
             list_remove(s->waiting, &s->n_waiting, slot);
             s->live[s->n_live++] = slot;
             q->state = SEQ_PREFILL;
-            q->n_cached = 0;
             q->chunk = 0;
             if (!q->admit_ns) {
                 q->admit_ns = now;
+                q->n_prefix_hit = q->n_cached;
+                q->n_prefix_lookup = s->pc.enabled ? q->n_hist : 0;
                 trace(s, q, "admitted", now);
             }
             admitted++;
@@ -787,7 +827,7 @@ sl_status sl_sched_step(sl_sched *s)
     if (n_batch == 0) {
         if (!(deadline && now < deadline))
             s->wait_ns = s->n_live > 0 || s->n_parked > 0 ? PAUSED_RETRY_NS : IDLE_WAIT_NS;
-        s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv);
+        stats_refresh(s);
         return SL_AGAIN;
     }
 
@@ -824,6 +864,7 @@ sl_status sl_sched_step(sl_sched *s)
             seq *q = &s->slots[s->batch_slot[b]];
             q->n_cached += q->chunk;
             q->chunk = 0;
+            sl_prefix_cache_insert(&s->pc, &s->kv, &q->table, q->hist, (uint32_t)q->n_cached, &q->chain);
             if (q->state == SEQ_PREFILL && q->n_cached >= prefill_target(q) && q->n_gen > 0)
                 q->state = SEQ_DECODE;   /* recompute done: decode resumes with the last token */
         }
@@ -832,7 +873,7 @@ sl_status sl_sched_step(sl_sched *s)
                 take_sample(s, s->batch_slot[b], s->drawn[b], t1);
     }
     assert(sl_sched_check(s));
-    s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv);
+    stats_refresh(s);
     s->io.step_done(s->io.ctx, &s->stats);
     return SL_OK;
 }
@@ -847,7 +888,7 @@ void sl_sched_step_paused(sl_sched *s)
     s->stats.in_flight = s->n_live;
     s->stats.n_waiting = s->n_waiting;
     s->stats.n_parked = s->n_parked;
-    s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv);
+    stats_refresh(s);
     assert(sl_sched_check(s));
 }
 
@@ -888,6 +929,7 @@ void sl_sched_snapshot_fill(const sl_sched *s, sl_sched_snapshot *out)
     out->ttft_trace = (sl_sched_knob){c->ttft_trace, c->source.ttft_trace, 0};
     out->kv_block_size = (sl_sched_knob){c->kv_block_size, c->source.kv_block_size, 0};
     out->kv_blocks = (sl_sched_knob){c->n_kv_blocks, c->source.n_kv_blocks, 0};
+    out->prefix_cache = (sl_sched_knob){c->prefix_cache, c->source.prefix_cache, 0};
     /* every live sequence holds at least one block */
     if ((uint32_t)c->max_seqs <= c->n_kv_blocks) {
         out->slots_admitted = c->max_seqs;

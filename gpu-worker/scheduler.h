@@ -58,16 +58,18 @@ typedef struct {
     FILE *trace;               /* where trace lines go; NULL = stderr */
     uint32_t kv_block_size;    /* token positions per KV block; must equal the backend's */
     uint32_t n_kv_blocks;      /* blocks in the pool; at most the backend's */
+    bool prefix_cache;         /* reuse cached full KV blocks of equal prefixes (gpu-worker/prefix_cache.h) */
     struct {                   /* an sl_sched_source for each knob above */
         uint8_t max_seqs, token_budget, prefill_chunk, window_ms;
         uint8_t staggered_prefill, ttft_trace, kv_block_size, n_kv_blocks;
+        uint8_t prefix_cache;
     } source;
 } sl_sched_config;
 
 /* Defaults (all sources SL_SCHED_SOURCE_DEFAULT): max_seqs 16,
  * token_budget 256, prefill_chunk 256, window_ms 0 (adaptive), staggered
  * and trace off, kv_block_size SL_KV_BLOCK_TOKENS (16), n_kv_blocks 0 (the caller sizes the pool
- * from its memory budget; create refuses 0). docs/SCHEDULER.md says why. */
+ * from its memory budget; create refuses 0), prefix_cache on. docs/SCHEDULER.md says why. */
 void sl_sched_config_default(sl_sched_config *c);
 
 /* One request handed to the scheduler by io.poll. */
@@ -92,6 +94,8 @@ typedef struct {
     int32_t n_prompt_tokens;
     int32_t n_generated;         /* tokens the client received */
     int32_t n_preempted;         /* times it was preempted and recomputed */
+    int32_t n_cached_tokens;     /* prompt tokens found in the prefix cache at first admission */
+    int32_t n_lookup_tokens;     /* prompt tokens looked up then (0: never admitted, or the cache is off) */
 } sl_sched_timings;
 
 /* What step_done() gets after every step. */
@@ -103,13 +107,19 @@ typedef struct {
     int32_t step_seqs;           /* sequences in this step's batch */
     int32_t step_tokens;         /* new tokens in this step's batch (<= token_budget) */
     uint64_t step_ns;            /* duration of this step's forward on the io clock */
-    uint32_t kv_blocks_free;
+    uint32_t kv_blocks_free;     /* on the free list or held by the prefix cache alone (evictable) */
     uint32_t kv_blocks_total;
     uint64_t n_preemptions;      /* total so far */
     uint64_t n_step_failures;    /* whole-step failures so far */
     int32_t n_parked;            /* sequences parked now: their consumer was full (not in in_flight) */
     uint64_t n_parkings;         /* total so far: a live sequence left the batch for a full consumer */
     uint64_t n_park_drops;       /* total so far: a parked sequence's blocks were freed for others */
+    bool prefix_cache;           /* the prefix cache is on */
+    uint32_t prefix_cached_blocks;    /* blocks the prefix cache holds now */
+    uint32_t prefix_evictable_blocks; /* of those, no sequence holds (evictable) */
+    uint64_t prefix_query_tokens;     /* total so far: tokens looked up (every admission, recomputes too) */
+    uint64_t prefix_hit_tokens;       /* total so far: of those, found cached */
+    uint64_t prefix_evictions;        /* total so far: cached blocks evicted */
 } sl_sched_stats;
 
 /* The outside world. All slots required but step_begin. */
@@ -163,6 +173,7 @@ typedef struct {
     sl_sched_knob ttft_trace;
     sl_sched_knob kv_block_size;
     sl_sched_knob kv_blocks;
+    sl_sched_knob prefix_cache;
     int32_t slots_admitted;      /* live sequences admission can reach: min(max_seqs, KV blocks) */
     char admission_ceiling_reason[64]; /* which of the two binds, in words */
     int32_t in_flight_now;
@@ -222,7 +233,7 @@ void sl_sched_stats_get(const sl_sched *s, sl_sched_stats *out);
 /* Fills the effective-config snapshot from the config, backend and counters. */
 void sl_sched_snapshot_fill(const sl_sched *s, sl_sched_snapshot *out);
 
-/* The accounting checker (docs/SCHEDULER.md invariants 1-9), for
+/* The accounting checker (docs/SCHEDULER.md invariants 1-11), for
  * `assert(sl_sched_check(s))` in debug builds and for tests. Returns 1 if
  * every invariant holds, else 0. O(slots + KV blocks). */
 int sl_sched_check(const sl_sched *s);
