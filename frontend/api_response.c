@@ -178,10 +178,11 @@ sl_status sl_api_token_logprob_from_record(sl_api_token_logprob *out, const sl_l
 
 static json_t *usage_json(const sl_api_usage *u)
 {
-    return json_pack("{s:I,s:I,s:I}",
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}",
                      "prompt_tokens", (json_int_t)u->prompt_tokens,
                      "completion_tokens", (json_int_t)u->completion_tokens,
-                     "total_tokens", (json_int_t)(u->prompt_tokens + u->completion_tokens));
+                     "total_tokens", (json_int_t)(u->prompt_tokens + u->completion_tokens),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)u->cached_tokens);
 }
 
 static json_t *timings_json(const sl_api_timings *t)

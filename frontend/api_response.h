@@ -33,6 +33,7 @@ typedef enum {
 typedef struct {
     int64_t prompt_tokens;
     int64_t completion_tokens;   /* every generated token, stop text included */
+    int64_t cached_tokens;       /* prompt tokens the worker's prefix cache held: prompt_tokens_details */
 } sl_api_usage;
 
 /* Measured by the worker; the derived per-token and per-second figures are

@@ -173,6 +173,8 @@ static void on_metrics(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
         {SL_COUNTER_PROMPT_TOKENS, "sluice_prompt_tokens_total", "Prompt tokens submitted."},
         {SL_COUNTER_WORKER_RESTARTS, "sluice_worker_restarts_total", "Worker processes restarted after a death."},
         {SL_COUNTER_FRONTEND_RESTARTS, "sluice_frontend_restarts_total", "Front-end processes restarted after a death."},
+        {SL_COUNTER_PREFIX_QUERY_TOKENS, "sluice_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache."},
+        {SL_COUNTER_PREFIX_HIT_TOKENS, "sluice_prefix_cache_hits_total", "Prompt tokens found in the prefix cache (not recomputed)."},
     };
     static const struct { sl_histogram h; const char *name, *help; } hists[] = {
         {SL_HISTOGRAM_TTFT, "sluice_time_to_first_token_seconds", "Submission to first token."},
@@ -254,7 +256,7 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         "ttft_trace", "queue_depth", "max_body", "max_prompt_tokens", "default_max_tokens", "idle_timeout_ms",
         "write_timeout_ms", "drain_delay_s", "drain_timeout_s", "chat_template", "model_alias", "log_bodies",
         "heartbeat_timeout_ms", "admin_group", "max_response", "log_format", "log_health",
-        "tokenize_threads"};
+        "tokenize_threads", "prefix_cache"};
     for (int i = 0; i < SL_CFG_COUNT; i++) {
         unsigned s = c->source[i];
         json_object_set_new(src, keys[i], json_string(s < 5 ? source_names[s] : "unknown"));

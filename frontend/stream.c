@@ -483,7 +483,7 @@ static void finish(sl_fe_stream *st)
     }
     drop_ticket(st, false);   /* released now, or after the worker saw the stop string's cancel */
 
-    sl_api_usage usage = {st->n_prompt, st->n_generated};
+    sl_api_usage usage = {st->n_prompt, st->n_generated, info.cached_tokens};
     sl_api_timings tm = timings_of(st, &info.timings);
     if (!st->stream) {
         sl_api_result r = {

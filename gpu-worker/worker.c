@@ -151,6 +151,11 @@ static void io_finish(void *ctx, uint64_t id, int reason, const char *error, con
     /* The computation began prompt_ms before the first token reached the client. */
     if (h->first_emit_ns && t->prompt_ms > 0)
         sl_shm_worker_set_admitted(w->shm, h->ticket, h->first_emit_ns - (uint64_t)(t->prompt_ms * 1e6));
+    if (t->n_lookup_tokens > 0) {
+        sl_shm_worker_set_cached(w->shm, h->ticket, (uint32_t)t->n_cached_tokens);
+        sl_shm_counter_add(w->shm, SL_COUNTER_PREFIX_QUERY_TOKENS, (uint64_t)t->n_lookup_tokens);
+        sl_shm_counter_add(w->shm, SL_COUNTER_PREFIX_HIT_TOKENS, (uint64_t)t->n_cached_tokens);
+    }
     sl_shm_worker_finish(w->shm, h->ticket, r, error);   /* counts the request in the segment */
     free(h->prompt);
     memset(h, 0, sizeof *h);
@@ -330,6 +335,7 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
                           "kv_memory", "value", (json_int_t)c->kv_memory, "source",
                           source_name(c->source[SL_CFG_KV_MEMORY]));
     if (o) {
+        json_object_set_new(o, "prefix_cache", knob(&snap.prefix_cache, SL_CFG_PREFIX_CACHE));
         json_object_set_new(o, "paused", json_boolean(w->paused));
         /* what the master allows the next step, before --heartbeat-timeout-ms */
         json_object_set_new(o, "step_bound_ms", json_integer((json_int_t)(step_bound(w) / 1000000)));
@@ -348,6 +354,11 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
         json_object_set_new(o, "steps", json_integer((json_int_t)st->steps));
         json_object_set_new(o, "preemptions", json_integer((json_int_t)st->n_preemptions));
         json_object_set_new(o, "step_failures", json_integer((json_int_t)st->n_step_failures));
+        json_object_set_new(o, "prefix_cache_blocks", json_integer(st->prefix_cached_blocks));
+        json_object_set_new(o, "prefix_cache_evictable_blocks", json_integer(st->prefix_evictable_blocks));
+        json_object_set_new(o, "prefix_cache_query_tokens", json_integer((json_int_t)st->prefix_query_tokens));
+        json_object_set_new(o, "prefix_cache_hit_tokens", json_integer((json_int_t)st->prefix_hit_tokens));
+        json_object_set_new(o, "prefix_cache_evictions", json_integer((json_int_t)st->prefix_evictions));
     }
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     if (text)
@@ -462,6 +473,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     KNOB(window_ms, SL_CFG_BATCH_WINDOW_MS, (int32_t)cfg->batch_window_ms);
     KNOB(staggered_prefill, SL_CFG_STAGGERED_PREFILL, cfg->staggered_prefill != 0);
     KNOB(ttft_trace, SL_CFG_TTFT_TRACE, cfg->ttft_trace != 0);
+    KNOB(prefix_cache, SL_CFG_PREFIX_CACHE, cfg->prefix_cache != 0);
 #undef KNOB
     sc.kv_block_size = SL_KV_BLOCK_TOKENS;
     uint64_t block_bytes = sl_backend_kv_block_bytes(m, SL_KV_BLOCK_TOKENS);

@@ -93,6 +93,8 @@ static const setting settings[] = {
      "log /health and /ready requests (0 leaves probes out of the access log)"},
     {SL_CFG_TOKENIZE_THREADS, "tokenize-threads", 0, "SLUICE_TOKENIZE_THREADS", NULL, T_U32, F(tokenize_threads), 0,
      16, "1", "threads per front end that render and tokenize bodies over 64 KiB (0 = on the event loop)"},
+    {SL_CFG_PREFIX_CACHE, "prefix-cache", 0, "SLUICE_PREFIX_CACHE", NULL, T_BOOL, F(prefix_cache), 0, 1, "1",
+     "reuse the KV blocks of a prompt prefix seen before (--no-prefix-cache: off)"},
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -322,8 +324,17 @@ sl_status sl_config_parse(int argc, char **argv, sl_config *cfg, char err[SL_ERR
         const char *value = NULL;
         if (a[0] == '-' && a[1] == '-') {
             const char *eq = strchr(a + 2, '=');
-            s = find_flag(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
+            size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+            s = find_flag(a + 2, len);
             value = eq ? eq + 1 : NULL;
+            if (!s && len > 3 && !strncmp(a + 2, "no-", 3)) {   /* --no-FLAG: a switch set to 0 */
+                s = find_flag(a + 5, len - 3);
+                if (s && (s->type != T_BOOL || eq)) {
+                    snprintf(err, SL_ERR_LEN, "'%s': only on/off settings take the no- form, without a value", a);
+                    return SL_EINVAL;
+                }
+                value = "0";
+            }
         } else if (a[0] == '-' && a[1] && !a[2]) {
             for (size_t k = 0; k < N_SETTINGS; k++)
                 if (settings[k].short_flag == a[1])

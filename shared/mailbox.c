@@ -233,6 +233,7 @@ sl_status sl_shm_submit(sl_shm_t *fe, const sl_shm_request *req, sl_shm_ticket *
     mb->finish_reason = SL_FINISH_REASON_NONE;
     mb->worker_generation = 0;
     mb->error[0] = 0;
+    mb->n_cached_tokens = 0;
     memset(&mb->timings, 0, sizeof(mb->timings));
     mb->timings.queued_ns = sl_shm_now_ns();
     mb->timings.n_prompt_tokens = req->n_prompt;
@@ -328,6 +329,7 @@ sl_status sl_shm_result(sl_shm_t *h, sl_shm_ticket t, sl_shm_result_info *out)
         return SL_OK; /* results are written by the worker until it lets go */
     out->finish_reason = (sl_finish_reason)mb->finish_reason;
     out->timings = mb->timings;
+    out->cached_tokens = mb->n_cached_tokens;
     memcpy(out->error, mb->error, SL_SHM_ERROR_LEN);
     out->error[SL_SHM_ERROR_LEN - 1] = 0;
     return SL_OK;
@@ -555,6 +557,16 @@ sl_status sl_shm_worker_set_admitted(sl_shm_t *w, sl_shm_ticket t, uint64_t admi
     if (rc < 0)
         return rc;
     sl_shm_mb(w, t.index)->timings.admitted_ns = admitted_ns;
+    return SL_OK;
+}
+
+sl_status sl_shm_worker_set_cached(sl_shm_t *w, sl_shm_ticket t, uint32_t n_cached_tokens)
+{
+    uint64_t wd;
+    sl_status rc = worker_word(w, t, &wd);
+    if (rc < 0)
+        return rc;
+    sl_shm_mb(w, t.index)->n_cached_tokens = n_cached_tokens;
     return SL_OK;
 }
 

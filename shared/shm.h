@@ -121,6 +121,7 @@ typedef struct {
     sl_mailbox_state state;
     sl_finish_reason finish_reason;
     sl_shm_timings timings;
+    uint32_t cached_tokens;        /* prompt tokens the worker's prefix cache held (0 = none or off) */
     char error[SL_SHM_ERROR_LEN];
 } sl_shm_result_info;
 
@@ -250,6 +251,11 @@ sl_status sl_shm_worker_finish(sl_shm_t *w, sl_shm_ticket t, sl_finish_reason re
  * own. Returns SL_OK, SL_ESTALE, SL_ESTATE, SL_ERANGE. */
 sl_status sl_shm_worker_set_admitted(sl_shm_t *w, sl_shm_ticket t, uint64_t admitted_ns);
 
+/* Records how many of a RUNNING request's prompt tokens came from the
+ * worker's prefix cache (usage.prompt_tokens_details.cached_tokens). Returns
+ * SL_OK, SL_ESTALE, SL_ESTATE, SL_ERANGE. */
+sl_status sl_shm_worker_set_cached(sl_shm_t *w, sl_shm_ticket t, uint32_t n_cached_tokens);
+
 /* Writes each dirty front end's eventfd once and clears the marks: call once per
  * step. Returns the number of eventfd writes. */
 uint32_t sl_shm_worker_flush_wakeups(sl_shm_t *w);
@@ -312,6 +318,8 @@ typedef enum {
     SL_COUNTER_STALE_ENTRIES_SKIPPED,      /* worker skipped a dead ring entry */
     SL_COUNTER_WORKER_RESTARTS,            /* the master, when it plans a restart (not recovery: a drain's exits count none) */
     SL_COUNTER_FRONTEND_RESTARTS,          /* likewise */
+    SL_COUNTER_PREFIX_QUERY_TOKENS,        /* worker: prompt tokens looked up in the prefix cache */
+    SL_COUNTER_PREFIX_HIT_TOKENS,          /* worker: of those, found cached */
     SL_COUNTER_COUNT
 } sl_counter;
 #define SL_SHM_COUNTERS_MAX 64             /* room reserved in the header */

@@ -39,7 +39,8 @@
 #include "shared/shm.h"
 
 #define SL_SHM_MAGIC 0x314d48534543554cULL /* "LUCESHM1" little-endian: 'L','U','C','E','S','H','M','1' */
-#define SL_SHM_LAYOUT_VERSION 2u   /* 2: limits.submit_queue_depth, the pause flag */
+#define SL_SHM_LAYOUT_VERSION 3u   /* 2: limits.submit_queue_depth, the pause flag;
+                                      3: mailbox n_cached_tokens, the prefix-cache counters */
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free to work across processes");
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "32-bit atomics must be lock-free to work across processes");
@@ -155,7 +156,7 @@ struct sl_mailbox_shm {
     uint32_t ignore_eos;                    /*   40 */
     uint32_t n_prompt;                      /*   44 */
     uint32_t n_blocks;                      /*   48 entries used in this mailbox's block table */
-    uint32_t _pad0;                         /*   52 */
+    uint32_t n_cached_tokens;               /*   52 worker: prompt tokens the prefix cache held */
     sl_shm_timings timings;                 /*   56 (40 bytes) */
     char error[SL_SHM_ERROR_LEN];           /*   96 */
     char _pad1[32];                         /*  224 */
@@ -167,6 +168,7 @@ struct sl_mailbox_shm {
     char _pad4[48];                         /* 2832 */
 };                                          /* 2880 */
 
+_Static_assert(offsetof(struct sl_mailbox_shm, n_cached_tokens) == 52, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, timings) == 56, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, error) == 96, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, tok_tail) == 256, "mailbox layout");

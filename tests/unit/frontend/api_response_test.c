@@ -40,7 +40,7 @@ Test(api_response, chat_completion_has_openai_fields)
     sl_api_result r = {
         .endpoint = SL_API_ENDPOINT_CHAT, .id = "chatcmpl-abc", .created = 1700000000,
         .model = "tiny", .text = text, .text_len = strlen(text), .finish = SL_API_FINISH_STOP,
-        .usage = {.prompt_tokens = 10, .completion_tokens = 4}, .timings = &t,
+        .usage = {.prompt_tokens = 10, .completion_tokens = 4, .cached_tokens = 8}, .timings = &t,
     };
     char *s = sl_api_response_build(&r);
     /* UTF-8 goes out as UTF-8, not \u escapes; compact (no spaces after ':'). */
@@ -64,8 +64,13 @@ Test(api_response, chat_completion_has_openai_fields)
     cr_expect_str_eq(json_string_value(json_object_get(msg, "role")), "assistant");
     cr_expect_str_eq(json_string_value(json_object_get(msg, "content")), text);
     json_t *u = json_object_get(o, "usage");
-    json_expect_keys(u, (const char *[]){"prompt_tokens", "completion_tokens", "total_tokens", NULL});
+    json_expect_keys(u, (const char *[]){"prompt_tokens", "completion_tokens", "total_tokens",
+                                         "prompt_tokens_details", NULL});
     cr_expect_eq(json_integer_value(json_object_get(u, "total_tokens")), 14);
+    /* OpenAI's field for prompt tokens served from the prefix cache */
+    json_t *details = json_object_get(u, "prompt_tokens_details");
+    json_expect_keys(details, (const char *[]){"cached_tokens", NULL});
+    cr_expect_eq(json_integer_value(json_object_get(details, "cached_tokens")), 8);
     json_t *tm = json_object_get(o, "timings");
     json_expect_keys(tm, (const char *[]){"prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
                                      "predicted_n", "predicted_ms", "predicted_per_token_ms",
@@ -203,7 +208,7 @@ static json_t *chunk(const sl_api_chunk *c)
 
 Test(api_response, chat_stream_chunks_in_order)
 {
-    sl_api_usage u = {.prompt_tokens = 3, .completion_tokens = 2};
+    sl_api_usage u = {.prompt_tokens = 3, .completion_tokens = 2, .cached_tokens = 0};
     sl_api_timings t = {.prompt_n = 3, .prompt_ms = 3, .predicted_n = 2, .predicted_ms = 4};
     sl_api_chunk c = {.endpoint = SL_API_ENDPOINT_CHAT, .id = "chatcmpl-z", .created = 9,
                       .model = "m", .include_usage = true};
@@ -245,6 +250,9 @@ Test(api_response, chat_stream_chunks_in_order)
     o = chunk(&c);
     cr_expect_eq(json_array_size(json_object_get(o, "choices")), 0);
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "total_tokens")), 5);
+    cr_expect_eq(json_integer_value(json_object_get(
+                     json_object_get(json_object_get(o, "usage"), "prompt_tokens_details"), "cached_tokens")), 0,
+                 "the streaming usage chunk carries cached_tokens too");
     cr_expect_float_eq(json_number_value(json_object_get(json_object_get(o, "timings"), "predicted_per_second")),
                        500.0, 1e-9);
     json_decref(o);
