@@ -1,0 +1,124 @@
+"""The worker's prefix cache through the real server on the CPU backend: a
+prompt sent again reuses the KV of its full blocks, reports them as
+usage.prompt_tokens_details.cached_tokens, and answers bitwise as it did cold
+(same tokens, same logprobs); --no-prefix-cache reports 0; a second turn
+that resends the first is computed only past what was resent."""
+import json
+import time
+import urllib.request
+
+import pytest
+
+from serve import Server, wait_for
+
+BLOCK = 16   # SL_KV_BLOCK_TOKENS
+
+
+def post(s, path, body):
+    req = urllib.request.Request(s.base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def complete(s, prompt, **kw):
+    body = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 3, **kw}
+    return post(s, "/v1/completions", body)
+
+
+def cached(r):
+    return r["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def answer(r):
+    c = r["choices"][0]
+    return c["text"], c["logprobs"]["token_logprobs"], c["logprobs"]["top_logprobs"]
+
+
+def metric(s, name):
+    _, body = s.get("/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not on /metrics")
+
+
+def worker_snapshot(s):
+    return s.admin("effective-config")["worker"]
+
+
+def prompt_ids(n, salt=0):
+    return [(i * 37 + salt * 11 + 5) % 200 + 10 for i in range(n)]
+
+
+def test_second_identical_prompt_is_cached_and_bitwise_equal(chat_model, tmp_path):
+    s = Server(chat_model, tmp_path, frontends=1)
+    try:
+        p = prompt_ids(300)
+        cold = complete(s, p)
+        warm = complete(s, p)
+        assert cached(cold) == 0
+        assert cached(warm) == (300 - 1) // BLOCK * BLOCK
+        assert answer(warm) == answer(cold), "a cache hit answers bitwise as the cold run"
+        assert warm["usage"]["prompt_tokens"] == 300
+        # the streaming usage chunk carries it too
+        body = json.dumps({"prompt": p, "max_tokens": 4, "temperature": 0, "stream": True,
+                           "stream_options": {"include_usage": True}}).encode()
+        req = urllib.request.Request(s.base + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        usage = None
+        with urllib.request.urlopen(req, timeout=120) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("data: {"):
+                    ev = json.loads(line[6:])
+                    if ev.get("usage"):
+                        usage = ev["usage"]
+        assert usage and usage["prompt_tokens_details"]["cached_tokens"] == 288
+        # chat: the same conversation twice
+        msgs = {"messages": [{"role": "user", "content": "tell me about rivers " * 20}], "max_tokens": 4,
+                "temperature": 0}
+        c1, c2 = post(s, "/v1/chat/completions", msgs), post(s, "/v1/chat/completions", msgs)
+        assert cached(c1) == 0 and cached(c2) > 0
+        assert c2["choices"][0]["message"]["content"] == c1["choices"][0]["message"]["content"]
+        # counters and the worker's snapshot
+        assert metric(s, "sluice_prefix_cache_hits_total") >= 2 * 288 + cached(c2)
+        assert metric(s, "sluice_prefix_cache_queries_total") >= 3 * 300
+        assert wait_for(lambda: worker_snapshot(s).get("prefix_cache_hit_tokens", 0) >= 2 * 288, 5)
+        w = worker_snapshot(s)
+        assert w["prefix_cache"] == {"value": 1, "source": "default"}
+        assert w["prefix_cache_blocks"] > 0
+    finally:
+        s.stop()
+
+
+def test_multi_turn_computes_only_what_was_not_resent(chat_model, tmp_path):
+    s = Server(chat_model, tmp_path, frontends=1)
+    try:
+        turn1 = prompt_ids(200, salt=1)
+        complete(s, turn1)
+        turn2 = turn1 + prompt_ids(57, salt=2)
+        r2 = complete(s, turn2)
+        assert cached(r2) == 200 // BLOCK * BLOCK, "what was resent, in whole blocks"
+        turn3 = turn2 + prompt_ids(30, salt=3)
+        r3 = complete(s, turn3)
+        assert cached(r3) == 257 // BLOCK * BLOCK
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_no_prefix_cache_reports_zero(chat_model, tmp_path, how):
+    import os
+    extra, env = (["--no-prefix-cache"], None) if how == "flag" else ([], dict(os.environ, SLUICE_PREFIX_CACHE="0"))
+    s = Server(chat_model, tmp_path, frontends=1, extra=extra, env=env)
+    try:
+        p = prompt_ids(100)
+        a, b = complete(s, p), complete(s, p)
+        assert cached(a) == 0 and cached(b) == 0
+        assert answer(a) == answer(b)
+        assert metric(s, "sluice_prefix_cache_hits_total") == 0
+        w = worker_snapshot(s)
+        assert w["prefix_cache"] == {"value": 0, "source": how}
+        assert w["prefix_cache_blocks"] == 0
+    finally:
+        s.stop()
