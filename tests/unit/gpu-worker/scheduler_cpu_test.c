@@ -2,7 +2,8 @@
  * backend with a model written by mkmodel at test time: 16 concurrent
  * requests of different lengths give exactly the tokens each gives alone,
  * greedy and seeded-sampled, whatever the backend's thread count (which
- * also draws the tokens). Skips (with a message) when mkmodel is not
+ * also draws the tokens); and blocks shared as the prefix cache shares them
+ * give a cold prefill's logits bitwise. Skips (with a message) when mkmodel is not
  * built in $SLUICE_BUILD_DIR/tools. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -151,4 +152,53 @@ Test(scheduler_cpu, sixteen_seeded_sampled_requests_match_their_solo_runs)
 Test(scheduler_cpu, seeded_sampled_requests_drawn_on_three_threads_match_their_solo_runs)
 {
     batched_equals_alone(true, 3);
+}
+
+/* Feeds tokens[from, to) into the table's blocks in calls of at most `chunk`
+ * tokens (prompt rows), or one token per call as decode does (decode true);
+ * returns the last call's last logits row in out. */
+static void feed(engine *e, const int32_t *tokens, int from, int to, const int32_t *blocks, int chunk, bool decode,
+                 float *out)
+{
+    for (int pos = from; pos < to;) {
+        int n = decode ? 1 : (to - pos < chunk ? to - pos : chunk);
+        sl_batch_seq s = {.tokens = tokens + pos, .n_tokens = n, .pos = pos, .blocks = blocks,
+                          .n_blocks = (pos + n + 15) / 16, .logits_all = false, .prompt = !decode};
+        cr_assert_eq(sl_backend_forward(e->be, &s, 1, out), SL_OK);
+        pos += n;
+    }
+}
+
+/* What the prefix cache relies on: the KV a block holds is bitwise what a
+ * cold prefill writes there, whether the block was filled by prompt chunks
+ * or by decode steps, so a sequence reading shared blocks and computing only
+ * the rest gets exactly the cold run's logits. */
+Test(scheduler_cpu, cached_blocks_hold_what_a_cold_prefill_writes)
+{
+    if (!make_model()) {
+        cr_skip_test("mkmodel not built in $SLUICE_BUILD_DIR/tools: skipping the CPU backend test");
+    }
+    engine e;
+    engine_open(&e, 2);
+    int32_t h[160];
+    for (int j = 0; j < 160; j++)
+        h[j] = (int32_t)(3 + (j * 29 + 7) % 500);
+    int32_t a[10], b[10], c[10];
+    for (int i = 0; i < 10; i++) {
+        a[i] = i;
+        b[i] = i < 6 ? a[i] : 20 + i;   /* 6 full blocks of a shared, as a hit maps them */
+        c[i] = 40 + i;
+    }
+    int32_t n_vocab = e.m->hp.n_vocab;
+    float *lb = malloc((size_t)n_vocab * sizeof *lb), *lc = malloc((size_t)n_vocab * sizeof *lc);
+    cr_assert(lb && lc);
+    feed(&e, h, 0, 70, a, 40, false, lb);    /* a's prompt, in chunks of 40 */
+    feed(&e, h, 70, 110, a, 1, true, lb);    /* then 40 decode steps: blocks 4 and 5 filled by decode */
+    feed(&e, h, 96, 140, b, 64, false, lb);  /* b computes only past the shared blocks */
+    feed(&e, h, 0, 140, c, 64, false, lc);   /* c: the same 140 tokens, cold */
+    cr_assert_eq(memcmp(lb, lc, (size_t)n_vocab * sizeof *lb), 0, "logits over shared blocks differ from cold");
+    free(lb);
+    free(lc);
+    engine_close(&e);
+    remove_model();
 }
