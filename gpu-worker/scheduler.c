@@ -194,7 +194,7 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
     }
     s->stats.kv_blocks_total = cfg->n_kv_blocks;
     s->stats.kv_blocks_free = cfg->n_kv_blocks;
-    s->stats.prefix_cache = s->pc.enabled;
+    s->stats.prefix_cache = s->pc.enabled;   /* fixed for the scheduler's life */
     *out = s;
     return SL_OK;
 nomem:
@@ -561,15 +561,8 @@ static uint64_t window_deadline(const sl_sched *s)
 /* The KV and prefix-cache figures of the stats, as they are now. */
 static void stats_refresh(sl_sched *s)
 {
-    sl_prefix_cache_stats pcs;
-    sl_prefix_cache_stats_get(&s->pc, &s->kv, &pcs);
-    s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv) + pcs.n_evictable;   /* evictable counts as free */
-    s->stats.prefix_cache = s->pc.enabled;
-    s->stats.prefix_cached_blocks = pcs.n_cached;
-    s->stats.prefix_evictable_blocks = pcs.n_evictable;
-    s->stats.prefix_query_tokens = pcs.query_tokens;
-    s->stats.prefix_hit_tokens = pcs.hit_tokens;
-    s->stats.prefix_evictions = pcs.n_evicted;
+    sl_prefix_cache_stats_get(&s->pc, &s->kv, &s->stats.prefix);
+    s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv) + s->stats.prefix.n_evictable;   /* as free */
 }
 
 /* Fails every live and waiting request and rebuilds the batch state from

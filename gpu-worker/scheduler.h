@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "gpu-worker/prefix_cache.h"
 #include "kernels/backend.h"
 #include "shared/sampling.h"
 #include "shared/status.h"
@@ -115,11 +116,7 @@ typedef struct {
     uint64_t n_parkings;         /* total so far: a live sequence left the batch for a full consumer */
     uint64_t n_park_drops;       /* total so far: a parked sequence's blocks were freed for others */
     bool prefix_cache;           /* the prefix cache is on */
-    uint32_t prefix_cached_blocks;    /* blocks the prefix cache holds now */
-    uint32_t prefix_evictable_blocks; /* of those, no sequence holds (evictable) */
-    uint64_t prefix_query_tokens;     /* total so far: tokens looked up (every admission, recomputes too) */
-    uint64_t prefix_hit_tokens;       /* total so far: of those, found cached */
-    uint64_t prefix_evictions;        /* total so far: cached blocks evicted */
+    sl_prefix_cache_stats prefix;/* its figures (lookups count every admission, recomputes too) */
 } sl_sched_stats;
 
 /* The outside world. All slots required but step_begin. */

@@ -354,11 +354,11 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
         json_object_set_new(o, "steps", json_integer((json_int_t)st->steps));
         json_object_set_new(o, "preemptions", json_integer((json_int_t)st->n_preemptions));
         json_object_set_new(o, "step_failures", json_integer((json_int_t)st->n_step_failures));
-        json_object_set_new(o, "prefix_cache_blocks", json_integer(st->prefix_cached_blocks));
-        json_object_set_new(o, "prefix_cache_evictable_blocks", json_integer(st->prefix_evictable_blocks));
-        json_object_set_new(o, "prefix_cache_query_tokens", json_integer((json_int_t)st->prefix_query_tokens));
-        json_object_set_new(o, "prefix_cache_hit_tokens", json_integer((json_int_t)st->prefix_hit_tokens));
-        json_object_set_new(o, "prefix_cache_evictions", json_integer((json_int_t)st->prefix_evictions));
+        json_object_set_new(o, "prefix_cache_blocks", json_integer(st->prefix.n_cached));
+        json_object_set_new(o, "prefix_cache_evictable_blocks", json_integer(st->prefix.n_evictable));
+        json_object_set_new(o, "prefix_cache_query_tokens", json_integer((json_int_t)st->prefix.query_tokens));
+        json_object_set_new(o, "prefix_cache_hit_tokens", json_integer((json_int_t)st->prefix.hit_tokens));
+        json_object_set_new(o, "prefix_cache_evictions", json_integer((json_int_t)st->prefix.n_evicted));
     }
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     if (text)

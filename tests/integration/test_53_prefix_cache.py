@@ -4,7 +4,8 @@ usage.prompt_tokens_details.cached_tokens, and answers bitwise as it did cold
 (same tokens, same logprobs); --no-prefix-cache reports 0; a second turn
 that resends the first is computed only past what was resent."""
 import json
-import time
+import os
+import signal
 import urllib.request
 
 import pytest
@@ -106,9 +107,25 @@ def test_multi_turn_computes_only_what_was_not_resent(chat_model, tmp_path):
         s.stop()
 
 
+def test_restarted_worker_starts_with_an_empty_cache(chat_model, tmp_path):
+    s = Server(chat_model, tmp_path, frontends=1)
+    try:
+        p = prompt_ids(120, salt=4)
+        cold = complete(s, p)
+        assert cached(complete(s, p)) == 112
+        worker, _ = s.pids()
+        os.kill(worker, signal.SIGKILL)
+        assert wait_for(lambda: s.get("/ready")[0] == 200 and s.pids()[0] != worker, 30)
+        again = complete(s, p)
+        assert cached(again) == 0, "the cache lived in the dead worker"
+        assert answer(again) == answer(cold)
+        assert cached(complete(s, p)) == 112
+    finally:
+        s.stop()
+
+
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_no_prefix_cache_reports_zero(chat_model, tmp_path, how):
-    import os
     extra, env = (["--no-prefix-cache"], None) if how == "flag" else ([], dict(os.environ, SLUICE_PREFIX_CACHE="0"))
     s = Server(chat_model, tmp_path, frontends=1, extra=extra, env=env)
     try:

@@ -126,10 +126,10 @@ Test(scheduler_prefix, same_prompt_twice_hits_and_gives_the_cold_tokens)
     sl_sched_stats st;
     sl_sched_stats_get(h.s, &st);
     cr_assert(st.prefix_cache);
-    cr_assert_eq(st.prefix_query_tokens, 300);
-    cr_assert_eq(st.prefix_hit_tokens, 144);
-    cr_assert_geq(st.prefix_cached_blocks, 10, "prompt and decode blocks of 169 positions");
-    cr_assert_eq(st.prefix_evictable_blocks, st.prefix_cached_blocks, "nobody holds them now");
+    cr_assert_eq(st.prefix.query_tokens, 300);
+    cr_assert_eq(st.prefix.hit_tokens, 144);
+    cr_assert_geq(st.prefix.n_cached, 10, "prompt and decode blocks of 169 positions");
+    cr_assert_eq(st.prefix.n_evictable, st.prefix.n_cached, "nobody holds them now");
     h_close(&h);
 }
 
@@ -172,8 +172,8 @@ Test(scheduler_prefix, off_finds_nothing_and_reports_zero)
     sl_sched_stats st;
     sl_sched_stats_get(h.s, &st);
     cr_assert(!st.prefix_cache);
-    cr_assert_eq(st.prefix_query_tokens, 0);
-    cr_assert_eq(st.prefix_cached_blocks, 0);
+    cr_assert_eq(st.prefix.query_tokens, 0);
+    cr_assert_eq(st.prefix.n_cached, 0);
     sl_sched_snapshot snap;
     sl_sched_snapshot_fill(h.s, &snap);
     cr_assert_eq(snap.prefix_cache.value, 0);
@@ -195,7 +195,7 @@ Test(scheduler_prefix, eviction_under_pressure_keeps_answers_cold)
     h_run(&h);
     sl_sched_stats st;
     sl_sched_stats_get(h.s, &st);
-    cr_assert_gt(st.prefix_evictions, 0, "the pool forced evictions");
+    cr_assert_gt(st.prefix.n_evicted, 0, "the pool forced evictions");
     cr_assert_eq(st.n_preemptions, 0, "evictable blocks go before any live sequence");
     for (int i = 0; i < 12; i++) {
         cr_assert_eq(r[i].reason, SL_SCHED_FINISH_LENGTH);
@@ -224,7 +224,7 @@ Test(scheduler_prefix, preemption_and_parking_with_shared_blocks)
     sl_sched_stats_get(h.s, &st);
     cr_assert_gt(st.n_preemptions, 0, "the pool is small enough to preempt");
     cr_assert_gt(st.n_park_drops, 0, "and to drop the parked sequence's blocks");
-    cr_assert_gt(st.prefix_hit_tokens, 0, "later sequences and recomputes hit the cache");
+    cr_assert_gt(st.prefix.hit_tokens, 0, "later sequences and recomputes hit the cache");
     for (int i = 0; i < 5; i++) {
         cr_assert_eq(r[i].reason, SL_SCHED_FINISH_LENGTH);
         cr_assert_eq(r[i].t.n_generated, r[i].n_tokens, "never re-sent");
