@@ -157,6 +157,7 @@ static double sched_tps(const bench *B, int c, double *batch1_ms)
     sl_sched_config_default(&cfg);
     cfg.max_seqs = B->max_c > 16 ? B->max_c : 16;
     cfg.n_kv_blocks = B->be->cfg.n_kv_blocks;
+    cfg.prefix_cache = false;   /* every request has the same prompt: measure the compute, not cache hits */
     if (cfg.token_budget < cfg.max_seqs)
         cfg.token_budget = cfg.max_seqs;
     sl_sched *sc;
