@@ -20,16 +20,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("SLUICE_BUILD_DIR", ROOT / "build"))
 N = 65536
 
-# RMSE bounds on N(0,1) data (ours measure ~5% below each; Q5_0 is the
-# gguf package's own quantizer, byte for byte: test below).
+# RMSE bounds on N(0,1) data (ours measure ~5% below each; Q5_0, Q4_1 and
+# Q5_1 are the gguf package's own quantizers, byte for byte: test below).
 RMSE_MAX = {
     "F32": 0.0, "F16": 2.2e-4, "BF16": 1.8e-3, "Q8_0": 0.0057,
     "Q4_0": 0.090, "Q4_K": 0.073, "Q5_K": 0.0362, "Q6_K": 0.0180,
-    "Q5_0": 0.0444,
+    "Q5_0": 0.0444, "Q4_1": 0.0818, "Q5_1": 0.0395,
 }
 
 # Types whose dequantizer follows gguf's operation order exactly: 0 ulp.
-BITWISE = {"Q5_0"}
+BITWISE = {"Q5_0", "Q4_1", "Q5_1"}
 
 
 def _quantdump():
@@ -71,12 +71,13 @@ def test_reference_dequantizes_our_bytes_to_our_floats(dump_dir, name):
     assert rmse <= RMSE_MAX[name], f"{name}: rmse {rmse} > {RMSE_MAX[name]}"
 
 
-@pytest.mark.parametrize("name", ["F16", "BF16", "Q8_0", "Q5_0"])
+@pytest.mark.parametrize("name", ["F16", "BF16", "Q8_0", "Q5_0", "Q4_1", "Q5_1"])
 def test_simple_types_match_reference_quantizer(dump_dir, name):
     """Where gguf has a reference quantizer that rounds like ggml's, the
     bytes agree (Q8_0 may differ on an exact .5 tie: ggml rounds half away
-    from zero, we round half to even; none occur in this data). Q5_0
-    follows gguf's rounding rule itself, so it agrees on any data."""
+    from zero, we round half to even; none occur in this data). Q5_0, Q4_1
+    and Q5_1 follow gguf's rounding rules themselves, so they agree on any
+    data."""
     src = np.fromfile(dump_dir / f"{name}.src", dtype=np.float32)
     q = np.fromfile(dump_dir / f"{name}.q", dtype=np.uint8)
     ref = gguf.quants.quantize(src, T[name]).view(np.uint8).reshape(-1)
