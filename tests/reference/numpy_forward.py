@@ -5,7 +5,7 @@ from sluice's C code.
 
 Before each weight matmul the input row is rounded the way llama.cpp (and the
 engine by default) feeds it to a weight of that type: 8-bit Q8_0 blocks of 32
-for Q4_0/Q8_0/Q5_0 weights, Q8_1 for Q4_1/Q5_1 (Q8_0's codes, and the weight's
+for Q4_0/Q8_0/Q5_0/IQ4_NL weights, Q8_1 for Q4_1/Q5_1 (Q8_0's codes, and the weight's
 block mins meet the activation block sum as ggml stores it: s = fp16(d *
 sum(q))), Q8_K blocks of 256 for the K-quants, fp16 or bf16 for
 F16/BF16 weights (quantized, then dequantized in float64). Model(path,
@@ -46,7 +46,7 @@ def act_round(x, wtype):
         u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
         u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
         return u.view(np.float32).astype(np.float64)
-    if wtype in ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1"):
+    if wtype in ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "IQ4_NL"):
         # d = amax/127 kept as fp16; q = nearest-even(x * 127/amax) (ggml's
         # x86 quantizer, the one llama.cpp runs on x86; Q8_1 has the same)
         q, amax = _q8_codes(x)

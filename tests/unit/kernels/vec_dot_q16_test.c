@@ -310,4 +310,10 @@ Test(vec_dot_q16, extreme_codes_do_not_overflow)
     }
     check_extreme(SL_GGML_TYPE_Q5_1, q51, 1.0f, 256);
     check_extreme(SL_GGML_TYPE_Q5_1, q51, -1.0f, 256);
+
+    sl_block_iq4_nl nl[8];
+    memset(nl, 0, sizeof nl);   /* level 0: -127, the largest code of the 32-element types */
+    for (int b = 0; b < 8; b++)
+        nl[b].d = sl_fp32_to_fp16(1.0f);
+    check_extreme(SL_GGML_TYPE_IQ4_NL, nl, 1.0f, 256);
 }
