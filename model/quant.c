@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "model/ggml_types.h"
+#include "model/quant_klow.h"
 
 _Static_assert(sizeof(sl_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(sl_block_q8_0) == 34, "Q8_0 block is 34 bytes");
@@ -202,6 +203,8 @@ sl_status sl_quant_dequantize_row(uint32_t type, const void *src, float *dst, in
     case SL_GGML_TYPE_Q4_K: dequant_q4_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q5_K: dequant_q5_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q6_K: dequant_q6_K(src, dst, nb); break;
+    case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
+        sl_quant_klow_dequantize(type, src, dst, nb); break;
     }
     return SL_OK;
 }
@@ -620,6 +623,8 @@ sl_status sl_quant_quantize_row(uint32_t type, const float *src, void *dst, int6
     case SL_GGML_TYPE_Q4_K: quant_q4_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q5_K: quant_q5_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q6_K: quant_q6_K(src, dst, nb); break;
+    case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
+        sl_quant_klow_quantize(type, src, dst, nb); break;
     }
     return SL_OK;
 }
