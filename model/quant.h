@@ -105,7 +105,7 @@ static inline void sl_quant_get_scale_min_k4(int j, const uint8_t *q, uint8_t *s
 /* ---- rows -------------------------------------------------------------- */
 
 /* Decodes `n` elements of a row stored in `type` (F32, F16, BF16, Q8_0,
- * Q4_0, Q4_K, Q5_K, Q6_K) from `src` into `dst` (n floats).
+ * Q4_0, Q4_K, Q5_K, Q6_K; Q2_K, Q3_K, IQ4_XS in quant_klow.c) from `src` into `dst` (n floats).
  * Returns SL_OK; SL_EINVAL (bad n); SL_EUNSUPPORTED (other type). `dst` is
  * untouched on failure. The arithmetic follows the gguf package's order, so
  * results match its dequantizer bit for bit. */

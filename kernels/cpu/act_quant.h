@@ -6,7 +6,7 @@
  * Modes:     SLUICE_CPU_ACT picks one for the whole process:
  *   q16 (default) weight Q4_0, Q8_0       -> Q16_0 blocks of 32 (float scale
  *                                            amax/32767, int16 codes);
- *                 weight Q4_K, Q5_K, Q6_K -> Q16_K blocks of 256 (same, plus
+ *                 weight Q2_K..Q6_K, IQ4_XS -> Q16_K blocks of 256 (same, plus
  *                                            8 int32 sums of 32 codes, for
  *                                            the K-quants' min terms);
  *                 weight F32, F16, BF16   -> the float32 row itself.

@@ -19,8 +19,10 @@
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/vec_dot.h"
 #include "kernels/cpu/vec_dot_int.h"
+#include "kernels/cpu/vec_dot_klow.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
+#include "model/quant_klow.h"
 
 enum { GROUP = 32 };
 
@@ -130,6 +132,10 @@ void sl_vec_dot_q8_multi_portable(uint32_t type, const void *w_row, const void *
                                   int m, float *out, int64_t n)
 {
     assert(sl_act_format_of_type(type) == SL_ACT_Q8_0 || sl_act_format_of_type(type) == SL_ACT_Q8_K);
+    if (sl_quant_klow_type(type)) {   /* Q2_K, Q3_K, IQ4_XS: vec_dot_klow.c */
+        sl_vec_dot_klow_q8_portable(type, w_row, xa, ldxa, m, out, n);
+        return;
+    }
     int64_t be = sl_ggml_block_elems(type), nb = n / be;
     assert(n % be == 0);
     size_t abytes = be == SL_QK_K ? sizeof(sl_block_q8_K) : sizeof(sl_block_q8_0);

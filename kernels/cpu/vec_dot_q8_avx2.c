@@ -27,6 +27,7 @@
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/vec_dot.h"
+#include "kernels/cpu/vec_dot_klow.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
 
@@ -299,6 +300,8 @@ static inline __attribute__((always_inline)) void dot_group(uint32_t type, const
     case SL_GGML_TYPE_Q4_K: rowsk(4, w_row, xa, ldxa, mt, out, n); break;
     case SL_GGML_TYPE_Q5_K: rowsk(5, w_row, xa, ldxa, mt, out, n); break;
     case SL_GGML_TYPE_Q6_K: rowsk(6, w_row, xa, ldxa, mt, out, n); break;
+    case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
+        sl_vec_dot_klow_q8_avx2(type, w_row, xa, ldxa, mt, out, n); break;
     default: assert(!"vec_dot_q8_avx2: unsupported type");
     }
 }
