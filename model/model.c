@@ -144,7 +144,7 @@ static sl_status bind_tensor(binder *b, const char *name, int64_t ne0, int64_t n
         const char *tn = sl_ggml_type_name(t->type);
         snprintf(b->err, SL_ERR_LEN, "%s: tensor '%s' has type %s, which sluice does not support here (%s)",
                  sl_gguf_path(b->g), name, tn ? tn : "?",
-                 f32_only ? "F32 expected" : "F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS are supported");
+                 f32_only ? "F32 expected" : "F32, F16, BF16, Q8_0, Q4_0, Q2_K..Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_XS are supported");
         return SL_EUNSUPPORTED;
     }
     *out = t;

@@ -204,6 +204,8 @@ sl_status sl_quant_dequantize_row(uint32_t type, const void *src, float *dst, in
     case SL_GGML_TYPE_Q5_K: dequant_q5_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q6_K: dequant_q6_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
+    case SL_GGML_TYPE_IQ2_XXS: case SL_GGML_TYPE_IQ2_XS: case SL_GGML_TYPE_IQ2_S:
+    case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S:
         sl_quant_klow_dequantize(type, src, dst, nb); break;
     }
     return SL_OK;
@@ -625,6 +627,9 @@ sl_status sl_quant_quantize_row(uint32_t type, const float *src, void *dst, int6
     case SL_GGML_TYPE_Q6_K: quant_q6_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
         sl_quant_klow_quantize(type, src, dst, nb); break;
+    case SL_GGML_TYPE_IQ2_XXS: case SL_GGML_TYPE_IQ2_XS: case SL_GGML_TYPE_IQ2_S:
+    case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S:
+        return SL_EUNSUPPORTED;   /* read-only formats: no quantizer */
     }
     return SL_OK;
 }

@@ -21,9 +21,22 @@ _Static_assert(sizeof(sl_block_iq4_xs) == 136, "IQ4_XS block is 136 bytes");
 const int8_t sl_quant_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                         1,    13,   25,  38,  53,  69,  89,  113};
 
+_Static_assert(sizeof(sl_block_iq2_xxs) == 66, "IQ2_XXS block is 66 bytes");
+_Static_assert(sizeof(sl_block_iq2_xs) == 74, "IQ2_XS block is 74 bytes");
+_Static_assert(sizeof(sl_block_iq2_s) == 82, "IQ2_S block is 82 bytes");
+_Static_assert(sizeof(sl_block_iq3_xxs) == 98, "IQ3_XXS block is 98 bytes");
+_Static_assert(sizeof(sl_block_iq3_s) == 110, "IQ3_S block is 110 bytes");
+
+bool sl_quant_iq_grid_type(uint32_t type)
+{
+    return type == SL_GGML_TYPE_IQ2_XXS || type == SL_GGML_TYPE_IQ2_XS || type == SL_GGML_TYPE_IQ2_S
+        || type == SL_GGML_TYPE_IQ3_XXS || type == SL_GGML_TYPE_IQ3_S;
+}
+
 bool sl_quant_klow_type(uint32_t type)
 {
-    return type == SL_GGML_TYPE_Q2_K || type == SL_GGML_TYPE_Q3_K || type == SL_GGML_TYPE_IQ4_XS;
+    return type == SL_GGML_TYPE_Q2_K || type == SL_GGML_TYPE_Q3_K || type == SL_GGML_TYPE_IQ4_XS
+        || sl_quant_iq_grid_type(type);
 }
 
 /* ======================================================================
@@ -78,12 +91,112 @@ static void dequant_iq4_xs(const sl_block_iq4_xs *b, float *y, int64_t nb)
     }
 }
 
+/* ---- the grid formats ------------------------------------------------- */
+
+static inline uint32_t le32(const uint16_t *p)   /* two uint16 halves, little-endian */
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 16);
+}
+
+/* 8 elements of grid row g (n values per row: 8, or 4 twice) with sign bits. */
+static inline void put_signed(int16_t *q, const uint8_t *g, uint8_t signs, int n)
+{
+    for (int j = 0; j < n; j++)
+        q[j] = (int16_t)((signs >> j) & 1 ? -g[j] : g[j]);
+}
+
+void sl_quant_iq_unpack(uint32_t type, const void *row, int64_t b, float *d, int *sub, int sc[16], int16_t q[256])
+{
+    switch (type) {
+    case SL_GGML_TYPE_IQ2_XXS: {
+        const sl_block_iq2_xxs *x = (const sl_block_iq2_xxs *)row + b;
+        *d = sl_fp16_to_fp32(x->d) * 0.125f;
+        *sub = 32;
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t idx = le32(x->qs + 4 * ib), aux = le32(x->qs + 4 * ib + 2);
+            sc[ib] = 2 * (int)(aux >> 28) + 1;
+            for (int l = 0; l < 4; l++)
+                put_signed(q + 32 * ib + 8 * l, sl_quant_iq2xxs_grid[(idx >> (8 * l)) & 0xFF],
+                           sl_quant_iq_ksigns[(aux >> (7 * l)) & 127], 8);
+        }
+        break;
+    }
+    case SL_GGML_TYPE_IQ2_XS: {
+        const sl_block_iq2_xs *x = (const sl_block_iq2_xs *)row + b;
+        *d = sl_fp16_to_fp32(x->d) * 0.125f;
+        *sub = 16;
+        for (int k = 0; k < 16; k++)
+            sc[k] = 2 * ((x->scales[k / 2] >> (4 * (k % 2))) & 0xF) + 1;
+        for (int g = 0; g < 32; g++)
+            put_signed(q + 8 * g, sl_quant_iq2xs_grid[x->qs[g] & 511], sl_quant_iq_ksigns[x->qs[g] >> 9], 8);
+        break;
+    }
+    case SL_GGML_TYPE_IQ2_S: {
+        const sl_block_iq2_s *x = (const sl_block_iq2_s *)row + b;
+        *d = sl_fp16_to_fp32(x->d) * 0.125f;
+        *sub = 16;
+        for (int k = 0; k < 16; k++)
+            sc[k] = 2 * ((x->scales[k / 2] >> (4 * (k % 2))) & 0xF) + 1;
+        for (int g = 0; g < 32; g++) {
+            int idx = x->qs[g] | (((x->qh[g / 4] >> (2 * (g % 4))) & 3) << 8);
+            put_signed(q + 8 * g, sl_quant_iq2s_grid[idx], x->signs[g], 8);
+        }
+        break;
+    }
+    case SL_GGML_TYPE_IQ3_XXS: {
+        const sl_block_iq3_xxs *x = (const sl_block_iq3_xxs *)row + b;
+        *d = sl_fp16_to_fp32(x->d) * 0.25f;
+        *sub = 32;
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *a = x->scales_signs + 4 * ib;
+            uint32_t aux = (uint32_t)a[0] | ((uint32_t)a[1] << 8) | ((uint32_t)a[2] << 16) | ((uint32_t)a[3] << 24);
+            sc[ib] = 2 * (int)(aux >> 28) + 1;
+            for (int l = 0; l < 4; l++) {
+                uint8_t signs = sl_quant_iq_ksigns[(aux >> (7 * l)) & 127];
+                put_signed(q + 32 * ib + 8 * l, sl_quant_iq3xxs_grid[x->qs[8 * ib + 2 * l]], signs, 4);
+                put_signed(q + 32 * ib + 8 * l + 4, sl_quant_iq3xxs_grid[x->qs[8 * ib + 2 * l + 1]],
+                           (uint8_t)(signs >> 4), 4);
+            }
+        }
+        break;
+    }
+    default: {   /* SL_GGML_TYPE_IQ3_S */
+        const sl_block_iq3_s *x = (const sl_block_iq3_s *)row + b;
+        *d = sl_fp16_to_fp32(x->d);
+        *sub = 32;
+        for (int ib = 0; ib < 8; ib++)
+            sc[ib] = 2 * ((x->scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1;
+        for (int i = 0; i < 64; i++) {
+            int idx = x->qs[i] | (((x->qh[i / 8] >> (i % 8)) & 1) << 8);
+            put_signed(q + 4 * i, sl_quant_iq3s_grid[idx], (uint8_t)(x->signs[i / 2] >> (4 * (i % 2))), 4);
+        }
+        break;
+    }
+    }
+}
+
+/* All products exact (fp16 d times 2s+1 <= 31 times a grid value <= 62 and
+ * a power of two: <= 22 significant bits), so this equals the gguf
+ * package's d*(s+1/2)*c * grid * sign whatever the order. */
+static void dequant_iq_grid(uint32_t type, const void *src, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += SL_QK_K) {
+        float d;
+        int sub, sc[16];
+        int16_t q[SL_QK_K];
+        sl_quant_iq_unpack(type, src, i, &d, &sub, sc, q);
+        for (int k = 0; k < SL_QK_K; k++)
+            y[k] = (d * (float)sc[k / sub]) * (float)q[k];
+    }
+}
+
 void sl_quant_klow_dequantize(uint32_t type, const void *src, float *dst, int64_t nb)
 {
     switch (type) {
     case SL_GGML_TYPE_Q2_K: dequant_q2_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q3_K: dequant_q3_K(src, dst, nb); break;
     case SL_GGML_TYPE_IQ4_XS: dequant_iq4_xs(src, dst, nb); break;
+    default: dequant_iq_grid(type, src, dst, nb); break;
     }
 }
 

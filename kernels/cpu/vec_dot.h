@@ -16,7 +16,8 @@
  * Memory:    no allocation; each weight block is decoded into a small stack
  *            buffer (or registers), never a whole row or matrix.
  * Types:     F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and Q2_K, Q3_K,
- *            IQ4_XS (vec_dot_klow*.c). Preconditions
+ *            IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (vec_dot_klow*.c).
+ *            Preconditions
  *            (checked by assert only; this is the hot path): the type is one
  *            of these and n is a multiple of its block size.
  * Speed:     activations aligned to 32 bytes (x and ldx*4) run ~30% faster

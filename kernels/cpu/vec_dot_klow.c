@@ -1,5 +1,6 @@
-/* kernels/cpu/vec_dot_klow.c: the portable (C17) dot products of Q2_K, Q3_K
- * and IQ4_XS weight rows with float32, Q8_K and Q16_K activation rows.
+/* kernels/cpu/vec_dot_klow.c: the portable (C17) dot products of Q2_K, Q3_K,
+ * IQ4_XS and the grid formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) with
+ * float32, Q8_K and Q16_K activation rows.
  * Runs in the CPU backend's threads; the readable reference that
  * vec_dot_klow_avx2.c is tested against.
  *   float32: each block dequantized exactly as model/quant_klow.c does,
@@ -76,8 +77,19 @@ void sl_vec_dot_klow_unpack(uint32_t type, const void *w, int64_t b, sl_klow_blo
         }
         break;
     }
-    default:
-        assert(!"vec_dot_klow: unsupported type");
+    default: {   /* the grid formats */
+        assert(sl_quant_iq_grid_type(type));
+        int16_t q[SL_QK_K];
+        sl_quant_iq_unpack(type, w, b, &u->d, &u->sub, u->sc, q);
+        u->nsub = SL_QK_K / u->sub;
+        u->has_min = 0;
+        u->dmin = 0.0f;
+        for (int s = 0; s < u->nsub; s++)
+            u->mn[s] = 0;
+        for (int k = 0; k < SL_QK_K; k++)
+            u->q[k] = q[k];
+        break;
+    }
     }
 }
 

@@ -1,12 +1,15 @@
-/* kernels/cpu/vec_dot_klow_avx2.c: AVX2 dot products of Q2_K, Q3_K and
- * IQ4_XS weight rows with float32, Q8_K and Q16_K activation rows.
+/* kernels/cpu/vec_dot_klow_avx2.c: AVX2 dot products of Q2_K, Q3_K, IQ4_XS
+ * and the grid formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) with
+ * float32, Q8_K and Q16_K activation rows.
  * Compiled with -mavx2 -mfma -mf16c; called only after vec_dot.c has seen
  * the CPU support them. Runs in the CPU backend's threads.
  * Algorithm: each super-block is staged once for all activation rows of the
- * group: codes unpacked with byte shifts / masks (Q2_K, Q3_K) or a vpshufb
- * table lookup (IQ4_XS), widened to int16 and multiplied by their sub-block
- * scale (|sc*q| <= 32*127 = 4064 for IQ4_XS, 128 for Q3_K, 45 for Q2_K:
- * int16, exact), plus, for Q2_K, each element's sub-block min (<= 15).
+ * group: codes unpacked with byte shifts / masks (Q2_K, Q3_K), a vpshufb
+ * table lookup (IQ4_XS) or the scalar grid unpack of model/quant_klow.c
+ * (grid formats: one lookup per 4 or 8 elements), widened to int16 and
+ * multiplied by their sub-block scale (|sc*q| <= 32*127 = 4064 for IQ4_XS,
+ * 31*62 = 1922 for IQ3_XXS, 128 for Q3_K, 45 for Q2_K: int16, exact), plus,
+ * for Q2_K, each element's sub-block min (<= 15).
  *   Q16_K: vpmaddwd of the staged codes with the row's int16 codes; the same
  *     overflow argument as vec_dot_q16_avx2.c's (lanes <= 2*4096*32767, 8 per
  *     accumulator); the mins term likewise (<= 2*15*32767 per lane, 16
@@ -14,8 +17,9 @@
  *   Q8_K: the row's int8 codes widened to int16, then the same vpmaddwd;
  *     isum <= 256*4064*127 < 2^31; the mins from bsums (16 sums of 16). The
  *     float expression is the portable one, so again bitwise equal.
- *   float32: w = d*(sc*q) - dmin*m, each product exact (11-bit d times a
- *     <= 12-bit integer), so w equals the reference dequantization; then
+ *   float32: w = d*(sc*q) - dmin*m, each product exact (11-bit d, times a
+ *     power of two for the grids, times a <= 12-bit integer), so w equals
+ *     the reference dequantization; then
  *     8-wide FMAs into four chains.
  * Trade-off: widening the int8 activation codes costs the 8-bit path the
  * vpmaddubsw trick of the older kernels (~1.3x their prefill cost); one
@@ -109,12 +113,28 @@ static inline void stage_iq4_xs(const sl_block_iq4_xs *b, struct staged *st)
     }
 }
 
+/* The grid formats: the shared scalar unpack (one table lookup per 4 or 8
+ * elements), then scale multiplies 16 at a time. */
+static inline void stage_iq_grid(uint32_t type, const void *w_row, int64_t c, struct staged *st)
+{
+    _Alignas(32) int16_t q[SL_QK_K];
+    int sub, sc[16];
+    sl_quant_iq_unpack(type, w_row, c, &st->d, &sub, sc, q);
+    st->dmin = 0.0f;
+    st->has_min = 0;
+    for (int k = 0; k < SL_QK_K; k += 16)
+        _mm256_store_si256((__m256i *)(st->c16 + k),
+                           _mm256_mullo_epi16(_mm256_load_si256((const __m256i *)(q + k)),
+                                              _mm256_set1_epi16((int16_t)sc[k / sub])));
+}
+
 static inline void stage(uint32_t type, const void *w_row, int64_t c, struct staged *st)
 {
     switch (type) {
     case SL_GGML_TYPE_Q2_K: stage_q2_K((const sl_block_q2_K *)w_row + c, st); break;
     case SL_GGML_TYPE_Q3_K: stage_q3_K((const sl_block_q3_K *)w_row + c, st); break;
-    default: stage_iq4_xs((const sl_block_iq4_xs *)w_row + c, st); break;
+    case SL_GGML_TYPE_IQ4_XS: stage_iq4_xs((const sl_block_iq4_xs *)w_row + c, st); break;
+    default: stage_iq_grid(type, w_row, c, st); break;
     }
 }
 

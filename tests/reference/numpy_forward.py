@@ -31,7 +31,7 @@ def act_round(x, wtype):
         inv = np.divide(127.0, amax, out=np.zeros_like(amax), where=amax > 0)
         q = np.clip(np.rint(b * inv), -127, 127)
         return (q * (amax / 127.0).astype(np.float16).astype(np.float64)).reshape(x.shape)
-    if wtype in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"):
+    if wtype in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"):
         # the element of largest magnitude, sign kept, maps to -127;
         # q = min(127, nearest-even(iscale*x)), d = 1/iscale
         b = x.reshape(*x.shape[:-1], -1, 256)

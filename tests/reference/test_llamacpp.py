@@ -120,7 +120,10 @@ def test_default_path_matches_llamacpp(make_model, tmp_path, preset, qtype):
 
 
 @pytest.mark.parametrize("ftype,name", [(7, "Q8_0"), (2, "Q4_0"), (15, "Q4_K_M"), (17, "Q5_K_M"), (18, "Q6_K"),
-                                        (10, "Q2_K"), (12, "Q3_K_M"), (30, "IQ4_XS")])
+                                        (10, "Q2_K"), (12, "Q3_K_M"), (30, "IQ4_XS"),
+                                        # the one grid format llama.cpp writes without an importance
+                                        # matrix (it refuses IQ3_XXS and IQ2_*)
+                                        (26, "IQ3_S")])
 def test_llamacpp_quantized_files_load(make_model, tmp_path, ftype, name):
     src = make_model("tiny-llama", "F32", n_vocab=1024, peak=8)
     dst = tmp_path / f"llamacpp-{name}.gguf"

@@ -131,6 +131,11 @@ Test(quant, block_structs_match_type_table)
     cr_expect_eq(sizeof(sl_block_q2_K), sl_ggml_block_bytes(SL_GGML_TYPE_Q2_K));
     cr_expect_eq(sizeof(sl_block_q3_K), sl_ggml_block_bytes(SL_GGML_TYPE_Q3_K));
     cr_expect_eq(sizeof(sl_block_iq4_xs), sl_ggml_block_bytes(SL_GGML_TYPE_IQ4_XS));
+    cr_expect_eq(sizeof(sl_block_iq2_xxs), sl_ggml_block_bytes(SL_GGML_TYPE_IQ2_XXS));
+    cr_expect_eq(sizeof(sl_block_iq2_xs), sl_ggml_block_bytes(SL_GGML_TYPE_IQ2_XS));
+    cr_expect_eq(sizeof(sl_block_iq2_s), sl_ggml_block_bytes(SL_GGML_TYPE_IQ2_S));
+    cr_expect_eq(sizeof(sl_block_iq3_xxs), sl_ggml_block_bytes(SL_GGML_TYPE_IQ3_XXS));
+    cr_expect_eq(sizeof(sl_block_iq3_s), sl_ggml_block_bytes(SL_GGML_TYPE_IQ3_S));
 }
 
 Test(quant, bad_n_and_types_are_errors_and_leave_dst)
@@ -146,7 +151,9 @@ Test(quant, bad_n_and_types_are_errors_and_leave_dst)
     cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q6_K, q, dst, 300), SL_EINVAL);
     cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q8_0, q, dst, 33), SL_EINVAL);
     cr_expect_eq(dst[0], 123.0f);
-    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_IQ2_XXS, src, q, 256), SL_EUNSUPPORTED);
+    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_IQ1_S, src, q, 256), SL_EUNSUPPORTED);
+    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_IQ2_XXS, src, q, 256), SL_EUNSUPPORTED);   /* read-only */
+    cr_expect_eq(q[0], 0xAB);
     cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q3_K, src, q, 128), SL_EINVAL);
     cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_IQ4_XS, q, dst, 255), SL_EINVAL);
     cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q4_1, q, dst, 32), SL_EUNSUPPORTED);
