@@ -15,6 +15,7 @@
 
 #include "model/ggml_types.h"
 #include "model/quant_legacy.h"
+#include "model/quant_klow.h"
 
 _Static_assert(sizeof(sl_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(sl_block_q8_0) == 34, "Q8_0 block is 34 bytes");
@@ -143,6 +144,10 @@ sl_status sl_quant_dequantize_row(uint32_t type, const void *src, float *dst, in
     case SL_GGML_TYPE_Q6_K: dequant_q6_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
     case SL_GGML_TYPE_IQ4_NL: sl_quant_legacy_dequantize(type, src, dst, nb); break;
+    case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
+    case SL_GGML_TYPE_IQ2_XXS: case SL_GGML_TYPE_IQ2_XS: case SL_GGML_TYPE_IQ2_S:
+    case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S:
+        sl_quant_klow_dequantize(type, src, dst, nb); break;
     }
     return SL_OK;
 }
@@ -563,6 +568,11 @@ sl_status sl_quant_quantize_row(uint32_t type, const float *src, void *dst, int6
     case SL_GGML_TYPE_Q6_K: quant_q6_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
     case SL_GGML_TYPE_IQ4_NL: sl_quant_legacy_quantize(type, src, dst, nb); break;
+    case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
+        sl_quant_klow_quantize(type, src, dst, nb); break;
+    case SL_GGML_TYPE_IQ2_XXS: case SL_GGML_TYPE_IQ2_XS: case SL_GGML_TYPE_IQ2_S:
+    case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S:
+        return SL_EUNSUPPORTED;   /* read-only formats: no quantizer */
     }
     return SL_OK;
 }

@@ -8,7 +8,7 @@
  *                 other 32-element types  -> Q16_0 blocks of 32 (float scale
  *                                            amax/32767, int16 codes, their
  *                                            sum for Q4_1/Q5_1's min);
- *                 weight Q4_K, Q5_K, Q6_K -> Q16_K blocks of 256 (same, plus
+ *                 weight Q2_K..Q6_K, IQ4_XS -> Q16_K blocks of 256 (same, plus
  *                                            8 int32 sums of 32 codes, for
  *                                            the K-quants' min terms);
  *                 weight F32, F16, BF16   -> the float32 row itself.

@@ -17,8 +17,10 @@
 #endif
 
 #include "kernels/cpu/vec_dot_int.h"
+#include "kernels/cpu/vec_dot_klow.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
+#include "model/quant_klow.h"
 
 /* A decoded block: `nsub` sub-blocks of `sub` elements; element k is
  * ds[k/sub]*q[k] - dm[k/sub]. Floats hold the codes exactly (|q| < 2^24);
@@ -116,6 +118,10 @@ void sl_vec_dot_multi_portable(uint32_t type, const void *w_row, const float *x,
                                int m, float *out, int64_t n)
 {
     assert(sl_ggml_type_supported(type) && n % sl_ggml_block_elems(type) == 0);
+    if (sl_quant_klow_type(type)) {   /* Q2_K, Q3_K, IQ4_XS: vec_dot_klow.c */
+        sl_vec_dot_klow_f32_portable(type, w_row, x, ldx, m, out, n);
+        return;
+    }
     int64_t be = sl_ggml_block_elems(type) == 1 ? CHUNK_PLAIN : sl_ggml_block_elems(type);
     int64_t nb = (n + be - 1) / be;
     struct decoded d;

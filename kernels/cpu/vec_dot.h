@@ -15,7 +15,9 @@
  *            for bit (the engine promises batch-independent logits).
  * Memory:    no allocation; each weight block is decoded into a small stack
  *            buffer (or registers), never a whole row or matrix.
- * Types:     F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. Preconditions
+ * Types:     F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and Q2_K, Q3_K,
+ *            IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (vec_dot_klow*.c).
+ *            Preconditions
  *            (checked by assert only; this is the hot path): the type is one
  *            of these and n is a multiple of its block size.
  * Speed:     activations aligned to 32 bytes (x and ldx*4) run ~30% faster
@@ -56,7 +58,7 @@ bool sl_vec_dot_avx2_available(void);
  * at byte j*ldxa of xa (xa and ldxa 4-byte aligned: blocks hold floats)
  * and is in format f: either f is F32/F16/BF16 (float rows;
  * sl_vec_dot_multi on them), or the 16-bit format of the type (Q16_0 for
- * Q8_0/Q4_0 weights, Q16_K for Q4_K/Q5_K/Q6_K), or the 8-bit one,
+ * Q8_0/Q4_0 weights, Q16_K for the 256-element types), or the 8-bit one,
  * sl_act_format_of_type(type) (Q8_0 / Q8_K). Same determinism promise as
  * sl_vec_dot_multi: out[j] is bitwise what m = 1 gives for that row.
  * Integer sums are exact. 16-bit: AVX2 and portable are bitwise equal (the

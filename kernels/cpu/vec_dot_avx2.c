@@ -25,8 +25,10 @@
 
 #include "kernels/cpu/avx2_legacy.h"
 #include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/vec_dot_klow.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
+#include "model/quant_klow.h"
 
 enum { CHUNK = 256, GROUP = 32 };
 
@@ -406,6 +408,10 @@ void sl_vec_dot_multi_avx2(uint32_t type, const void *w_row, const float *x, int
                            float *out, int64_t n)
 {
     assert(sl_ggml_type_supported(type) && n % sl_ggml_block_elems(type) == 0);
+    if (sl_quant_klow_type(type)) {   /* Q2_K, Q3_K, IQ4_XS: vec_dot_klow_avx2.c */
+        sl_vec_dot_klow_f32_avx2(type, w_row, x, ldx, m, out, n);
+        return;
+    }
     if (m == 1) {
         dot_group(type, w_row, x, ldx, 1, out, n);
         return;

@@ -20,8 +20,10 @@
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/vec_dot.h"
 #include "kernels/cpu/vec_dot_int.h"
+#include "kernels/cpu/vec_dot_klow.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
+#include "model/quant_klow.h"
 
 static float row_dot0(uint32_t type, const void *w_row, const sl_block_q16_0 *a, int64_t nb)
 {
@@ -67,6 +69,10 @@ static float row_dotk(uint32_t type, const void *w_row, const sl_block_q16_K *a,
 void sl_vec_dot_q16_multi_portable(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
                                    float *out, int64_t n)
 {
+    if (sl_quant_klow_type(type)) {   /* Q2_K, Q3_K, IQ4_XS: vec_dot_klow.c */
+        sl_vec_dot_klow_q16_portable(type, w_row, xa, ldxa, m, out, n);
+        return;
+    }
     int64_t be = sl_ggml_block_elems(type);
     assert(sl_act_format_of_mode(SL_ACT_MODE_Q16, type) == SL_ACT_Q16_0 ||
            sl_act_format_of_mode(SL_ACT_MODE_Q16, type) == SL_ACT_Q16_K);

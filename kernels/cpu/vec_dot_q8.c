@@ -22,8 +22,10 @@
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/vec_dot.h"
 #include "kernels/cpu/vec_dot_int.h"
+#include "kernels/cpu/vec_dot_klow.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
+#include "model/quant_klow.h"
 
 enum { GROUP = 32 };
 
@@ -148,6 +150,10 @@ void sl_vec_dot_q8_multi_portable(uint32_t type, const void *w_row, const void *
 {
     assert(sl_act_format_of_type(type) == SL_ACT_Q8_0 || sl_act_format_of_type(type) == SL_ACT_Q8_1 ||
            sl_act_format_of_type(type) == SL_ACT_Q8_K);
+    if (sl_quant_klow_type(type)) {   /* Q2_K, Q3_K, IQ4_XS and the grid formats: vec_dot_klow.c */
+        sl_vec_dot_klow_q8_portable(type, w_row, xa, ldxa, m, out, n);
+        return;
+    }
     int64_t be = sl_ggml_block_elems(type), nb = n / be;
     assert(n % be == 0);
     size_t abytes = sl_act_row_bytes(sl_act_format_of_type(type), be);

@@ -19,6 +19,11 @@ llama_cpp = pytest.importorskip("llama_cpp")
 
 PRESETS = ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3"]
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M", "Q5_0", "Q4_1", "Q5_1", "IQ4_NL"]
+# The low-bit 256-element types on two presets only, as in test_forward.py
+# (same kernels for every architecture; each case costs two engine runs).
+LOW_TYPES = ["Q2_K", "Q3_K", "IQ4_XS"]
+CASES = ([(p, t) for p in PRESETS for t in TYPES]
+         + [(p, t) for p in ("tiny-llama", "tiny-qwen2") for t in LOW_TYPES])
 PROMPT = [1, 17, 254, 3, 99, 512, 7, 42, 300, 11, 600, 2, 77, 123, 901, 5]
 GREEDY = 32
 PEAK = 16   # peaked next-token distributions: greedy ties are far apart
@@ -59,8 +64,7 @@ AGREE = 1e-5   # all rounded activation codes the same: float32 noise only
 FLIP = 3e-2    # one near-tie code rounded the other way (see test_forward.py)
 
 
-@pytest.mark.parametrize("qtype", TYPES)
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset,qtype", CASES)
 def test_logits_and_greedy_match_llamacpp(make_model, tmp_path, preset, qtype):
     """Both engines round matmul inputs the same way (8-bit blocks for
     quantized weights, fp16/bf16 for F16/BF16), so the logits agree to float32
@@ -112,8 +116,7 @@ def greedy_agrees(path, our_toks, their_toks, ours, theirs):
     return our_toks[k] == int(np.argmax(ref[k - 1])) and ours_err.max() < AGREE and theirs_err.max() >= AGREE
 
 
-@pytest.mark.parametrize("qtype", TYPES)
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset,qtype", CASES)
 def test_default_path_matches_llamacpp(make_model, tmp_path, preset, qtype):
     """The engine's default (16-bit activations) against llama.cpp on the same
     file: ours within 1e-3 of the plain float64 pass (1e-4 float types), and
@@ -143,7 +146,11 @@ def test_default_path_matches_llamacpp(make_model, tmp_path, preset, qtype):
 
 @pytest.mark.parametrize("ftype,name", [(7, "Q8_0"), (2, "Q4_0"), (15, "Q4_K_M"), (17, "Q5_K_M"), (18, "Q6_K"),
                                         (8, "Q5_0"), (3, "Q4_1"), (9, "Q5_1"),
-                                        (25, "IQ4_NL")])
+                                        (25, "IQ4_NL"),
+                                        (10, "Q2_K"), (12, "Q3_K_M"), (30, "IQ4_XS"),
+                                        # the one grid format llama.cpp writes without an importance
+                                        # matrix (it refuses IQ3_XXS and IQ2_*)
+                                        (26, "IQ3_S")])
 def test_llamacpp_quantized_files_load(make_model, tmp_path, ftype, name):
     src = make_model("tiny-llama", "F32", n_vocab=1024, peak=8)
     dst = tmp_path / f"llamacpp-{name}.gguf"

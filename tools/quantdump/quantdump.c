@@ -23,12 +23,17 @@
 #include "kernels/cpu/vec_dot.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
+#include "model/quant_klow.h"
 #include "tests/seeded.h"
+#include "tests/seeded_blocks.h"
 
 static const uint32_t types[] = {
     SL_GGML_TYPE_F32, SL_GGML_TYPE_F16, SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q8_0,
     SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
     SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_NL,
+    SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS,
+    /* no quantizer: seeded random blocks (T.src is then our decoding too) */
+    SL_GGML_TYPE_IQ2_XXS, SL_GGML_TYPE_IQ2_XS, SL_GGML_TYPE_IQ2_S, SL_GGML_TYPE_IQ3_XXS, SL_GGML_TYPE_IQ3_S,
 };
 enum { NTYPES = sizeof types / sizeof types[0] };
 
@@ -62,17 +67,25 @@ static int dump(const char *dir, int64_t n)
     for (int t = 0; t < NTYPES && rc == 0; t++) {
         const char *name = sl_ggml_type_name(types[t]);
         size_t qbytes = sl_ggml_row_bytes(types[t], (uint64_t)n);
+        bool grid = sl_quant_iq_grid_type(types[t]);
         sl_seeded_normal(src, n, 1234 + (uint64_t)t);
-        if (qbytes == 0 || sl_quant_quantize_row(types[t], src, q, n) < 0
+        if (grid && qbytes != 0)
+            sl_seeded_grid_row(types[t], q, n, 1234 + (uint64_t)t);
+        if (qbytes == 0 || (!grid && sl_quant_quantize_row(types[t], src, q, n) < 0)
             || sl_quant_dequantize_row(types[t], q, deq, n) < 0) {
             fprintf(stderr, "quantdump: %s: n=%" PRId64 " is not a whole number of blocks\n", name, n);
             rc = 1;
             break;
         }
+        if (grid)
+            memcpy(src, deq, (size_t)n * sizeof(float));
         double se = 0;
         for (int64_t i = 0; i < n; i++)
             se += ((double)deq[i] - src[i]) * ((double)deq[i] - src[i]);
-        printf("%-5s rmse %.6f (N(0,1), n=%" PRId64 ")\n", name, sqrt(se / (double)n), n);
+        if (grid)
+            printf("%-5s random blocks, n=%" PRId64 "\n", name, n);
+        else
+            printf("%-5s rmse %.6f (N(0,1), n=%" PRId64 ")\n", name, sqrt(se / (double)n), n);
         if (write_file(dir, name, "src", src, (size_t)n * 4) || write_file(dir, name, "q", q, qbytes)
             || write_file(dir, name, "deq", deq, (size_t)n * 4))
             rc = 1;
@@ -118,7 +131,10 @@ static int bench(int64_t rows, int64_t cols, int iters)
         if (rb == 0)
             continue;
         for (int r = 0; r < DISTINCT; r++)
-            sl_quant_quantize_row(types[t], src + r * cols, mat + (size_t)r * rb, cols);
+            if (sl_quant_iq_grid_type(types[t]))
+                sl_seeded_grid_row(types[t], mat + (size_t)r * rb, cols, 7 + (uint64_t)r);
+            else
+                sl_quant_quantize_row(types[t], src + r * cols, mat + (size_t)r * rb, cols);
         for (int64_t r = DISTINCT; r < rows; r++)
             memcpy(mat + (size_t)r * rb, mat + (size_t)(r % DISTINCT) * rb, rb);
         for (int k = 0; k < nisa; k++) {

@@ -7,11 +7,15 @@
 
 #include "model/ggml_types.h"
 #include "model/quant.h"
+#include "model/quant_klow.h"
 #include "tests/seeded.h"
+#include "tests/seeded_blocks.h"
 
 const uint32_t act_rows_qtypes[ACT_ROWS_NQ] = {
     SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
     SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_NL,
+    SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_IQ2_XXS, SL_GGML_TYPE_IQ2_XS,
+    SL_GGML_TYPE_IQ2_S, SL_GGML_TYPE_IQ3_XXS, SL_GGML_TYPE_IQ3_S,
 };
 
 void act_rows_make(uint32_t type, int64_t n, enum sl_act_format f, uint64_t seed, act_rows *r)
@@ -28,7 +32,10 @@ void act_rows_make(uint32_t type, int64_t n, enum sl_act_format f, uint64_t seed
     cr_assert(src && r->q && r->w && r->a && r->x);
     sl_seeded_normal(src, n, seed);
     sl_seeded_normal(r->x, n * M, seed + 1);
-    cr_assert_eq(sl_quant_quantize_row(type, src, r->q, n), SL_OK);
+    if (sl_quant_iq_grid_type(type))   /* no quantizer: random blocks */
+        sl_seeded_grid_row(type, r->q, n, seed);
+    else
+        cr_assert_eq(sl_quant_quantize_row(type, src, r->q, n), SL_OK);
     cr_assert_eq(sl_quant_dequantize_row(type, r->q, r->w, n), SL_OK);
     for (int j = 0; j < M; j++)
         sl_act_quantize_row(f, r->x + j * n, r->a + j * r->lda, n);

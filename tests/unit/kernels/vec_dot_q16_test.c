@@ -13,6 +13,7 @@
 #include "kernels/cpu/vec_dot.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
+#include "model/quant_klow.h"
 #include "tests/seeded.h"
 #include "tests/unit/kernels/act_rows.h"
 
@@ -316,4 +317,26 @@ Test(vec_dot_q16, extreme_codes_do_not_overflow)
     for (int b = 0; b < 8; b++)
         nl[b].d = sl_fp32_to_fp16(1.0f);
     check_extreme(SL_GGML_TYPE_IQ4_NL, nl, 1.0f, 256);
+    /* IQ4_XS: level -127 under scale -32 gives sc*q = 4064, the largest
+     * staged value of the low-bit kernels (vec_dot_klow_avx2.c's note) */
+    sl_block_iq4_xs iq4[2];
+    memset(iq4, 0, sizeof iq4);
+    for (int b = 0; b < 2; b++)
+        iq4[b].d = sl_fp32_to_fp16(1.0f);
+    check_extreme(SL_GGML_TYPE_IQ4_XS, iq4, 1.0f, 512);
+    check_extreme(SL_GGML_TYPE_IQ4_XS, iq4, -1.0f, 512);
+
+    sl_block_q3_K q3[2];
+    memset(q3, 0, sizeof q3);      /* codes -4, scales -32 */
+    for (int b = 0; b < 2; b++)
+        q3[b].d = sl_fp32_to_fp16(1.0f);
+    check_extreme(SL_GGML_TYPE_Q3_K, q3, 1.0f, 512);
+
+    sl_block_q2_K q2[2];
+    memset(q2, 0xFF, sizeof q2);   /* codes 3, scales and mins 15 */
+    for (int b = 0; b < 2; b++)
+        q2[b].d = q2[b].dmin = sl_fp32_to_fp16(1.0f);
+    q2[1].dmin = sl_fp32_to_fp16(2.0f);   /* mins outweigh scales: negative weights */
+    check_extreme(SL_GGML_TYPE_Q2_K, q2, 1.0f, 512);
+    check_extreme(SL_GGML_TYPE_Q2_K, q2, -1.0f, 512);
 }

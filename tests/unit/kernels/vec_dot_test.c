@@ -10,12 +10,16 @@
 #include "kernels/cpu/vec_dot.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
+#include "model/quant_klow.h"
 #include "tests/seeded.h"
+#include "tests/seeded_blocks.h"
 
 static const uint32_t types[] = {
     SL_GGML_TYPE_F32, SL_GGML_TYPE_F16, SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q8_0,
     SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
     SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_NL,
+    SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_IQ2_XXS, SL_GGML_TYPE_IQ2_XS,
+    SL_GGML_TYPE_IQ2_S, SL_GGML_TYPE_IQ3_XXS, SL_GGML_TYPE_IQ3_S,
 };
 enum { NTYPES = sizeof types / sizeof types[0] };
 
@@ -47,7 +51,10 @@ static bool row_make(uint32_t type, int64_t n, uint64_t seed, struct row *r)
     cr_assert(src && r->q && r->w && r->x);
     sl_seeded_normal(src, n, seed);
     sl_seeded_normal(r->x, r->ldx * MAXM, seed + 1);
-    cr_assert_eq(sl_quant_quantize_row(type, src, r->q, n), SL_OK);
+    if (sl_quant_iq_grid_type(type))   /* no quantizer: random blocks */
+        sl_seeded_grid_row(type, r->q, n, seed);
+    else
+        cr_assert_eq(sl_quant_quantize_row(type, src, r->q, n), SL_OK);
     cr_assert_eq(sl_quant_dequantize_row(type, r->q, r->w, n), SL_OK);
     free(src);
     return true;

@@ -1,0 +1,292 @@
+/* kernels/cpu/vec_dot_klow_avx2.c: AVX2 dot products of Q2_K, Q3_K, IQ4_XS
+ * and the grid formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) with
+ * float32, Q8_K and Q16_K activation rows.
+ * Compiled with -mavx2 -mfma -mf16c; called only after vec_dot.c has seen
+ * the CPU support them. Runs in the CPU backend's threads.
+ * Algorithm: each super-block is staged once for all activation rows of the
+ * group: codes unpacked with byte shifts / masks (Q2_K, Q3_K), a vpshufb
+ * table lookup (IQ4_XS) or the scalar grid unpack of model/quant_klow.c
+ * (grid formats: one lookup per 4 or 8 elements), widened to int16 and
+ * multiplied by their sub-block scale (|sc*q| <= 32*127 = 4064 for IQ4_XS,
+ * 31*62 = 1922 for IQ3_XXS, 128 for Q3_K, 45 for Q2_K: int16, exact), plus,
+ * for Q2_K, each element's sub-block min (<= 15).
+ *   Q16_K: vpmaddwd of the staged codes with the row's int16 codes; the same
+ *     overflow argument as vec_dot_q16_avx2.c's (lanes <= 2*4096*32767, 8 per
+ *     accumulator); the mins term likewise (<= 2*15*32767 per lane, 16
+ *     adds). Exact integers into sl_q16_termk: bitwise the portable result.
+ *   Q8_K: the row's int8 codes widened to int16, then the same vpmaddwd;
+ *     isum <= 256*4064*127 < 2^31; the mins from bsums (16 sums of 16). The
+ *     float expression is the portable one, so again bitwise equal.
+ *   float32: w = d*(sc*q) - dmin*m, each product exact (11-bit d, times a
+ *     power of two for the grids, times a <= 12-bit integer), so w equals
+ *     the reference dequantization; then
+ *     8-wide FMAs into four chains.
+ * Trade-off: widening the int8 activation codes costs the 8-bit path the
+ * vpmaddubsw trick of the older kernels (~1.3x their prefill cost); one
+ * staging serves all three paths and keeps this file small. */
+#include <assert.h>
+#include <immintrin.h>
+
+#include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/vec_dot_int.h"
+#include "kernels/cpu/vec_dot_klow.h"
+#include "model/ggml_types.h"
+#include "model/quant_klow.h"
+
+/* A staged super-block: c16 = sc*q in element order; m16 the min of each
+ * element's sub-block (Q2_K only, else unused); mn the 16 mins as int16. */
+struct staged {
+    _Alignas(32) int16_t c16[SL_QK_K];
+    _Alignas(32) int16_t m16[SL_QK_K];
+    _Alignas(32) int16_t mn[16];
+    float d, dmin;
+    int has_min;
+};
+
+/* Stores 32 int8 codes (elements k..k+31) as int16 times sc0 (first 16) and
+ * sc1 (last 16). */
+static inline void put32(struct staged *st, int k, __m256i codes, int sc0, int sc1)
+{
+    __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(codes));
+    __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(codes, 1));
+    _mm256_store_si256((__m256i *)(st->c16 + k), _mm256_mullo_epi16(lo, _mm256_set1_epi16((int16_t)sc0)));
+    _mm256_store_si256((__m256i *)(st->c16 + k + 16), _mm256_mullo_epi16(hi, _mm256_set1_epi16((int16_t)sc1)));
+}
+
+static inline void stage_q2_K(const sl_block_q2_K *b, struct staged *st)
+{
+    st->d = sl_fp16_to_fp32(b->d);
+    st->dmin = sl_fp16_to_fp32(b->dmin);
+    st->has_min = 1;
+    const __m256i three = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+        for (int j = 0; j < 4; j++) {
+            int k = 128 * h + 32 * j, s = k / 16;
+            __m256i c = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), three);
+            put32(st, k, c, b->scales[s] & 0xF, b->scales[s + 1] & 0xF);
+            _mm256_store_si256((__m256i *)(st->m16 + k), _mm256_set1_epi16((int16_t)(b->scales[s] >> 4)));
+            _mm256_store_si256((__m256i *)(st->m16 + k + 16), _mm256_set1_epi16((int16_t)(b->scales[s + 1] >> 4)));
+        }
+    }
+    __m128i sc = _mm_loadu_si128((const __m128i *)b->scales);
+    _mm256_store_si256((__m256i *)st->mn, _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_and_si128(sc, _mm_set1_epi8((char)0xF0)), 4)));
+}
+
+static inline void stage_q3_K(const sl_block_q3_K *b, struct staged *st)
+{
+    st->d = sl_fp16_to_fp32(b->d);
+    st->dmin = 0.0f;
+    st->has_min = 0;
+    int sc[16];
+    for (int s = 0; s < 16; s++)
+        sc[s] = sl_quant_q3_K_scale(b->scales, s);
+    const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), zero = _mm256_setzero_si256();
+    __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
+    for (int h = 0; h < 2; h++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+        for (int j = 0; j < 4; j++) {
+            int k = 128 * h + 32 * j, i = 4 * h + j;
+            __m256i c = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), three);
+            /* hmask bit clear: q = low - 4 */
+            __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, _mm256_set1_epi8((char)(1 << i))), zero);
+            c = _mm256_sub_epi8(c, _mm256_and_si256(clear, four));
+            put32(st, k, c, sc[k / 16], sc[k / 16 + 1]);
+        }
+    }
+}
+
+static inline void stage_iq4_xs(const sl_block_iq4_xs *b, struct staged *st)
+{
+    st->d = sl_fp16_to_fp32(b->d);
+    st->dmin = 0.0f;
+    st->has_min = 0;
+    const __m128i tbl = _mm_loadu_si128((const __m128i *)sl_quant_iq4_values);
+    const __m128i nib = _mm_set1_epi8(0xF);
+    for (int s = 0; s < 8; s++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(b->qs + 16 * s));
+        __m128i lo = _mm_shuffle_epi8(tbl, _mm_and_si128(v, nib));
+        __m128i hi = _mm_shuffle_epi8(tbl, _mm_and_si128(_mm_srli_epi16(v, 4), nib));
+        int sc = sl_quant_iq4_xs_scale(b, s);
+        put32(st, 32 * s, _mm256_set_m128i(hi, lo), sc, sc);
+    }
+}
+
+/* The grid formats: the shared scalar unpack (one table lookup per 4 or 8
+ * elements), then scale multiplies 16 at a time. */
+static inline void stage_iq_grid(uint32_t type, const void *w_row, int64_t c, struct staged *st)
+{
+    _Alignas(32) int16_t q[SL_QK_K];
+    int sub, sc[16];
+    sl_quant_iq_unpack(type, w_row, c, &st->d, &sub, sc, q);
+    st->dmin = 0.0f;
+    st->has_min = 0;
+    for (int k = 0; k < SL_QK_K; k += 16)
+        _mm256_store_si256((__m256i *)(st->c16 + k),
+                           _mm256_mullo_epi16(_mm256_load_si256((const __m256i *)(q + k)),
+                                              _mm256_set1_epi16((int16_t)sc[k / sub])));
+}
+
+static inline void stage(uint32_t type, const void *w_row, int64_t c, struct staged *st)
+{
+    switch (type) {
+    case SL_GGML_TYPE_Q2_K: stage_q2_K((const sl_block_q2_K *)w_row + c, st); break;
+    case SL_GGML_TYPE_Q3_K: stage_q3_K((const sl_block_q3_K *)w_row + c, st); break;
+    case SL_GGML_TYPE_IQ4_XS: stage_iq4_xs((const sl_block_iq4_xs *)w_row + c, st); break;
+    default: stage_iq_grid(type, w_row, c, st); break;
+    }
+}
+
+static inline int64_t hsum_epi32_to_64(__m256i s0, __m256i s1)
+{
+    __m256i w = _mm256_add_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(s0)),
+                                                  _mm256_cvtepi32_epi64(_mm256_extracti128_si256(s0, 1))),
+                                 _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(s1)),
+                                                  _mm256_cvtepi32_epi64(_mm256_extracti128_si256(s1, 1))));
+    __m128i w2 = _mm_add_epi64(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+    return _mm_cvtsi128_si64(w2) + _mm_extract_epi64(w2, 1);
+}
+
+static inline int32_t hsum_epi32(__m256i p)
+{
+    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 3, 2)));
+    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(q);
+}
+
+/* ======================================================================
+ * Q16_K
+ * ====================================================================== */
+
+static inline double dot16(const struct staged *st, const sl_block_q16_K *a)
+{
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256(), ms = _mm256_setzero_si256();
+    for (int i = 0; i < SL_QK_K; i += 32) {
+        __m256i a0 = _mm256_loadu_si256((const __m256i *)(a->qs + i));
+        __m256i a1 = _mm256_loadu_si256((const __m256i *)(a->qs + i + 16));
+        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(st->c16 + i)), a0));
+        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(st->c16 + i + 16)), a1));
+        if (st->has_min) {
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(st->m16 + i)), a0));
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(st->m16 + i + 16)), a1));
+        }
+    }
+    int64_t isum = hsum_epi32_to_64(s0, s1);
+    int32_t msum = st->has_min ? hsum_epi32(ms) : 0;
+    return sl_q16_termk(st->d, st->dmin, a->d, isum, msum);
+}
+
+void sl_vec_dot_klow_q16_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                              float *out, int64_t n)
+{
+    assert(sl_quant_klow_type(type) && n % SL_QK_K == 0 && m <= 32);
+    struct staged st;
+    double acc[32];
+    int bb = (int)sl_ggml_block_bytes(type);
+    for (int j = 0; j < m; j++)
+        acc[j] = 0.0;
+    for (int64_t c = 0; c < n / SL_QK_K; c++) {
+        sl_avx2_prefetch_weights((const char *)w_row + c * bb, bb);
+        stage(type, w_row, c, &st);
+        for (int j = 0; j < m; j++)
+            acc[j] += dot16(&st, (const sl_block_q16_K *)((const char *)xa + (size_t)j * ldxa) + c);
+    }
+    for (int j = 0; j < m; j++)
+        out[j] = (float)acc[j];
+}
+
+/* ======================================================================
+ * Q8_K
+ * ====================================================================== */
+
+static inline float dot8(const struct staged *st, const sl_block_q8_K *a)
+{
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    for (int i = 0; i < SL_QK_K; i += 32) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(a->qs + i));
+        __m256i a0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
+        __m256i a1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));
+        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(st->c16 + i)), a0));
+        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(st->c16 + i + 16)), a1));
+    }
+    int32_t isum = hsum_epi32(_mm256_add_epi32(s0, s1));
+    float r = st->d * a->d * (float)isum;
+    if (st->has_min) {
+        __m256i p = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)st->mn),
+                                      _mm256_loadu_si256((const __m256i *)a->bsums));
+        r -= st->dmin * a->d * (float)hsum_epi32(p);
+    }
+    return r;
+}
+
+void sl_vec_dot_klow_q8_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                             float *out, int64_t n)
+{
+    assert(sl_quant_klow_type(type) && n % SL_QK_K == 0 && m <= 32);
+    struct staged st;
+    float acc[32];
+    int bb = (int)sl_ggml_block_bytes(type);
+    for (int j = 0; j < m; j++)
+        acc[j] = 0.0f;
+    for (int64_t c = 0; c < n / SL_QK_K; c++) {
+        sl_avx2_prefetch_weights((const char *)w_row + c * bb, bb);
+        stage(type, w_row, c, &st);
+        for (int j = 0; j < m; j++)
+            acc[j] += dot8(&st, (const sl_block_q8_K *)((const char *)xa + (size_t)j * ldxa) + c);
+    }
+    for (int j = 0; j < m; j++)
+        out[j] = acc[j];
+}
+
+/* ======================================================================
+ * float32
+ * ====================================================================== */
+
+/* The staged block as floats w[256] (the reference dequantization). */
+static inline void stage_floats(const struct staged *st, float *w)
+{
+    __m256 d = _mm256_set1_ps(st->d), dmin = _mm256_set1_ps(st->dmin);
+    for (int i = 0; i < SL_QK_K; i += 8) {
+        __m256 c = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_load_si128((const __m128i *)(st->c16 + i))));
+        __m256 v = _mm256_mul_ps(d, c);
+        if (st->has_min) {
+            __m256 mm = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_load_si128((const __m128i *)(st->m16 + i))));
+            v = _mm256_sub_ps(v, _mm256_mul_ps(dmin, mm));
+        }
+        _mm256_store_ps(w + i, v);
+    }
+}
+
+void sl_vec_dot_klow_f32_avx2(uint32_t type, const void *w_row, const float *x, int64_t ldx, int m,
+                              float *out, int64_t n)
+{
+    assert(sl_quant_klow_type(type) && n % SL_QK_K == 0);
+    struct staged st;
+    _Alignas(32) float w[SL_QK_K];
+    int bb = (int)sl_ggml_block_bytes(type);
+    for (int j0 = 0; j0 < m; j0 += 32) {
+        int mt = m - j0 < 32 ? m - j0 : 32;
+        __m256 acc[32][2];
+        for (int j = 0; j < mt; j++)
+            acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+        for (int64_t c = 0; c < n / SL_QK_K; c++) {
+            sl_avx2_prefetch_weights((const char *)w_row + c * bb, bb);
+            stage(type, w_row, c, &st);
+            stage_floats(&st, w);
+            for (int j = 0; j < mt; j++) {
+                const float *xs = x + (int64_t)(j0 + j) * ldx + c * SL_QK_K;
+                __m256 a0 = acc[j][0], a1 = acc[j][1];
+                for (int i = 0; i < SL_QK_K; i += 16) {
+                    a0 = _mm256_fmadd_ps(_mm256_load_ps(w + i), _mm256_loadu_ps(xs + i), a0);
+                    a1 = _mm256_fmadd_ps(_mm256_load_ps(w + i + 8), _mm256_loadu_ps(xs + i + 8), a1);
+                }
+                acc[j][0] = a0;
+                acc[j][1] = a1;
+            }
+        }
+        for (int j = 0; j < mt; j++)
+            out[j0 + j] = sl_avx2_hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1]));
+    }
+}
