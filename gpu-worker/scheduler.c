@@ -771,6 +771,8 @@ sl_status sl_sched_step(sl_sched *s)
                 q->admit_ns = now;
                 q->n_prefix_hit = q->n_cached;
                 q->n_prefix_lookup = s->pc.enabled ? q->n_hist : 0;
+                if (s->io.admitted)
+                    s->io.admitted(s->io.ctx, q->req.id, q->n_prefix_hit);
                 trace(s, q, "admitted", now);
             }
             admitted++;
