@@ -10,8 +10,10 @@
  * The LRU list holds every cached block, in use or not; evict walks it from
  * the oldest end past blocks some sequence still holds. That walk is
  * O(blocks in use) at worst, paid only when the pool is short, and keeps
- * insert, match and release O(1) per block with no list moves on refcount
- * changes the pool makes behind the cache's back.
+ * insert, match and release O(1) per block with no list moves when a block
+ * becomes used or unused. The number of evictable blocks is counted as
+ * match, release and forget change reference counts, so the per-step stats
+ * cost nothing.
  *
  * A block whose parent was evicted stays cached but unreachable (a lookup
  * walks from the first block); as nobody can map it, its refcount falls to 1
@@ -168,6 +170,8 @@ static int32_t find(const sl_prefix_cache *pc, uint64_t h, int32_t parent, uint3
 /* Drops block b from the table, the LRU list and _held (its reference goes). */
 static void forget(sl_prefix_cache *pc, sl_kv_blocks *kv, int32_t b)
 {
+    if (sl_kv_blocks_refcount(kv, b) == 1)
+        pc->stats.n_evictable--;
     int32_t *p = &pc->_bucket[pc->_hash[b] & pc->_bucket_mask];
     while (*p != b) {
         assert(*p >= 0);
@@ -189,6 +193,7 @@ void sl_prefix_cache_clear(sl_prefix_cache *pc, sl_kv_blocks *kv)
     while (pc->_oldest >= 0)
         forget(pc, kv, pc->_oldest);
     pc->stats.n_cached = 0;
+    assert(pc->stats.n_evictable == 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -212,6 +217,8 @@ uint32_t sl_prefix_cache_match(sl_prefix_cache *pc, sl_kv_blocks *kv, const int3
         int32_t b = find(pc, hn, parent, parent_gen, tok);
         if (b < 0)
             break;
+        if (sl_kv_blocks_refcount(kv, b) == 1)
+            pc->stats.n_evictable--;   /* a sequence holds it again */
         sl_status rc = sl_kv_blocks_append(kv, t, b);
         assert(rc == SL_OK);
         (void)rc;
@@ -299,27 +306,22 @@ void sl_prefix_cache_release(sl_prefix_cache *pc, sl_kv_blocks *kv, sl_kv_table 
 {
     if (pc->enabled)
         for (uint32_t i = t->n_used; i-- > 0;)
-            if (cached(pc, t->blocks[i]))
+            if (cached(pc, t->blocks[i])) {
                 touch(pc, t->blocks[i]);
+                pc->stats.n_evictable += sl_kv_blocks_refcount(kv, t->blocks[i]) == 2;   /* this table and the cache */
+            }
     sl_kv_blocks_release(kv, t);
 }
 
 uint32_t sl_prefix_cache_available(const sl_prefix_cache *pc, const sl_kv_blocks *kv)
 {
-    uint32_t n = sl_kv_blocks_free_count(kv);
-    if (pc->enabled)
-        for (uint32_t i = 0; i < pc->_held.n_used; i++)
-            n += sl_kv_blocks_refcount(kv, pc->_held.blocks[i]) == 1;
-    return n;
+    return sl_kv_blocks_free_count(kv) + pc->stats.n_evictable;
 }
 
 void sl_prefix_cache_stats_get(const sl_prefix_cache *pc, const sl_kv_blocks *kv, sl_prefix_cache_stats *out)
 {
+    (void)kv;
     *out = pc->stats;
-    out->n_evictable = 0;
-    if (pc->enabled)
-        for (uint32_t i = 0; i < pc->_held.n_used; i++)
-            out->n_evictable += sl_kv_blocks_refcount(kv, pc->_held.blocks[i]) == 1;
 }
 
 const sl_kv_table *sl_prefix_cache_held(const sl_prefix_cache *pc)
@@ -331,7 +333,7 @@ int sl_prefix_cache_check(const sl_prefix_cache *pc, const sl_kv_blocks *kv)
 {
     if (!pc->enabled)
         return pc->_held.n_used == 0;
-    uint32_t n = pc->n_blocks, n_cached = 0;
+    uint32_t n = pc->n_blocks, n_cached = 0, n_evictable = 0;
     if (n != kv->n_blocks || pc->block_size != kv->block_size || pc->_held.n_used != pc->stats.n_cached)
         return 0;
     for (uint32_t b = 0; b < n; b++) {                                          /* 1 */
@@ -343,8 +345,9 @@ int sl_prefix_cache_check(const sl_prefix_cache *pc, const sl_kv_blocks *kv)
         if (sl_kv_blocks_refcount(kv, (int32_t)b) < 1)                           /* 4 */
             return 0;
         n_cached++;
+        n_evictable += sl_kv_blocks_refcount(kv, (int32_t)b) == 1;
     }
-    if (n_cached != pc->_held.n_used)
+    if (n_cached != pc->_held.n_used || n_evictable != pc->stats.n_evictable)   /* 6 */
         return 0;
     uint32_t *seen = pc->_seen;
     memset(seen, 0, (size_t)n * sizeof *seen);

@@ -25,6 +25,11 @@
  *     (positions < the sequence's computed count); the caller never writes a
  *     block it got from match (the table's later positions go to fresh
  *     blocks), which is invariant 5 of kv_blocks.c.
+ *   - Every change to a cached block's reference count goes through this
+ *     file (match maps, release lets go, evict and clear forget), so the
+ *     count of evictable blocks is kept as it changes, never by a scan;
+ *     the caller releases a table that may hold cached blocks with
+ *     sl_prefix_cache_release, not sl_kv_blocks_release.
  *   - Disabled (`enabled` false at init): match finds nothing, insert keeps
  *     nothing, evict frees nothing; release is plain sl_kv_blocks_release.
  * Ownership: arrays sized once at init from the pool; nothing allocates
@@ -53,7 +58,7 @@ typedef struct {
 /* Counters, cumulative since init. */
 typedef struct {
     uint32_t n_cached;         /* blocks cached now */
-    uint32_t n_evictable;      /* of those, held by the cache alone (refcount 1) */
+    uint32_t n_evictable;      /* of those, held by the cache alone (refcount 1): kept as counts change */
     uint64_t n_inserted;       /* blocks ever inserted */
     uint64_t n_evicted;        /* blocks given back to the free list */
     uint64_t query_tokens;     /* tokens looked up by match (its n_tokens) */
@@ -115,13 +120,14 @@ uint32_t sl_prefix_cache_evict(sl_prefix_cache *pc, sl_kv_blocks *kv, uint32_t w
 
 /* Releases a sequence's table (sl_kv_blocks_release), first marking its
  * cached blocks used now, its first block the most recent: a prefix outlives
- * its tails under eviction. */
+ * its tails under eviction. Cached blocks only the cache holds afterwards
+ * become evictable. */
 void sl_prefix_cache_release(sl_prefix_cache *pc, sl_kv_blocks *kv, sl_kv_table *t);
 
-/* Blocks the pool could hand out now: free plus evictable. */
+/* Blocks the pool could hand out now: free plus evictable. O(1). */
 uint32_t sl_prefix_cache_available(const sl_prefix_cache *pc, const sl_kv_blocks *kv);
 
-/* The current counters (n_evictable counted now: O(cached blocks)). */
+/* The current counters. O(1). */
 void sl_prefix_cache_stats_get(const sl_prefix_cache *pc, const sl_kv_blocks *kv, sl_prefix_cache_stats *out);
 
 /* The table through which the cache holds its blocks, for sl_kv_blocks_check
@@ -137,7 +143,8 @@ const sl_kv_table *sl_prefix_cache_held(const sl_prefix_cache *pc);
  *   4. every cached block has refcount >= 1 in the pool;
  *   5. a cached block whose parent is still cached under the recorded
  *      generation has the hash of (parent's hash, its tokens); a first block
- *      the hash of its tokens alone.
+ *      the hash of its tokens alone;
+ *   6. stats.n_evictable is the number of cached blocks of refcount 1.
  * Returns 0 otherwise. O(cached blocks + buckets). */
 int sl_prefix_cache_check(const sl_prefix_cache *pc, const sl_kv_blocks *kv);
 

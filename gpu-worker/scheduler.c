@@ -209,7 +209,7 @@ void sl_sched_destroy(sl_sched *s)
         return;
     if (s->slots) {
         for (int32_t i = 0; i < s->n_slots; i++) {
-            sl_kv_blocks_release(&s->kv, &s->slots[i].table);
+            sl_prefix_cache_release(&s->pc, &s->kv, &s->slots[i].table);
             sl_kv_blocks_table_fini(&s->slots[i].table);
         }
     }
@@ -368,7 +368,7 @@ static bool seq_take_blocks(sl_sched *s, seq *q)
            (sl_prefix_cache_evict(&s->pc, &s->kv, need - sl_kv_blocks_free_count(&s->kv)) > 0 || park_drop(s)))
         ;
     if (need > sl_kv_blocks_free_count(&s->kv)) {
-        sl_kv_blocks_release(&s->kv, &q->table);
+        sl_prefix_cache_release(&s->pc, &s->kv, &q->table);
         return false;
     }
     sl_status rc = sl_kv_blocks_reserve(&s->kv, &q->table, target);
@@ -771,6 +771,8 @@ sl_status sl_sched_step(sl_sched *s)
                 q->admit_ns = now;
                 q->n_prefix_hit = q->n_cached;
                 q->n_prefix_lookup = s->pc.enabled ? q->n_hist : 0;
+                if (s->io.admitted)
+                    s->io.admitted(s->io.ctx, q->req.id, q->n_prefix_hit);
                 trace(s, q, "admitted", now);
             }
             admitted++;

@@ -119,7 +119,7 @@ typedef struct {
     sl_prefix_cache_stats prefix;/* its figures (lookups count every admission, recomputes too) */
 } sl_sched_stats;
 
-/* The outside world. All slots required but step_begin. */
+/* The outside world. All slots required but step_begin and admitted. */
 typedef struct {
     void *ctx;
     /* Next waiting request into *out; SL_AGAIN if none. Never blocks. */
@@ -147,6 +147,10 @@ typedef struct {
      * now, n_seqs sequences carrying n_tokens new tokens; the worker beats
      * with a bound for a step of that size. */
     void (*step_begin)(void *ctx, int32_t n_seqs, int32_t n_tokens);
+    /* Optional (NULL: nothing): the request was admitted for the first time,
+     * its first n_cached_tokens prompt tokens found in the prefix cache
+     * (before any emit for it; finish's timings say it again). */
+    void (*admitted)(void *ctx, uint64_t id, int32_t n_cached_tokens);
 } sl_sched_io;
 
 /* A config value and where it came from, as effective-config shows it. */

@@ -152,13 +152,20 @@ static void io_finish(void *ctx, uint64_t id, int reason, const char *error, con
     if (h->first_emit_ns && t->prompt_ms > 0)
         sl_shm_worker_set_admitted(w->shm, h->ticket, h->first_emit_ns - (uint64_t)(t->prompt_ms * 1e6));
     if (t->n_lookup_tokens > 0) {
-        sl_shm_worker_set_cached(w->shm, h->ticket, (uint32_t)t->n_cached_tokens);
         sl_shm_counter_add(w->shm, SL_COUNTER_PREFIX_QUERY_TOKENS, (uint64_t)t->n_lookup_tokens);
         sl_shm_counter_add(w->shm, SL_COUNTER_PREFIX_HIT_TOKENS, (uint64_t)t->n_cached_tokens);
     }
     sl_shm_worker_finish(w->shm, h->ticket, r, error);   /* counts the request in the segment */
     free(h->prompt);
     memset(h, 0, sizeof *h);
+}
+
+static void io_admitted(void *ctx, uint64_t id, int32_t n_cached_tokens)
+{
+    worker *w = ctx;
+    held *h = held_of(w, id);
+    if (h && n_cached_tokens > 0)
+        sl_shm_worker_set_cached(w->shm, h->ticket, (uint32_t)n_cached_tokens);
 }
 
 static bool io_cancelled(void *ctx, uint64_t id)
@@ -529,7 +536,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     w.held = sl_calloc(w.n_held, sizeof *w.held);
     sl_sched_io io = {.ctx = &w, .poll = io_poll, .emit = io_emit, .finish = io_finish, .cancelled = io_cancelled,
                       .wait = io_wait, .now_ns = io_now, .step_done = io_step_done,
-                      .step_begin = io_step_begin};
+                      .step_begin = io_step_begin, .admitted = io_admitted};
     if (!w.held || sl_sched_create(be, m->hp.n_vocab, n_ctx, eog, n_eog, &sc, &io, &sched, err) < 0) {
         fprintf(stderr, "sluice worker: %s\n", w.held ? err : "out of memory");
         goto out;

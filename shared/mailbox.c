@@ -233,7 +233,7 @@ sl_status sl_shm_submit(sl_shm_t *fe, const sl_shm_request *req, sl_shm_ticket *
     mb->finish_reason = SL_FINISH_REASON_NONE;
     mb->worker_generation = 0;
     mb->error[0] = 0;
-    mb->n_cached_tokens = 0;
+    atomic_store_explicit(&mb->n_cached_tokens, 0, memory_order_relaxed);
     memset(&mb->timings, 0, sizeof(mb->timings));
     mb->timings.queued_ns = sl_shm_now_ns();
     mb->timings.n_prompt_tokens = req->n_prompt;
@@ -321,6 +321,8 @@ sl_status sl_shm_result(sl_shm_t *h, sl_shm_ticket t, sl_shm_result_info *out)
     if (sl_word_incarnation(w) != t.incarnation)
         return SL_ESTALE;
     out->state = (sl_mailbox_state)sl_word_state(w);
+    /* set at admission: a request cut short by a stop string reads it while RUNNING */
+    out->cached_tokens = atomic_load_explicit(&mb->n_cached_tokens, memory_order_relaxed);
     if (h->role == SL_SHM_ROLE_WORKER && out->state == SL_MAILBOX_STATE_RUNNING) {
         out->timings = mb->timings; /* our own writes: queue time for the histograms */
         return SL_OK;
@@ -329,7 +331,6 @@ sl_status sl_shm_result(sl_shm_t *h, sl_shm_ticket t, sl_shm_result_info *out)
         return SL_OK; /* results are written by the worker until it lets go */
     out->finish_reason = (sl_finish_reason)mb->finish_reason;
     out->timings = mb->timings;
-    out->cached_tokens = mb->n_cached_tokens;
     memcpy(out->error, mb->error, SL_SHM_ERROR_LEN);
     out->error[SL_SHM_ERROR_LEN - 1] = 0;
     return SL_OK;
@@ -566,7 +567,8 @@ sl_status sl_shm_worker_set_cached(sl_shm_t *w, sl_shm_ticket t, uint32_t n_cach
     sl_status rc = worker_word(w, t, &wd);
     if (rc < 0)
         return rc;
-    sl_shm_mb(w, t.index)->n_cached_tokens = n_cached_tokens;
+    /* before the first token: the front end reads it after that token's release */
+    atomic_store_explicit(&sl_shm_mb(w, t.index)->n_cached_tokens, n_cached_tokens, memory_order_relaxed);
     return SL_OK;
 }
 

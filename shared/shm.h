@@ -252,8 +252,9 @@ sl_status sl_shm_worker_finish(sl_shm_t *w, sl_shm_ticket t, sl_finish_reason re
 sl_status sl_shm_worker_set_admitted(sl_shm_t *w, sl_shm_ticket t, uint64_t admitted_ns);
 
 /* Records how many of a RUNNING request's prompt tokens came from the
- * worker's prefix cache (usage.prompt_tokens_details.cached_tokens). Returns
- * SL_OK, SL_ESTALE, SL_ESTATE, SL_ERANGE. */
+ * worker's prefix cache (usage.prompt_tokens_details.cached_tokens); call it
+ * before the request's first token, so sl_shm_result reads it from then on,
+ * terminal or not. Returns SL_OK, SL_ESTALE, SL_ESTATE, SL_ERANGE. */
 sl_status sl_shm_worker_set_cached(sl_shm_t *w, sl_shm_ticket t, uint32_t n_cached_tokens);
 
 /* Writes each dirty front end's eventfd once and clears the marks: call once per

@@ -156,7 +156,8 @@ struct sl_mailbox_shm {
     uint32_t ignore_eos;                    /*   40 */
     uint32_t n_prompt;                      /*   44 */
     uint32_t n_blocks;                      /*   48 entries used in this mailbox's block table */
-    uint32_t n_cached_tokens;               /*   52 worker: prompt tokens the prefix cache held */
+    _Atomic uint32_t n_cached_tokens;       /*   52 worker: prompt tokens the prefix cache held; set
+                                                    at admission, before any token (readable while RUNNING) */
     sl_shm_timings timings;                 /*   56 (40 bytes) */
     char error[SL_SHM_ERROR_LEN];           /*   96 */
     char _pad1[32];                         /*  224 */

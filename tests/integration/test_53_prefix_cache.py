@@ -75,6 +75,15 @@ def test_second_identical_prompt_is_cached_and_bitwise_equal(chat_model, tmp_pat
                     if ev.get("usage"):
                         usage = ev["usage"]
         assert usage and usage["prompt_tokens_details"]["cached_tokens"] == 288
+        # a stop string ends the request before the worker does: still reported
+        full = complete(s, p, max_tokens=16)
+        text = full["choices"][0]["text"]
+        mid = len(text) // 2
+        stop = text[mid:mid + 3]
+        assert stop.strip(), f"need some text to cut at: {text!r}"
+        cut = complete(s, p, max_tokens=16, stop=[stop])
+        assert cut["choices"][0]["finish_reason"] == "stop"
+        assert cached(cut) == 288
         # chat: the same conversation twice
         msgs = {"messages": [{"role": "user", "content": "tell me about rivers " * 20}], "max_tokens": 4,
                 "temperature": 0}

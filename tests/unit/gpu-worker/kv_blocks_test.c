@@ -276,3 +276,34 @@ Test(kv_blocks, fuzz_keeps_invariants_and_is_deterministic)
         cr_assert_eq(fuzz_run(seed * 0x9e3779b97f4a7c15ull, 3000), h);
     }
 }
+
+/* append and remove_slot: how the prefix cache holds blocks (a table used as
+ * a set) and maps a cached block into a sequence's table. */
+Test(kv_blocks, append_shares_a_held_block_and_remove_slot_drops_one_reference)
+{
+    sl_kv_blocks kv;
+    sl_kv_table a, set;
+    cr_assert_eq(sl_kv_blocks_init(&kv, 4, 16), SL_OK);
+    cr_assert_eq(sl_kv_blocks_table_init(&kv, &a, 48), SL_OK);
+    cr_assert_eq(sl_kv_blocks_table_init(&kv, &set, 32), SL_OK);   /* capacity 2 */
+    cr_assert_eq(sl_kv_blocks_append(&kv, &set, 0), SL_ESTATE, "a free block cannot be shared");
+    cr_assert_eq(sl_kv_blocks_append(&kv, &set, 9), SL_ESTATE, "nor one outside the pool");
+    cr_assert_eq(sl_kv_blocks_reserve(&kv, &a, 48), SL_OK);   /* blocks 0, 1, 2 */
+    cr_assert_eq(sl_kv_blocks_append(&kv, &set, a.blocks[0]), SL_OK);
+    cr_assert_eq(sl_kv_blocks_append(&kv, &set, a.blocks[2]), SL_OK);
+    cr_assert_eq(sl_kv_blocks_append(&kv, &set, a.blocks[1]), SL_ERANGE, "the set is full");
+    cr_assert_eq(sl_kv_blocks_refcount(&kv, a.blocks[0]), 2);
+    const sl_kv_table *both[2] = {&a, &set};
+    cr_assert(sl_kv_blocks_check(&kv, both, 2));
+    sl_kv_blocks_release(&kv, &a);
+    cr_assert_eq(sl_kv_blocks_free_count(&kv), 2, "the set still holds two");
+    cr_assert_eq(sl_kv_blocks_remove_slot(&kv, &set, 0), 2, "the last slot moved into slot 0");
+    cr_assert_eq(set.n_used, 1);
+    cr_assert_eq(sl_kv_blocks_remove_slot(&kv, &set, 0), -1);
+    cr_assert_eq(sl_kv_blocks_remove_slot(&kv, &set, 0), -1, "out of range: nothing");
+    cr_assert_eq(sl_kv_blocks_free_count(&kv), 4);
+    cr_assert(sl_kv_blocks_check(&kv, both, 2));
+    sl_kv_blocks_table_fini(&a);
+    sl_kv_blocks_table_fini(&set);
+    sl_kv_blocks_fini(&kv);
+}

@@ -24,6 +24,17 @@ typedef struct {
 } harness;
 
 static int32_t prompts[12][400];
+static int32_t admitted_hit[16];       /* what io.admitted said, by request id; -1: not called */
+static bool admitted_before_tokens[16];
+
+static void on_admitted(void *ctx, uint64_t id, int32_t n_cached_tokens)
+{
+    fake_io *f = ctx;
+    cr_assert_lt(id, 16);
+    cr_assert_eq(admitted_hit[id], -1, "called once, at the first admission");
+    admitted_hit[id] = n_cached_tokens;
+    admitted_before_tokens[id] = f->reqs[id].n_tokens == 0;
+}
 
 static sl_sched_config config(bool cache)
 {
@@ -65,6 +76,9 @@ static void h_open(harness *h, fake_req *reqs, int n, const sl_sched_config *cfg
     h->be.cost_token_ns = 10000;
     h->be.fail_at = fail_at;
     sl_sched_io io = fake_io_table(h->io);
+    io.admitted = on_admitted;
+    for (int i = 0; i < 16; i++)
+        admitted_hit[i] = -1;
     char err[SL_ERR_LEN];
     cr_assert_eq(sl_sched_create(&h->be.base, N_VOCAB, N_CTX, NULL, 0, cfg, &io, &h->s, err), SL_OK, "%s", err);
 }
@@ -119,6 +133,9 @@ Test(scheduler_prefix, same_prompt_twice_hits_and_gives_the_cold_tokens)
     cr_assert_eq(r[0].t.n_cached_tokens, 0, "cold");
     cr_assert_eq(r[1].t.n_cached_tokens, 144, "all full blocks of the prompt: 149 / 16 blocks");
     cr_assert_eq(r[1].t.n_lookup_tokens, 150);
+    cr_assert_eq(admitted_hit[1], 144, "io.admitted says it before any token");
+    cr_assert(admitted_before_tokens[1]);
+    cr_assert_eq(admitted_hit[0], 0);
     cr_assert_lt(r[1].t.prompt_ms * 5, r[0].t.prompt_ms, "6 tokens prefilled instead of 150");
     cr_assert_eq(r[1].n_tokens, 20);
     cr_assert_arr_eq(r[1].tokens, r[0].tokens, 20 * sizeof(int32_t));
