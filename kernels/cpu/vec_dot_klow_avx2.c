@@ -40,6 +40,7 @@ struct staged {
     _Alignas(32) int16_t c16[SL_QK_K];
     _Alignas(32) int16_t m16[SL_QK_K];
     _Alignas(32) int16_t mn[16];
+    _Alignas(32) int16_t sc[16];   /* sub-block scales (Q2_K, Q3_K), one vector store */
     float d, dmin;
     int has_min;
 };
@@ -56,32 +57,40 @@ static inline void put32(struct staged *st, int k, __m256i codes, int sc0, int s
 
 static inline void stage_q2_K(const sl_block_q2_K *b, struct staged *st)
 {
-    st->d = sl_fp16_to_fp32(b->d);
-    st->dmin = sl_fp16_to_fp32(b->dmin);
+    st->d = _cvtsh_ss(b->d);
+    st->dmin = _cvtsh_ss(b->dmin);
     st->has_min = 1;
+    __m128i raw = _mm_loadu_si128((const __m128i *)b->scales), nib = _mm_set1_epi8(0xF);
+    _mm256_store_si256((__m256i *)st->sc, _mm256_cvtepu8_epi16(_mm_and_si128(raw, nib)));
+    _mm256_store_si256((__m256i *)st->mn, _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), nib)));
     const __m256i three = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; h++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
         for (int j = 0; j < 4; j++) {
             int k = 128 * h + 32 * j, s = k / 16;
             __m256i c = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), three);
-            put32(st, k, c, b->scales[s] & 0xF, b->scales[s + 1] & 0xF);
-            _mm256_store_si256((__m256i *)(st->m16 + k), _mm256_set1_epi16((int16_t)(b->scales[s] >> 4)));
-            _mm256_store_si256((__m256i *)(st->m16 + k + 16), _mm256_set1_epi16((int16_t)(b->scales[s + 1] >> 4)));
+            put32(st, k, c, st->sc[s], st->sc[s + 1]);
+            _mm256_store_si256((__m256i *)(st->m16 + k), _mm256_set1_epi16(st->mn[s]));
+            _mm256_store_si256((__m256i *)(st->m16 + k + 16), _mm256_set1_epi16(st->mn[s + 1]));
         }
     }
-    __m128i sc = _mm_loadu_si128((const __m128i *)b->scales);
-    _mm256_store_si256((__m256i *)st->mn, _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_and_si128(sc, _mm_set1_epi8((char)0xF0)), 4)));
 }
 
 static inline void stage_q3_K(const sl_block_q3_K *b, struct staged *st)
 {
-    st->d = sl_fp16_to_fp32(b->d);
+    st->d = _cvtsh_ss(b->d);
     st->dmin = 0.0f;
     st->has_min = 0;
-    int sc[16];
-    for (int s = 0; s < 16; s++)
-        sc[s] = sl_quant_q3_K_scale(b->scales, s);
+    /* the 16 6-bit scales at once: low nibbles from bytes 0-7 (then their
+     * high nibbles), bits 4-5 from bytes 8-11 shifted by 0, 2, 4, 6 */
+    uint32_t hb;
+    memcpy(&hb, b->scales + 8, 4);
+    __m128i raw = _mm_loadl_epi64((const __m128i *)b->scales), nib = _mm_set1_epi8(0xF);
+    __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(raw, nib), _mm_and_si128(_mm_srli_epi16(raw, 4), nib));
+    __m128i hi = _mm_and_si128(_mm_set_epi32((int)(hb >> 6), (int)(hb >> 4), (int)(hb >> 2), (int)hb), _mm_set1_epi8(3));
+    __m128i s8 = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+    _mm256_store_si256((__m256i *)st->sc, _mm256_cvtepi8_epi16(s8));
+    const int16_t *sc = st->sc;
     const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), zero = _mm256_setzero_si256();
     __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
     for (int h = 0; h < 2; h++) {
@@ -99,7 +108,7 @@ static inline void stage_q3_K(const sl_block_q3_K *b, struct staged *st)
 
 static inline void stage_iq4_xs(const sl_block_iq4_xs *b, struct staged *st)
 {
-    st->d = sl_fp16_to_fp32(b->d);
+    st->d = _cvtsh_ss(b->d);
     st->dmin = 0.0f;
     st->has_min = 0;
     const __m128i tbl = _mm_loadu_si128((const __m128i *)sl_quant_iq4_values);
@@ -178,10 +187,11 @@ static inline double dot16(const struct staged *st, const sl_block_q16_K *a)
     return sl_q16_termk(st->d, st->dmin, a->d, isum, msum);
 }
 
-void sl_vec_dot_klow_q16_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
-                              float *out, int64_t n)
+/* Inlined per (type, m == 1 or not), so the staging switch and the mins
+ * branch fold away and decode keeps its accumulator in a register. */
+static inline __attribute__((always_inline)) void rows16(uint32_t type, const void *w_row, const void *xa,
+                                                         size_t ldxa, int m, float *out, int64_t n)
 {
-    assert(sl_quant_klow_type(type) && n % SL_QK_K == 0 && m <= 32);
     struct staged st;
     double acc[32];
     int bb = (int)sl_ggml_block_bytes(type);
@@ -190,11 +200,29 @@ void sl_vec_dot_klow_q16_avx2(uint32_t type, const void *w_row, const void *xa, 
     for (int64_t c = 0; c < n / SL_QK_K; c++) {
         sl_avx2_prefetch_weights((const char *)w_row + c * bb, bb);
         stage(type, w_row, c, &st);
+        st.has_min = type == SL_GGML_TYPE_Q2_K;
         for (int j = 0; j < m; j++)
             acc[j] += dot16(&st, (const sl_block_q16_K *)((const char *)xa + (size_t)j * ldxa) + c);
     }
     for (int j = 0; j < m; j++)
         out[j] = (float)acc[j];
+}
+
+#define SL_KLOW_DISPATCH(ROWS)                                                             \
+    switch (type) {                                                                        \
+    case SL_GGML_TYPE_Q2_K: ROWS(SL_GGML_TYPE_Q2_K); break;                                \
+    case SL_GGML_TYPE_Q3_K: ROWS(SL_GGML_TYPE_Q3_K); break;                                \
+    case SL_GGML_TYPE_IQ4_XS: ROWS(SL_GGML_TYPE_IQ4_XS); break;                            \
+    default: ROWS(type); break;   /* the grid formats: a scalar unpack dominates anyway */ \
+    }
+
+void sl_vec_dot_klow_q16_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                              float *out, int64_t n)
+{
+    assert(sl_quant_klow_type(type) && n % SL_QK_K == 0 && m <= 32);
+#define ROWS16(T) (m == 1 ? rows16(T, w_row, xa, ldxa, 1, out, n) : rows16(T, w_row, xa, ldxa, m, out, n))
+    SL_KLOW_DISPATCH(ROWS16)
+#undef ROWS16
 }
 
 /* ======================================================================
@@ -221,10 +249,9 @@ static inline float dot8(const struct staged *st, const sl_block_q8_K *a)
     return r;
 }
 
-void sl_vec_dot_klow_q8_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
-                             float *out, int64_t n)
+static inline __attribute__((always_inline)) void rows8(uint32_t type, const void *w_row, const void *xa,
+                                                        size_t ldxa, int m, float *out, int64_t n)
 {
-    assert(sl_quant_klow_type(type) && n % SL_QK_K == 0 && m <= 32);
     struct staged st;
     float acc[32];
     int bb = (int)sl_ggml_block_bytes(type);
@@ -233,11 +260,21 @@ void sl_vec_dot_klow_q8_avx2(uint32_t type, const void *w_row, const void *xa, s
     for (int64_t c = 0; c < n / SL_QK_K; c++) {
         sl_avx2_prefetch_weights((const char *)w_row + c * bb, bb);
         stage(type, w_row, c, &st);
+        st.has_min = type == SL_GGML_TYPE_Q2_K;
         for (int j = 0; j < m; j++)
             acc[j] += dot8(&st, (const sl_block_q8_K *)((const char *)xa + (size_t)j * ldxa) + c);
     }
     for (int j = 0; j < m; j++)
         out[j] = acc[j];
+}
+
+void sl_vec_dot_klow_q8_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                             float *out, int64_t n)
+{
+    assert(sl_quant_klow_type(type) && n % SL_QK_K == 0 && m <= 32);
+#define ROWS8(T) (m == 1 ? rows8(T, w_row, xa, ldxa, 1, out, n) : rows8(T, w_row, xa, ldxa, m, out, n))
+    SL_KLOW_DISPATCH(ROWS8)
+#undef ROWS8
 }
 
 /* ======================================================================
