@@ -5,8 +5,8 @@
  * the CPU support them. Runs in the CPU backend's threads.
  * Algorithm: each super-block is staged once for all activation rows of the
  * group: codes unpacked with byte shifts / masks (Q2_K, Q3_K), a vpshufb
- * table lookup (IQ4_XS) or the scalar grid unpack of model/quant_klow.c
- * (grid formats: one lookup per 4 or 8 elements), widened to int16 and
+ * table lookup (IQ4_XS) or a vpgather of grid rows with the sign bits
+ * spread by vpshufb (grid formats), widened to int16 and
  * multiplied by their sub-block scale (|sc*q| <= 32*127 = 4064 for IQ4_XS,
  * 31*62 = 1922 for IQ3_XXS, 128 for Q3_K, 45 for Q2_K: int16, exact), plus,
  * for Q2_K, each element's sub-block min (<= 15).
@@ -122,19 +122,117 @@ static inline void stage_iq4_xs(const sl_block_iq4_xs *b, struct staged *st)
     }
 }
 
-/* The grid formats: the shared scalar unpack (one table lookup per 4 or 8
- * elements), then scale multiplies 16 at a time. */
+/* 32 grid magnitudes g (int8) with the sign bits of s4 (bit j of byte k:
+ * element 8k + j) applied: (g ^ neg) - neg. */
+static inline __m256i iq_signed(__m256i g, uint32_t s4)
+{
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s4), spread);
+    __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits);
+    return _mm256_sub_epi8(_mm256_xor_si256(g, neg), neg);
+}
+
+/* Four sign bytes from four 7-bit sign indices packed at bits 0, 7, 14, 21. */
+static inline uint32_t iq_ksigns4(uint32_t aux)
+{
+    return (uint32_t)sl_quant_iq_ksigns[aux & 127] | ((uint32_t)sl_quant_iq_ksigns[(aux >> 7) & 127] << 8)
+         | ((uint32_t)sl_quant_iq_ksigns[(aux >> 14) & 127] << 16)
+         | ((uint32_t)sl_quant_iq_ksigns[(aux >> 21) & 127] << 24);
+}
+
+static inline uint32_t load32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* 8 grid rows of 4 bytes (IQ3) or 4 rows of 8 bytes (IQ2) as 32 int8. */
+static inline __m256i gather3(const uint8_t (*grid)[4], __m256i idx)
+{
+    return _mm256_i32gather_epi32((const int *)grid, idx, 4);
+}
+
+static inline __m256i gather2(const uint8_t (*grid)[8], __m128i idx)
+{
+    return _mm256_i32gather_epi64((const long long *)grid, idx, 8);
+}
+
+/* The grid formats, 32 elements at a time: indices gathered from the grid
+ * (one vpgather per 32 elements), signs spread from their bits. */
 static inline void stage_iq_grid(uint32_t type, const void *w_row, int64_t c, struct staged *st)
 {
-    _Alignas(32) int16_t q[SL_QK_K];
-    int sub, sc[16];
-    sl_quant_iq_unpack(type, w_row, c, &st->d, &sub, sc, q);
     st->dmin = 0.0f;
     st->has_min = 0;
-    for (int k = 0; k < SL_QK_K; k += 16)
-        _mm256_store_si256((__m256i *)(st->c16 + k),
-                           _mm256_mullo_epi16(_mm256_load_si256((const __m256i *)(q + k)),
-                                              _mm256_set1_epi16((int16_t)sc[k / sub])));
+    switch (type) {
+    case SL_GGML_TYPE_IQ3_S: {
+        const sl_block_iq3_s *b = (const sl_block_iq3_s *)w_row + c;
+        st->d = _cvtsh_ss(b->d);
+        const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one = _mm256_set1_epi32(1);
+        for (int ib = 0; ib < 8; ib++) {
+            __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * ib)));
+            __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b->qh[ib]), shifts), one);
+            __m256i g = gather3(sl_quant_iq3s_grid, _mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)));
+            int sc = 2 * ((b->scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1;
+            put32(st, 32 * ib, iq_signed(g, load32(b->signs + 4 * ib)), sc, sc);
+        }
+        return;
+    }
+    case SL_GGML_TYPE_IQ3_XXS: {
+        const sl_block_iq3_xxs *b = (const sl_block_iq3_xxs *)w_row + c;
+        st->d = _cvtsh_ss(b->d) * 0.25f;
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t aux = load32(b->scales_signs + 4 * ib);
+            __m256i g = gather3(sl_quant_iq3xxs_grid,
+                                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * ib))));
+            int sc = 2 * (int)(aux >> 28) + 1;
+            put32(st, 32 * ib, iq_signed(g, iq_ksigns4(aux)), sc, sc);
+        }
+        return;
+    }
+    case SL_GGML_TYPE_IQ2_XXS: {
+        const sl_block_iq2_xxs *b = (const sl_block_iq2_xxs *)w_row + c;
+        st->d = _cvtsh_ss(b->d) * 0.125f;
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t idx = load32(b->qs + 4 * ib), aux = load32(b->qs + 4 * ib + 2);
+            __m256i g = gather2(sl_quant_iq2xxs_grid, _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)idx)));
+            int sc = 2 * (int)(aux >> 28) + 1;
+            put32(st, 32 * ib, iq_signed(g, iq_ksigns4(aux)), sc, sc);
+        }
+        return;
+    }
+    case SL_GGML_TYPE_IQ2_XS: {
+        const sl_block_iq2_xs *b = (const sl_block_iq2_xs *)w_row + c;
+        st->d = _cvtsh_ss(b->d) * 0.125f;
+        for (int ib = 0; ib < 8; ib++) {
+            const uint16_t *q = b->qs + 4 * ib;
+            __m128i v = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)q));
+            __m256i g = gather2(sl_quant_iq2xs_grid, _mm_and_si128(v, _mm_set1_epi32(511)));
+            uint32_t s4 = (uint32_t)sl_quant_iq_ksigns[q[0] >> 9] | ((uint32_t)sl_quant_iq_ksigns[q[1] >> 9] << 8)
+                        | ((uint32_t)sl_quant_iq_ksigns[q[2] >> 9] << 16)
+                        | ((uint32_t)sl_quant_iq_ksigns[q[3] >> 9] << 24);
+            put32(st, 32 * ib, iq_signed(g, s4), 2 * (b->scales[ib] & 0xF) + 1, 2 * (b->scales[ib] >> 4) + 1);
+        }
+        return;
+    }
+    case SL_GGML_TYPE_IQ2_S: {
+        const sl_block_iq2_s *b = (const sl_block_iq2_s *)w_row + c;
+        st->d = _cvtsh_ss(b->d) * 0.125f;
+        const __m128i shifts = _mm_setr_epi32(8, 6, 4, 2), three = _mm_set1_epi32(0x300);
+        for (int ib = 0; ib < 8; ib++) {
+            /* (qh >> 2j & 3) << 8 for j = 0..3 is (qh << (8 - 2j)) & 0x300 */
+            __m128i hi = _mm_and_si128(_mm_sllv_epi32(_mm_set1_epi32(b->qh[ib]), shifts), three);
+            __m128i lo = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)load32(b->qs + 4 * ib)));
+            __m256i g = gather2(sl_quant_iq2s_grid, _mm_or_si128(lo, hi));
+            put32(st, 32 * ib, iq_signed(g, load32(b->signs + 4 * ib)), 2 * (b->scales[ib] & 0xF) + 1,
+                  2 * (b->scales[ib] >> 4) + 1);
+        }
+        return;
+    }
+    }
+    assert(!"vec_dot_klow_avx2: not a grid format");
 }
 
 static inline void stage(uint32_t type, const void *w_row, int64_t c, struct staged *st)
@@ -213,7 +311,11 @@ static inline __attribute__((always_inline)) void rows16(uint32_t type, const vo
     case SL_GGML_TYPE_Q2_K: ROWS(SL_GGML_TYPE_Q2_K); break;                                \
     case SL_GGML_TYPE_Q3_K: ROWS(SL_GGML_TYPE_Q3_K); break;                                \
     case SL_GGML_TYPE_IQ4_XS: ROWS(SL_GGML_TYPE_IQ4_XS); break;                            \
-    default: ROWS(type); break;   /* the grid formats: a scalar unpack dominates anyway */ \
+    case SL_GGML_TYPE_IQ2_XXS: ROWS(SL_GGML_TYPE_IQ2_XXS); break;                          \
+    case SL_GGML_TYPE_IQ2_XS: ROWS(SL_GGML_TYPE_IQ2_XS); break;                            \
+    case SL_GGML_TYPE_IQ2_S: ROWS(SL_GGML_TYPE_IQ2_S); break;                              \
+    case SL_GGML_TYPE_IQ3_XXS: ROWS(SL_GGML_TYPE_IQ3_XXS); break;                          \
+    default: ROWS(SL_GGML_TYPE_IQ3_S); break;                                              \
     }
 
 void sl_vec_dot_klow_q16_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
