@@ -5,8 +5,8 @@
  * the CPU support them. Runs in the CPU backend's threads.
  * Algorithm: each super-block is staged once for all activation rows of the
  * group: codes unpacked with byte shifts / masks (Q2_K, Q3_K), a vpshufb
- * table lookup (IQ4_XS) or the scalar grid unpack of model/quant_klow.c
- * (grid formats: one lookup per 4 or 8 elements), widened to int16 and
+ * table lookup (IQ4_XS) or a vpgather of grid rows with the sign bits
+ * spread by vpshufb (grid formats), widened to int16 and
  * multiplied by their sub-block scale (|sc*q| <= 32*127 = 4064 for IQ4_XS,
  * 31*62 = 1922 for IQ3_XXS, 128 for Q3_K, 45 for Q2_K: int16, exact), plus,
  * for Q2_K, each element's sub-block min (<= 15).
@@ -40,6 +40,7 @@ struct staged {
     _Alignas(32) int16_t c16[SL_QK_K];
     _Alignas(32) int16_t m16[SL_QK_K];
     _Alignas(32) int16_t mn[16];
+    _Alignas(32) int16_t sc[16];   /* sub-block scales (Q2_K, Q3_K), one vector store */
     float d, dmin;
     int has_min;
 };
@@ -56,32 +57,40 @@ static inline void put32(struct staged *st, int k, __m256i codes, int sc0, int s
 
 static inline void stage_q2_K(const sl_block_q2_K *b, struct staged *st)
 {
-    st->d = sl_fp16_to_fp32(b->d);
-    st->dmin = sl_fp16_to_fp32(b->dmin);
+    st->d = _cvtsh_ss(b->d);
+    st->dmin = _cvtsh_ss(b->dmin);
     st->has_min = 1;
+    __m128i raw = _mm_loadu_si128((const __m128i *)b->scales), nib = _mm_set1_epi8(0xF);
+    _mm256_store_si256((__m256i *)st->sc, _mm256_cvtepu8_epi16(_mm_and_si128(raw, nib)));
+    _mm256_store_si256((__m256i *)st->mn, _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), nib)));
     const __m256i three = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; h++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
         for (int j = 0; j < 4; j++) {
             int k = 128 * h + 32 * j, s = k / 16;
             __m256i c = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), three);
-            put32(st, k, c, b->scales[s] & 0xF, b->scales[s + 1] & 0xF);
-            _mm256_store_si256((__m256i *)(st->m16 + k), _mm256_set1_epi16((int16_t)(b->scales[s] >> 4)));
-            _mm256_store_si256((__m256i *)(st->m16 + k + 16), _mm256_set1_epi16((int16_t)(b->scales[s + 1] >> 4)));
+            put32(st, k, c, st->sc[s], st->sc[s + 1]);
+            _mm256_store_si256((__m256i *)(st->m16 + k), _mm256_set1_epi16(st->mn[s]));
+            _mm256_store_si256((__m256i *)(st->m16 + k + 16), _mm256_set1_epi16(st->mn[s + 1]));
         }
     }
-    __m128i sc = _mm_loadu_si128((const __m128i *)b->scales);
-    _mm256_store_si256((__m256i *)st->mn, _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_and_si128(sc, _mm_set1_epi8((char)0xF0)), 4)));
 }
 
 static inline void stage_q3_K(const sl_block_q3_K *b, struct staged *st)
 {
-    st->d = sl_fp16_to_fp32(b->d);
+    st->d = _cvtsh_ss(b->d);
     st->dmin = 0.0f;
     st->has_min = 0;
-    int sc[16];
-    for (int s = 0; s < 16; s++)
-        sc[s] = sl_quant_q3_K_scale(b->scales, s);
+    /* the 16 6-bit scales at once: low nibbles from bytes 0-7 (then their
+     * high nibbles), bits 4-5 from bytes 8-11 shifted by 0, 2, 4, 6 */
+    uint32_t hb;
+    memcpy(&hb, b->scales + 8, 4);
+    __m128i raw = _mm_loadl_epi64((const __m128i *)b->scales), nib = _mm_set1_epi8(0xF);
+    __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(raw, nib), _mm_and_si128(_mm_srli_epi16(raw, 4), nib));
+    __m128i hi = _mm_and_si128(_mm_set_epi32((int)(hb >> 6), (int)(hb >> 4), (int)(hb >> 2), (int)hb), _mm_set1_epi8(3));
+    __m128i s8 = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+    _mm256_store_si256((__m256i *)st->sc, _mm256_cvtepi8_epi16(s8));
+    const int16_t *sc = st->sc;
     const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), zero = _mm256_setzero_si256();
     __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
     for (int h = 0; h < 2; h++) {
@@ -99,7 +108,7 @@ static inline void stage_q3_K(const sl_block_q3_K *b, struct staged *st)
 
 static inline void stage_iq4_xs(const sl_block_iq4_xs *b, struct staged *st)
 {
-    st->d = sl_fp16_to_fp32(b->d);
+    st->d = _cvtsh_ss(b->d);
     st->dmin = 0.0f;
     st->has_min = 0;
     const __m128i tbl = _mm_loadu_si128((const __m128i *)sl_quant_iq4_values);
@@ -113,19 +122,117 @@ static inline void stage_iq4_xs(const sl_block_iq4_xs *b, struct staged *st)
     }
 }
 
-/* The grid formats: the shared scalar unpack (one table lookup per 4 or 8
- * elements), then scale multiplies 16 at a time. */
+/* 32 grid magnitudes g (int8) with the sign bits of s4 (bit j of byte k:
+ * element 8k + j) applied: (g ^ neg) - neg. */
+static inline __m256i iq_signed(__m256i g, uint32_t s4)
+{
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s4), spread);
+    __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits);
+    return _mm256_sub_epi8(_mm256_xor_si256(g, neg), neg);
+}
+
+/* Four sign bytes from four 7-bit sign indices packed at bits 0, 7, 14, 21. */
+static inline uint32_t iq_ksigns4(uint32_t aux)
+{
+    return (uint32_t)sl_quant_iq_ksigns[aux & 127] | ((uint32_t)sl_quant_iq_ksigns[(aux >> 7) & 127] << 8)
+         | ((uint32_t)sl_quant_iq_ksigns[(aux >> 14) & 127] << 16)
+         | ((uint32_t)sl_quant_iq_ksigns[(aux >> 21) & 127] << 24);
+}
+
+static inline uint32_t load32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* 8 grid rows of 4 bytes (IQ3) or 4 rows of 8 bytes (IQ2) as 32 int8. */
+static inline __m256i gather3(const uint8_t (*grid)[4], __m256i idx)
+{
+    return _mm256_i32gather_epi32((const int *)grid, idx, 4);
+}
+
+static inline __m256i gather2(const uint8_t (*grid)[8], __m128i idx)
+{
+    return _mm256_i32gather_epi64((const long long *)grid, idx, 8);
+}
+
+/* The grid formats, 32 elements at a time: indices gathered from the grid
+ * (one vpgather per 32 elements), signs spread from their bits. */
 static inline void stage_iq_grid(uint32_t type, const void *w_row, int64_t c, struct staged *st)
 {
-    _Alignas(32) int16_t q[SL_QK_K];
-    int sub, sc[16];
-    sl_quant_iq_unpack(type, w_row, c, &st->d, &sub, sc, q);
     st->dmin = 0.0f;
     st->has_min = 0;
-    for (int k = 0; k < SL_QK_K; k += 16)
-        _mm256_store_si256((__m256i *)(st->c16 + k),
-                           _mm256_mullo_epi16(_mm256_load_si256((const __m256i *)(q + k)),
-                                              _mm256_set1_epi16((int16_t)sc[k / sub])));
+    switch (type) {
+    case SL_GGML_TYPE_IQ3_S: {
+        const sl_block_iq3_s *b = (const sl_block_iq3_s *)w_row + c;
+        st->d = _cvtsh_ss(b->d);
+        const __m256i shifts = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one = _mm256_set1_epi32(1);
+        for (int ib = 0; ib < 8; ib++) {
+            __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * ib)));
+            __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b->qh[ib]), shifts), one);
+            __m256i g = gather3(sl_quant_iq3s_grid, _mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)));
+            int sc = 2 * ((b->scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1;
+            put32(st, 32 * ib, iq_signed(g, load32(b->signs + 4 * ib)), sc, sc);
+        }
+        return;
+    }
+    case SL_GGML_TYPE_IQ3_XXS: {
+        const sl_block_iq3_xxs *b = (const sl_block_iq3_xxs *)w_row + c;
+        st->d = _cvtsh_ss(b->d) * 0.25f;
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t aux = load32(b->scales_signs + 4 * ib);
+            __m256i g = gather3(sl_quant_iq3xxs_grid,
+                                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * ib))));
+            int sc = 2 * (int)(aux >> 28) + 1;
+            put32(st, 32 * ib, iq_signed(g, iq_ksigns4(aux)), sc, sc);
+        }
+        return;
+    }
+    case SL_GGML_TYPE_IQ2_XXS: {
+        const sl_block_iq2_xxs *b = (const sl_block_iq2_xxs *)w_row + c;
+        st->d = _cvtsh_ss(b->d) * 0.125f;
+        for (int ib = 0; ib < 8; ib++) {
+            uint32_t idx = load32(b->qs + 4 * ib), aux = load32(b->qs + 4 * ib + 2);
+            __m256i g = gather2(sl_quant_iq2xxs_grid, _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)idx)));
+            int sc = 2 * (int)(aux >> 28) + 1;
+            put32(st, 32 * ib, iq_signed(g, iq_ksigns4(aux)), sc, sc);
+        }
+        return;
+    }
+    case SL_GGML_TYPE_IQ2_XS: {
+        const sl_block_iq2_xs *b = (const sl_block_iq2_xs *)w_row + c;
+        st->d = _cvtsh_ss(b->d) * 0.125f;
+        for (int ib = 0; ib < 8; ib++) {
+            const uint16_t *q = b->qs + 4 * ib;
+            __m128i v = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)q));
+            __m256i g = gather2(sl_quant_iq2xs_grid, _mm_and_si128(v, _mm_set1_epi32(511)));
+            uint32_t s4 = (uint32_t)sl_quant_iq_ksigns[q[0] >> 9] | ((uint32_t)sl_quant_iq_ksigns[q[1] >> 9] << 8)
+                        | ((uint32_t)sl_quant_iq_ksigns[q[2] >> 9] << 16)
+                        | ((uint32_t)sl_quant_iq_ksigns[q[3] >> 9] << 24);
+            put32(st, 32 * ib, iq_signed(g, s4), 2 * (b->scales[ib] & 0xF) + 1, 2 * (b->scales[ib] >> 4) + 1);
+        }
+        return;
+    }
+    case SL_GGML_TYPE_IQ2_S: {
+        const sl_block_iq2_s *b = (const sl_block_iq2_s *)w_row + c;
+        st->d = _cvtsh_ss(b->d) * 0.125f;
+        const __m128i shifts = _mm_setr_epi32(8, 6, 4, 2), three = _mm_set1_epi32(0x300);
+        for (int ib = 0; ib < 8; ib++) {
+            /* (qh >> 2j & 3) << 8 for j = 0..3 is (qh << (8 - 2j)) & 0x300 */
+            __m128i hi = _mm_and_si128(_mm_sllv_epi32(_mm_set1_epi32(b->qh[ib]), shifts), three);
+            __m128i lo = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)load32(b->qs + 4 * ib)));
+            __m256i g = gather2(sl_quant_iq2s_grid, _mm_or_si128(lo, hi));
+            put32(st, 32 * ib, iq_signed(g, load32(b->signs + 4 * ib)), 2 * (b->scales[ib] & 0xF) + 1,
+                  2 * (b->scales[ib] >> 4) + 1);
+        }
+        return;
+    }
+    }
+    assert(!"vec_dot_klow_avx2: not a grid format");
 }
 
 static inline void stage(uint32_t type, const void *w_row, int64_t c, struct staged *st)
@@ -178,10 +285,11 @@ static inline double dot16(const struct staged *st, const sl_block_q16_K *a)
     return sl_q16_termk(st->d, st->dmin, a->d, isum, msum);
 }
 
-void sl_vec_dot_klow_q16_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
-                              float *out, int64_t n)
+/* Inlined per (type, m == 1 or not), so the staging switch and the mins
+ * branch fold away and decode keeps its accumulator in a register. */
+static inline __attribute__((always_inline)) void rows16(uint32_t type, const void *w_row, const void *xa,
+                                                         size_t ldxa, int m, float *out, int64_t n)
 {
-    assert(sl_quant_klow_type(type) && n % SL_QK_K == 0 && m <= 32);
     struct staged st;
     double acc[32];
     int bb = (int)sl_ggml_block_bytes(type);
@@ -190,11 +298,33 @@ void sl_vec_dot_klow_q16_avx2(uint32_t type, const void *w_row, const void *xa, 
     for (int64_t c = 0; c < n / SL_QK_K; c++) {
         sl_avx2_prefetch_weights((const char *)w_row + c * bb, bb);
         stage(type, w_row, c, &st);
+        st.has_min = type == SL_GGML_TYPE_Q2_K;
         for (int j = 0; j < m; j++)
             acc[j] += dot16(&st, (const sl_block_q16_K *)((const char *)xa + (size_t)j * ldxa) + c);
     }
     for (int j = 0; j < m; j++)
         out[j] = (float)acc[j];
+}
+
+#define SL_KLOW_DISPATCH(ROWS)                                                             \
+    switch (type) {                                                                        \
+    case SL_GGML_TYPE_Q2_K: ROWS(SL_GGML_TYPE_Q2_K); break;                                \
+    case SL_GGML_TYPE_Q3_K: ROWS(SL_GGML_TYPE_Q3_K); break;                                \
+    case SL_GGML_TYPE_IQ4_XS: ROWS(SL_GGML_TYPE_IQ4_XS); break;                            \
+    case SL_GGML_TYPE_IQ2_XXS: ROWS(SL_GGML_TYPE_IQ2_XXS); break;                          \
+    case SL_GGML_TYPE_IQ2_XS: ROWS(SL_GGML_TYPE_IQ2_XS); break;                            \
+    case SL_GGML_TYPE_IQ2_S: ROWS(SL_GGML_TYPE_IQ2_S); break;                              \
+    case SL_GGML_TYPE_IQ3_XXS: ROWS(SL_GGML_TYPE_IQ3_XXS); break;                          \
+    default: ROWS(SL_GGML_TYPE_IQ3_S); break;                                              \
+    }
+
+void sl_vec_dot_klow_q16_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                              float *out, int64_t n)
+{
+    assert(sl_quant_klow_type(type) && n % SL_QK_K == 0 && m <= 32);
+#define ROWS16(T) (m == 1 ? rows16(T, w_row, xa, ldxa, 1, out, n) : rows16(T, w_row, xa, ldxa, m, out, n))
+    SL_KLOW_DISPATCH(ROWS16)
+#undef ROWS16
 }
 
 /* ======================================================================
@@ -221,10 +351,9 @@ static inline float dot8(const struct staged *st, const sl_block_q8_K *a)
     return r;
 }
 
-void sl_vec_dot_klow_q8_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
-                             float *out, int64_t n)
+static inline __attribute__((always_inline)) void rows8(uint32_t type, const void *w_row, const void *xa,
+                                                        size_t ldxa, int m, float *out, int64_t n)
 {
-    assert(sl_quant_klow_type(type) && n % SL_QK_K == 0 && m <= 32);
     struct staged st;
     float acc[32];
     int bb = (int)sl_ggml_block_bytes(type);
@@ -233,11 +362,21 @@ void sl_vec_dot_klow_q8_avx2(uint32_t type, const void *w_row, const void *xa, s
     for (int64_t c = 0; c < n / SL_QK_K; c++) {
         sl_avx2_prefetch_weights((const char *)w_row + c * bb, bb);
         stage(type, w_row, c, &st);
+        st.has_min = type == SL_GGML_TYPE_Q2_K;
         for (int j = 0; j < m; j++)
             acc[j] += dot8(&st, (const sl_block_q8_K *)((const char *)xa + (size_t)j * ldxa) + c);
     }
     for (int j = 0; j < m; j++)
         out[j] = acc[j];
+}
+
+void sl_vec_dot_klow_q8_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                             float *out, int64_t n)
+{
+    assert(sl_quant_klow_type(type) && n % SL_QK_K == 0 && m <= 32);
+#define ROWS8(T) (m == 1 ? rows8(T, w_row, xa, ldxa, 1, out, n) : rows8(T, w_row, xa, ldxa, m, out, n))
+    SL_KLOW_DISPATCH(ROWS8)
+#undef ROWS8
 }
 
 /* ======================================================================

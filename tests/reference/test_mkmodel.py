@@ -45,3 +45,21 @@ def test_branch_scale_refuses_bad_values(tmp_path, value):
     assert r.returncode == 2, r.stderr
     assert "--branch-scale" in r.stderr
     assert not (tmp_path / "x.gguf").exists()
+
+
+@pytest.mark.parametrize("qtype,file_type", [("Q2_K", 10), ("Q3_K", 11), ("IQ4_XS", 30)])
+def test_low_bit_types_write_every_matrix_in_the_type(tmp_path, qtype, file_type):
+    path = tmp_path / f"{qtype}.gguf"
+    subprocess.run([tool("mkmodel"), "-o", str(path), "--preset", "tiny-llama", "--type", qtype, "--n-vocab", "256",
+                    "--threads", "1"], check=True, capture_output=True)
+    r = gguf.GGUFReader(str(path))
+    kinds = {t.tensor_type.name for t in r.tensors if len(t.shape) == 2}
+    assert kinds == {qtype}
+    assert int(r.fields["general.file_type"].parts[-1][0]) == file_type
+
+
+def test_grid_types_have_no_writer(tmp_path):
+    """IQ2/IQ3 grids are read-only (llama.cpp needs an importance matrix)."""
+    r = subprocess.run([tool("mkmodel"), "-o", str(tmp_path / "x.gguf"), "--n-vocab", "256", "--type", "IQ3_S"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown type 'IQ3_S'" in r.stderr

@@ -22,7 +22,9 @@ N = 65536
 
 # RMSE bounds on N(0,1) data (ours measure ~5% below each; Q5_0, Q4_1 and
 # Q5_1 are the gguf package's own quantizers, byte for byte: test below).
-# The low-bit types measure Q2_K 0.2612, Q3_K 0.1430, IQ4_XS 0.0735 here.
+# The low-bit types measure Q2_K 0.2612, Q3_K 0.1430, IQ4_XS 0.0735 here (llama.cpp's
+# quantizer without an importance matrix: 0.296, 0.151, 0.077 relative RMSE
+# on a tiny-llama mkmodel file's Gaussian weights, ours 0.262, 0.144, 0.074).
 RMSE_MAX = {
     "F32": 0.0, "F16": 2.2e-4, "BF16": 1.8e-3, "Q8_0": 0.0057,
     "Q4_0": 0.090, "Q4_K": 0.073, "Q5_K": 0.0362, "Q6_K": 0.0180,
