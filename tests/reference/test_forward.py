@@ -36,7 +36,8 @@ from paths import tool
 from numpy_forward import Model
 
 PRESETS = ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3"]
-TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M", "Q5_0", "Q4_1", "Q5_1", "IQ4_NL"]
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M", "Q5_0", "Q4_1", "Q5_1",
+         "IQ4_NL", "Q8_1"]
 PROMPT = [1, 17, 254, 3, 99, 512, 7, 42, 300, 11, 600, 2]
 STEPS = 6
 N_VOCAB = 1024

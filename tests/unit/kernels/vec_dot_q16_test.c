@@ -316,4 +316,11 @@ Test(vec_dot_q16, extreme_codes_do_not_overflow)
     for (int b = 0; b < 8; b++)
         nl[b].d = sl_fp32_to_fp16(1.0f);
     check_extreme(SL_GGML_TYPE_IQ4_NL, nl, 1.0f, 256);
+
+    sl_block_q8_1 q81[8];   /* a file may hold -128 too */
+    for (int b = 0; b < 8; b++) {
+        q81[b].d = q81[b].s = sl_fp32_to_fp16(1.0f);
+        memset(q81[b].qs, 0x80, sizeof q81[b].qs);
+    }
+    check_extreme(SL_GGML_TYPE_Q8_1, q81, -1.0f, 256);
 }
