@@ -63,6 +63,7 @@ bool sl_ggml_type_supported(uint32_t type)
     case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
     case SL_GGML_TYPE_IQ2_XXS: case SL_GGML_TYPE_IQ2_XS: case SL_GGML_TYPE_IQ2_S:
     case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S:
+    case SL_GGML_TYPE_Q8_1:
         return true;
     }
     return false;

@@ -1,19 +1,24 @@
 """A float64 numpy forward pass for the llama, qwen2 and qwen3 architectures
 that reads a GGUF file only through the `gguf` package (its reader and its
 reference dequantizers). This is the engine's reference: nothing in it comes
-from sluice's C code.
+from sluice's C code. One exception: Q8_1, which the package cannot read (its
+size table keeps the old 40-byte block_q8_1 with float d and s; ggml's, and
+llama.cpp's, is 36 bytes with fp16 ones, and the package has no Q8_1
+dequantizer): the size is corrected below and x = d * qs decoded here.
 
 Before each weight matmul the input row is rounded the way llama.cpp (and the
 engine by default) feeds it to a weight of that type: 8-bit Q8_0 blocks of 32
-for Q4_0/Q8_0/Q5_0/IQ4_NL weights, Q8_1 for Q4_1/Q5_1 (Q8_0's codes, and the weight's
+for Q4_0/Q8_0/Q5_0/IQ4_NL/Q8_1 weights, Q8_1 for Q4_1/Q5_1 (Q8_0's codes, and the weight's
 block mins meet the activation block sum as ggml stores it: s = fp16(d *
 sum(q))), Q8_K blocks of 256 for the K-quants, fp16 or bf16 for
 F16/BF16 weights (quantized, then dequantized in float64). Model(path,
 act_quant=False) gives the plain float64 pass (the engine's SLUICE_CPU_ACT=f32
 path)."""
 import numpy as np
-from gguf import GGUFReader
+from gguf import GGUFReader, GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
+
+GGML_QUANT_SIZES[GGMLQuantizationType.Q8_1] = (32, 2 + 2 + 32)   # see the module note
 
 # Weight types with a per-block min (x = d*q + m), and their block bytes.
 MIN_TYPES = {"Q4_1": 20, "Q5_1": 24}
@@ -46,7 +51,7 @@ def act_round(x, wtype):
         u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
         u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
         return u.view(np.float32).astype(np.float64)
-    if wtype in ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "IQ4_NL"):
+    if wtype in ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "IQ4_NL", "Q8_1"):
         # d = amax/127 kept as fp16; q = nearest-even(x * 127/amax) (ggml's
         # x86 quantizer, the one llama.cpp runs on x86; Q8_1 has the same)
         q, amax = _q8_codes(x)
@@ -62,6 +67,16 @@ def act_round(x, wtype):
         d = np.divide(1.0, iscale, out=np.zeros_like(iscale), where=iscale != 0)
         return (q * d).reshape(x.shape)
     return x
+
+
+def _dequantize(t):
+    """The tensor's values in float64 (Q8_1 decoded here: d fp16, s fp16
+    (ignored), 32 int8 codes per block)."""
+    if t.tensor_type.name != "Q8_1":
+        return dequantize(t.data, t.tensor_type).astype(np.float64)
+    b = np.asarray(t.data, dtype=np.uint8).reshape(-1, 36)
+    d = b[:, 0:2].copy().view(np.float16).astype(np.float32)
+    return (b[:, 4:].view(np.int8).astype(np.float32) * d).astype(np.float64).reshape(-1)
 
 
 def _field(reader, key, default=None):
@@ -92,7 +107,7 @@ class Model:
         self.t, self.types, self.mins = {}, {}, {}
         for t in r.tensors:
             self.types[t.name] = t.tensor_type.name
-            w = dequantize(t.data, t.tensor_type).astype(np.float64)
+            w = _dequantize(t)
             shape = [int(x) for x in reversed(t.shape.tolist())]
             self.t[t.name] = w.reshape(shape)
             if t.tensor_type.name in MIN_TYPES:

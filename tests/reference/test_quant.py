@@ -31,11 +31,24 @@ RMSE_MAX = {
     "Q5_0": 0.0444, "Q4_1": 0.0818, "Q5_1": 0.0395,
     "IQ4_NL": 0.0772,   # our own search; llama.cpp's measures 0.0763 here (it weights by x^2)
     "Q2_K": 0.275, "Q3_K": 0.150, "IQ4_XS": 0.0772,
+    "Q8_1": 0.0057,     # Q8_0's codes
 }
+
 # Types whose dequantizer follows gguf's operation order exactly: 0 ulp
 # (every product in their dequantization is exact or rounded once in the
 # reference's order).
-BITWISE = {"Q5_0", "Q4_1", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "IQ4_XS"}
+BITWISE = {"Q5_0", "Q4_1", "Q5_1", "IQ4_NL", "Q8_1", "Q2_K", "Q3_K", "IQ4_XS"}
+
+
+def dequantize(q, name):
+    """gguf.quants.dequantize, except Q8_1, which the package has no
+    dequantizer for (and sizes at 40 bytes, the old float layout): decoded
+    here as ggml defines block_q8_1, x = fp16 d * qs (s, the fp16 sum, is
+    checked on its own below)."""
+    if name != "Q8_1":
+        return gguf.quants.dequantize(q, T[name])
+    b = q.reshape(-1, 36)
+    return b[:, 4:].view(np.int8).astype(np.float32) * b[:, 0:2].copy().view(np.float16).astype(np.float32)
 
 
 def _quantdump():
@@ -61,7 +74,7 @@ def test_reference_dequantizes_our_bytes_to_our_floats(dump_dir, name):
     ours = np.fromfile(dump_dir / f"{name}.deq", dtype=np.float32)
     src = np.fromfile(dump_dir / f"{name}.src", dtype=np.float32)
     assert ours.size == N and src.size == N
-    ref = gguf.quants.dequantize(q, T[name]).reshape(-1).astype(np.float32)
+    ref = dequantize(q, name).reshape(-1).astype(np.float32)
     assert ref.size == N
     assert np.all(np.isfinite(ref))
     # ulp distance via the ordered integer view of the float bits
@@ -89,6 +102,19 @@ def test_reference_decodes_random_grid_blocks_as_we_do(dump_dir, name):
     ref = gguf.quants.dequantize(q, T[name]).reshape(-1).astype(np.float32)
     assert np.all(np.isfinite(ref)) and np.abs(ref).max() > 0
     assert np.array_equal(ref.view(np.uint32), ours.view(np.uint32)), f"{name}: not bit-identical"
+
+
+def test_q8_1_is_q8_0_codes_with_ggml_sum(dump_dir):
+    """Our Q8_1 blocks: Q8_0's d and codes, and s = fp16(d * sum(qs)) with d
+    the float amax/127 (ggml's quantize_row_q8_1_ref; no reference writes
+    Q8_1 weights)."""
+    src = np.fromfile(dump_dir / "Q8_1.src", dtype=np.float32).reshape(-1, 32)
+    q1 = np.fromfile(dump_dir / "Q8_1.q", dtype=np.uint8).reshape(-1, 36)
+    q0 = gguf.quants.quantize(src.reshape(-1), T.Q8_0).view(np.uint8).reshape(-1, 34)
+    assert np.array_equal(q1[:, 0:2], q0[:, 0:2]) and np.array_equal(q1[:, 4:], q0[:, 2:])
+    d = np.abs(src).max(axis=1) / np.float32(127)
+    s = (d * q1[:, 4:].view(np.int8).astype(np.int32).sum(axis=1).astype(np.float32)).astype(np.float16)
+    assert np.array_equal(q1[:, 2:4].copy().view(np.float16)[:, 0].view(np.uint16), s.view(np.uint16))
 
 
 @pytest.mark.parametrize("name", ["F16", "BF16", "Q8_0", "Q5_0", "Q4_1", "Q5_1"])

@@ -339,4 +339,11 @@ Test(vec_dot_q16, extreme_codes_do_not_overflow)
     q2[1].dmin = sl_fp32_to_fp16(2.0f);   /* mins outweigh scales: negative weights */
     check_extreme(SL_GGML_TYPE_Q2_K, q2, 1.0f, 512);
     check_extreme(SL_GGML_TYPE_Q2_K, q2, -1.0f, 512);
+
+    sl_block_q8_1 q81[8];   /* a file may hold -128 too */
+    for (int b = 0; b < 8; b++) {
+        q81[b].d = q81[b].s = sl_fp32_to_fp16(1.0f);
+        memset(q81[b].qs, 0x80, sizeof q81[b].qs);
+    }
+    check_extreme(SL_GGML_TYPE_Q8_1, q81, -1.0f, 256);
 }

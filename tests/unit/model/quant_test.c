@@ -175,16 +175,18 @@ struct bound { uint32_t type; double rmse_max; };
  * where llama.cpp's reference quantizers land too (Q4_0 ~0.086, Q4_K ~0.070,
  * Q5_K ~0.035, Q6_K ~0.017; Q5_0 ~0.042, Q4_1 ~0.078 and Q5_1 ~0.038 are the
  * reference quantizers themselves; IQ4_NL's is our own search, 0.0735 where
- * llama.cpp's, minimizing an x^2-weighted error, measures 0.0763). The
- * low-bit ones measure Q2_K 0.261, Q3_K 0.143, IQ4_XS 0.0735; llama.cpp's
- * quantizer (no importance matrix) lands at 0.296, 0.151, 0.077 relative RMSE
- * on mkmodel's Gaussian weights, where ours give 0.262, 0.144, 0.074. */
+ * llama.cpp's, minimizing an x^2-weighted error, measures 0.0763; Q8_1 has
+ * Q8_0's codes). The low-bit ones measure Q2_K 0.261, Q3_K 0.143, IQ4_XS
+ * 0.0735; llama.cpp's quantizer (no importance matrix) lands at 0.296, 0.151,
+ * 0.077 relative RMSE on mkmodel's Gaussian weights, where ours give 0.262,
+ * 0.144, 0.074. */
 static const struct bound bounds[] = {
     {SL_GGML_TYPE_F32, 0.0},      {SL_GGML_TYPE_F16, 2.2e-4},  {SL_GGML_TYPE_BF16, 1.8e-3},
     {SL_GGML_TYPE_Q8_0, 0.0057},  {SL_GGML_TYPE_Q4_0, 0.090},  {SL_GGML_TYPE_Q4_K, 0.073},
     {SL_GGML_TYPE_Q5_K, 0.0362},  {SL_GGML_TYPE_Q6_K, 0.0180}, {SL_GGML_TYPE_Q5_0, 0.0444},
     {SL_GGML_TYPE_Q4_1, 0.0818},  {SL_GGML_TYPE_Q5_1, 0.0395}, {SL_GGML_TYPE_IQ4_NL, 0.0772},
     {SL_GGML_TYPE_Q2_K, 0.275},   {SL_GGML_TYPE_Q3_K, 0.150},  {SL_GGML_TYPE_IQ4_XS, 0.0772},
+    {SL_GGML_TYPE_Q8_1, 0.0057},
 };
 
 Test(quant, gaussian_rmse_within_bounds)
@@ -218,7 +220,8 @@ Test(quant, small_scale_and_constant_blocks)
     static uint8_t q[N * 4];
     uint32_t qt[] = {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K,
                      SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1,
-                     SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS};
+                     SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1, SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K,
+                     SL_GGML_TYPE_IQ4_XS};
     for (size_t t = 0; t < sizeof qt / sizeof qt[0]; t++) {
         sl_seeded_normal(src, N, 5);
         for (int i = 0; i < N; i++)
@@ -248,8 +251,8 @@ Test(quant, non_finite_inputs_do_not_crash)
     uint8_t q[1024];
     uint32_t qt[] = {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K,
                      SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_F16, SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q5_0,
-                     SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q2_K,
-                     SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS};
+                     SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1,
+                     SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS};
     sl_seeded_normal(src, 256, 9);
     src[3] = NAN;
     src[40] = INFINITY;
@@ -274,6 +277,16 @@ Test(quant, exact_values_round_trip)
     cr_assert_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q8_0, src, q, 256), SL_OK);
     sl_quant_dequantize_row(SL_GGML_TYPE_Q8_0, q, deq, 256);
     cr_expect_arr_eq(deq, src, sizeof deq);
+    cr_assert_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q8_1, src, q, 256), SL_OK);   /* the same codes */
+    sl_quant_dequantize_row(SL_GGML_TYPE_Q8_1, q, deq, 256);
+    cr_expect_arr_eq(deq, src, sizeof deq);
+    for (int b = 0; b < 8; b++) {   /* and s = fp16(d * sum), d = 2^-7 exactly */
+        const sl_block_q8_1 *blk = (const sl_block_q8_1 *)q + b;
+        int sum = 0;
+        for (int l = 0; l < 32; l++)
+            sum += blk->qs[l];
+        cr_expect_eq(blk->s, sl_fp32_to_fp16((float)sum * 0x1p-7f));
+    }
 
     for (int i = 0; i < 256; i++)
         src[i] = (float)((i * 5) % 16 - 8) * 0x1p-3f;
