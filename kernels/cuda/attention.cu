@@ -341,14 +341,12 @@ sl_status sl_cuda_attention(float *out, const float *q, int64_t T, int n_head, c
                             int64_t scratch_floats, cudaStream_t stream)
 {
     sl_cuda_attn_opts o = {1.0f / sqrtf((float)kv->head_dim), 0.0f, 0};
-    return sl_cuda_attention_layer(out, q, T, n_head, kv, batch, layer, n_ctx, &o, scratch, scratch_floats,
-                                      stream);
+    return sl_cuda_attention_layer(out, q, T, n_head, kv, batch, layer, n_ctx, &o, scratch, scratch_floats, stream);
 }
 
 sl_status sl_cuda_attention_layer(float *out, const float *q, int64_t T, int n_head, const sl_cuda_kv *kv,
-                                     const sl_cuda_batch *batch, int layer, int64_t n_ctx,
-                                     const sl_cuda_attn_opts *opts, float *scratch, int64_t scratch_floats,
-                                     cudaStream_t stream)
+                                  const sl_cuda_batch *batch, int layer, int64_t n_ctx, const sl_cuda_attn_opts *opts,
+                                  float *scratch, int64_t scratch_floats, cudaStream_t stream)
 {
     if (T < 1)
         return SL_OK;

@@ -144,8 +144,7 @@ sl_status sl_cuda_attention(float *out, const float *q, int64_t T, int n_head, c
  * min(n_ctx, window) positions, so its scratch need is never larger than
  * the unwindowed launch's. SL_EINVAL also for a negative window or cap. */
 sl_status sl_cuda_attention_layer(float *out, const float *q, int64_t T, int n_head, const sl_cuda_kv *kv,
-                                     const sl_cuda_batch *batch, int layer, int64_t n_ctx,
-                                     const sl_cuda_attn_opts *opts, float *scratch, int64_t scratch_floats,
-                                     cudaStream_t stream);
+                                  const sl_cuda_batch *batch, int layer, int64_t n_ctx, const sl_cuda_attn_opts *opts,
+                                  float *scratch, int64_t scratch_floats, cudaStream_t stream);
 
 #endif
