@@ -152,8 +152,9 @@ static inline void sl_quant_get_scale_min_k4(int j, const uint8_t *q, uint8_t *s
 
 /* ---- rows -------------------------------------------------------------- */
 
-/* Decodes `n` elements of a row stored in `type` (F32, F16, BF16, Q8_0,
- * Q4_0, Q4_K, Q5_K, Q6_K, Q5_0) from `src` into `dst` (n floats).
+/* Decodes `n` elements of a row stored in `type` (the sl_ggml_type_supported
+ * types: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q8_1, IQ4_NL, Q4_K,
+ * Q5_K, Q6_K) from `src` into `dst` (n floats).
  * Returns SL_OK; SL_EINVAL (bad n); SL_EUNSUPPORTED (other type). `dst` is
  * untouched on failure. The arithmetic follows the gguf package's order, so
  * results match its dequantizer bit for bit. */
@@ -161,8 +162,9 @@ sl_status sl_quant_dequantize_row(uint32_t type, const void *src, float *dst /* 
 
 /* Encodes `n` floats of `src` into `dst` (sl_ggml_row_bytes(type, n) bytes)
  * in `type` (the same types). Q8_0/Q4_0 take the block scale from the
- * absolute maximum as the format defines; Q5_0 is the gguf package's
- * reference quantizer byte for byte (model/quant_legacy.c); the K-quants search each
+ * absolute maximum as the format defines; Q5_0, Q4_1 and Q5_1 are the gguf
+ * package's reference quantizers byte for byte, IQ4_NL searches the block
+ * scale, Q8_1 is Q8_0 plus its sum (model/quant_legacy.c); the K-quants search each
  * sub-block's scale (and min) by a grid of candidate scales refined by least
  * squares, then quantize the 6/8-bit scales and re-fit the values to them.
  * Returns SL_OK; SL_EINVAL (bad n); SL_EUNSUPPORTED (other type). `dst` is

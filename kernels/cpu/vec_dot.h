@@ -15,7 +15,9 @@
  *            for bit (the engine promises batch-independent logits).
  * Memory:    no allocation; each weight block is decoded into a small stack
  *            buffer (or registers), never a whole row or matrix.
- * Types:     F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. Preconditions
+ * Types:     F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q8_1, IQ4_NL,
+ *            Q4_K, Q5_K, Q6_K (the 32-element ones other than Q8_0/Q4_0:
+ *            vec_dot_legacy*.c). Preconditions
  *            (checked by assert only; this is the hot path): the type is one
  *            of these and n is a multiple of its block size.
  * Speed:     activations aligned to 32 bytes (x and ldx*4) run ~30% faster
@@ -56,12 +58,13 @@ bool sl_vec_dot_avx2_available(void);
  * at byte j*ldxa of xa (xa and ldxa 4-byte aligned: blocks hold floats)
  * and is in format f: either f is F32/F16/BF16 (float rows;
  * sl_vec_dot_multi on them), or the 16-bit format of the type (Q16_0 for
- * Q8_0/Q4_0 weights, Q16_K for Q4_K/Q5_K/Q6_K), or the 8-bit one,
- * sl_act_format_of_type(type) (Q8_0 / Q8_K). Same determinism promise as
+ * the 32-element weight types, Q16_K for Q4_K/Q5_K/Q6_K), or the 8-bit one,
+ * sl_act_format_of_type(type) (Q8_0 / Q8_1 / Q8_K). Same determinism promise as
  * sl_vec_dot_multi: out[j] is bitwise what m = 1 gives for that row.
  * Integer sums are exact. 16-bit: AVX2 and portable are bitwise equal (the
  * float tail is shared code in a fixed order, in double). 8-bit: they
- * differ in the order of the float sums (~1e-7 relative). */
+ * differ in the order of the float sums (~1e-7 relative; for Q4_1/Q5_1
+ * ~1e-7 of sum |m * s|, as AVX2 sums the min terms apart, as ggml does). */
 void sl_vec_dot_act_multi(uint32_t type, enum sl_act_format f, const void *w_row, const void *xa,
                           size_t ldxa, int m, float *out /* OUT */, int64_t n);
 

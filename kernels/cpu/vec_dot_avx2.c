@@ -2,7 +2,7 @@
  * Compiled with -mavx2 -mfma -mf16c; called only after vec_dot.c has seen
  * the CPU support them. Runs in the CPU backend's threads.
  * Algorithm: the row is walked in chunks of 256 elements (one K-quant
- * super-block, eight Q8_0/Q4_0 blocks, or 256 plain floats). A quantized
+ * super-block, eight 32-element blocks, or 256 plain floats). A quantized
  * chunk is first staged (codes unpacked to bytes, scales to floats), then
  * turned into weights w = d*q - dmin, 8 at a time: the K-quant min is folded
  * in by one FMA per 8 weights, which costs what a per-sub-block activation
@@ -208,7 +208,7 @@ static inline int stage_chunk(uint32_t type, const void *row, int64_t c, int len
 }
 
 /* Decodes chunk `c` of the row into w; returns its length (256 except the
- * last chunk of a plain row, or of a Q8_0/Q4_0 row with n % 256 != 0). For
+ * last chunk of a plain row, or of a 32-element-block row with n % 256 != 0). For
  * F32 it points *wp at the row instead of copying. */
 static int decode_chunk(uint32_t type, const void *row, int64_t c, int64_t n, float *w,
                         const float **wp)

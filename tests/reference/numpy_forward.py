@@ -1,7 +1,11 @@
 """A float64 numpy forward pass for the llama, qwen2, qwen3, gemma2 and gemma3
 architectures that reads a GGUF file only through the `gguf` package (its
 reader and its reference dequantizers). This is the engine's reference:
-nothing in it comes from sluice's C code.
+nothing in it comes from sluice's C code. One exception: Q8_1, which the
+package cannot read (its size table keeps the old 40-byte block_q8_1 with
+float d and s; ggml's, and llama.cpp's, is 36 bytes with fp16 ones, and the
+package has no Q8_1 dequantizer): the size is corrected below and x = d * qs
+decoded here.
 
 Gemma, as llama.cpp computes it: embeddings times sqrt(n_embd); each
 branch's output RMS-normed (post_attention_norm, post_ffw_norm) before its
@@ -13,13 +17,38 @@ stored: the converter already wrote 1 + w.
 
 Before each weight matmul the input row is rounded the way llama.cpp (and the
 engine by default) feeds it to a weight of that type: 8-bit Q8_0 blocks of 32
-for Q4_0/Q8_0/Q5_0 weights, Q8_K blocks of 256 for the K-quants, fp16 or bf16 for
+for Q4_0/Q8_0/Q5_0/IQ4_NL/Q8_1 weights, Q8_1 for Q4_1/Q5_1 (Q8_0's codes, and the weight's
+block mins meet the activation block sum as ggml stores it: s = fp16(d *
+sum(q))), Q8_K blocks of 256 for the K-quants, fp16 or bf16 for
 F16/BF16 weights (quantized, then dequantized in float64). Model(path,
 act_quant=False) gives the plain float64 pass (the engine's SLUICE_CPU_ACT=f32
 path)."""
 import numpy as np
-from gguf import GGUFReader
+from gguf import GGUFReader, GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
+
+GGML_QUANT_SIZES[GGMLQuantizationType.Q8_1] = (32, 2 + 2 + 32)   # see the module note
+
+# Weight types with a per-block min (x = d*q + m), and their block bytes.
+MIN_TYPES = {"Q4_1": 20, "Q5_1": 24}
+
+
+def _q8_codes(x):
+    """Q8_0/Q8_1 codes (..., n/32, 32) of rows x and each block's amax."""
+    b = x.reshape(*x.shape[:-1], -1, 32)
+    amax = np.abs(b).max(axis=-1, keepdims=True)
+    inv = np.divide(127.0, amax, out=np.zeros_like(amax), where=amax > 0)
+    return np.clip(np.rint(b * inv), -127, 127), amax
+
+
+def q8_1_sum_error(x):
+    """(..., n/32): the stored Q8_1 sum s = fp16(d * sum(q)) minus the sum of
+    the dequantized codes, fp16(d) * sum(q): what ggml's Q4_1/Q5_1 dots add
+    per unit of block min beyond the rounded activations' own dot."""
+    q, amax = _q8_codes(x)
+    d, qs = (amax / 127.0)[..., 0], q.sum(axis=-1)
+    s = (d * qs).astype(np.float32).astype(np.float16).astype(np.float64)
+    return s - d.astype(np.float16).astype(np.float64) * qs
 
 
 def act_round(x, wtype):
@@ -31,13 +60,10 @@ def act_round(x, wtype):
         u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
         u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
         return u.view(np.float32).astype(np.float64)
-    if wtype in ("Q8_0", "Q4_0", "Q5_0"):
+    if wtype in ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "IQ4_NL", "Q8_1"):
         # d = amax/127 kept as fp16; q = nearest-even(x * 127/amax) (ggml's
-        # x86 quantizer, the one llama.cpp runs on x86)
-        b = x.reshape(*x.shape[:-1], -1, 32)
-        amax = np.abs(b).max(axis=-1, keepdims=True)
-        inv = np.divide(127.0, amax, out=np.zeros_like(amax), where=amax > 0)
-        q = np.clip(np.rint(b * inv), -127, 127)
+        # x86 quantizer, the one llama.cpp runs on x86; Q8_1 has the same)
+        q, amax = _q8_codes(x)
         return (q * (amax / 127.0).astype(np.float16).astype(np.float64)).reshape(x.shape)
     if wtype in ("Q4_K", "Q5_K", "Q6_K"):
         # the element of largest magnitude, sign kept, maps to -127;
@@ -50,6 +76,16 @@ def act_round(x, wtype):
         d = np.divide(1.0, iscale, out=np.zeros_like(iscale), where=iscale != 0)
         return (q * d).reshape(x.shape)
     return x
+
+
+def _dequantize(t):
+    """The tensor's values in float64 (Q8_1 decoded here: d fp16, s fp16
+    (ignored), 32 int8 codes per block)."""
+    if t.tensor_type.name != "Q8_1":
+        return dequantize(t.data, t.tensor_type).astype(np.float64)
+    b = np.asarray(t.data, dtype=np.uint8).reshape(-1, 36)
+    d = b[:, 0:2].copy().view(np.float16).astype(np.float32)
+    return (b[:, 4:].view(np.int8).astype(np.float32) * d).astype(np.float64).reshape(-1)
 
 
 def _field(reader, key, default=None):
@@ -82,19 +118,30 @@ class Model:
         self.final_cap = _field(r, f"{a}.final_logit_softcapping", 30.0) if a == "gemma2" else 0.0
         self.swa_base = 10000.0 if a == "gemma3" else self.rope_base
         self.act_quant = act_quant
-        self.t, self.types = {}, {}
+        self.t, self.types, self.mins = {}, {}, {}
         for t in r.tensors:
             self.types[t.name] = t.tensor_type.name
-            w = dequantize(t.data, t.tensor_type).astype(np.float64)
+            w = _dequantize(t)
             shape = [int(x) for x in reversed(t.shape.tolist())]
             self.t[t.name] = w.reshape(shape)
+            if t.tensor_type.name in MIN_TYPES:
+                # block min m: bytes 2-3 of each block (after d), fp16
+                raw = np.asarray(t.data, dtype=np.uint8).reshape(-1, MIN_TYPES[t.tensor_type.name])
+                m = raw[:, 2:4].copy().view(np.float16)[:, 0].astype(np.float64)
+                self.mins[t.name] = m.reshape(shape[0], -1)
         out = "output.weight" if "output.weight" in self.t else "token_embd.weight"
         self.output = self.t[out]
         self.output_type = self.types[out]
+        self.output_name = out
 
-    def _mm(self, x, w, wtype):
+    def _mm(self, x, w, wtype, name=None):
         """x @ w.T with x rounded as activations for a weight of type wtype."""
-        return (act_round(x, wtype) if self.act_quant else x) @ w.T
+        if not self.act_quant:
+            return x @ w.T
+        y = act_round(x, wtype) @ w.T
+        if wtype in MIN_TYPES:
+            y = y + q8_1_sum_error(x) @ self.mins[name].T
+        return y
 
     def _slides(self, l):
         if not self.window:
@@ -138,7 +185,7 @@ class Model:
             p = f"blk.{l}."
             g = lambda n: self.t[p + n]
             h = self._norm(x, g("attn_norm.weight"))
-            mm = lambda x, n: self._mm(x, g(n), self.types[p + n])
+            mm = lambda x, n: self._mm(x, g(n), self.types[p + n], p + n)
             q, k, v = mm(h, "attn_q.weight"), mm(h, "attn_k.weight"), mm(h, "attn_v.weight")
             if p + "attn_q.bias" in self.t:
                 q, k, v = q + g("attn_q.bias"), k + g("attn_k.bias"), v + g("attn_v.bias")
@@ -168,7 +215,8 @@ class Model:
                 act = gate / (1 + np.exp(-gate))
             o = mm(act * up, "ffn_down.weight")
             x = x + (self._norm(o, g("post_ffw_norm.weight")) if self.gemma else o)
-        out = self._mm(self._norm(x, self.t["output_norm.weight"]), self.output, self.output_type)
+        out = self._mm(self._norm(x, self.t["output_norm.weight"]), self.output, self.output_type,
+                       self.output_name)
         if self.final_cap:
             out = self.final_cap * np.tanh(out / self.final_cap)
         return out

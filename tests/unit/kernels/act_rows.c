@@ -11,7 +11,8 @@
 
 const uint32_t act_rows_qtypes[ACT_ROWS_NQ] = {
     SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
-    SL_GGML_TYPE_Q5_0,
+    SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_NL,
+    SL_GGML_TYPE_Q8_1,
 };
 
 void act_rows_make(uint32_t type, int64_t n, enum sl_act_format f, uint64_t seed, act_rows *r)

@@ -68,8 +68,13 @@ Test(act_quant16, q16_0_is_nearest_even_of_x_over_d)
     x[4] = 1.0f / 65534.0f;   /* with amax 1, exactly 0.5 of a step: rounds to even, 0 */
     sl_block_q16_0 y[3];
     sl_act_quantize_row(SL_ACT_Q16_0, x, y, 96);
-    for (int b = 0; b < 3; b++)
+    for (int b = 0; b < 3; b++) {
         check_block16(x + 32 * b, y[b].qs, y[b].d, 32);
+        int32_t s = 0;
+        for (int i = 0; i < 32; i++)
+            s += y[b].qs[i];
+        cr_assert_eq(y[b].sum, s);   /* the Q4_1/Q5_1 min term's sum */
+    }
     cr_expect_eq(y[2].d, 0.0f);
     cr_expect_eq(sl_act_row_bytes(SL_ACT_Q16_0, 96), 3 * sizeof(sl_block_q16_0));
 }
@@ -118,6 +123,8 @@ Test(act_quant16, modes_map_types)
     cr_expect_eq(sl_act_format_of_mode(SL_ACT_MODE_Q16, SL_GGML_TYPE_Q4_0), SL_ACT_Q16_0);
     cr_expect_eq(sl_act_format_of_mode(SL_ACT_MODE_Q16, SL_GGML_TYPE_Q8_0), SL_ACT_Q16_0);
     cr_expect_eq(sl_act_format_of_mode(SL_ACT_MODE_Q16, SL_GGML_TYPE_Q6_K), SL_ACT_Q16_K);
+    cr_expect_eq(sl_act_format_of_mode(SL_ACT_MODE_Q16, SL_GGML_TYPE_Q5_0), SL_ACT_Q16_0);
+    cr_expect_eq(sl_act_format_of_mode(SL_ACT_MODE_Q16, SL_GGML_TYPE_Q4_1), SL_ACT_Q16_0);
     cr_expect_eq(sl_act_format_of_mode(SL_ACT_MODE_Q16, SL_GGML_TYPE_F16), SL_ACT_F32);
     cr_expect_eq(sl_act_format_of_mode(SL_ACT_MODE_Q16, SL_GGML_TYPE_BF16), SL_ACT_F32);
     cr_expect_eq(sl_act_format_of_mode(SL_ACT_MODE_Q8, SL_GGML_TYPE_Q4_K), SL_ACT_Q8_K);
@@ -294,4 +301,26 @@ Test(vec_dot_q16, extreme_codes_do_not_overflow)
         memset(q8[b].qs, 0x80, sizeof q8[b].qs);   /* -128 */
     }
     check_extreme(SL_GGML_TYPE_Q8_0, q8, -1.0f, 256);
+
+    sl_block_q5_1 q51[8];
+    memset(q51, 0xFF, sizeof q51);   /* codes 31 */
+    for (int b = 0; b < 8; b++) {
+        q51[b].d = sl_fp32_to_fp16(1.0f);
+        q51[b].m = sl_fp32_to_fp16(-1000.0f);
+    }
+    check_extreme(SL_GGML_TYPE_Q5_1, q51, 1.0f, 256);
+    check_extreme(SL_GGML_TYPE_Q5_1, q51, -1.0f, 256);
+
+    sl_block_iq4_nl nl[8];
+    memset(nl, 0, sizeof nl);   /* level 0: -127, the largest code of the 32-element types */
+    for (int b = 0; b < 8; b++)
+        nl[b].d = sl_fp32_to_fp16(1.0f);
+    check_extreme(SL_GGML_TYPE_IQ4_NL, nl, 1.0f, 256);
+
+    sl_block_q8_1 q81[8];   /* a file may hold -128 too */
+    for (int b = 0; b < 8; b++) {
+        q81[b].d = q81[b].s = sl_fp32_to_fp16(1.0f);
+        memset(q81[b].qs, 0x80, sizeof q81[b].qs);
+    }
+    check_extreme(SL_GGML_TYPE_Q8_1, q81, -1.0f, 256);
 }
