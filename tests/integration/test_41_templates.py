@@ -55,3 +55,18 @@ def test_unparsable_template_is_exit_2(model, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert "broken.jinja" in r.stderr or "template" in r.stderr
+
+
+@pytest.mark.parametrize("preset,builtin", [("tiny-gemma3", "gemma"), ("tiny-gemma2", "gemma"),
+                                            ("tiny-llama", "chatml")])
+def test_file_without_template_gets_its_architectures_builtin(make_model, tmp_path, preset, builtin):
+    """mkmodel files carry no tokenizer.chat_template: a gemma-family one is
+    served with the Gemma turn format, any other with chatml; either serves."""
+    s = Server(make_model(preset, "Q8_0", n_vocab=1024), tmp_path, frontends=1, extra=["--ctx-size", "1024"])
+    try:
+        status, body = post(s.base, {"messages": [{"role": "system", "content": "S"},
+                                                  {"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert status == 200, body
+        assert f"has no chat template; using {builtin}\n" in s.log_path.read_text()
+    finally:
+        s.stop()

@@ -10,7 +10,9 @@
  * (tools/cudacheck/sampling.c says what is compared).
  * --ops first runs the library's per-kernel self-test (sl_cuda_selftest in
  * kernels/cuda/selftest.cu: matmul per type, rmsnorm, paged attention against
- * float64 host references), which points at the kernel when a model fails.
+ * float64 host references; then sl_cuda_selftest_window in
+ * kernels/cuda/selftest_window.cu: sliding windows and soft caps), which
+ * points at the kernel when a model fails.
  * Per model:
  *  1. cpu vs cuda: one sequence, the prompt prefilled in chunks (logits of
  *     every row), then --gen greedy decode steps fed the CPU's argmax: the
@@ -516,6 +518,13 @@ static int run_ops(void)
     printf("kernel self-test:\n");
     fflush(stdout);
     int f = selftest(stdout);
+    /* the attention options of the gemma architectures (kernels/cuda/selftest_window.cu) */
+    int (*window)(FILE *);
+    *(void **)&window = dlsym(h, "sl_cuda_selftest_window");
+    if (f >= 0 && window) {
+        int fw = window(stdout);
+        f = fw < 0 ? fw : f + fw;
+    }
     fflush(stdout);
     printf("result kernels %s\n", f == 0 ? "PASS" : f < 0 ? "could not run" : "FAIL");
     return f;
