@@ -175,11 +175,13 @@ int sl_cli_generate(int argc, char **argv)
         return 2;
     char default_path[4096];
     if (!o.model) {
-        if (sl_cli_default_model(default_path, sizeof default_path) < 0) {
+        const char *what;
+        if (sl_cli_default_model(default_path, sizeof default_path, &what) < 0) {
             fprintf(stderr, "sluice generate: no -m given and the default model is missing "
                             "(tools/setup.sh creates it)\n");
             return 2;
         }
+        fprintf(stderr, "sluice generate: no -m given: using %s, %s\n", default_path, what);
         o.model = default_path;
     }
     char err[SL_ERR_LEN];
