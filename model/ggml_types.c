@@ -59,6 +59,7 @@ bool sl_ggml_type_supported(uint32_t type)
     case SL_GGML_TYPE_F32: case SL_GGML_TYPE_F16: case SL_GGML_TYPE_BF16:
     case SL_GGML_TYPE_Q8_0: case SL_GGML_TYPE_Q4_0:
     case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K: case SL_GGML_TYPE_Q6_K:
+    case SL_GGML_TYPE_Q5_0:
         return true;
     }
     return false;

@@ -56,7 +56,7 @@ uint32_t sl_ggml_block_bytes(uint32_t type);
 const char *sl_ggml_type_name(uint32_t type);
 
 /* True for the types the engine computes with: F32, F16, BF16, Q8_0, Q4_0,
- * Q4_K, Q5_K, Q6_K. */
+ * Q4_K, Q5_K, Q6_K, Q5_0. */
 bool sl_ggml_type_supported(uint32_t type);
 
 /* Bytes of one row of `n` elements, or 0 if `n` is not a multiple of the

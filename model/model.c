@@ -142,9 +142,18 @@ static sl_status bind_tensor(binder *b, const char *name, int64_t ne0, int64_t n
     }
     if (f32_only ? t->type != SL_GGML_TYPE_F32 : !sl_ggml_type_supported(t->type)) {
         const char *tn = sl_ggml_type_name(t->type);
+        char list[160] = "F32 expected";
+        if (!f32_only) {   /* every supported type's name, in GGUF id order */
+            size_t len = 0;
+            for (uint32_t ty = 0; ty < SL_GGML_TYPE_COUNT; ty++)
+                if (sl_ggml_type_supported(ty) && len < sizeof list)
+                    len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "",
+                                            sl_ggml_type_name(ty));
+            if (len < sizeof list)
+                snprintf(list + len, sizeof list - len, " are supported");
+        }
         snprintf(b->err, SL_ERR_LEN, "%s: tensor '%s' has type %s, which sluice does not support here (%s)",
-                 sl_gguf_path(b->g), name, tn ? tn : "?",
-                 f32_only ? "F32 expected" : "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K are supported");
+                 sl_gguf_path(b->g), name, tn ? tn : "?", list);
         return SL_EUNSUPPORTED;
     }
     *out = t;

@@ -1,5 +1,7 @@
-/* model/quant.c: scalar half/bfloat16 conversions, the reference
- * dequantizers of GGUF's block formats and sluice's own quantizers.
+/* model/quant.c: the reference dequantizers of GGUF's block formats and
+ * sluice's own quantizers: F32/F16/BF16, Q8_0, Q4_0 and the K-quants here,
+ * the other 32-element formats in quant_legacy.c (dispatched from here),
+ * the half/bfloat16 scalars in half.c.
  * Runs in mkmodel (quantize), the GGUF loader and tests (dequantize).
  * Trade-off: the K-quant quantizers spend a search per sub-block (11-21
  * candidate scales, each refit by least squares, then a search over the
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "model/ggml_types.h"
+#include "model/quant_legacy.h"
 
 _Static_assert(sizeof(sl_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(sl_block_q8_0) == 34, "Q8_0 block is 34 bytes");
@@ -21,70 +24,6 @@ _Static_assert(sizeof(sl_block_q6_K) == 210, "Q6_K block is 210 bytes");
 
 /* sl_ggml_block_bytes() is a function, so these use literals; the unit test
  * checks the same sizes against the table. */
-
-/* ======================================================================
- * Scalars
- * ====================================================================== */
-
-static inline uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
-float sl_fp16_to_fp32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t mant = h & 0x3ff;
-
-    if (exp == 0) {
-        /* zero or subnormal: mant * 2^-24 is exact in float32 */
-        float v = (float)mant * 0x1p-24f;
-        return bits_f32(sign | f32_bits(v));
-    }
-    if (exp == 31)
-        return bits_f32(sign | 0x7f800000u | (mant << 13));
-    return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-uint16_t sl_fp32_to_fp16(float f)
-{
-    uint32_t u = f32_bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-    uint32_t a = u & 0x7fffffffu;
-
-    if (a > 0x7f800000u)             /* NaN: keep the top payload, force quiet */
-        return (uint16_t)(sign | 0x7e00 | ((a >> 13) & 0x3ff));
-    if (a >= 0x477ff000u)            /* >= 65520 rounds (ties to even) to inf */
-        return (uint16_t)(sign | 0x7c00);
-    if (a < 0x38800000u) {           /* below 2^-14: a half subnormal or zero */
-        uint32_t e = a >> 23;
-        if (e < 102)                 /* below 2^-25: rounds to zero */
-            return sign;
-        uint32_t m = (a & 0x7fffff) | 0x800000;
-        uint32_t shift = 126 - e;    /* value = m * 2^(e-150) = (m >> shift) * 2^-24 */
-        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1)))
-            r++;                     /* may carry into the smallest normal: correct */
-        return (uint16_t)(sign | r);
-    }
-    uint32_t h = (a >> 13) - (112u << 10);
-    uint32_t rem = a & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
-        h++;                         /* a carry into the exponent is still right */
-    return (uint16_t)(sign | h);
-}
-
-float sl_bf16_to_fp32(uint16_t h)
-{
-    return bits_f32((uint32_t)h << 16);
-}
-
-uint16_t sl_fp32_to_bf16(float f)
-{
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 64);  /* quiet NaN, as ggml does */
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
 
 /* ======================================================================
  * Dequantization (operation order follows the gguf package's numpy code)
@@ -202,6 +141,8 @@ sl_status sl_quant_dequantize_row(uint32_t type, const void *src, float *dst, in
     case SL_GGML_TYPE_Q4_K: dequant_q4_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q5_K: dequant_q5_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q6_K: dequant_q6_K(src, dst, nb); break;
+    case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
+    case SL_GGML_TYPE_IQ4_NL: sl_quant_legacy_dequantize(type, src, dst, nb); break;
     }
     return SL_OK;
 }
@@ -620,6 +561,8 @@ sl_status sl_quant_quantize_row(uint32_t type, const float *src, void *dst, int6
     case SL_GGML_TYPE_Q4_K: quant_q4_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q5_K: quant_q5_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q6_K: quant_q6_K(src, dst, nb); break;
+    case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
+    case SL_GGML_TYPE_IQ4_NL: sl_quant_legacy_quantize(type, src, dst, nb); break;
     }
     return SL_OK;
 }

@@ -52,6 +52,54 @@ typedef struct {
     int8_t   qs[SL_QK8_0];
 } sl_block_q8_0;
 
+/* ---- the other 32-element ("legacy") blocks: model/quant_legacy.c ------
+ * All 32 elements per block; fp16 d (and m). Nibble packing as Q4_0: q[i]
+ * for i < 16 in the low nibble of qs[i], for i >= 16 in the high nibble of
+ * qs[i-16]. Five-bit types keep bit 4 of q[i] in bit i of qh read as a
+ * little-endian uint32. */
+#define SL_QK_LEGACY 32
+
+/* Q5_0: x[i] = d * (q[i] - 16), q 0..31. */
+typedef struct {
+    uint16_t d;
+    uint8_t  qh[4];
+    uint8_t  qs[SL_QK_LEGACY / 2];
+} sl_block_q5_0;
+
+/* Q4_1: x[i] = d * q[i] + m, q 0..15. */
+typedef struct {
+    uint16_t d;
+    uint16_t m;
+    uint8_t  qs[SL_QK_LEGACY / 2];
+} sl_block_q4_1;
+
+/* Q5_1: x[i] = d * q[i] + m, q 0..31. */
+typedef struct {
+    uint16_t d;
+    uint16_t m;
+    uint8_t  qh[4];
+    uint8_t  qs[SL_QK_LEGACY / 2];
+} sl_block_q5_1;
+
+/* Q8_1: x[i] = d * qs[i]; s = d * sum(qs) (fp16), a cached block sum that
+ * dequantization ignores. ggml's block_q8_1 (2 halves + 32 bytes; the gguf
+ * Python package's size table still says 40, its old float layout). Also
+ * the activation format llama.cpp dots Q4_1/Q5_1 weights with. */
+typedef struct {
+    uint16_t d;
+    uint16_t s;
+    int8_t   qs[SL_QK_LEGACY];
+} sl_block_q8_1;
+
+/* IQ4_NL: x[i] = d * sl_iq4nl_values[q[i]], q a nibble (Q4_0's packing). */
+typedef struct {
+    uint16_t d;
+    uint8_t  qs[SL_QK_LEGACY / 2];
+} sl_block_iq4_nl;
+
+/* IQ4_NL's 16 non-linear levels (ggml's kvalues_iq4nl), ascending. */
+extern const int8_t sl_iq4nl_values[16];
+
 /* Q4_K: 8 sub-blocks of 32; sub-block s has a 6-bit scale sc[s] and 6-bit
  * min m[s] (packed in `scales`, see sl_quant_get_scale_min_k4) and
  * x = d*sc[s]*q - dmin*m[s], q a nibble. The 64-element chunk c uses
@@ -105,15 +153,16 @@ static inline void sl_quant_get_scale_min_k4(int j, const uint8_t *q, uint8_t *s
 /* ---- rows -------------------------------------------------------------- */
 
 /* Decodes `n` elements of a row stored in `type` (F32, F16, BF16, Q8_0,
- * Q4_0, Q4_K, Q5_K, Q6_K) from `src` into `dst` (n floats).
+ * Q4_0, Q4_K, Q5_K, Q6_K, Q5_0) from `src` into `dst` (n floats).
  * Returns SL_OK; SL_EINVAL (bad n); SL_EUNSUPPORTED (other type). `dst` is
  * untouched on failure. The arithmetic follows the gguf package's order, so
  * results match its dequantizer bit for bit. */
 sl_status sl_quant_dequantize_row(uint32_t type, const void *src, float *dst /* OUT */, int64_t n);
 
 /* Encodes `n` floats of `src` into `dst` (sl_ggml_row_bytes(type, n) bytes)
- * in `type` (the same eight types). Q8_0/Q4_0 take the block scale from the
- * absolute maximum as the format defines; the K-quants search each
+ * in `type` (the same types). Q8_0/Q4_0 take the block scale from the
+ * absolute maximum as the format defines; Q5_0 is the gguf package's
+ * reference quantizer byte for byte (model/quant_legacy.c); the K-quants search each
  * sub-block's scale (and min) by a grid of candidate scales refined by least
  * squares, then quantize the 6/8-bit scales and re-fit the values to them.
  * Returns SL_OK; SL_EINVAL (bad n); SL_EUNSUPPORTED (other type). `dst` is

@@ -47,6 +47,8 @@ enum sl_act_format sl_act_format_of_type(uint32_t type)
     case SL_GGML_TYPE_F16: return SL_ACT_F16;
     case SL_GGML_TYPE_BF16: return SL_ACT_BF16;
     case SL_GGML_TYPE_Q4_0: case SL_GGML_TYPE_Q8_0: return SL_ACT_Q8_0;
+    case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_IQ4_NL: case SL_GGML_TYPE_Q8_1: return SL_ACT_Q8_0;
+    case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: return SL_ACT_Q8_1;
     case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K: case SL_GGML_TYPE_Q6_K: return SL_ACT_Q8_K;
     default: return SL_ACT_F32;
     }
@@ -60,7 +62,7 @@ enum sl_act_format sl_act_format_of_mode(enum sl_act_mode m, uint32_t type)
     case SL_ACT_MODE_Q16: break;
     }
     switch (sl_act_format_of_type(type)) {
-    case SL_ACT_Q8_0: return SL_ACT_Q16_0;
+    case SL_ACT_Q8_0: case SL_ACT_Q8_1: return SL_ACT_Q16_0;
     case SL_ACT_Q8_K: return SL_ACT_Q16_K;
     /* F16/BF16 weights: float32 rows. fp16-rounded inputs cost ~1e-4 of
      * the logits (the bound itself) and buy nothing: the float kernel
@@ -78,6 +80,7 @@ size_t sl_act_row_bytes(enum sl_act_format f, int64_t n)
 {
     switch (f) {
     case SL_ACT_Q8_0: return (size_t)(n / SL_QK8_0) * sizeof(sl_block_q8_0);
+    case SL_ACT_Q8_1: return (size_t)(n / SL_QK_LEGACY) * sizeof(sl_block_q8_1);
     case SL_ACT_Q8_K: return (size_t)(n / SL_QK_K) * sizeof(sl_block_q8_K);
     case SL_ACT_Q16_0: return (size_t)(n / SL_QK8_0) * sizeof(sl_block_q16_0);
     case SL_ACT_Q16_K: return (size_t)(n / SL_QK_K) * sizeof(sl_block_q16_K);
@@ -97,6 +100,25 @@ static void quantize_q8_0(const float *x, sl_block_q8_0 *y, int64_t n)
         y[b].d = sl_fp32_to_fp16(d);
         for (int i = 0; i < SL_QK8_0; i++)   /* the clamp only tames NaN/inf */
             y[b].qs[i] = (int8_t)rintf(fminf(fmaxf(x[i] * id, -127.0f), 127.0f));
+    }
+}
+
+/* Q8_0's codes and fp16 d, plus s = fp16(d * sum) from the float d (ggml's
+ * x86 quantize_row_q8_1, which llama.cpp pairs with Q4_1/Q5_1 weights). */
+static void quantize_q8_1(const float *x, sl_block_q8_1 *y, int64_t n)
+{
+    for (int64_t b = 0; b < n / SL_QK_LEGACY; b++, x += SL_QK_LEGACY) {
+        float amax = 0.0f;
+        for (int i = 0; i < SL_QK_LEGACY; i++)
+            amax = fmaxf(amax, fabsf(x[i]));
+        float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < SL_QK_LEGACY; i++) {
+            y[b].qs[i] = (int8_t)rintf(fminf(fmaxf(x[i] * id, -127.0f), 127.0f));
+            sum += y[b].qs[i];
+        }
+        y[b].d = sl_fp32_to_fp16(d);
+        y[b].s = sl_fp32_to_fp16(d * (float)sum);
     }
 }
 
@@ -160,6 +182,8 @@ static void quantize_q16_0(const float *x, sl_block_q16_0 *y, int64_t n)
     for (int64_t b = 0; b < n / SL_QK8_0; b++, x += SL_QK8_0) {
         memset(&y[b], 0, sizeof y[b]);
         y[b].d = quantize16(x, y[b].qs, SL_QK8_0);
+        for (int i = 0; i < SL_QK8_0; i++)
+            y[b].sum += y[b].qs[i];
     }
 }
 
@@ -188,6 +212,10 @@ void sl_act_quantize_row(enum sl_act_format f, const float *x, void *dst, int64_
     case SL_ACT_Q8_K:
         assert(n % SL_QK_K == 0);
         quantize_q8_K(x, dst, n);
+        break;
+    case SL_ACT_Q8_1:
+        assert(n % SL_QK_LEGACY == 0);
+        quantize_q8_1(x, dst, n);
         break;
     case SL_ACT_Q16_0:
         assert(n % SL_QK8_0 == 0);

@@ -4,14 +4,18 @@
  * Who:       any thread; every function is pure except sl_act_mode(), which
  *            reads env SLUICE_CPU_ACT once (pthread_once).
  * Modes:     SLUICE_CPU_ACT picks one for the whole process:
- *   q16 (default) weight Q4_0, Q8_0       -> Q16_0 blocks of 32 (float scale
- *                                            amax/32767, int16 codes);
+ *   q16 (default) weight Q4_0, Q8_0 and the
+ *                 other 32-element types  -> Q16_0 blocks of 32 (float scale
+ *                                            amax/32767, int16 codes, their
+ *                                            sum for Q4_1/Q5_1's min);
  *                 weight Q4_K, Q5_K, Q6_K -> Q16_K blocks of 256 (same, plus
  *                                            8 int32 sums of 32 codes, for
  *                                            the K-quants' min terms);
  *                 weight F32, F16, BF16   -> the float32 row itself.
  *   q8            llama.cpp's rounding, kept for parity checks against it:
- *                 Q4_0/Q8_0 -> Q8_0 blocks, K-quants -> Q8_K blocks,
+ *                 Q4_0/Q8_0/Q5_0/IQ4_NL/Q8_1 -> Q8_0 blocks, Q4_1/Q5_1 ->
+ *                 Q8_1 blocks (Q8_0's codes plus ggml's fp16 sum s),
+ *                 K-quants -> Q8_K blocks,
  *                 F16 / BF16 -> float32 rows holding fp16 / bf16 rounded
  *                 values, F32 -> the row itself.
  *   f32           every type -> the float32 row (~5e-7 from float64).
@@ -44,13 +48,15 @@ typedef struct {
 } sl_block_q8_K;
 _Static_assert(sizeof(sl_block_q8_K) == 292, "sl_block_q8_K is ggml's block_q8_K");
 
-/* Q16_0 (for Q4_0/Q8_0 weights): x[i] ~= d * qs[i], |qs[i]| <= 32767. The
+/* Q16_0 (for the 32-element weight types): x[i] ~= d * qs[i],
+ * |qs[i]| <= 32767; sum = the sum of qs (the Q4_1/Q5_1 min term). The
  * codes come first and the block is 96 bytes, so in a 32-byte aligned row
  * every 16-code load is aligned (68 bytes would split half of them). */
 typedef struct {
     int16_t qs[SL_QK8_0];
     float   d;
-    int32_t _pad[7];
+    int32_t sum;
+    int32_t _pad[6];
 } sl_block_q16_0;
 _Static_assert(sizeof(sl_block_q16_0) == 96, "sl_block_q16_0 keeps 32-byte alignment");
 
@@ -72,6 +78,7 @@ enum sl_act_format {
     SL_ACT_Q8_K,  /* sl_block_q8_K[n/256] */
     SL_ACT_Q16_0, /* sl_block_q16_0[n/32] */
     SL_ACT_Q16_K, /* sl_block_q16_K[n/256] */
+    SL_ACT_Q8_1,  /* sl_block_q8_1[n/32] */
 };
 
 enum sl_act_mode {
@@ -97,16 +104,18 @@ enum sl_act_format sl_act_format_of_mode(enum sl_act_mode mode, uint32_t type);
 enum sl_act_format sl_act_format_of_type(uint32_t type);
 
 /* Bytes of one row of n elements in format f. n must be a multiple of 32
- * (Q8_0, Q16_0) or 256 (Q8_K, Q16_K); any n for the float formats. */
+ * (Q8_0, Q8_1, Q16_0) or 256 (Q8_K, Q16_K); any n for the float formats. */
 size_t sl_act_row_bytes(enum sl_act_format f, int64_t n);
 
 /* Writes row x (n floats) into dst in format f.
  *   Q16_0, Q16_K: d = amax/32767 (float), q = nearest-even(x / d) (then
- *         |q| <= 32767), bsums exact.
+ *         |q| <= 32767), sum and bsums exact.
  * The 8-bit formats follow ggml:
  *   Q8_0: d = amax/127 kept as fp16, q = nearest-even(x * (127/amax)) (the
  *         rule of ggml's x86 quantizer, which llama.cpp runs on this CPU;
  *         its reference C one rounds x/d half away from zero);
+ *   Q8_1: Q8_0's d and codes, s = fp16(d * sum(q)) with d the float
+ *         amax/127 (ggml's x86 quantize_row_q8_1);
  *   Q8_K: v = the element of largest magnitude, iscale = -127/v,
  *         q = min(127, nearest-even(iscale * x)), d = 1/iscale;
  *   an all-zero block gets d = 0 and zero codes (so does a Q16 block whose

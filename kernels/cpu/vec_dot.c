@@ -56,7 +56,9 @@ static void decode_block(uint32_t type, const void *w, int64_t b, int64_t n, str
         break;
     }
     case SL_GGML_TYPE_Q8_0: case SL_GGML_TYPE_Q4_0: case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K:
-    case SL_GGML_TYPE_Q6_K: {
+    case SL_GGML_TYPE_Q6_K:
+    case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
+    case SL_GGML_TYPE_IQ4_NL: {
         /* the integer unpacking the 8- and 16-bit activation paths use
          * (vec_dot_int.h), then in float: codes, d*sc and dmin*m are exact
          * conversions and one product each, as if decoded here directly */
@@ -70,6 +72,10 @@ static void decode_block(uint32_t type, const void *w, int64_t b, int64_t n, str
             d->ds[s] = u.d * (float)u.sc[s];
             if (d->has_min)
                 d->dm[s] = u.dmin * (float)u.mn[s];
+        }
+        if (sl_vec_dot_block_min(type)) {   /* Q4_1/Q5_1: x = d*q + m, so dm = -m (exact) */
+            d->has_min = true;
+            d->dm[0] = -u.m;
         }
         for (int i = 0; i < u.n; i++)
             d->q[i] = (float)u.q[i];
@@ -192,7 +198,7 @@ void sl_vec_dot_act_multi(uint32_t type, enum sl_act_format f, const void *w_row
                           int m, float *out, int64_t n)
 {
     pthread_once(&isa_once, isa_choose);
-    if (f == SL_ACT_Q8_0 || f == SL_ACT_Q8_K) {
+    if (f == SL_ACT_Q8_0 || f == SL_ACT_Q8_1 || f == SL_ACT_Q8_K) {
         assert(f == sl_act_format_of_type(type));
         isa_q8(type, w_row, xa, ldxa, m, out, n);
     } else if (f == SL_ACT_Q16_0 || f == SL_ACT_Q16_K) {

@@ -23,6 +23,7 @@
 #include <assert.h>
 #include <immintrin.h>
 
+#include "kernels/cpu/avx2_legacy.h"
 #include "kernels/cpu/avx2_util.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
@@ -153,6 +154,25 @@ static inline void staged_store(const struct staged *st, bool k4, int shift, int
 /* Staging kinds: which staged_vec variant and pairs per vector. */
 enum { STAGED_PLAIN = -1, STAGED_SIGNED = 0, STAGED_K4 = 1, STAGED_SIGNED16 = 2 };
 
+/* The other 32-element types (avx2_legacy.h): signed codes staged as Q4_0's
+ * (Q5_0, Q8_1, IQ4_NL's levels: w = round(q*d), the dequantizer's value),
+ * or unsigned ones as the K4 types' with s = d, o = -m (Q4_1, Q5_1:
+ * w = q*d + m, one rounding). Returns the STAGED_* kind. */
+static inline int stage_legacy(uint32_t type, const void *row, int64_t c, int nblk, struct staged *st)
+{
+    bool min1 = sl_avx2_legacy_min(type);
+    int bb = sl_avx2_legacy_bytes(type);
+    for (int i = 0; i < nblk; i++) {
+        float d, m;
+        __m256i q = sl_avx2_legacy_block(type, (const char *)row + (c * (CHUNK / 32) + i) * bb, &d, &m);
+        st->s[i] = d;
+        st->o[i] = min1 ? -m : -MAGIC_F * d;
+        _mm256_store_si256((__m256i *)(st->codes + 32 * i), q);
+    }
+    st->shift = 2;
+    return min1 ? STAGED_K4 : STAGED_SIGNED;
+}
+
 /* Stages chunk c of a quantized row; returns its STAGED_* kind
  * (STAGED_PLAIN for a float type, which is not staged). */
 static inline int stage_chunk(uint32_t type, const void *row, int64_t c, int len, struct staged *st)
@@ -177,6 +197,12 @@ static inline int stage_chunk(uint32_t type, const void *row, int64_t c, int len
     case SL_GGML_TYPE_Q6_K:
         stage_q6_K((const sl_block_q6_K *)row + c, st);
         return STAGED_SIGNED16;
+    /* a constant type per call, so each inlines its own unpacking */
+    case SL_GGML_TYPE_Q5_0: return stage_legacy(SL_GGML_TYPE_Q5_0, row, c, len / 32, st);
+    case SL_GGML_TYPE_Q4_1: return stage_legacy(SL_GGML_TYPE_Q4_1, row, c, len / 32, st);
+    case SL_GGML_TYPE_Q5_1: return stage_legacy(SL_GGML_TYPE_Q5_1, row, c, len / 32, st);
+    case SL_GGML_TYPE_Q8_1: return stage_legacy(SL_GGML_TYPE_Q8_1, row, c, len / 32, st);
+    case SL_GGML_TYPE_IQ4_NL: return stage_legacy(SL_GGML_TYPE_IQ4_NL, row, c, len / 32, st);
     }
     return STAGED_PLAIN;
 }

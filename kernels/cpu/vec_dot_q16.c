@@ -4,9 +4,11 @@
  * vec_dot_q16_avx2.c, and bitwise equal to it: both form the same exact
  * integer sums per block and pass them to the same float tails
  * (vec_dot_int.h) in the same order.
- *   Q8_0 / Q4_0 weights, Q16_0 activations, per block b of 32:
+ *   Q8_0 / Q4_0 (and Q5_0, IQ4_NL, Q8_1) weights, Q16_0 activations, per
+ *   block b of 32:
  *       sumi = sum(qw * qa), int32: |.| <= 32 * 128 * 32767 < 2^27;
- *       acc[b % 4] += dw * da * sumi (double), then a fixed 4-lane sum.
+ *       acc[b % 4] += dw * da * sumi (double), then a fixed 4-lane sum;
+ *       Q4_1 / Q5_1 add m * da * sum(qa) to the block's term.
  *   Q4_K / Q5_K / Q6_K weights, Q16_K activations, per super-block of 256:
  *       isum = sum_s sc[s] * sum_{i in s}(q * qa), int64 (the per-sub-block
  *       sums fit int32: <= 32 * 63 * 32767; their scaled total need not);
@@ -23,6 +25,7 @@
 
 static float row_dot0(uint32_t type, const void *w_row, const sl_block_q16_0 *a, int64_t nb)
 {
+    bool min1 = sl_vec_dot_block_min(type);
     double acc[4] = {0, 0, 0, 0};
     sl_qblock u;
     int64_t b = 0;
@@ -31,7 +34,7 @@ static float row_dot0(uint32_t type, const void *w_row, const sl_block_q16_0 *a,
         int32_t sumi = 0;
         for (int i = 0; i < SL_QK8_0; i++)
             sumi += u.q[i] * a[b].qs[i];
-        acc[b % 4] += sl_q16_term0(u.d, a[b].d, sumi);
+        acc[b % 4] += min1 ? sl_q16_term1(u.d, u.m, a[b].d, sumi, a[b].sum) : sl_q16_term0(u.d, a[b].d, sumi);
     }
     for (; b % 4 != 0; b++)   /* the zero padding of the last group (vec_dot_int.h) */
         acc[b % 4] += 0.0;

@@ -278,6 +278,8 @@ static inline __attribute__((always_inline)) void dot_group(uint32_t type, const
     case SL_GGML_TYPE_Q4_K: rowsk(4, w_row, xa, ldxa, mt, out, n); break;
     case SL_GGML_TYPE_Q5_K: rowsk(5, w_row, xa, ldxa, mt, out, n); break;
     case SL_GGML_TYPE_Q6_K: rowsk(6, w_row, xa, ldxa, mt, out, n); break;
+    case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
+    case SL_GGML_TYPE_IQ4_NL: sl_vec_dot_legacy_q16_avx2(type, w_row, xa, ldxa, mt, out, n); break;
     default: assert(!"vec_dot_q16_avx2: unsupported type");
     }
 }

@@ -11,6 +11,9 @@
  *      Q8_K's bsums are for)
  *   Q6_K weights, Q8_K activations, per super-block:
  *       dw * da * sum_s sc[s] * sum((q - 32) * qa)
+ *   Q5_0 / IQ4_NL / Q8_1 weights, Q8_0 activations: as Q4_0 (IQ4_NL's code
+ *       is its non-linear level); Q4_1 / Q5_1 weights, Q8_1 activations:
+ *       dw * da * sum(q * qa) + m * s (s: the activation block's fp16 sum)
  * Trade-off: each weight block is unpacked to int8 codes once per group of
  * up to 32 activation rows (prefill), and each row's sum is computed by the
  * same code whatever the group, so a row's result never depends on m. */
@@ -92,15 +95,29 @@ void sl_vec_dot_unpack(uint32_t type, const void *w, int64_t b, sl_qblock *u)
         }
         break;
     }
+    case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
+    case SL_GGML_TYPE_IQ4_NL:
+        sl_vec_dot_unpack_legacy(type, w, b, u);
+        break;
     default:
         assert(!"vec_dot_q8: unsupported type");
     }
 }
 
 /* The block's contribution to one dot product; `a` is the activation's
- * Q8_0 block (n = 32) or Q8_K block (n = 256) for the same elements. */
-static float block_dot(const sl_qblock *u, bool k4, const void *a)
+ * Q8_0 block (n = 32), Q8_1 block (min1: Q4_1/Q5_1 weights) or Q8_K block
+ * (n = 256) for the same elements. Q8_1: dw*da*sum(q*qa) + m*s, ggml's
+ * terms (s, the activation's fp16 sum, carries its rounding). */
+static float block_dot(const sl_qblock *u, bool k4, bool min1, const void *a)
 {
+    if (min1) {
+        const sl_block_q8_1 *x = a;
+        int sumi = 0;
+        for (int i = 0; i < SL_QK_LEGACY; i++)
+            sumi += u->q[i] * x->qs[i];
+        float t = u->d * sl_fp16_to_fp32(x->d) * (float)sumi;
+        return t + u->m * sl_fp16_to_fp32(x->s);
+    }
     if (u->n == SL_QK8_0) {
         const sl_block_q8_0 *x = a;
         int sumi = 0;
@@ -129,11 +146,12 @@ static float block_dot(const sl_qblock *u, bool k4, const void *a)
 void sl_vec_dot_q8_multi_portable(uint32_t type, const void *w_row, const void *xa, size_t ldxa,
                                   int m, float *out, int64_t n)
 {
-    assert(sl_act_format_of_type(type) == SL_ACT_Q8_0 || sl_act_format_of_type(type) == SL_ACT_Q8_K);
+    assert(sl_act_format_of_type(type) == SL_ACT_Q8_0 || sl_act_format_of_type(type) == SL_ACT_Q8_1 ||
+           sl_act_format_of_type(type) == SL_ACT_Q8_K);
     int64_t be = sl_ggml_block_elems(type), nb = n / be;
     assert(n % be == 0);
-    size_t abytes = be == SL_QK_K ? sizeof(sl_block_q8_K) : sizeof(sl_block_q8_0);
-    bool k4 = type == SL_GGML_TYPE_Q4_K || type == SL_GGML_TYPE_Q5_K;
+    size_t abytes = sl_act_row_bytes(sl_act_format_of_type(type), be);
+    bool k4 = type == SL_GGML_TYPE_Q4_K || type == SL_GGML_TYPE_Q5_K, min1 = sl_vec_dot_block_min(type);
     sl_qblock u;
     for (int j0 = 0; j0 < m; j0 += GROUP) {
         int mt = m - j0 < GROUP ? m - j0 : GROUP;
@@ -141,7 +159,7 @@ void sl_vec_dot_q8_multi_portable(uint32_t type, const void *w_row, const void *
         for (int64_t b = 0; b < nb; b++) {
             sl_vec_dot_unpack(type, w_row, b, &u);
             for (int j = 0; j < mt; j++)
-                acc[j] += block_dot(&u, k4, (const char *)xa + (size_t)(j0 + j) * ldxa + (size_t)b * abytes);
+                acc[j] += block_dot(&u, k4, min1, (const char *)xa + (size_t)(j0 + j) * ldxa + (size_t)b * abytes);
         }
         for (int j = 0; j < mt; j++)
             out[j0 + j] = acc[j];

@@ -27,6 +27,7 @@
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/vec_dot.h"
+#include "kernels/cpu/vec_dot_int.h"
 #include "model/ggml_types.h"
 #include "model/quant.h"
 
@@ -299,6 +300,8 @@ static inline __attribute__((always_inline)) void dot_group(uint32_t type, const
     case SL_GGML_TYPE_Q4_K: rowsk(4, w_row, xa, ldxa, mt, out, n); break;
     case SL_GGML_TYPE_Q5_K: rowsk(5, w_row, xa, ldxa, mt, out, n); break;
     case SL_GGML_TYPE_Q6_K: rowsk(6, w_row, xa, ldxa, mt, out, n); break;
+    case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
+    case SL_GGML_TYPE_IQ4_NL: sl_vec_dot_legacy_q8_avx2(type, w_row, xa, ldxa, mt, out, n); break;
     default: assert(!"vec_dot_q8_avx2: unsupported type");
     }
 }
@@ -306,7 +309,8 @@ static inline __attribute__((always_inline)) void dot_group(uint32_t type, const
 void sl_vec_dot_q8_multi_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
                               float *out, int64_t n)
 {
-    assert(sl_act_format_of_type(type) == SL_ACT_Q8_0 || sl_act_format_of_type(type) == SL_ACT_Q8_K);
+    assert(sl_act_format_of_type(type) == SL_ACT_Q8_0 || sl_act_format_of_type(type) == SL_ACT_Q8_1 ||
+           sl_act_format_of_type(type) == SL_ACT_Q8_K);
     assert(n % sl_ggml_block_elems(type) == 0);
     if (m == 1) {
         dot_group(type, w_row, xa, ldxa, 1, out, n);

@@ -5,7 +5,7 @@ from sluice's C code.
 
 Before each weight matmul the input row is rounded the way llama.cpp (and the
 engine by default) feeds it to a weight of that type: 8-bit Q8_0 blocks of 32
-for Q4_0/Q8_0 weights, Q8_K blocks of 256 for the K-quants, fp16 or bf16 for
+for Q4_0/Q8_0/Q5_0 weights, Q8_K blocks of 256 for the K-quants, fp16 or bf16 for
 F16/BF16 weights (quantized, then dequantized in float64). Model(path,
 act_quant=False) gives the plain float64 pass (the engine's SLUICE_CPU_ACT=f32
 path)."""
@@ -23,7 +23,7 @@ def act_round(x, wtype):
         u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
         u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
         return u.view(np.float32).astype(np.float64)
-    if wtype in ("Q8_0", "Q4_0"):
+    if wtype in ("Q8_0", "Q4_0", "Q5_0"):
         # d = amax/127 kept as fp16; q = nearest-even(x * 127/amax) (ggml's
         # x86 quantizer, the one llama.cpp runs on x86)
         b = x.reshape(*x.shape[:-1], -1, 32)

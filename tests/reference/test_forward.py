@@ -36,7 +36,7 @@ from paths import tool
 from numpy_forward import Model
 
 PRESETS = ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3"]
-TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M"]
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M", "Q5_0"]
 PROMPT = [1, 17, 254, 3, 99, 512, 7, 42, 300, 11, 600, 2]
 STEPS = 6
 N_VOCAB = 1024
@@ -145,7 +145,8 @@ def test_batch_of_eight_is_bitwise_alone(make_model, tmp_path, preset, qtype, th
     assert alone[2] == batched[2]
 
 
-@pytest.mark.parametrize("preset,qtype", [("tiny-llama", "Q4_K_M"), ("tiny-qwen3", "Q8_0"), ("tiny-qwen2", "Q6_K")])
+@pytest.mark.parametrize("preset,qtype", [("tiny-llama", "Q4_K_M"), ("tiny-qwen3", "Q8_0"), ("tiny-qwen2", "Q6_K"),
+                                          ("tiny-qwen2", "Q5_0")])
 def test_default_path_avx2_bitwise_equals_portable(make_model, tmp_path, preset, qtype):
     """The 16-bit dots promise AVX2 == portable bit for bit (exact integer
     sums, one shared float tail), so the whole forward pass agrees too."""

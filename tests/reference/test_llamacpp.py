@@ -18,7 +18,7 @@ from paths import data_path, tool
 llama_cpp = pytest.importorskip("llama_cpp")
 
 PRESETS = ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3"]
-TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M"]
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M", "Q5_0"]
 PROMPT = [1, 17, 254, 3, 99, 512, 7, 42, 300, 11, 600, 2, 77, 123, 901, 5]
 GREEDY = 32
 PEAK = 16   # peaked next-token distributions: greedy ties are far apart
@@ -69,13 +69,16 @@ def test_logits_and_greedy_match_llamacpp(make_model, tmp_path, preset, qtype):
     the other way on one side: then that position and later ones differ by
     up to a flip's size, and the float64 reference (same rounding) shows that
     llama.cpp flips against it as often as we do. Greedy continuations
-    identical. "float64" below is that rounding reference."""
+    identical, unless llama.cpp flipped away from the reference during the
+    continuation and a near tie then went its way (see greedy_agrees).
+    "float64" below is that rounding reference."""
     path = make_model(preset, qtype, n_vocab=1024, peak=PEAK)
     ours, our_toks = engine(path, tmp_path, PROMPT, GREEDY, env=Q8)
     llm = load(path)
     theirs, their_toks = llamacpp_greedy(llm, PROMPT, GREEDY)
     n = len(PROMPT)
-    ours = ours.reshape(-1, theirs.shape[1])[:n]
+    ours_all, theirs_all = ours.reshape(-1, theirs.shape[1]), theirs
+    ours = ours_all[:n]
     theirs = theirs[:n]
     ref = Model(str(path)).logits(PROMPT)
     rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))
@@ -84,7 +87,29 @@ def test_logits_and_greedy_match_llamacpp(make_model, tmp_path, preset, qtype):
     print(f"{preset} {qtype}: relative L2 ours-llama.cpp {ours_theirs:.2e}, ours-float64 {ours_ref:.2e}, "
           f"llama.cpp-float64 {theirs_ref:.2e}; {int((per_pos < AGREE).sum())}/{n} positions agree < {AGREE:g}")
     assert ours_theirs < 1e-2 or per_pos.max() < FLIP
-    assert our_toks == their_toks
+    assert greedy_agrees(path, our_toks, their_toks, ours_all, theirs_all)
+
+
+def greedy_agrees(path, our_toks, their_toks, ours, theirs):
+    """Identical greedy tokens; or, at the first token that differs, ours is
+    the float64 rounding reference's pick on the shared prefix, every
+    earlier position of ours is within float32 noise of the reference
+    (AGREE), and llama.cpp's strays from it by a flip. That is the one
+    divergence both engines' 8-bit rounding allows: llama.cpp rounded one
+    near-boundary activation code the other way (it does so on its own:
+    first seen on tiny-llama Q5_0, where its first 5 decode steps equal
+    ours bit for bit and the 6th jumps 1e-2 from the reference while ours
+    stays at 7e-8) and a later near tie followed it."""
+    if our_toks == their_toks:
+        return True
+    k = next(i for i, (a, b) in enumerate(zip(our_toks, their_toks)) if a != b)
+    ref = Model(str(path)).logits(their_toks[:k])
+    err = lambda x: np.linalg.norm(x[:k] - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    ours_err, theirs_err = err(ours), err(theirs)
+    print(f"greedy differs at token {k}: ours {our_toks[k]}, llama.cpp {their_toks[k]}, reference "
+          f"{int(np.argmax(ref[k - 1]))}; max error vs reference before it: ours {ours_err.max():.1e}, "
+          f"llama.cpp {theirs_err.max():.1e}")
+    return our_toks[k] == int(np.argmax(ref[k - 1])) and ours_err.max() < AGREE and theirs_err.max() >= AGREE
 
 
 @pytest.mark.parametrize("qtype", TYPES)
@@ -116,7 +141,8 @@ def test_default_path_matches_llamacpp(make_model, tmp_path, preset, qtype):
         assert our_toks == their_toks
 
 
-@pytest.mark.parametrize("ftype,name", [(7, "Q8_0"), (2, "Q4_0"), (15, "Q4_K_M"), (17, "Q5_K_M"), (18, "Q6_K")])
+@pytest.mark.parametrize("ftype,name", [(7, "Q8_0"), (2, "Q4_0"), (15, "Q4_K_M"), (17, "Q5_K_M"), (18, "Q6_K"),
+                                        (8, "Q5_0")])
 def test_llamacpp_quantized_files_load(make_model, tmp_path, ftype, name):
     src = make_model("tiny-llama", "F32", n_vocab=1024, peak=8)
     dst = tmp_path / f"llamacpp-{name}.gguf"

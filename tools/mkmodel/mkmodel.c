@@ -125,6 +125,7 @@ static const type_choice type_choices[] = {
     {"Q4_0", SL_GGML_TYPE_Q4_0, 0, 2},    {"Q4_K", SL_GGML_TYPE_Q4_K, 0, 14},
     {"Q5_K", SL_GGML_TYPE_Q5_K, 0, 16},   {"Q6_K", SL_GGML_TYPE_Q6_K, 0, 18},
     {"Q4_K_M", SL_GGML_TYPE_Q4_K, 1, 15}, {"Q5_K_M", SL_GGML_TYPE_Q5_K, 1, 17},
+    {"Q5_0", SL_GGML_TYPE_Q5_0, 0, 8},
 };
 
 static void build_plan(const options *o, const type_choice *tc, plan *p, float *rope_freqs)
@@ -241,7 +242,7 @@ static void usage(FILE *f)
         "  --n-embd N --n-layer N --n-head N --n-head-kv N --head-dim N --n-ff N --n-ctx N\n"
         "                       override the preset's dimensions\n"
         "  --tied 0|1           output weights tied to the token embedding\n"
-        "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M (default F32)\n"
+        "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M Q5_0 (default F32)\n"
         "  --tokenizer FILE     tokenizer.json giving the vocabulary (required unless --n-vocab)\n"
         "  --tokenizer-config F tokenizer_config.json (chat template, BOS/EOS flags)\n"
         "  --n-vocab N          synthetic vocabulary of N tokens instead of a tokenizer\n"

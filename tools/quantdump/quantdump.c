@@ -28,6 +28,7 @@
 static const uint32_t types[] = {
     SL_GGML_TYPE_F32, SL_GGML_TYPE_F16, SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q8_0,
     SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
+    SL_GGML_TYPE_Q5_0,
 };
 enum { NTYPES = sizeof types / sizeof types[0] };
 

@@ -11,6 +11,7 @@
 
 const uint32_t act_rows_qtypes[ACT_ROWS_NQ] = {
     SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
+    SL_GGML_TYPE_Q5_0,
 };
 
 void act_rows_make(uint32_t type, int64_t n, enum sl_act_format f, uint64_t seed, act_rows *r)
@@ -45,10 +46,12 @@ void act_rows_free(act_rows *r)
 void act_rows_check_multi_bitwise(act_rows_dot_fn fn, enum sl_act_format (*f_of)(uint32_t), const char *isa)
 {
     enum { M = ACT_ROWS_MAXM };
-    static const int64_t ns[] = {256, 2304};
+    static const int64_t ns[] = {160, 256, 2304};   /* 160: five 32-blocks, a short last chunk */
     for (int t = 0; t < ACT_ROWS_NQ; t++)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
             uint32_t type = act_rows_qtypes[t];
+            if (ns[k] % sl_ggml_block_elems(type) != 0)
+                continue;
             act_rows r;
             act_rows_make(type, ns[k], f_of(type), 500 + t, &r);
             float single[M], multi[M];

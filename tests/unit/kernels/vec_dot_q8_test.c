@@ -126,10 +126,12 @@ Test(act_quant, env_selects_the_float_path)
  * so only float rounding of the block scales and sums remains. */
 static void check_reference(act_rows_dot_fn fn, const char *isa)
 {
-    static const int64_t ns[] = {256, 512, 2304, 4096};
+    static const int64_t ns[] = {96, 160, 256, 512, 2304, 4096};
     float *xa = malloc(4096 * sizeof(float));
     for (int t = 0; t < ACT_ROWS_NQ; t++)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            if (ns[k] % sl_ggml_block_elems(act_rows_qtypes[t]) != 0)
+                continue;
             act_rows r;
             qrow_make(act_rows_qtypes[t], ns[k], 100 * t + k, &r);
             for (int j = 0; j < 4; j++) {

@@ -127,6 +127,11 @@ Test(quant, block_structs_match_type_table)
     cr_expect_eq(sizeof(sl_block_q4_K), sl_ggml_block_bytes(SL_GGML_TYPE_Q4_K));
     cr_expect_eq(sizeof(sl_block_q5_K), sl_ggml_block_bytes(SL_GGML_TYPE_Q5_K));
     cr_expect_eq(sizeof(sl_block_q6_K), sl_ggml_block_bytes(SL_GGML_TYPE_Q6_K));
+    cr_expect_eq(sizeof(sl_block_q5_0), sl_ggml_block_bytes(SL_GGML_TYPE_Q5_0));
+    cr_expect_eq(sizeof(sl_block_q4_1), sl_ggml_block_bytes(SL_GGML_TYPE_Q4_1));
+    cr_expect_eq(sizeof(sl_block_q5_1), sl_ggml_block_bytes(SL_GGML_TYPE_Q5_1));
+    cr_expect_eq(sizeof(sl_block_q8_1), sl_ggml_block_bytes(SL_GGML_TYPE_Q8_1));
+    cr_expect_eq(sizeof(sl_block_iq4_nl), sl_ggml_block_bytes(SL_GGML_TYPE_IQ4_NL));
 }
 
 Test(quant, bad_n_and_types_are_errors_and_leave_dst)
@@ -143,7 +148,8 @@ Test(quant, bad_n_and_types_are_errors_and_leave_dst)
     cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q8_0, q, dst, 33), SL_EINVAL);
     cr_expect_eq(dst[0], 123.0f);
     cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q2_K, src, q, 256), SL_EUNSUPPORTED);
-    cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q4_1, q, dst, 32), SL_EUNSUPPORTED);
+    cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_IQ1_S, q, dst, 256), SL_EUNSUPPORTED);
+    cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q5_0, q, dst, 48), SL_EINVAL);
     cr_expect_eq(sl_quant_dequantize_row(99, q, dst, 32), SL_EUNSUPPORTED);
     cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q8_0, src, q, 0), SL_OK);
 }
@@ -154,11 +160,11 @@ struct bound { uint32_t type; double rmse_max; };
 
 /* Bounds sit ~5% above what this quantizer measures on N(0,1) data, which is
  * where llama.cpp's reference quantizers land too (Q4_0 ~0.086, Q4_K ~0.070,
- * Q5_K ~0.035, Q6_K ~0.017). */
+ * Q5_K ~0.035, Q6_K ~0.017; Q5_0 ~0.042 is the reference quantizer itself). */
 static const struct bound bounds[] = {
     {SL_GGML_TYPE_F32, 0.0},      {SL_GGML_TYPE_F16, 2.2e-4},  {SL_GGML_TYPE_BF16, 1.8e-3},
     {SL_GGML_TYPE_Q8_0, 0.0057},  {SL_GGML_TYPE_Q4_0, 0.090},  {SL_GGML_TYPE_Q4_K, 0.073},
-    {SL_GGML_TYPE_Q5_K, 0.0362},  {SL_GGML_TYPE_Q6_K, 0.0180},
+    {SL_GGML_TYPE_Q5_K, 0.0362},  {SL_GGML_TYPE_Q6_K, 0.0180}, {SL_GGML_TYPE_Q5_0, 0.0444},
 };
 
 Test(quant, gaussian_rmse_within_bounds)
@@ -191,7 +197,7 @@ Test(quant, small_scale_and_constant_blocks)
     static float src[N], deq[N];
     static uint8_t q[N * 4];
     uint32_t qt[] = {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K,
-                     SL_GGML_TYPE_Q6_K};
+                     SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_Q5_0};
     for (size_t t = 0; t < sizeof qt / sizeof qt[0]; t++) {
         sl_seeded_normal(src, N, 5);
         for (int i = 0; i < N; i++)
@@ -218,7 +224,7 @@ Test(quant, non_finite_inputs_do_not_crash)
     float src[256], deq[256];
     uint8_t q[1024];
     uint32_t qt[] = {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K,
-                     SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_F16, SL_GGML_TYPE_BF16};
+                     SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_F16, SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q5_0};
     sl_seeded_normal(src, 256, 9);
     src[3] = NAN;
     src[40] = INFINITY;
@@ -250,6 +256,15 @@ Test(quant, exact_values_round_trip)
         src[32 * b + 1] = -8 * 0x1p-3f;
     cr_assert_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q4_0, src, q, 256), SL_OK);
     sl_quant_dequantize_row(SL_GGML_TYPE_Q4_0, q, deq, 256);
+    cr_expect_arr_eq(deq, src, sizeof deq);
+
+    /* Q5_0: (q - 16) * 2^-4, every code, -16 in each block */
+    for (int i = 0; i < 256; i++)
+        src[i] = (float)((i * 7) % 32 - 16) * 0x1p-4f;
+    for (int b = 0; b < 8; b++)
+        src[32 * b + 3] = -16 * 0x1p-4f;
+    cr_assert_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q5_0, src, q, 256), SL_OK);
+    sl_quant_dequantize_row(SL_GGML_TYPE_Q5_0, q, deq, 256);
     cr_expect_arr_eq(deq, src, sizeof deq);
 
     /* Q4_K / Q5_K: sub-block s is sc[s]*2^-6 * q - m[s]*2^-7, codes span
@@ -301,6 +316,23 @@ Test(quant, q6_K_layout_by_hand)
     cr_expect_eq(y[0], -32.0f);
 }
 
+/* Hand-built 32-element blocks: the packing rules of quant.h (element 20 is
+ * the high nibble of qs[4]; its fifth bit is bit 20 of qh, bit 4 of qh[2]). */
+Test(quant, legacy_layouts_by_hand)
+{
+    float y[32];
+    sl_block_q5_0 q5;
+    memset(&q5, 0, sizeof q5);
+    q5.d = sl_fp32_to_fp16(1.0f);
+    q5.qs[4] = 0x30;    /* element 20: nibble 3 */
+    q5.qh[2] = 0x10;    /* element 20: bit 4 */
+    q5.qs[0] = 0x07;    /* element 0: nibble 7, no high bit */
+    sl_quant_dequantize_row(SL_GGML_TYPE_Q5_0, &q5, y, 32);
+    cr_expect_eq(y[20], 19.0f - 16.0f);
+    cr_expect_eq(y[0], 7.0f - 16.0f);
+    cr_expect_eq(y[1], -16.0f);
+}
+
 /* mkmodel quantizes rows on several threads: the quantizers keep no state,
  * so concurrent calls give the bytes a lone call gives. */
 enum { MT_N = 4096, MT_THREADS = 4 };
@@ -320,7 +352,7 @@ static void *mt_worker(void *arg)
 Test(quant, concurrent_quantize_is_deterministic)
 {
     static const uint32_t types[] = {SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
-                                     SL_GGML_TYPE_Q8_0};
+                                     SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q5_0};
     sl_seeded_normal(mt_src, MT_N, 99);
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         size_t bytes = sl_ggml_row_bytes(types[t], MT_N);
