@@ -243,10 +243,14 @@ static sl_status load_model(sl_fe *fe, char err[SL_ERR_LEN])
             src = s.ptr;
             len = s.len;
         } else {
-            /* No template in the model: chatml is what most such models were tuned on. */
-            fprintf(stderr, "sluice-fe slot=%" PRIu32 ": %s has no chat template; using chatml\n",
-                    fe->slot, cfg->model);
-            src = sl_chat_template_builtin("chatml");
+            /* No template in the model: the built-in for its architecture. */
+            sl_gguf_str arch = {0};
+            const char *name = sl_gguf_get_str(fe->gguf, "general.architecture", &arch) == SL_OK
+                                   ? sl_chat_template_default_name(arch.ptr, arch.len)
+                                   : sl_chat_template_default_name(NULL, 0);
+            fprintf(stderr, "sluice-fe slot=%" PRIu32 ": %s has no chat template; using %s\n", fe->slot,
+                    cfg->model, name);
+            src = sl_chat_template_builtin(name);
             len = strlen(src);
         }
     }

@@ -321,3 +321,12 @@ const char *sl_chat_template_builtin(const char *name)
             return table[i].src;
     return NULL;
 }
+
+const char *sl_chat_template_default_name(const char *arch, size_t len)
+{
+    static const char *const gemmas[] = {"gemma", "gemma2", "gemma3"};
+    for (size_t i = 0; arch && i < sizeof gemmas / sizeof gemmas[0]; i++)
+        if (len == strlen(gemmas[i]) && memcmp(arch, gemmas[i], len) == 0)
+            return "gemma";
+    return "chatml";
+}

@@ -85,4 +85,11 @@ void sl_chat_render_result_fini(sl_chat_render_result *r);
  * The string is static. */
 const char *sl_chat_template_builtin(const char *name);
 
+/* Name of the built-in for a model whose file has no template, from its
+ * general.architecture (len bytes, not terminated; NULL: unknown): "gemma"
+ * for gemma, gemma2 and gemma3 (their base models ship without one and
+ * Gemma's turn format is what the instruction-tuned ones use), else
+ * "chatml", what most other such models were tuned on. */
+const char *sl_chat_template_default_name(const char *arch, size_t len);
+
 #endif

@@ -1,5 +1,5 @@
 /* model/model.c: binds a GGUF file's hyperparameters and tensors into an
- * sl_model for the llama, qwen2 and qwen3 architectures.
+ * sl_model for the llama, qwen2, qwen3, gemma2 and gemma3 architectures.
  * Every hyperparameter comes from metadata and is range-checked; every tensor
  * is checked for presence, exact shape and a supported type before any
  * backend sees it, so compute code never validates. */
@@ -68,6 +68,58 @@ static sl_status get_float(binder *b, const char *suffix, bool required, double 
     return SL_OK;
 }
 
+static bool is_gemma(enum sl_arch a)
+{
+    return a == SL_ARCH_GEMMA2 || a == SL_ARCH_GEMMA3;
+}
+
+/* What llama.cpp derives per architecture rather than reads: the gemma
+ * embedding scale, GELU, the sliding-window layout and its rope, the
+ * attention scale (Gemma's 27B sizes scale by n_embd/n_head instead of
+ * head_dim) and gemma2's soft caps (keys optional, llama.cpp's defaults). */
+static sl_status bind_family(binder *b, sl_hparams *hp)
+{
+    hp->rope_freq_base_swa = hp->rope_freq_base;
+    hp->rope_freq_scale_swa = hp->rope_freq_scale;
+    hp->sliding_window = 0;
+    hp->embd_scale = 1.0f;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->attn_softcap = hp->final_softcap = 0.0f;
+    hp->ffn_act = SL_FFN_SILU;
+    if (!is_gemma(hp->arch))
+        return SL_OK;
+    bool g2 = hp->arch == SL_ARCH_GEMMA2;
+    sl_status rc;
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->ffn_act = SL_FFN_GELU_TANH;
+    if ((rc = get_int(b, "attention.sliding_window", !g2, 0, 1 << 24, 4096, &hp->sliding_window)) < 0)
+        return rc;
+    if (g2) {
+        if ((rc = get_float(b, "attn_logit_softcapping", false, 1e-3, 1e6, 50.0f, &hp->attn_softcap)) < 0 ||
+            (rc = get_float(b, "final_logit_softcapping", false, 1e-3, 1e6, 30.0f, &hp->final_softcap)) < 0)
+            return rc;
+    } else {
+        hp->rope_freq_base_swa = 10000.0f;
+        hp->rope_freq_scale_swa = 1.0f;
+    }
+    if (hp->n_layer == (g2 ? 46 : 62))
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    return SL_OK;
+}
+
+/* Gemma2: every other layer slides, starting with layer 0; gemma3: five of
+ * every six (layers 5, 11, ... are global). */
+static bool layer_slides(const sl_hparams *hp, int32_t il)
+{
+    if (hp->sliding_window == 0)
+        return false;
+    if (hp->arch == SL_ARCH_GEMMA2)
+        return il % 2 == 0;
+    if (hp->arch == SL_ARCH_GEMMA3)
+        return il % 6 < 5;
+    return false;
+}
+
 static sl_status bind_hparams(binder *b, sl_hparams *hp)
 {
     sl_status rc;
@@ -119,7 +171,7 @@ static sl_status bind_hparams(binder *b, sl_hparams *hp)
         return rc;
     }
     hp->rope_freq_scale = 1.0f / factor;
-    return SL_OK;
+    return bind_family(b, hp);
 }
 
 /* Finds `name`, checks its shape (ne1 = 0 for a 1-D tensor) and type. */
@@ -189,7 +241,8 @@ static sl_status bind_layers(binder *b, sl_model *m)
 {
     const sl_hparams *hp = &m->hp;
     int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
-    bool biases = hp->arch == SL_ARCH_QWEN2, qk_norm = hp->arch == SL_ARCH_QWEN3;
+    bool biases = hp->arch == SL_ARCH_QWEN2, qk_norm = hp->arch == SL_ARCH_QWEN3 || hp->arch == SL_ARCH_GEMMA3;
+    bool post_norms = is_gemma(hp->arch);
     uint64_t *B = &m->weight_bytes;
     for (int32_t i = 0; i < hp->n_layer; i++) {
         sl_layer *L = &m->layers[i];
@@ -211,7 +264,15 @@ static sl_status bind_layers(binder *b, sl_model *m)
             (rc = bind_vector(b, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm, B)) < 0 ||
             (rc = bind_vector(b, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm, B)) < 0)
             return rc;
+        if (post_norms &&
+            ((rc = bind_vector(b, NAME("post_attention_norm.weight"), hp->n_embd, true, &L->post_attn_norm, B)) < 0 ||
+             (rc = bind_vector(b, NAME("post_ffw_norm.weight"), hp->n_embd, true, &L->post_ffn_norm, B)) < 0))
+            return rc;
 #undef NAME
+        bool slides = layer_slides(hp, i);
+        L->window = slides ? hp->sliding_window : 0;
+        L->rope_freq_base = slides ? hp->rope_freq_base_swa : hp->rope_freq_base;
+        L->rope_freq_scale = slides ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
     }
     return SL_OK;
 }
@@ -238,8 +299,14 @@ sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN])
     } else if (sl_gguf_str_eq(arch, "qwen3")) {
         hp->arch = SL_ARCH_QWEN3;
         hp->rope_style = SL_ROPE_NEOX;
+    } else if (sl_gguf_str_eq(arch, "gemma2")) {
+        hp->arch = SL_ARCH_GEMMA2;
+        hp->rope_style = SL_ROPE_NEOX;
+    } else if (sl_gguf_str_eq(arch, "gemma3")) {
+        hp->arch = SL_ARCH_GEMMA3;
+        hp->rope_style = SL_ROPE_NEOX;
     } else {
-        snprintf(err, SL_ERR_LEN, "%s: architecture '%.*s' is not supported (llama, qwen2, qwen3 are)",
+        snprintf(err, SL_ERR_LEN, "%s: architecture '%.*s' is not supported (llama, qwen2, qwen3, gemma2, gemma3 are)",
                  sl_gguf_path(g), (int)(arch.len < 32 ? arch.len : 32), arch.ptr);
         free(m);
         return SL_EUNSUPPORTED;

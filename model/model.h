@@ -20,6 +20,15 @@ enum sl_arch {
     SL_ARCH_LLAMA,   /* Llama 2/3.x, Mistral, TinyLlama, SmolLM: adjacent-pair rope */
     SL_ARCH_QWEN2,   /* QKV biases, NEOX-style (half-split) rope */
     SL_ARCH_QWEN3,   /* per-head q/k RMS norms, NEOX-style rope, no biases */
+    SL_ARCH_GEMMA2,  /* scaled embeddings, post-norms, GELU FFN, soft-capped scores and logits,
+                      * sliding window on every other layer */
+    SL_ARCH_GEMMA3,  /* gemma2's layout with per-head q/k norms and no soft-capping; five
+                      * sliding-window layers (own rope base) to one global */
+};
+
+enum sl_ffn_act {
+    SL_FFN_SILU,        /* silu(gate) * up */
+    SL_FFN_GELU_TANH,   /* gelu(gate) * up, GELU's tanh approximation */
 };
 
 enum sl_rope_style {
@@ -40,11 +49,16 @@ typedef struct {
     const float *attn_norm;          /* (n_embd) */
     sl_weight wq, wk, wv;            /* (n_embd -> n_head*head_dim), (n_embd -> n_head_kv*head_dim) x2 */
     const float *bq, *bk, *bv;       /* qwen2 biases, NULL otherwise */
-    const float *q_norm, *k_norm;    /* qwen3 per-head RMS norm weights (head_dim), NULL otherwise */
+    const float *q_norm, *k_norm;    /* qwen3/gemma3 per-head RMS norm weights (head_dim), NULL otherwise */
     sl_weight wo;                    /* (n_head*head_dim -> n_embd) */
+    const float *post_attn_norm;     /* gemma: RMS norm of the attention output before the residual add, or NULL */
     const float *ffn_norm;           /* (n_embd) */
     sl_weight w_gate, w_up;          /* (n_embd -> n_ff) */
     sl_weight w_down;                /* (n_ff -> n_embd) */
+    const float *post_ffn_norm;      /* gemma: RMS norm of the FFN output before the residual add, or NULL */
+    int32_t window;                  /* sliding window: position p attends to (p - window, p]; 0 = all of [0, p] */
+    float rope_freq_base;            /* this layer's rope base and linear scale: the file's, or */
+    float rope_freq_scale;           /* hp's *_swa pair on a sliding-window layer */
 } sl_layer;
 
 typedef struct {
@@ -62,6 +76,14 @@ typedef struct {
     float norm_eps;
     float rope_freq_base;
     float rope_freq_scale; /* 1/factor for linear rope scaling, else 1 */
+    float rope_freq_base_swa;   /* rope base and scale of sliding-window layers (gemma3: 10000 and 1, */
+    float rope_freq_scale_swa;  /* fixed by the architecture; else the global pair) */
+    int32_t sliding_window;     /* window of the sliding-window layers; 0 = none */
+    float embd_scale;           /* token embeddings are multiplied by this (gemma: sqrt(n_embd)), else 1 */
+    float attn_scale;           /* q.k multiplier: 1/sqrt(head_dim) unless the architecture says otherwise */
+    float attn_softcap;         /* > 0: scores become cap * tanh(score / cap) (gemma2); 0 = none */
+    float final_softcap;        /* > 0: the same on the output logits (gemma2); 0 = none */
+    enum sl_ffn_act ffn_act;
 } sl_hparams;
 
 typedef struct sl_model {

@@ -49,7 +49,7 @@ grep -E '^  |^result' "$out/kernels.log" | tee -a "$summary"
 # 1. models (a few seconds each; the 1B shape ~10 s)
 types="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M"
 tiny=()
-for preset in tiny-llama tiny-llama3 tiny-qwen2 tiny-qwen3; do
+for preset in tiny-llama tiny-llama3 tiny-qwen2 tiny-qwen3 tiny-gemma2 tiny-gemma3; do
   for type in $types; do
     f=$models/$preset-$type.gguf
     [ -s "$f" ] || "$mk" -o "$f" --preset "$preset" --type "$type" --n-vocab 1024 --peak 8 >/dev/null \
@@ -75,6 +75,17 @@ rc=$?; say "cudacheck tiny models, small-batch kernels only, batched == alone bi
 "$check" --prompt 1100 --chunk 256 --gen 8 --seqs 3 --no-bench "$models/tiny-llama3-Q4_K_M.gguf" \
   "$models/tiny-qwen3-Q8_0.gguf" > "$out/cudacheck-long.log" 2>&1
 rc=$?; say "cudacheck 1,100-token prompts (split attention): rc=$rc ($(grep -c PASS "$out/cudacheck-long.log") PASS)"
+[ $rc -eq 0 ] || status=1
+# gemma sliding windows: the tiny presets' window (8 positions) is crossed by
+# every chunk of the 40-token prompts above; here a gemma2 file with a
+# 1,500-position window under 2,100-token prompts splits both kinds of layer
+# (the windowed ones over their window's span, offset by its start)
+gw=$models/tiny-gemma2-w1500-Q8_0.gguf
+[ -s "$gw" ] || "$mk" -o "$gw" --preset tiny-gemma2 --type Q8_0 --n-vocab 1024 --peak 8 --window 1500 >/dev/null \
+  || { say "mkmodel failed: tiny-gemma2 window 1500"; status=1; }
+"$check" --prompt 2100 --chunk 512 --gen 8 --seqs 2 --no-bench "$gw" "$models/tiny-gemma3-Q4_K_M.gguf" \
+  > "$out/cudacheck-gemma-long.log" 2>&1
+rc=$?; say "cudacheck gemma 2,100-token prompts (windowed split attention): rc=$rc ($(grep -c PASS "$out/cudacheck-gemma-long.log") PASS)"
 [ $rc -eq 0 ] || status=1
 if [ -s "$big" ]; then
   "$check" --prompt 64 --gen 16 --seqs 3 --bench 128 --batches 1,8,64 "$big" > "$out/cudacheck-1b.log" 2>&1

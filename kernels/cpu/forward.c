@@ -1,5 +1,6 @@
-/* kernels/cpu/forward.c: the CPU backend's forward pass for the llama, qwen2
- * and qwen3 architectures over a batch of sequences with paged KV caches.
+/* kernels/cpu/forward.c: the CPU backend's forward pass for the llama, qwen2,
+ * qwen3, gemma2 and gemma3 architectures over a batch of sequences with paged
+ * KV caches.
  * Runs in the worker process (and `sluice generate`) on the scheduler thread,
  * fanning work out to a sleeping thread pool.
  *
@@ -19,7 +20,10 @@
  * logits are bitwise identical alone or in any batch.
  *
  * KV cache: float32, per layer, per block [n_head_kv][block_size][head_dim],
- * so one head's keys for consecutive positions are contiguous.
+ * so one head's keys for consecutive positions are contiguous. A
+ * sliding-window layer reads only the positions of its window, so its cost
+ * is bounded by the window whatever the context (the blocks before it stay
+ * allocated: the scheduler's block tables do not know about windows).
  *
  * forward_sample: the forward pass into host rows, then each asked row drawn
  * by the reference sampler on the same thread pool (the compute threads are
@@ -59,7 +63,8 @@ typedef struct {
     float *k, *v;             /* (T, kv_dim) */
     float *att;               /* (T, q_dim) attention output */
     float *gate, *up;         /* (T, n_ff) */
-    float *cos_t, *sin_t;     /* (T, n_rot/2) */
+    float *cos_t, *sin_t;     /* (T, n_rot/2) at the global layers' rope base */
+    float *cos_swa, *sin_swa; /* (T, n_rot/2) at the sliding-window layers' base; NULL when the same */
     int32_t *tok_seq;         /* (T) batch index of each token row */
     int32_t *tok_pos;         /* (T) position of each token row */
     int32_t *out_rows;        /* (T) token rows whose logits are asked */
@@ -68,6 +73,7 @@ typedef struct {
     void *act[MAX_FUSED];     /* (T, act_stride) bytes each: a matmul input in one act format */
     size_t act_stride;        /* bytes per row of act[], the most any matmul needs */
     double *inv_freq;         /* (n_rot/2) rope inverse frequencies */
+    double *inv_freq_swa;     /* (n_rot/2) the same at rope_freq_base_swa, with cos_swa */
 } cpu_backend;
 
 /* ------------------------------------------------------------------------ */
@@ -217,36 +223,40 @@ static void attn_task(void *ctx, int64_t task, int thread)
     int64_t q_dim = (int64_t)n_head * hd;
     const sl_batch_seq *s = &j->seqs[cb->tok_seq[t]];
     int32_t n_pos = cb->tok_pos[t] + 1;   /* causal: positions [0, pos] */
+    int32_t window = cb->base.model->layers[j->layer].window;
+    int32_t p0 = window > 0 && n_pos > window ? n_pos - window : 0;   /* sliding: (pos - window, pos] */
     uint32_t bs = cb->base.cfg.kv_block_size;
     const float *q = cb->q + t * q_dim + (int64_t)h * hd;
     float *scores = cb->scores + (int64_t)thread * cb->base.cfg.max_ctx;
     const float *kbase = cb->kv + (int64_t)j->layer * 2 * cb->base.cfg.n_kv_blocks * cb->block_floats;
     const float *vbase = kbase + (int64_t)cb->base.cfg.n_kv_blocks * cb->block_floats;
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = hp->attn_scale, cap = hp->attn_softcap;
 
     float mx = -INFINITY;
-    for (int32_t p = 0; p < n_pos; p++) {
+    for (int32_t p = p0; p < n_pos; p++) {
         const float *kp = kbase + (int64_t)s->blocks[p / bs] * cb->block_floats +
                           ((int64_t)kvh * bs + p % bs) * hd;
         float d = 0.0f;
         for (int i = 0; i < hd; i++)
             d += q[i] * kp[i];
-        scores[p] = d * scale;
-        if (scores[p] > mx)
-            mx = scores[p];
+        scores[p - p0] = d * scale;
+        if (cap > 0.0f)
+            scores[p - p0] = cap * tanhf(scores[p - p0] / cap);
+        if (scores[p - p0] > mx)
+            mx = scores[p - p0];
     }
     double sum = 0.0;
-    for (int32_t p = 0; p < n_pos; p++) {
-        scores[p] = expf(scores[p] - mx);
-        sum += scores[p];
+    for (int32_t p = p0; p < n_pos; p++) {
+        scores[p - p0] = expf(scores[p - p0] - mx);
+        sum += scores[p - p0];
     }
     float inv = (float)(1.0 / sum);
     float *out = cb->att + t * q_dim + (int64_t)h * hd;
     memset(out, 0, (size_t)hd * sizeof *out);
-    for (int32_t p = 0; p < n_pos; p++) {
+    for (int32_t p = p0; p < n_pos; p++) {
         const float *vp = vbase + (int64_t)s->blocks[p / bs] * cb->block_floats +
                           ((int64_t)kvh * bs + p % bs) * hd;
-        float a = scores[p] * inv;
+        float a = scores[p - p0] * inv;
         for (int i = 0; i < hd; i++)
             out[i] += a * vp[i];
     }
@@ -258,13 +268,18 @@ static void attn_task(void *ctx, int64_t task, int thread)
 typedef struct {
     cpu_backend *cb;
     int64_t n_ff;
-} swiglu_job;
+    enum sl_ffn_act act;
+} glu_job;
 
-static void swiglu_task(void *ctx, int64_t t, int thread)
+static void glu_task(void *ctx, int64_t t, int thread)
 {
     (void)thread;
-    swiglu_job *j = ctx;
-    sl_cpu_swiglu(j->cb->gate + t * j->n_ff, j->cb->gate + t * j->n_ff, j->cb->up + t * j->n_ff, j->n_ff);
+    glu_job *j = ctx;
+    float *g = j->cb->gate + t * j->n_ff;
+    if (j->act == SL_FFN_GELU_TANH)
+        sl_cpu_geglu_tanh(g, g, j->cb->up + t * j->n_ff, j->n_ff);
+    else
+        sl_cpu_swiglu(g, g, j->cb->up + t * j->n_ff, j->n_ff);
 }
 
 /* Biases, per-head q/k norms and rope for token row t, then its K/V into the cache. */
@@ -287,8 +302,10 @@ static void qkv_post(cpu_backend *cb, const sl_layer *L, const sl_batch_seq *seq
             sl_cpu_rmsnorm(k + (int64_t)h * hd, k + (int64_t)h * hd, L->k_norm, hd, hp->norm_eps);
     }
     int half = hp->n_rot / 2, neox = hp->rope_style == SL_ROPE_NEOX;
-    sl_cpu_rope(q, hp->n_head, hd, hp->n_rot, cb->cos_t + t * half, cb->sin_t + t * half, neox);
-    sl_cpu_rope(k, hp->n_head_kv, hd, hp->n_rot, cb->cos_t + t * half, cb->sin_t + t * half, neox);
+    bool swa = L->window > 0 && cb->cos_swa;
+    const float *ct = (swa ? cb->cos_swa : cb->cos_t) + t * half, *st = (swa ? cb->sin_swa : cb->sin_t) + t * half;
+    sl_cpu_rope(q, hp->n_head, hd, hp->n_rot, ct, st, neox);
+    sl_cpu_rope(k, hp->n_head_kv, hd, hp->n_rot, ct, st, neox);
 
     const sl_batch_seq *s = &seqs[cb->tok_seq[t]];
     uint32_t bs = cb->base.cfg.kv_block_size;
@@ -325,10 +342,18 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
             const void *row = (const char *)m->tok_embd.data + (int64_t)seqs[i].tokens[j] * m->tok_embd.row_bytes;
             if (sl_quant_dequantize_row(m->tok_embd.type, row, cb->x + T * E, E) < 0)
                 return SL_EBACKEND;
+            if (hp->embd_scale != 1.0f)
+                for (int64_t e = 0; e < E; e++)
+                    cb->x[T * E + e] *= hp->embd_scale;
             for (int r = 0; r < half; r++) {
                 double theta = (double)cb->tok_pos[T] * hp->rope_freq_scale * cb->inv_freq[r];
                 cb->cos_t[T * half + r] = (float)cos(theta);
                 cb->sin_t[T * half + r] = (float)sin(theta);
+            }
+            for (int r = 0; cb->cos_swa && r < half; r++) {
+                double theta = (double)cb->tok_pos[T] * hp->rope_freq_scale_swa * cb->inv_freq_swa[r];
+                cb->cos_swa[T * half + r] = (float)cos(theta);
+                cb->sin_swa[T * half + r] = (float)sin(theta);
             }
         }
     }
@@ -348,6 +373,8 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
         sl_threadpool_run(cb->pool, attn_task, &aj, T * hp->n_head);
 
         matmul1(cb, cb->att, q_dim, T, &L->wo, cb->xn, E);
+        for (int64_t t = 0; L->post_attn_norm && t < T; t++)
+            sl_cpu_rmsnorm(cb->xn + t * E, cb->xn + t * E, L->post_attn_norm, E, hp->norm_eps);
         sl_cpu_add(cb->x, cb->xn, T * E);
 
         for (int64_t t = 0; t < T; t++)
@@ -356,9 +383,11 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
         float *ygu[2] = {cb->gate, cb->up};
         int64_t ldgu[2] = {F, F};
         matmul(cb, cb->xn, E, T, 2, wgu, ygu, ldgu);
-        swiglu_job sj = {.cb = cb, .n_ff = F};
-        sl_threadpool_run(cb->pool, swiglu_task, &sj, T);
+        glu_job gj = {.cb = cb, .n_ff = F, .act = hp->ffn_act};
+        sl_threadpool_run(cb->pool, glu_task, &gj, T);
         matmul1(cb, cb->gate, F, T, &L->w_down, cb->xn, E);
+        for (int64_t t = 0; L->post_ffn_norm && t < T; t++)
+            sl_cpu_rmsnorm(cb->xn + t * E, cb->xn + t * E, L->post_ffn_norm, E, hp->norm_eps);
         sl_cpu_add(cb->x, cb->xn, T * E);
     }
 
@@ -366,6 +395,8 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
     for (int64_t i = 0; i < n_out; i++)
         sl_cpu_rmsnorm(cb->xn + i * E, cb->x + (int64_t)cb->out_rows[i] * E, m->output_norm, E, hp->norm_eps);
     matmul1(cb, cb->xn, E, n_out, &m->output, logits, hp->n_vocab);
+    if (hp->final_softcap > 0.0f)
+        sl_cpu_softcap(logits, n_out * hp->n_vocab, hp->final_softcap);
     return SL_OK;
 }
 
@@ -401,6 +432,9 @@ static void cpu_destroy(sl_backend *b)
     free(cb->up);
     free(cb->cos_t);
     free(cb->sin_t);
+    free(cb->cos_swa);
+    free(cb->sin_swa);
+    free(cb->inv_freq_swa);
     free(cb->tok_seq);
     free(cb->tok_pos);
     free(cb->out_rows);
@@ -461,6 +495,12 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
     ALLOC(cb->scores, (int64_t)cfg->n_threads * cfg->max_ctx);
     ALLOC(cb->tmp, (int64_t)cfg->n_threads * TOKEN_TILE);
     ALLOC(cb->inv_freq, half);
+    bool two_ropes = hp->rope_freq_base_swa != hp->rope_freq_base || hp->rope_freq_scale_swa != hp->rope_freq_scale;
+    if (two_ropes) {
+        ALLOC(cb->cos_swa, T * half);
+        ALLOC(cb->sin_swa, T * half);
+        ALLOC(cb->inv_freq_swa, half);
+    }
     /* activation slots: as many as the most formats one matmul mixes, each
      * as wide as the widest prepared row (Q8_K ~1.14 bytes per element,
      * rounded F16/BF16 rows 4) */
@@ -489,6 +529,11 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
         cb->inv_freq[i] = pow((double)hp->rope_freq_base, -2.0 * (double)i / (double)hp->n_rot);
         if (m->rope_freqs)
             cb->inv_freq[i] /= m->rope_freqs[i];
+        if (cb->inv_freq_swa) {
+            cb->inv_freq_swa[i] = pow((double)hp->rope_freq_base_swa, -2.0 * (double)i / (double)hp->n_rot);
+            if (m->rope_freqs)
+                cb->inv_freq_swa[i] /= m->rope_freqs[i];
+        }
     }
     *out = &cb->base;
     return SL_OK;

@@ -36,6 +36,21 @@ void sl_cpu_swiglu(float *out, const float *gate, const float *up, int64_t n)
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+void sl_cpu_geglu_tanh(float *out, const float *gate, const float *up, int64_t n)
+{
+    const float c = 0.7978845608028654f;   /* sqrt(2/pi) */
+    for (int64_t i = 0; i < n; i++) {
+        float x = gate[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))) * up[i];
+    }
+}
+
+void sl_cpu_softcap(float *x, int64_t n, float cap)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
 void sl_cpu_add(float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)

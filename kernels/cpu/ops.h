@@ -18,6 +18,13 @@ void sl_cpu_rope(float *x, int n_heads, int head_dim, int n_rot, const float *co
 /* out[i] = silu(gate[i]) * up[i] */
 void sl_cpu_swiglu(float *out, const float *gate, const float *up, int64_t n);
 
+/* out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+void sl_cpu_geglu_tanh(float *out, const float *gate, const float *up, int64_t n);
+
+/* x[i] = cap * tanh(x[i] / cap): soft-capping of scores or logits (cap > 0) */
+void sl_cpu_softcap(float *x, int64_t n, float cap);
+
 /* y[i] += x[i] */
 void sl_cpu_add(float *y, const float *x, int64_t n);
 

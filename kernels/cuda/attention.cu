@@ -1,4 +1,5 @@
-/* kernels/cuda/attention.cu: causal attention over the paged KV cache,
+/* kernels/cuda/attention.cu: causal attention over the paged KV cache
+ * (whole history, or a sliding window of it),
  * one block per (token row, kv head, split): the block serves every query
  * head of its GQA group ("attention_gqa_tiles"); and the merge of a split
  * row's partials ("attention_merge_splits").
@@ -14,6 +15,12 @@
  * order. No score matrix is ever stored, and every operation runs in an
  * order fixed by (position, head_dim), so a row's output is the same alone
  * or in any batch.
+ *
+ * Sliding window (window w > 0): a row at position p walks (p - w, p] only,
+ * as if its history began at p - w + 1: the split rule and the ranges below
+ * apply to that span's length and are offset by its start, so a windowed
+ * row costs at most w positions whatever the context. Scores are
+ * soft-capped (cap * tanh(s / cap)) when the launch has a cap.
  *
  * Split-K: a launch with gridDim.y = S > 1 cuts a row of context ctx into
  * n = min(splits(ctx), S) ranges of ceil(ctx / n) positions rounded up to a
@@ -83,7 +90,7 @@ static __device__ __forceinline__ void stage_tile(const sl_cuda_kv &kv, const sl
 /* SPLIT false: the plain launch (gridDim.y 1, part unused). SPLIT true:
  * part is the split scratch, (T, n_head, gridDim.y, 2 + head_dim). Both run
  * the same operations in the same order for a row with one split.
- * HD: head_dim known at compile time (64, 128), or 0 for any other, read
+ * HD: head_dim known at compile time (64, 128, 256), or 0 for any other, read
  * from kv. Same arithmetic either way; a fixed HD drops the predicated
  * lanes past head_dim (at 64, 6 of every 8 per-lane slots) and the loop
  * overhead, which is most of a lone decode row's time (ncu at HD 0,
@@ -92,8 +99,8 @@ static __device__ __forceinline__ void stage_tile(const sl_cuda_kv &kv, const sl
 template <bool SPLIT, int HD>
 static __device__ __forceinline__ void attention_rows(float *__restrict__ out, const float *__restrict__ q,
                                                       int n_head, const sl_cuda_kv &kv, const sl_cuda_batch &b,
-                                                      int layer, float scale, float *__restrict__ part, int hb,
-                                                      int n_hgroups)
+                                                      int layer, float scale, float softcap, int32_t window,
+                                                      float *__restrict__ part, int hb, int n_hgroups)
 {
     extern __shared__ float4 smem4[];
     __shared__ const float *kp[2][TILE];
@@ -115,15 +122,19 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
     int nh = G - hg * hb < hb ? G - hg * hb : hb;
     int warp = threadIdx.x / SL_WARP, lane = threadIdx.x % SL_WARP;
     int32_t pos = b.tok_pos[t], table = b.tok_table[t];
-    int32_t p0 = 0, p1 = pos + 1;
+    int32_t lo = sl_cuda_attention_window_start(pos, window);   /* the row sees [lo, pos] */
+    int32_t p0 = lo, p1 = pos + 1;
     int n = 1, s = (int)blockIdx.y;
     if (SPLIT) {
-        n = sl_cuda_attention_splits(p1);
+        n = sl_cuda_attention_splits(p1 - lo);
         n = n < (int)gridDim.y ? n : (int)gridDim.y;
         if (s >= n)
             return;   /* a shorter row of the step: fewer splits */
-        if (n > 1)
-            sl_cuda_attention_range(pos + 1, n, s, &p0, &p1);
+        if (n > 1) {
+            sl_cuda_attention_range(p1 - lo, n, s, &p0, &p1);
+            p0 += lo;
+            p1 += lo;
+        }
     }
     const float *qh = q + (t * n_head + h0) * hd;   /* the group's heads are contiguous */
     for (int i = threadIdx.x; i < nh * hd; i += AT)
@@ -170,6 +181,8 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
                     acc = fmaf(q4.w, k4.w, acc);
                 }
                 sc = __fmul_rn(acc, scale);
+                if (softcap > 0.0f)
+                    sc = __fmul_rn(softcap, tanhf(__fdiv_rn(sc, softcap)));
             }
             float tmax = sc;
 #pragma unroll
@@ -237,17 +250,18 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
 template <int HD>
 static __global__ void __launch_bounds__(AT)
 attention_gqa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
-                    sl_cuda_batch b, int layer, float scale, int hb, int n_hgroups)
+                    sl_cuda_batch b, int layer, float scale, float softcap, int32_t window, int hb, int n_hgroups)
 {
-    attention_rows<false, HD>(out, q, n_head, kv, b, layer, scale, NULL, hb, n_hgroups);
+    attention_rows<false, HD>(out, q, n_head, kv, b, layer, scale, softcap, window, NULL, hb, n_hgroups);
 }
 
 template <int HD>
 static __global__ void __launch_bounds__(AT)
 attention_gqa_tiles_split(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
-                          sl_cuda_batch b, int layer, float scale, float *__restrict__ part, int hb, int n_hgroups)
+                          sl_cuda_batch b, int layer, float scale, float softcap, int32_t window,
+                          float *__restrict__ part, int hb, int n_hgroups)
 {
-    attention_rows<true, HD>(out, q, n_head, kv, b, layer, scale, part, hb, n_hgroups);
+    attention_rows<true, HD>(out, q, n_head, kv, b, layer, scale, softcap, window, part, hb, n_hgroups);
 }
 
 #define MERGE_THREADS 128
@@ -255,14 +269,16 @@ attention_gqa_tiles_split(float *__restrict__ out, const float *__restrict__ q, 
 /* One block per (row, head): out = sum_s acc_s e^(M_s - M) / sum_s L_s
  * e^(M_s - M) over the row's n splits, in split order. Rows with n == 1
  * were written by the split kernel: their blocks exit. S: the launch's
- * splits per (row, head), the scratch stride. */
+ * splits per (row, head), the scratch stride; window: the launch's (n
+ * counts the span the row walked). */
 static __global__ void __launch_bounds__(MERGE_THREADS)
 attention_merge_splits(float *__restrict__ out, const float *__restrict__ part, int n_head, int hd,
-                       const int32_t *__restrict__ tok_pos, int S)
+                       const int32_t *__restrict__ tok_pos, int S, int32_t window)
 {
     int64_t t = blockIdx.x / n_head;
     int h = (int)(blockIdx.x % n_head);
-    int n = sl_cuda_attention_splits((int64_t)tok_pos[t] + 1);
+    int32_t pos = tok_pos[t];
+    int n = sl_cuda_attention_splits((int64_t)pos + 1 - sl_cuda_attention_window_start(pos, window));
     n = n < S ? n : S;
     if (n == 1)
         return;
@@ -304,9 +320,11 @@ sl_status sl_cuda_attention_prepare(void)
     ALLOW(attention_gqa_tiles<0>);
     ALLOW(attention_gqa_tiles<64>);
     ALLOW(attention_gqa_tiles<128>);
+    ALLOW(attention_gqa_tiles<256>);
     ALLOW(attention_gqa_tiles_split<0>);
     ALLOW(attention_gqa_tiles_split<64>);
     ALLOW(attention_gqa_tiles_split<128>);
+    ALLOW(attention_gqa_tiles_split<256>);
 #undef ALLOW
     prepared = true;
     return SL_OK;
@@ -322,18 +340,32 @@ sl_status sl_cuda_attention(float *out, const float *q, int64_t T, int n_head, c
                             const sl_cuda_batch *batch, int layer, int64_t n_ctx, float *scratch,
                             int64_t scratch_floats, cudaStream_t stream)
 {
+    sl_cuda_attn_opts o = {1.0f / sqrtf((float)kv->head_dim), 0.0f, 0};
+    return sl_cuda_attention_layer(out, q, T, n_head, kv, batch, layer, n_ctx, &o, scratch, scratch_floats,
+                                      stream);
+}
+
+sl_status sl_cuda_attention_layer(float *out, const float *q, int64_t T, int n_head, const sl_cuda_kv *kv,
+                                     const sl_cuda_batch *batch, int layer, int64_t n_ctx,
+                                     const sl_cuda_attn_opts *opts, float *scratch, int64_t scratch_floats,
+                                     cudaStream_t stream)
+{
     if (T < 1)
         return SL_OK;
     int hd = kv->head_dim;
     if (hd > SL_CUDA_ATTN_MAX_HEAD_DIM || hd % 4 != 0 || kv->n_head_kv < 1 || n_head % kv->n_head_kv != 0 ||
-        T * n_head > 0x7fffffff)
+        T * n_head > 0x7fffffff || opts->window < 0 || !(opts->softcap >= 0.0f))
         return SL_EINVAL;
+    /* a windowed layer's rows walk at most `window` positions: its splits follow that span */
+    if (opts->window > 0 && n_ctx > opts->window)
+        n_ctx = opts->window;
     /* a group of G query heads takes ceil(G / HB) blocks of at most HB heads each */
     int G = n_head / kv->n_head_kv, n_hgroups = (G + HB - 1) / HB, hb = (G + n_hgroups - 1) / n_hgroups;
     int64_t blocks = T * kv->n_head_kv * n_hgroups;
     size_t smem = (size_t)(smem_floats(hd) - (int64_t)(HB - hb) * hd) * sizeof(float);   /* q rows: hb of HB */
     TRY_PREPARE();
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = opts->scale, softcap = opts->softcap;
+    int32_t window = opts->window;
     int S = sl_cuda_attention_launch_splits(n_ctx);
     if (S > 1 && (!scratch || scratch_floats / S / (hd + 2) < T * n_head))
         return SL_EINVAL;
@@ -341,15 +373,16 @@ sl_status sl_cuda_attention(float *out, const float *q, int64_t T, int n_head, c
 #define LAUNCH(HD)                                                                                                \
     do {                                                                                                          \
         if (S == 1)   /* no row splits: the plain launch */                                                      \
-            attention_gqa_tiles<HD><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale, hb,    \
-                                                                 n_hgroups);                                      \
+            attention_gqa_tiles<HD><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale,        \
+                                                                 softcap, window, hb, n_hgroups);                 \
         else                                                                                                      \
             attention_gqa_tiles_split<HD><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale,  \
-                                                                       scratch, hb, n_hgroups);                   \
+                                                                       softcap, window, scratch, hb, n_hgroups);  \
     } while (0)
     switch (hd) {
     case 64: LAUNCH(64); break;
     case 128: LAUNCH(128); break;
+    case 256: LAUNCH(256); break;
     default: LAUNCH(0); break;
     }
 #undef LAUNCH
@@ -357,7 +390,7 @@ sl_status sl_cuda_attention(float *out, const float *q, int64_t T, int n_head, c
     if (S == 1)
         return SL_OK;
     attention_merge_splits<<<(unsigned)(T * n_head), MERGE_THREADS, 0, stream>>>(out, scratch, n_head, hd,
-                                                                                 batch->tok_pos, S);
+                                                                                 batch->tok_pos, S, window);
     SL_CUDA_CHECK_LAUNCH();
     return SL_OK;
 }

@@ -1,6 +1,7 @@
 /* kernels/cuda/attention.cuh: causal attention over the paged KV cache for
  * every (token row, query head) of a step: decode rows and prefill chunks
- * alike (a row at position p sees positions [0, p] of its sequence).
+ * alike (a row at position p sees positions [0, p] of its sequence, or
+ * (p - window, p] on a sliding-window layer: sl_cuda_attention_layer).
  * Where: libsluice_cuda.so, launched by forward.cu on the backend stream.
  * Guarantee: a row's output depends only on its q and its sequence's cache,
  * in a fixed order (batch invariance), split or not.
@@ -90,6 +91,13 @@ static __host__ __device__ __forceinline__ void sl_cuda_attention_range(int32_t 
     *p1 = ctx - *p0 < chunk ? ctx : *p0 + chunk;
 }
 
+/* First position a row at `pos` sees: pos - window + 1 on a sliding-window
+ * layer (window > 0) once that is past 0, else 0. The row walks [start, pos]. */
+static __host__ __device__ __forceinline__ int32_t sl_cuda_attention_window_start(int32_t pos, int32_t window)
+{
+    return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+}
+
 /* Floats of split scratch for steps of up to `rows` token rows whose
  * contexts are at most max_ctx positions. 0 when no row can split. */
 static inline int64_t sl_cuda_attention_scratch_floats(int64_t rows, int n_head, int head_dim, int64_t max_ctx)
@@ -114,6 +122,13 @@ static inline int64_t sl_cuda_attention_scratch_floats(int64_t rows, int n_head,
  * Async; SL_OK, SL_EINVAL (bad shape, or scratch smaller than
  * T*n_head*launch_splits(n_ctx)*(head_dim+2) floats), or SL_EBACKEND (launch
  * failed, logged). */
+/* What a layer's attention does beyond the plain causal softmax. */
+typedef struct {
+    float scale;      /* score multiplier (1/sqrt(head_dim) unless the model says otherwise) */
+    float softcap;    /* > 0: scores become softcap * tanh(score / softcap); 0: none */
+    int32_t window;   /* > 0: a row at position p sees (p - window, p] only; 0: all of [0, p] */
+} sl_cuda_attn_opts;
+
 /* Lets the kernels use the shared memory the largest head_dim needs; call
  * once before any launch can be captured into a graph (backend creation).
  * sl_cuda_attention calls it too. SL_OK or SL_EBACKEND. */
@@ -122,5 +137,15 @@ sl_status sl_cuda_attention_prepare(void);
 sl_status sl_cuda_attention(float *out, const float *q, int64_t T, int n_head, const sl_cuda_kv *kv,
                             const sl_cuda_batch *batch, int layer, int64_t n_ctx, float *scratch,
                             int64_t scratch_floats, cudaStream_t stream);
+
+/* The same with a layer's options: its score scale, soft cap and sliding
+ * window (sl_cuda_attention is this with 1/sqrt(head_dim), no cap, no
+ * window). A windowed launch splits by the span a row walks, at most
+ * min(n_ctx, window) positions, so its scratch need is never larger than
+ * the unwindowed launch's. SL_EINVAL also for a negative window or cap. */
+sl_status sl_cuda_attention_layer(float *out, const float *q, int64_t T, int n_head, const sl_cuda_kv *kv,
+                                     const sl_cuda_batch *batch, int layer, int64_t n_ctx,
+                                     const sl_cuda_attn_opts *opts, float *scratch, int64_t scratch_floats,
+                                     cudaStream_t stream);
 
 #endif

@@ -111,7 +111,9 @@ static size_t place_weights(cuda_backend *cb, arena *a, const double *inv_freq)
     cb->tok_embd = arena_weight(a, &m->tok_embd);
     cb->output = m->tied_output ? cb->tok_embd : arena_weight(a, &m->output);
     cb->output_norm = arena_vec(a, m->output_norm, E);
-    cb->inv_freq = (double *)arena_put(a, inv_freq, (size_t)(hp->n_rot / 2) * sizeof(double));
+    /* inv_freq holds the global layers' table, then the sliding-window layers' */
+    cb->inv_freq = (double *)arena_put(a, inv_freq, (size_t)hp->n_rot * sizeof(double));
+    cb->inv_freq_swa = cb->inv_freq ? cb->inv_freq + hp->n_rot / 2 : NULL;
     for (int l = 0; l < hp->n_layer; l++) {
         const sl_layer *S = &m->layers[l];
         cuda_layer *L = &cb->layers[l];
@@ -129,6 +131,9 @@ static size_t place_weights(cuda_backend *cb, arena *a, const double *inv_freq)
         L->bv = arena_vec(a, S->bv, kv_dim);
         L->q_norm = arena_vec(a, S->q_norm, hp->head_dim);
         L->k_norm = arena_vec(a, S->k_norm, hp->head_dim);
+        L->post_attn_norm = arena_vec(a, S->post_attn_norm, E);
+        L->post_ffn_norm = arena_vec(a, S->post_ffn_norm, E);
+        L->window = S->window;
     }
     return a->used;
 }
@@ -294,13 +299,16 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
 
         /* weights: size the arena, allocate once, upload */
         int half = hp->n_rot / 2;
-        double *inv_freq = (double *)malloc((size_t)(half > 0 ? half : 1) * sizeof(double));
+        double *inv_freq = (double *)malloc((size_t)(half > 0 ? 2 * half : 1) * sizeof(double));
         if (!inv_freq)
             FAIL(SL_ENOMEM, "cuda backend: out of host memory");
         for (int i = 0; i < half; i++) {
             inv_freq[i] = pow((double)hp->rope_freq_base, -2.0 * (double)i / (double)hp->n_rot);
-            if (m->rope_freqs)
+            inv_freq[half + i] = pow((double)hp->rope_freq_base_swa, -2.0 * (double)i / (double)hp->n_rot);
+            if (m->rope_freqs) {
                 inv_freq[i] /= m->rope_freqs[i];
+                inv_freq[half + i] /= m->rope_freqs[i];
+            }
         }
         arena a = {NULL, 0, cudaSuccess};
         size_t wbytes = place_weights(cb, &a, inv_freq);

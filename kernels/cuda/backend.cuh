@@ -31,7 +31,9 @@ typedef struct {
     const float *attn_norm, *ffn_norm;    /* (n_embd) */
     sl_cuda_weight wq, wk, wv, wo, w_gate, w_up, w_down;
     const float *bq, *bk, *bv;            /* qwen2 biases or NULL */
-    const float *q_norm, *k_norm;         /* qwen3 (head_dim) or NULL */
+    const float *q_norm, *k_norm;         /* qwen3/gemma3 (head_dim) or NULL */
+    const float *post_attn_norm, *post_ffn_norm;   /* gemma (n_embd) or NULL */
+    int32_t window;                       /* sliding window, 0: none (sl_layer.window) */
 } cuda_layer;
 
 typedef struct {
@@ -44,6 +46,7 @@ typedef struct {
     sl_cuda_weight tok_embd, output;
     const float *output_norm;
     double *inv_freq;            /* (n_rot/2), inside `weights` */
+    double *inv_freq_swa;        /* (n_rot/2) at rope_freq_base_swa, right after inv_freq */
     sl_cuda_qkv_params qkv;      /* per-layer fields filled at each layer */
 
     sl_cuda_kv kv;               /* kv.kv: (n_layer, 2, n_kv_blocks, n_head_kv, block_size, head_dim) */

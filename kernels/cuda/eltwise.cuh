@@ -1,5 +1,6 @@
 /* kernels/cuda/eltwise.cuh: element-wise ops of the forward pass: the
- * residual add and SwiGLU (the CPU's sl_cpu_add and sl_cpu_swiglu).
+ * residual add, SwiGLU, GELU-tanh gating, scaling and soft-capping (the
+ * CPU's sl_cpu_add, sl_cpu_swiglu, sl_cpu_geglu_tanh, sl_cpu_softcap).
  * Where: libsluice_cuda.so, launched by forward.cu on the backend stream.
  * All pointers are device float32; launches are async; each returns SL_OK or
  * SL_EBACKEND (launch failed, logged). */
@@ -16,5 +17,14 @@ sl_status sl_cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream);
 
 /* gate[i] = silu(gate[i]) * up[i] for i < n (in place). */
 sl_status sl_cuda_swiglu(float *gate, const float *up, int64_t n, cudaStream_t stream);
+
+/* gate[i] = gelu_tanh(gate[i]) * up[i] for i < n (in place). */
+sl_status sl_cuda_geglu_tanh(float *gate, const float *up, int64_t n, cudaStream_t stream);
+
+/* x[i] *= s for i < n. */
+sl_status sl_cuda_scale(float *x, float s, int64_t n, cudaStream_t stream);
+
+/* x[i] = cap * tanh(x[i] / cap) for i < n (cap > 0). */
+sl_status sl_cuda_softcap(float *x, float cap, int64_t n, cudaStream_t stream);
 
 #endif

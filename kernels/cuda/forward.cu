@@ -1,6 +1,6 @@
 /* kernels/cuda/forward.cu: the CUDA backend's step: the forward pass for
- * the llama, qwen2 and qwen3 architectures over a batch of sequences with
- * paged KV caches, and the forward/forward_sample entry points
+ * the llama, qwen2, qwen3, gemma2 and gemma3 architectures over a batch of
+ * sequences with paged KV caches, and the forward/forward_sample entry points
  * (forward.cuh) that backend.cu puts in the vtable. It runs on the state
  * backend.cu created (backend.cuh).
  * Runs in the worker process on the scheduler thread; every launch goes to
@@ -146,7 +146,10 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
     sl_cuda_profile *pf = cb->prof;
 
     TRY(sl_cuda_embed(cb->x, &cb->tok_embd, d_tokens, T, st));
+    if (hp->embd_scale != 1.0f)
+        TRY(sl_cuda_scale(cb->x, hp->embd_scale, T * E, st));
     sl_cuda_profile_mark(pf, SL_PROF_EMBED, st);
+    bool gelu = hp->ffn_act == SL_FFN_GELU_TANH;   /* mmv.cu's fused gate+up launch is SwiGLU only */
     /* Few rows take the small-batch kernels, fused where the matrices allow;
      * many rows, or any prefill chunk, the tensor-core path (cb->use_gemm,
      * set by forward_steps): a prompt's rows then go through the same
@@ -178,16 +181,23 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
         p.bv = L->bv;
         p.q_norm = L->q_norm;
         p.k_norm = L->k_norm;
+        if (L->window > 0) {   /* a sliding-window layer's rope (gemma3: its own base) */
+            p.inv_freq = cb->inv_freq_swa;
+            p.freq_scale = hp->rope_freq_scale_swa;
+        }
         TRY(sl_cuda_qkv_post(cb->q, cb->k, cb->v, T, &p, &cb->kv, &batch, l, st));
         sl_cuda_profile_mark(pf, SL_PROF_ROPE, st);
-        TRY(sl_cuda_attention(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, l, cb->step_ctx, cb->att_split,
-                              cb->att_split_floats, st));
+        sl_cuda_attn_opts ao = {hp->attn_scale, hp->attn_softcap, L->window};
+        TRY(sl_cuda_attention_layer(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, l, cb->step_ctx, &ao,
+                                    cb->att_split, cb->att_split_floats, st));
         sl_cuda_profile_mark(pf, SL_PROF_ATTN, st);
         TRY(mm(cb, &L->wo, cb->att, q_dim, T, cb->xn, E));
+        if (L->post_attn_norm)   /* in place; the residual add stays fused into the next norm */
+            TRY(sl_cuda_rmsnorm(cb->xn, cb->xn, NULL, L->post_attn_norm, T, E, hp->norm_eps, st));
         sl_cuda_profile_mark(pf, SL_PROF_WO, st);
         TRY(sl_cuda_add_rmsnorm(cb->x, cb->xn, cb->xn, L->ffn_norm, T, E, hp->norm_eps, st));
         sl_cuda_profile_mark(pf, SL_PROF_NORM, st);
-        rc = few ? sl_cuda_mmv_swiglu(&L->w_gate, &L->w_up, cb->xn, E, T, cb->gate, F, st) : SL_EINVAL;
+        rc = few && !gelu ? sl_cuda_mmv_swiglu(&L->w_gate, &L->w_up, cb->xn, E, T, cb->gate, F, st) : SL_EINVAL;
         if (rc == SL_EINVAL) {
             const sl_cuda_weight *wgu[2] = {&L->w_gate, &L->w_up};
             float *ygu[2] = {cb->gate, cb->up};
@@ -200,13 +210,15 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
                 TRY(rc);
             }
             sl_cuda_profile_mark(pf, SL_PROF_GATE_UP, st);
-            TRY(sl_cuda_swiglu(cb->gate, cb->up, T * F, st));
+            TRY(gelu ? sl_cuda_geglu_tanh(cb->gate, cb->up, T * F, st) : sl_cuda_swiglu(cb->gate, cb->up, T * F, st));
             sl_cuda_profile_mark(pf, SL_PROF_ELTWISE, st);
         } else {
             TRY(rc);
             sl_cuda_profile_mark(pf, SL_PROF_GATE_UP, st);
         }
         TRY(mm(cb, &L->w_down, cb->gate, F, T, cb->xn, E));
+        if (L->post_ffn_norm)
+            TRY(sl_cuda_rmsnorm(cb->xn, cb->xn, NULL, L->post_ffn_norm, T, E, hp->norm_eps, st));
         sl_cuda_profile_mark(pf, SL_PROF_DOWN, st);
     }
     /* the last layer's residual add (the others' are fused into the next norm) */
@@ -224,6 +236,8 @@ static sl_status enqueue_logits(cuda_backend *cb, int64_t r0, int64_t nr)
     TRY(sl_cuda_rmsnorm(cb->xn, cb->x, d_out_rows + r0, cb->output_norm, nr, hp->n_embd, hp->norm_eps,
                         cb->stream));
     TRY(mm(cb, &cb->output, cb->xn, hp->n_embd, nr, cb->logits, hp->n_vocab));
+    if (hp->final_softcap > 0.0f)
+        TRY(sl_cuda_softcap(cb->logits, hp->final_softcap, nr * hp->n_vocab, cb->stream));
     sl_cuda_profile_mark(cb->prof, SL_PROF_OUTPUT, cb->stream);
     return SL_OK;
 }

@@ -1,7 +1,15 @@
-"""A float64 numpy forward pass for the llama, qwen2 and qwen3 architectures
-that reads a GGUF file only through the `gguf` package (its reader and its
-reference dequantizers). This is the engine's reference: nothing in it comes
-from sluice's C code.
+"""A float64 numpy forward pass for the llama, qwen2, qwen3, gemma2 and gemma3
+architectures that reads a GGUF file only through the `gguf` package (its
+reader and its reference dequantizers). This is the engine's reference:
+nothing in it comes from sluice's C code.
+
+Gemma, as llama.cpp computes it: embeddings times sqrt(n_embd); each
+branch's output RMS-normed (post_attention_norm, post_ffw_norm) before its
+residual add; gelu(gate) * up with GELU's tanh form; sliding-window layers
+(gemma2: even layers, gemma3: all but every sixth) where position p sees
+(p - window, p], at rope base 10000 on gemma3; gemma2 soft-caps attention
+scores and the logits (cap * tanh(x / cap)). The norm weights are used as
+stored: the converter already wrote 1 + w.
 
 Before each weight matmul the input row is rounded the way llama.cpp (and the
 engine by default) feeds it to a weight of that type: 8-bit Q8_0 blocks of 32
@@ -67,7 +75,12 @@ class Model:
         self.n_rot = _field(r, f"{a}.rope.dimension_count", self.head_dim)
         self.eps = _field(r, f"{a}.attention.layer_norm_rms_epsilon")
         self.rope_base = _field(r, f"{a}.rope.freq_base", 10000.0)
-        self.neox = a in ("qwen2", "qwen3")
+        self.neox = a in ("qwen2", "qwen3", "gemma2", "gemma3")
+        self.gemma = a in ("gemma2", "gemma3")
+        self.window = _field(r, f"{a}.attention.sliding_window", 4096 if a == "gemma2" else 0) if self.gemma else 0
+        self.attn_cap = _field(r, f"{a}.attn_logit_softcapping", 50.0) if a == "gemma2" else 0.0
+        self.final_cap = _field(r, f"{a}.final_logit_softcapping", 30.0) if a == "gemma2" else 0.0
+        self.swa_base = 10000.0 if a == "gemma3" else self.rope_base
         self.act_quant = act_quant
         self.t, self.types = {}, {}
         for t in r.tensors:
@@ -83,10 +96,15 @@ class Model:
         """x @ w.T with x rounded as activations for a weight of type wtype."""
         return (act_round(x, wtype) if self.act_quant else x) @ w.T
 
-    def _rope(self, x, pos):
+    def _slides(self, l):
+        if not self.window:
+            return False
+        return l % 2 == 0 if self.arch == "gemma2" else l % 6 < 5
+
+    def _rope(self, x, pos, base=None):
         # x: (T, H, D)
         half = self.n_rot // 2
-        inv = self.rope_base ** (-2.0 * np.arange(half) / self.n_rot)
+        inv = (base or self.rope_base) ** (-2.0 * np.arange(half) / self.n_rot)
         if "rope_freqs.weight" in self.t:
             inv = inv / self.t["rope_freqs.weight"]
         ang = pos[:, None] * inv[None, :]           # (T, half)
@@ -110,8 +128,12 @@ class Model:
         T = len(tokens)
         pos = np.arange(T, dtype=np.float64)
         x = self.t["token_embd.weight"][np.array(tokens)]
+        if self.gemma:
+            x = x * np.sqrt(self.n_embd)
         H, KV, D = self.n_head, self.n_head_kv, self.head_dim
         mask = np.triu(np.full((T, T), -np.inf), 1)
+        # sliding window: key s is masked for query t when t - s >= window
+        swa_mask = mask + np.where(np.subtract.outer(np.arange(T), np.arange(T)) >= max(self.window, 1), -np.inf, 0)
         for l in range(self.n_layer):
             p = f"blk.{l}."
             g = lambda n: self.t[p + n]
@@ -124,15 +146,29 @@ class Model:
             if p + "attn_q_norm.weight" in self.t:
                 q = self._norm(q, g("attn_q_norm.weight"))
                 k = self._norm(k, g("attn_k_norm.weight"))
-            q, k = self._rope(q, pos), self._rope(k, pos)
+            slides = self._slides(l)
+            base = self.swa_base if slides else self.rope_base
+            q, k = self._rope(q, pos, base), self._rope(k, pos, base)
             rep = H // KV
             k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-            s = np.einsum("thd,shd->hts", q, k) / np.sqrt(D) + mask
+            s = np.einsum("thd,shd->hts", q, k) / np.sqrt(D)
+            if self.attn_cap:
+                s = self.attn_cap * np.tanh(s / self.attn_cap)
+            s = s + (swa_mask if slides else mask)
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s /= s.sum(axis=-1, keepdims=True)
             att = np.einsum("hts,shd->thd", s, v).reshape(T, H * D)
-            x = x + mm(att, "attn_output.weight")
+            o = mm(att, "attn_output.weight")
+            x = x + (self._norm(o, g("post_attention_norm.weight")) if self.gemma else o)
             h = self._norm(x, g("ffn_norm.weight"))
             gate, up = mm(h, "ffn_gate.weight"), mm(h, "ffn_up.weight")
-            x = x + mm(gate / (1 + np.exp(-gate)) * up, "ffn_down.weight")
-        return self._mm(self._norm(x, self.t["output_norm.weight"]), self.output, self.output_type)
+            if self.gemma:
+                act = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3)))
+            else:
+                act = gate / (1 + np.exp(-gate))
+            o = mm(act * up, "ffn_down.weight")
+            x = x + (self._norm(o, g("post_ffw_norm.weight")) if self.gemma else o)
+        out = self._mm(self._norm(x, self.t["output_norm.weight"]), self.output, self.output_type)
+        if self.final_cap:
+            out = self.final_cap * np.tanh(out / self.final_cap)
+        return out

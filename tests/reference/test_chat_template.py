@@ -280,6 +280,29 @@ def test_builtin_renders(name):
         assert m["content"] in text
 
 
+GEMMA_CONVS = ["system_user", "user_only", "multi_turn", "multi_turn_no_system", "unicode", "content_parts"]
+
+
+@pytest.mark.parametrize("add_gen", [False, True])
+@pytest.mark.parametrize("conv", GEMMA_CONVS)
+def test_gemma_builtin_matches_gemma3_official_template(conv, add_gen):
+    """The "gemma" built-in (what a gemma-family file without a template
+    gets) renders byte for byte as Gemma 3's own template under jinja2:
+    system folded into the first user turn, assistant as "model"."""
+    src, bos, eos = TEMPLATES["tokenizer-gemma3"]
+    messages, _ = CONVERSATIONS[conv]
+    want = reference(src, messages, None, add_gen, bos, eos)
+    got = ours(None, messages, None, add_gen, bos, eos, builtin="gemma")
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.decode() == want
+
+
+def test_gemma_builtin_turn_format():
+    got = ours(None, CONVERSATIONS["system_user"][0], None, True, "<bos>", "<eos>", builtin="gemma")
+    assert got.stdout.decode() == ("<bos><start_of_turn>user\nYou are a helpful assistant.\n\nHello! How are you?"
+                                   "<end_of_turn>\n<start_of_turn>model\n")
+
+
 def test_raise_exception_is_a_render_error(tmp_path):
     path = tmp_path / "t.jinja"
     path.write_text("{{ raise_exception('Conversation roles must alternate') }}")

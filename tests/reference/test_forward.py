@@ -35,7 +35,7 @@ import pytest
 from paths import tool
 from numpy_forward import Model
 
-PRESETS = ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3"]
+PRESETS = ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3"]
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M", "Q5_0"]
 PROMPT = [1, 17, 254, 3, 99, 512, 7, 42, 300, 11, 600, 2]
 STEPS = 6

@@ -34,17 +34,24 @@ typedef struct {
     int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx, n_vocab;
     float rope_base, llama3_factor; /* llama3_factor > 0: write rope_freqs as Llama 3.x does */
     int tied;
+    int window;                     /* gemma: attention.sliding_window */
 } shape;
 
 /* Real shapes: the tiny ones keep real ratios (GQA, head_dim 64/128) at dims
- * 256-512 for reference checks; 1b and 8b are Llama-3.2-1B and Llama-3.1-8B. */
+ * 256-512 for reference checks; 1b and 8b are Llama-3.2-1B and Llama-3.1-8B.
+ * The gemma ones have Gemma's wide heads (q_dim > n_embd; gemma3's head_dim
+ * 256 and one KV head, as in Gemma 3 270M), enough layers for both kinds
+ * (gemma3: layers 0-4 slide, 5 is global) and a window of 8 positions, so
+ * a test prompt of 12+ tokens reaches past it. */
 static const shape presets[] = {
-    {"tiny-llama", "llama", 256, 2, 4, 2, 64, 768, 2048, 0, 10000.0f, 0, 0},
-    {"tiny-llama3", "llama", 512, 2, 8, 2, 64, 1536, 4096, 0, 500000.0f, 32.0f, 1},
-    {"tiny-qwen2", "qwen2", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 1},
-    {"tiny-qwen3", "qwen3", 256, 3, 4, 2, 128, 768, 4096, 0, 1000000.0f, 0, 1},
-    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 131072, 0, 500000.0f, 32.0f, 1},
-    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 131072, 0, 500000.0f, 8.0f, 0},
+    {"tiny-llama", "llama", 256, 2, 4, 2, 64, 768, 2048, 0, 10000.0f, 0, 0, 0},
+    {"tiny-llama3", "llama", 512, 2, 8, 2, 64, 1536, 4096, 0, 500000.0f, 32.0f, 1, 0},
+    {"tiny-qwen2", "qwen2", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 1, 0},
+    {"tiny-qwen3", "qwen3", 256, 3, 4, 2, 128, 768, 4096, 0, 1000000.0f, 0, 1, 0},
+    {"tiny-gemma2", "gemma2", 256, 2, 4, 2, 128, 768, 8192, 0, 10000.0f, 0, 1, 8},
+    {"tiny-gemma3", "gemma3", 256, 6, 2, 1, 256, 768, 32768, 0, 1000000.0f, 0, 1, 8},
+    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 131072, 0, 500000.0f, 32.0f, 1, 0},
+    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 131072, 0, 500000.0f, 8.0f, 0, 0},
 };
 
 typedef struct {
@@ -135,6 +142,7 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
     uint64_t F = s->n_ff, V = s->n_vocab;
     uint32_t base = tc->base, hi = tc->mix ? SL_GGML_TYPE_Q6_K : base;
     int qwen2 = !strcmp(s->arch, "qwen2"), qwen3 = !strcmp(s->arch, "qwen3");
+    int gemma = !strncmp(s->arch, "gemma", 5), gemma3 = !strcmp(s->arch, "gemma3");
     dist norm = {1.0, 0.1}, bias = {0.0, 0.1};
     /* output (or tied embedding) scale sets how peaked next-token distributions are */
     dist out = {0.0, o->peak / sqrt((double)E)};
@@ -159,15 +167,19 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
             add(p, T("attn_k.bias"), SL_GGML_TYPE_F32, KV, 0, bias);
             add(p, T("attn_v.bias"), SL_GGML_TYPE_F32, KV, 0, bias);
         }
-        if (qwen3) {
+        if (qwen3 || gemma3) {
             add(p, T("attn_q_norm.weight"), SL_GGML_TYPE_F32, s->head_dim, 0, norm);
             add(p, T("attn_k_norm.weight"), SL_GGML_TYPE_F32, s->head_dim, 0, norm);
         }
         add(p, T("attn_output.weight"), base, Q, E, branch_q);
+        if (gemma)
+            add(p, T("post_attention_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
         add(p, T("ffn_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
         add(p, T("ffn_gate.weight"), base, E, F, (dist){0, 1 / sqrt((double)E)});
         add(p, T("ffn_up.weight"), base, E, F, (dist){0, 1 / sqrt((double)E)});
         add(p, T("ffn_down.weight"), more ? hi : base, F, E, branch_f);
+        if (gemma)
+            add(p, T("post_ffw_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
 #undef T
     }
     add(p, "output_norm.weight", SL_GGML_TYPE_F32, E, 0, norm);
@@ -237,8 +249,10 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: mkmodel -o OUT.gguf [options]\n"
         "Writes a GGUF test model with seeded random weights.\n\n"
-        "  --preset NAME        shape: tiny-llama, tiny-llama3, tiny-qwen2, tiny-qwen3, 1b, 8b (default tiny-llama)\n"
-        "  --arch A             llama | qwen2 | qwen3 (overrides the preset's)\n"
+        "  --preset NAME        shape: tiny-llama, tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma2, tiny-gemma3,\n"
+        "                       1b, 8b (default tiny-llama)\n"
+        "  --arch A             llama | qwen2 | qwen3 | gemma2 | gemma3 (overrides the preset's)\n"
+        "  --window N           gemma: sliding window of the sliding layers (0: none)\n"
         "  --n-embd N --n-layer N --n-head N --n-head-kv N --head-dim N --n-ff N --n-ctx N\n"
         "                       override the preset's dimensions\n"
         "  --tied 0|1           output weights tied to the token embedding\n"
@@ -308,7 +322,8 @@ static void parse_args(int argc, char **argv, options *o)
             o->s = presets[k];
         }
         else if (!strcmp(a, "--arch")) {
-            if (strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3")) {
+            if (strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3") && strcmp(v, "gemma2") &&
+                strcmp(v, "gemma3")) {
                 fprintf(stderr, "mkmodel: unknown architecture '%s'\n", v);
                 exit(2);
             }
@@ -323,6 +338,7 @@ static void parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--n-ctx")) o->s.n_ctx = parse_int(a, v, 16, 1 << 24);
         else if (!strcmp(a, "--n-vocab")) o->s.n_vocab = parse_int(a, v, 4, 1 << 22);
         else if (!strcmp(a, "--tied")) o->s.tied = parse_int(a, v, 0, 1);
+        else if (!strcmp(a, "--window")) o->s.window = parse_int(a, v, 0, 1 << 24);
         else if (!strcmp(a, "--type")) o->type_name = v;
         else if (!strcmp(a, "--tokenizer")) o->tokenizer_json = v;
         else if (!strcmp(a, "--tokenizer-config")) o->tokenizer_config = v;
@@ -436,6 +452,12 @@ int main(int argc, char **argv)
         sl_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)s->head_dim);
     }
     sl_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)s->n_vocab);
+    if (!strncmp(A, "gemma", 5))
+        sl_gguf_writer_set_u32(w, K("attention.sliding_window"), (uint32_t)s->window);
+    if (!strcmp(A, "gemma2")) {   /* Gemma 2's values, as its converted files carry them */
+        sl_gguf_writer_set_f32(w, K("attn_logit_softcapping"), 50.0f);
+        sl_gguf_writer_set_f32(w, K("final_logit_softcapping"), 30.0f);
+    }
 #undef K
 
     float *rope_freqs = calloc((size_t)s->head_dim / 2 + 1, sizeof(float));

@@ -221,6 +221,17 @@ Test(jinja, builtins_compile_and_render)
     cr_expect(sl_chat_template_builtin("nope") == NULL);
 }
 
+Test(jinja, default_builtin_follows_the_architecture)
+{
+    cr_expect_str_eq(sl_chat_template_default_name("gemma3", 6), "gemma");
+    cr_expect_str_eq(sl_chat_template_default_name("gemma2", 6), "gemma");
+    cr_expect_str_eq(sl_chat_template_default_name("gemma", 5), "gemma");
+    cr_expect_str_eq(sl_chat_template_default_name("gemma3n", 7), "chatml");   /* length counts */
+    cr_expect_str_eq(sl_chat_template_default_name("gemma3n", 6), "gemma");    /* not terminated */
+    cr_expect_str_eq(sl_chat_template_default_name("qwen2", 5), "chatml");
+    cr_expect_str_eq(sl_chat_template_default_name(NULL, 0), "chatml");
+}
+
 /* Random bytes and mutated real templates must give a result or an error. */
 Test(jinja, survives_garbage_and_mutations)
 {
