@@ -49,7 +49,9 @@ def test_serve_without_model_prefers_the_cached_real_model(tmp_path, real_model)
     cache.mkdir()
     # a link into a cache of its own: the file is 490 MB, and the name and size are what counts
     os.symlink(real_model("qwen2.5-coder-0.5b"), cache / QWEN)
-    s = Server(None, tmp_path, frontends=1, env=dict(os.environ, SLUICE_MODEL_CACHE=str(cache)))
+    # --ctx-size: the harness's 256M KV cache does not hold one 32k-token sequence of this model
+    s = Server(None, tmp_path, frontends=1, extra=["--ctx-size", "2048"],
+               env=dict(os.environ, SLUICE_MODEL_CACHE=str(cache)))
     try:
         assert served_model(s) == str(cache / QWEN)
         assert f"serving {cache / QWEN}, Qwen2.5-Coder 0.5B Instruct" in s.log_path.read_text()
