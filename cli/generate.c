@@ -279,7 +279,7 @@ int sl_cli_generate(int argc, char **argv)
     size_t piece_cap = tok ? sl_detok_max_piece(tok) : 0;
     char *piece = malloc(piece_cap + 1);
     sl_detok dt;
-    sl_detok_init(&dt);
+    sl_detok_init_continuation(&dt);   /* the output continues the prompt: its leading space stays */
     int64_t n_gen = 0, n_hist = n_prompt;
     double t1 = now_ms();
     while (n_gen < o.n_predict) {
