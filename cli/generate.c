@@ -175,11 +175,13 @@ int sl_cli_generate(int argc, char **argv)
         return 2;
     char default_path[4096];
     if (!o.model) {
-        if (sl_cli_default_model(default_path, sizeof default_path) < 0) {
+        const char *what;
+        if (sl_cli_default_model(default_path, sizeof default_path, &what) < 0) {
             fprintf(stderr, "sluice generate: no -m given and the default model is missing "
                             "(tools/setup.sh creates it)\n");
             return 2;
         }
+        fprintf(stderr, "sluice generate: no -m given: using %s, %s\n", default_path, what);
         o.model = default_path;
     }
     char err[SL_ERR_LEN];
@@ -277,7 +279,7 @@ int sl_cli_generate(int argc, char **argv)
     size_t piece_cap = tok ? sl_detok_max_piece(tok) : 0;
     char *piece = malloc(piece_cap + 1);
     sl_detok dt;
-    sl_detok_init(&dt);
+    sl_detok_init_continuation(&dt);   /* the output continues the prompt: its leading space stays */
     int64_t n_gen = 0, n_hist = n_prompt;
     double t1 = now_ms();
     while (n_gen < o.n_predict) {

@@ -22,9 +22,13 @@ int sl_cli_serve(int argc, char **argv)
         fprintf(stderr, "sluice serve: %s\n", err);
         return SL_EXIT_CONFIG;
     }
-    if (!cfg.model[0] && sl_cli_default_model(cfg.model, sizeof cfg.model) < 0) {
-        fprintf(stderr, "sluice serve: no -m given and the default model is missing (tools/setup.sh creates it)\n");
-        return SL_EXIT_CONFIG;
+    if (!cfg.model[0]) {
+        const char *what;
+        if (sl_cli_default_model(cfg.model, sizeof cfg.model, &what) < 0) {
+            fprintf(stderr, "sluice serve: no -m given and the default model is missing (tools/setup.sh creates it)\n");
+            return SL_EXIT_CONFIG;
+        }
+        fprintf(stderr, "sluice serve: no -m given: serving %s, %s\n", cfg.model, what);
     }
     /* metadata only: the file is mapped, weights are not read here */
     sl_model *m;

@@ -137,15 +137,14 @@ static sl_status push_entry(sl_api_logprobs *lp, const sl_api_token_logprob *t)
 }
 
 /* A token's raw bytes: what a fresh detokenizer emits for it alone plus what
- * it holds back (half a character, a <0xNN> byte). The leading-space rule
- * is switched off because a token in the middle of a text keeps its space.
+ * it holds back (half a character, a <0xNN> byte). A continuation's
+ * detokenizer: a token after the prompt keeps its space.
  * Wart: this reads sl_detok's private fields; a model/ accessor for a
  * token's decoded bytes would remove it. */
 static size_t token_bytes(const sl_tokenizer *t, int32_t id, char *out, size_t cap)
 {
     sl_detok d;
-    sl_detok_init(&d);
-    d._started = true;
+    sl_detok_init_continuation(&d);
     size_t n = sl_detok_push(&d, t, id, true, out, cap);
     if (n > cap) return n;
     if (n + d._n_held > cap) return n + d._n_held;

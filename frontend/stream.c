@@ -768,7 +768,8 @@ void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, cons
     sl_shm_worker_info_get(fe->shm, &wi);
     st->worker_gen = wi.worker_generation;
     sl_api_id_make(st->id, st->ep);
-    sl_detok_init(&st->detok);
+    /* generated text continues the prompt: its leading space is kept */
+    sl_detok_init_continuation(&st->detok);
     st->piece_cap = sl_detok_max_piece(fe->tok);
     st->piece = sl_malloc(st->piece_cap);
     st->lp_cap = (1 + SL_TOP_LOGPROBS_MAX) * st->piece_cap;

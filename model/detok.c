@@ -7,7 +7,8 @@
  *     either valid UTF-8 as a whole or becomes one U+FFFD per byte (HF's
  *     ByteFallback decoder), so the whole run is held until a non-byte token
  *     or the flush; U+2581 is a space, and with add_space_prefix one leading
- *     space of the output is dropped (HF's Strip decoder).
+ *     space of the output is dropped (HF's Strip decoder), unless the output
+ *     continues a prompt (sl_detok_init_continuation).
  * Runs in: front ends, per request; the state lives in the request.
  * Trade-off: a byte run longer than the hold buffer (64 bytes) is emitted
  * by complete characters as the buffer fills; the reference decodes the run
@@ -154,6 +155,12 @@ static void flush_full_group(sl_detok *d, const sl_tokenizer *t, dt_out *o)
 void sl_detok_init(sl_detok *d)
 {
     memset(d, 0, sizeof *d);
+}
+
+void sl_detok_init_continuation(sl_detok *d)
+{
+    memset(d, 0, sizeof *d);
+    d->_started = true;    /* the prompt came first: no leading space is the sequence's */
 }
 
 size_t sl_detok_max_piece(const sl_tokenizer *t)

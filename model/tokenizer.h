@@ -108,7 +108,13 @@ typedef struct {
     bool _held_bytes_tok;  /* held bytes come from a run of <0xNN> tokens */
 } sl_detok;
 
+/* sl_detok_init: for a whole sequence (/detokenize, a prompt): with
+ * add_space_prefix, one leading space of the output is dropped, as HF's
+ * decode does. sl_detok_init_continuation: for text that continues a prompt
+ * (generated tokens): nothing is dropped, so " not" after "... life is"
+ * stays " not", as llama.cpp and OpenAI return it. */
 void sl_detok_init(sl_detok *d);
+void sl_detok_init_continuation(sl_detok *d);
 /* Decodes `id` (show_special: control and unknown tokens shown as their
  * text, else dropped) and writes the newly complete text to out. Returns the
  * bytes produced; only min(that, cap) are written, so give

