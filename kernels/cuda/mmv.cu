@@ -1,5 +1,6 @@
 /* kernels/cuda/mmv.cu: the small-batch matmul for the formats quantized
- * models are made of (Q4_K, Q5_K, Q6_K, Q8_0): one warp per weight row
+ * models are made of (Q4_K, Q5_K, Q6_K, Q8_0, and the 32-element formats
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_1): one warp per weight row
  * ("mmv_warp_per_row"), up to NT activation rows per pass.
  *
  * Why a second kernel beside matmul.cu: that one decodes 32-element units
@@ -17,7 +18,12 @@
  *              nibbles (sub-block 2g+1); Q5_K adds the bits of qh.
  *   Q6_K:      two super-blocks; lane k of 16 takes l = 4(k%8)..+3 of half
  *              k/8: the four runs of 4 elements l+32i that share those bytes.
- *   Q8_0:      sixteen blocks; a lane takes half a block.
+ *   Q8_0/Q8_1: sixteen blocks; a lane takes half a block.
+ *   Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL: sixteen blocks; lane hf (0, 1) of a block
+ *              takes bytes 8hf..8hf+7 of its 16 nibble bytes: elements
+ *              8hf.. (low nibbles) and 16+8hf.. (high nibbles), with the
+ *              qh bits of those elements (Q5_0/Q5_1).
+ * (Q2_K, Q3_K, IQ4_XS have no kernel here: matmul.cu's general one.)
  * Reduction order: a lane adds its steps in order, partial sums per scale
  * group as fmaf chains, then the warp's fixed butterfly; a row of 4,096 or
  * more elements is shared by 2 or 4 warps (warps_per_row), each over a
@@ -27,6 +33,7 @@
  * invariance).
  * Tokens past T in the last pass repeat the last row and are not stored. */
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/matmul_unit.cuh"   /* the block sizes */
 #include "kernels/cuda/mmv.cuh"
 
 #include <type_traits>
@@ -226,21 +233,23 @@ static __device__ __forceinline__ void use_q6k(const raw_q6k &rw, int sb, int la
     }
 }
 
-/* Q8_0: lane `lane`'s half of block blk */
+/* Q8_0 / Q8_1: lane `lane`'s half of block blk (BB bytes a block, the
+ * quants at OFF: Q8_1's second fp16, the block's sum, is not read) */
 struct raw_q8_0 {
     uint32_t w[4];
     uint16_t d;
 };
 
-static __device__ __forceinline__ raw_q8_0 load_q8_0(const uint8_t *row, int blk, int lane)
+template <int BB, int OFF>
+static __device__ __forceinline__ raw_q8_0 load_q8(const uint8_t *row, int blk, int lane)
 {
-    const uint8_t *b = row + (size_t)blk * 34;
+    const uint8_t *b = row + (size_t)blk * BB;
     int hf = lane & 1;
     raw_q8_0 r;
     r.d = sl_dev_u16(b);
 #pragma unroll
     for (int w4 = 0; w4 < 4; w4++)
-        r.w[w4] = load_u32_a2(b + 2 + 16 * hf + 4 * w4);
+        r.w[w4] = load_u32_a2(b + OFF + 16 * hf + 4 * w4);
     return r;
 }
 
@@ -273,6 +282,119 @@ static __device__ __forceinline__ void use_q8_0(const raw_q8_0 &rw, int blk, int
     }
 }
 
+/* The 32-element nibble formats: d, [m], [qh], qs[16] (see matmul_unit.cuh) */
+template <int TYPE>
+struct nib_fmt {
+    static constexpr bool M = TYPE == SL_GGML_TYPE_Q4_1 || TYPE == SL_GGML_TYPE_Q5_1;   /* + m */
+    static constexpr bool H = TYPE == SL_GGML_TYPE_Q5_0 || TYPE == SL_GGML_TYPE_Q5_1;   /* 5-bit */
+    static constexpr int BB = 2 + (M ? 2 : 0) + (H ? 4 : 0) + 16, QS = BB - 16;
+    static constexpr bool A4 = BB % 4 == 0;   /* Q4_1, Q5_1: every field 4-byte aligned */
+    static constexpr float BIAS = TYPE == SL_GGML_TYPE_Q4_0 ? 8.0f : TYPE == SL_GGML_TYPE_Q5_0 ? 16.0f : 0.0f;
+};
+
+template <int TYPE>
+static constexpr bool is_nib = TYPE == SL_GGML_TYPE_Q4_0 || TYPE == SL_GGML_TYPE_Q4_1 || TYPE == SL_GGML_TYPE_Q5_0 ||
+                               TYPE == SL_GGML_TYPE_Q5_1 || TYPE == SL_GGML_TYPE_IQ4_NL;
+
+struct raw_nib {
+    uint32_t w0, w1, qh;
+    uint16_t d, m;
+};
+
+template <bool A4>
+static __device__ __forceinline__ uint32_t load_u32_al(const uint8_t *p)
+{
+    if constexpr (A4)
+        return *(const uint32_t *)p;
+    else
+        return load_u32_a2(p);
+}
+
+template <int TYPE>
+static __device__ __forceinline__ raw_nib load_nib(const uint8_t *row, int blk, int lane)
+{
+    using F = nib_fmt<TYPE>;
+    const uint8_t *b = row + (size_t)blk * F::BB, *q = b + F::QS + 8 * (lane & 1);
+    raw_nib r;
+    r.d = sl_dev_u16(b);
+    r.m = F::M ? sl_dev_u16(b + 2) : 0;
+    r.w0 = load_u32_al<F::A4>(q);
+    r.w1 = load_u32_al<F::A4>(q + 4);
+    r.qh = F::H ? load_u32_al<F::A4>(b + (F::M ? 4 : 2)) : 0;
+    return r;
+}
+
+/* bits 0-3 of v to bit 0 of bytes 0-3 */
+static __device__ __forceinline__ uint32_t spread4(uint32_t v)
+{
+    return (v & 1u) | ((v & 2u) << 7) | ((v & 4u) << 14) | ((v & 8u) << 21);
+}
+
+/* Four IQ4_NL grid values (as int8 bytes) for four indices 0-15 held in
+ * the bytes of idx: two byte permutes over the packed grid, one per half,
+ * then a per-byte select on bit 3 of the index. */
+static __device__ __forceinline__ uint32_t iq4nl_bytes(uint32_t idx)
+{
+    uint32_t sel = (idx & 7u) | ((idx >> 4) & 0x70u) | ((idx >> 8) & 0x700u) | ((idx >> 12) & 0x7000u);
+    uint32_t lo = __byte_perm((uint32_t)SL_IQ4NL_LO, (uint32_t)(SL_IQ4NL_LO >> 32), sel);
+    uint32_t hi = __byte_perm((uint32_t)SL_IQ4NL_HI, (uint32_t)(SL_IQ4NL_HI >> 32), sel);
+    uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu;
+    return (lo & ~m) | (hi & m);
+}
+
+template <int TYPE, int NT>
+static __device__ __forceinline__ void use_nib(const raw_nib &rw, int blk, int lane, const float *x, int64_t ldx,
+                                               int nt, float (&acc)[NT])
+{
+    using F = nib_fmt<TYPE>;
+    int hf = lane & 1;
+    /* lo: elements 8hf..8hf+7, hi: 16+8hf..16+8hf+7, one byte each */
+    uint32_t lo0 = rw.w0 & 0x0F0F0F0Fu, lo1 = rw.w1 & 0x0F0F0F0Fu;
+    uint32_t hi0 = (rw.w0 >> 4) & 0x0F0F0F0Fu, hi1 = (rw.w1 >> 4) & 0x0F0F0F0Fu;
+    if constexpr (F::H) {
+        /* bit k of qh is bit 4 of element k */
+        uint32_t hl = rw.qh >> (8 * hf), hh = rw.qh >> (16 + 8 * hf);
+        lo0 |= spread4(hl) << 4;
+        lo1 |= spread4(hl >> 4) << 4;
+        hi0 |= spread4(hh) << 4;
+        hi1 |= spread4(hh >> 4) << 4;
+    }
+    float q[16];
+    if constexpr (TYPE == SL_GGML_TYPE_IQ4_NL) {
+        uint32_t v[4] = {iq4nl_bytes(lo0) ^ 0x80808080u, iq4nl_bytes(lo1) ^ 0x80808080u,
+                         iq4nl_bytes(hi0) ^ 0x80808080u, iq4nl_bytes(hi1) ^ 0x80808080u};   /* int8 -> v + 128 */
+#pragma unroll
+        for (int w4 = 0; w4 < 4; w4++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                q[4 * w4 + j] = byte_float(v[w4], j) - 128.0f;
+    } else {
+        uint32_t v[4] = {lo0, lo1, hi0, hi1};
+#pragma unroll
+        for (int w4 = 0; w4 < 4; w4++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                q[4 * w4 + j] = byte_float(v[w4], j) - F::BIAS;   /* exact: small integers */
+    }
+    float d = sl_dev_fp16(rw.d);
+    const float *xs = x + (size_t)blk * 32 + 8 * hf;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float *xt = xs + (int64_t)(t < nt ? t : nt - 1) * ldx;
+        float xa[8], xb[8];
+        load_x8(xt, xa);
+        load_x8(xt + 16, xb);
+        float p = dot_chain<8>(q, xa);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            p = fmaf(q[8 + i], xb[i], p);
+        float r = fmaf(d, p, acc[t]);
+        if constexpr (F::M)
+            r = fmaf(sl_dev_fp16(rw.m), __fadd_rn(sum_chain<8>(xa), sum_chain<8>(xb)), r);
+        acc[t] = r;
+    }
+}
+
 #define AHEAD 4   /* steps whose loads are issued before the first is used */
 
 /* acc[t] += row . x[t] for the lane's share of steps [k0, k1) of a row of
@@ -284,18 +406,26 @@ template <int TYPE, int NT>
 static __device__ __forceinline__ void row_dot(const uint8_t *row, int n, int k0, int k1, int lane, const float *xt,
                                                int64_t ldx, int nt, float (&acc)[NT])
 {
-    constexpr bool Q8 = TYPE == SL_GGML_TYPE_Q8_0, Q6 = TYPE == SL_GGML_TYPE_Q6_K, Q5 = TYPE == SL_GGML_TYPE_Q5_K;
-    /* Q8_0: 16 blocks per warp step, a lane pair per block; K-quants: 2 super-blocks, 16 lanes each */
-    const int count = Q8 ? n / 32 : n / 256, stride = Q8 ? 16 : 2, first = Q8 ? lane >> 1 : lane >> 4;
-    using raw = typename std::conditional<Q8, raw_q8_0, typename std::conditional<Q6, raw_q6k, raw_q45k>::type>::type;
+    constexpr bool Q8 = TYPE == SL_GGML_TYPE_Q8_0 || TYPE == SL_GGML_TYPE_Q8_1, Q6 = TYPE == SL_GGML_TYPE_Q6_K,
+                   Q5 = TYPE == SL_GGML_TYPE_Q5_K, NB = is_nib<TYPE>, B32 = Q8 || NB;
+    /* 32-element blocks: 16 per warp step, a lane pair per block; K-quants: 2 super-blocks, 16 lanes each */
+    const int count = B32 ? n / 32 : n / 256, stride = B32 ? 16 : 2, first = B32 ? lane >> 1 : lane >> 4;
+    using raw = typename std::conditional<
+        Q8, raw_q8_0,
+        typename std::conditional<NB, raw_nib,
+                                  typename std::conditional<Q6, raw_q6k, raw_q45k>::type>::type>::type;
     for (int k = k0; k < k1; k += AHEAD) {
         raw r[AHEAD];
 #pragma unroll
         for (int u = 0; u < AHEAD; u++) {
             int i = first + (k + u) * stride;
             if (k + u < k1 && i < count) {
-                if constexpr (Q8)
-                    r[u] = load_q8_0(row, i, lane);
+                if constexpr (TYPE == SL_GGML_TYPE_Q8_0)
+                    r[u] = load_q8<34, 2>(row, i, lane);
+                else if constexpr (TYPE == SL_GGML_TYPE_Q8_1)
+                    r[u] = load_q8<SL_BB_Q8_1, 4>(row, i, lane);
+                else if constexpr (NB)
+                    r[u] = load_nib<TYPE>(row, i, lane);
                 else if constexpr (Q6)
                     r[u] = load_q6k(row, i, lane);
                 else
@@ -308,6 +438,8 @@ static __device__ __forceinline__ void row_dot(const uint8_t *row, int n, int k0
             if (k + u < k1 && i < count) {
                 if constexpr (Q8)
                     use_q8_0<NT>(r[u], i, lane, xt, ldx, nt, acc);
+                else if constexpr (NB)
+                    use_nib<TYPE, NT>(r[u], i, lane, xt, ldx, nt, acc);
                 else if constexpr (Q6)
                     use_q6k<NT>(r[u], i, lane, xt, ldx, nt, acc);
                 else
@@ -438,7 +570,14 @@ bool sl_cuda_mmv_supports(const sl_cuda_weight *w, int64_t ldx, const float *x)
         return aligned && ((w->row_bytes | (uintptr_t)w->data) & 15) == 0;
     case SL_GGML_TYPE_Q6_K:
     case SL_GGML_TYPE_Q8_0:
+    case SL_GGML_TYPE_Q8_1:
+    case SL_GGML_TYPE_Q4_0:
+    case SL_GGML_TYPE_Q5_0:
+    case SL_GGML_TYPE_IQ4_NL:
         return aligned && ((w->row_bytes | (uintptr_t)w->data) & 1) == 0;
+    case SL_GGML_TYPE_Q4_1:
+    case SL_GGML_TYPE_Q5_1:
+        return aligned && ((w->row_bytes | (uintptr_t)w->data) & 3) == 0;
     default:
         return false;
     }
@@ -505,6 +644,12 @@ static sl_status run(const sl_cuda_weight *const *w, float *const *y, const int6
     case SL_GGML_TYPE_Q5_K: GO(SL_GGML_TYPE_Q5_K); break;
     case SL_GGML_TYPE_Q6_K: GO(SL_GGML_TYPE_Q6_K); break;
     case SL_GGML_TYPE_Q8_0: GO(SL_GGML_TYPE_Q8_0); break;
+    case SL_GGML_TYPE_Q8_1: GO(SL_GGML_TYPE_Q8_1); break;
+    case SL_GGML_TYPE_Q4_0: GO(SL_GGML_TYPE_Q4_0); break;
+    case SL_GGML_TYPE_Q4_1: GO(SL_GGML_TYPE_Q4_1); break;
+    case SL_GGML_TYPE_Q5_0: GO(SL_GGML_TYPE_Q5_0); break;
+    case SL_GGML_TYPE_Q5_1: GO(SL_GGML_TYPE_Q5_1); break;
+    case SL_GGML_TYPE_IQ4_NL: GO(SL_GGML_TYPE_IQ4_NL); break;
     default: return SL_EINVAL;
     }
 #undef GO
