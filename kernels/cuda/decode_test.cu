@@ -9,7 +9,9 @@
  * Q5_1, IQ4_NL, Q8_1, Q2_K, Q3_K, IQ4_XS) are checked on random blocks
  * (random_blocks.cuh): decode_unit's unit_elem and sl_dev_dequant_elem must
  * give the same float bit for bit, and both equal model/quant.c's when it
- * dequantizes the type. Exit 0 when all pass.
+ * dequantizes the type; the small-batch kernel's lane decoding of the
+ * nibble formats (mmv_nib.cuh) must match decode_unit bit for bit. Exit 0
+ * when all pass.
  *
  *   test_cuda_decode --decode TYPE IN OUT   decodes the raw blocks of file IN
  *   (whole rows of 256 elements) with decode_unit to float32 file OUT, for
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/matmul_unit.cuh"
+#include "kernels/cuda/mmv_nib.cuh"
 #include "kernels/cuda/random_blocks.cuh"
 #include "tests/seeded.h"
 
@@ -174,6 +177,44 @@ out:
     return bad != 0;
 }
 
+/* The small-batch kernel's lane decoding of a nibble format (mmv_nib.cuh):
+ * each lane's 16 codes times d, plus m, equal decode_unit's elements bit
+ * for bit, on random blocks. */
+template <int TYPE>
+static int check_nib(int64_t n, uint64_t seed)
+{
+    const char *name = sl_ggml_type_name(TYPE);
+    size_t rb = sl_ggml_row_bytes(TYPE, (uint64_t)n);
+    uint8_t *row = (uint8_t *)malloc(rb ? rb : 1);
+    int bad = 0;
+    if (!sl_random_blocks_row(TYPE, row, rb, n, &seed)) {
+        bad = 1;
+        goto out;
+    }
+    for (int64_t blk = 0; blk < n / 32; blk++) {
+        unit d;
+        decode_unit<TYPE>(row, blk, n, d);
+        for (int hf = 0; hf < 2; hf++) {
+            raw_nib r = load_nib<TYPE>(row, (int)blk, hf);
+            float q[16];
+            nib_values<TYPE>(r, hf, q);
+            float dd = sl_dev_fp16(r.d), m = nib_fmt<TYPE>::M ? sl_dev_fp16(r.m) : 0.0f;
+            for (int i = 0; i < 16; i++) {
+                int e = i < 8 ? 8 * hf + i : 16 + 8 * hf + i - 8;
+                float v = nib_fmt<TYPE>::M ? sl_dev_add(sl_dev_mul(dd, q[i]), m) : sl_dev_mul(dd, q[i]);
+                float u = unit_elem(d, e);
+                if (memcmp(&v, &u, sizeof v) != 0 && bad++ < 5)
+                    printf("%s block %lld lane %d element %d: lane %.9g, unit %.9g\n", name, (long long)blk, hf, e,
+                           v, u);
+            }
+        }
+    }
+out:
+    printf("%-6s n=%-5lld small-batch lane decoding == decode_unit: %s\n", name, (long long)n, bad ? "FAIL" : "ok");
+    free(row);
+    return bad != 0;
+}
+
 /* --decode TYPE IN OUT (see the header) */
 static int decode_file(const char *type_name, const char *in, const char *out)
 {
@@ -253,6 +294,11 @@ int main(int argc, char **argv)
         fails += check_random<SL_GGML_TYPE_Q2_K>(n, seed, SL_BB_Q2_K);
         fails += check_random<SL_GGML_TYPE_Q3_K>(n, seed, SL_BB_Q3_K);
         fails += check_random<SL_GGML_TYPE_IQ4_XS>(n, seed, SL_BB_IQ4_XS);
+        fails += check_nib<SL_GGML_TYPE_Q4_0>(n, seed);
+        fails += check_nib<SL_GGML_TYPE_Q4_1>(n, seed);
+        fails += check_nib<SL_GGML_TYPE_Q5_0>(n, seed);
+        fails += check_nib<SL_GGML_TYPE_Q5_1>(n, seed);
+        fails += check_nib<SL_GGML_TYPE_IQ4_NL>(n, seed);
     }
     printf("decode_test: %s\n", fails ? "FAIL" : "all ok");
     return fails != 0;

@@ -35,6 +35,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/matmul_unit.cuh"   /* the block sizes */
 #include "kernels/cuda/mmv.cuh"
+#include "kernels/cuda/mmv_nib.cuh"
 
 #include <type_traits>
 
@@ -282,100 +283,14 @@ static __device__ __forceinline__ void use_q8_0(const raw_q8_0 &rw, int blk, int
     }
 }
 
-/* The 32-element nibble formats: d, [m], [qh], qs[16] (see matmul_unit.cuh) */
-template <int TYPE>
-struct nib_fmt {
-    static constexpr bool M = TYPE == SL_GGML_TYPE_Q4_1 || TYPE == SL_GGML_TYPE_Q5_1;   /* + m */
-    static constexpr bool H = TYPE == SL_GGML_TYPE_Q5_0 || TYPE == SL_GGML_TYPE_Q5_1;   /* 5-bit */
-    static constexpr int BB = 2 + (M ? 2 : 0) + (H ? 4 : 0) + 16, QS = BB - 16;
-    static constexpr bool A4 = BB % 4 == 0;   /* Q4_1, Q5_1: every field 4-byte aligned */
-    static constexpr float BIAS = TYPE == SL_GGML_TYPE_Q4_0 ? 8.0f : TYPE == SL_GGML_TYPE_Q5_0 ? 16.0f : 0.0f;
-};
-
-template <int TYPE>
-static constexpr bool is_nib = TYPE == SL_GGML_TYPE_Q4_0 || TYPE == SL_GGML_TYPE_Q4_1 || TYPE == SL_GGML_TYPE_Q5_0 ||
-                               TYPE == SL_GGML_TYPE_Q5_1 || TYPE == SL_GGML_TYPE_IQ4_NL;
-
-struct raw_nib {
-    uint32_t w0, w1, qh;
-    uint16_t d, m;
-};
-
-template <bool A4>
-static __device__ __forceinline__ uint32_t load_u32_al(const uint8_t *p)
-{
-    if constexpr (A4)
-        return *(const uint32_t *)p;
-    else
-        return load_u32_a2(p);
-}
-
-template <int TYPE>
-static __device__ __forceinline__ raw_nib load_nib(const uint8_t *row, int blk, int lane)
-{
-    using F = nib_fmt<TYPE>;
-    const uint8_t *b = row + (size_t)blk * F::BB, *q = b + F::QS + 8 * (lane & 1);
-    raw_nib r;
-    r.d = sl_dev_u16(b);
-    r.m = F::M ? sl_dev_u16(b + 2) : 0;
-    r.w0 = load_u32_al<F::A4>(q);
-    r.w1 = load_u32_al<F::A4>(q + 4);
-    r.qh = F::H ? load_u32_al<F::A4>(b + (F::M ? 4 : 2)) : 0;
-    return r;
-}
-
-/* bits 0-3 of v to bit 0 of bytes 0-3 */
-static __device__ __forceinline__ uint32_t spread4(uint32_t v)
-{
-    return (v & 1u) | ((v & 2u) << 7) | ((v & 4u) << 14) | ((v & 8u) << 21);
-}
-
-/* Four IQ4_NL grid values (as int8 bytes) for four indices 0-15 held in
- * the bytes of idx: two byte permutes over the packed grid, one per half,
- * then a per-byte select on bit 3 of the index. */
-static __device__ __forceinline__ uint32_t iq4nl_bytes(uint32_t idx)
-{
-    uint32_t sel = (idx & 7u) | ((idx >> 4) & 0x70u) | ((idx >> 8) & 0x700u) | ((idx >> 12) & 0x7000u);
-    uint32_t lo = __byte_perm((uint32_t)SL_IQ4NL_LO, (uint32_t)(SL_IQ4NL_LO >> 32), sel);
-    uint32_t hi = __byte_perm((uint32_t)SL_IQ4NL_HI, (uint32_t)(SL_IQ4NL_HI >> 32), sel);
-    uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu;
-    return (lo & ~m) | (hi & m);
-}
-
 template <int TYPE, int NT>
 static __device__ __forceinline__ void use_nib(const raw_nib &rw, int blk, int lane, const float *x, int64_t ldx,
                                                int nt, float (&acc)[NT])
 {
     using F = nib_fmt<TYPE>;
     int hf = lane & 1;
-    /* lo: elements 8hf..8hf+7, hi: 16+8hf..16+8hf+7, one byte each */
-    uint32_t lo0 = rw.w0 & 0x0F0F0F0Fu, lo1 = rw.w1 & 0x0F0F0F0Fu;
-    uint32_t hi0 = (rw.w0 >> 4) & 0x0F0F0F0Fu, hi1 = (rw.w1 >> 4) & 0x0F0F0F0Fu;
-    if constexpr (F::H) {
-        /* bit k of qh is bit 4 of element k */
-        uint32_t hl = rw.qh >> (8 * hf), hh = rw.qh >> (16 + 8 * hf);
-        lo0 |= spread4(hl) << 4;
-        lo1 |= spread4(hl >> 4) << 4;
-        hi0 |= spread4(hh) << 4;
-        hi1 |= spread4(hh >> 4) << 4;
-    }
     float q[16];
-    if constexpr (TYPE == SL_GGML_TYPE_IQ4_NL) {
-        uint32_t v[4] = {iq4nl_bytes(lo0) ^ 0x80808080u, iq4nl_bytes(lo1) ^ 0x80808080u,
-                         iq4nl_bytes(hi0) ^ 0x80808080u, iq4nl_bytes(hi1) ^ 0x80808080u};   /* int8 -> v + 128 */
-#pragma unroll
-        for (int w4 = 0; w4 < 4; w4++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                q[4 * w4 + j] = byte_float(v[w4], j) - 128.0f;
-    } else {
-        uint32_t v[4] = {lo0, lo1, hi0, hi1};
-#pragma unroll
-        for (int w4 = 0; w4 < 4; w4++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                q[4 * w4 + j] = byte_float(v[w4], j) - F::BIAS;   /* exact: small integers */
-    }
+    nib_values<TYPE>(rw, hf, q);
     float d = sl_dev_fp16(rw.d);
     const float *xs = x + (size_t)blk * 32 + 8 * hf;
 #pragma unroll
