@@ -198,7 +198,7 @@ static int check_nib(int64_t n, uint64_t seed)
             raw_nib r = load_nib<TYPE>(row, (int)blk, hf);
             float q[16];
             nib_values<TYPE>(r, hf, q);
-            float dd = sl_dev_fp16(r.d), m = nib_fmt<TYPE>::M ? sl_dev_fp16(r.m) : 0.0f;
+            float dd = nib_scale<TYPE>(r), m = nib_fmt<TYPE>::M ? sl_dev_fp16(r.m) : 0.0f;
             for (int i = 0; i < 16; i++) {
                 int e = i < 8 ? 8 * hf + i : 16 + 8 * hf + i - 8;
                 float v = nib_fmt<TYPE>::M ? sl_dev_add(sl_dev_mul(dd, q[i]), m) : sl_dev_mul(dd, q[i]);
@@ -299,6 +299,7 @@ int main(int argc, char **argv)
         fails += check_nib<SL_GGML_TYPE_Q5_0>(n, seed);
         fails += check_nib<SL_GGML_TYPE_Q5_1>(n, seed);
         fails += check_nib<SL_GGML_TYPE_IQ4_NL>(n, seed);
+        fails += check_nib<SL_GGML_TYPE_IQ4_XS>(n, seed);
     }
     printf("decode_test: %s\n", fails ? "FAIL" : "all ok");
     return fails != 0;

@@ -1,6 +1,6 @@
 /* kernels/cuda/mmv.cu: the small-batch matmul for the formats quantized
- * models are made of (Q4_K, Q5_K, Q6_K, Q8_0, and the 32-element formats
- * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_1): one warp per weight row
+ * models are made of (Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS and the 32-element
+ * formats Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_1): one warp per weight row
  * ("mmv_warp_per_row"), up to NT activation rows per pass.
  *
  * Why a second kernel beside matmul.cu: that one decodes 32-element units
@@ -23,7 +23,9 @@
  *              takes bytes 8hf..8hf+7 of its 16 nibble bytes: elements
  *              8hf.. (low nibbles) and 16+8hf.. (high nibbles), with the
  *              qh bits of those elements (Q5_0/Q5_1).
- * (Q2_K, Q3_K, IQ4_XS have no kernel here: matmul.cu's general one.)
+ *   IQ4_XS:    two super-blocks; a lane pair per 32-element sub-block, as
+ *              IQ4_NL's blocks (mmv_nib.cuh).
+ * (Q2_K and Q3_K have no kernel here: matmul.cu's general one.)
  * Reduction order: a lane adds its steps in order, partial sums per scale
  * group as fmaf chains, then the warp's fixed butterfly; a row of 4,096 or
  * more elements is shared by 2 or 4 warps (warps_per_row), each over a
@@ -291,7 +293,7 @@ static __device__ __forceinline__ void use_nib(const raw_nib &rw, int blk, int l
     int hf = lane & 1;
     float q[16];
     nib_values<TYPE>(rw, hf, q);
-    float d = sl_dev_fp16(rw.d);
+    float d = nib_scale<TYPE>(rw);
     const float *xs = x + (size_t)blk * 32 + 8 * hf;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -492,6 +494,7 @@ bool sl_cuda_mmv_supports(const sl_cuda_weight *w, int64_t ldx, const float *x)
         return aligned && ((w->row_bytes | (uintptr_t)w->data) & 1) == 0;
     case SL_GGML_TYPE_Q4_1:
     case SL_GGML_TYPE_Q5_1:
+    case SL_GGML_TYPE_IQ4_XS:
         return aligned && ((w->row_bytes | (uintptr_t)w->data) & 3) == 0;
     default:
         return false;
@@ -565,6 +568,7 @@ static sl_status run(const sl_cuda_weight *const *w, float *const *y, const int6
     case SL_GGML_TYPE_Q5_0: GO(SL_GGML_TYPE_Q5_0); break;
     case SL_GGML_TYPE_Q5_1: GO(SL_GGML_TYPE_Q5_1); break;
     case SL_GGML_TYPE_IQ4_NL: GO(SL_GGML_TYPE_IQ4_NL); break;
+    case SL_GGML_TYPE_IQ4_XS: GO(SL_GGML_TYPE_IQ4_XS); break;
     default: return SL_EINVAL;
     }
 #undef GO

@@ -1,6 +1,8 @@
 /* kernels/cuda/mmv_nib.cuh: one lane's share of a block of a 32-element
- * nibble format (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: d, [m], [qh], qs[16]) in
- * the small-batch kernel (mmv.cu): lane hf (0, 1) of the block's lane pair
+ * nibble format (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: d, [m], [qh], qs[16]; and
+ * the 32-element sub-blocks of IQ4_XS, whose scale is d times the
+ * sub-block's 6-bit scale) in the small-batch kernel (mmv.cu): lane hf
+ * (0, 1) of the block's lane pair
  * loads bytes 8hf..8hf+7 of qs, i.e. elements 8hf..8hf+7 (low nibbles) and
  * 16+8hf..16+8hf+7 (high nibbles), and turns them into 16 exact floats.
  * Where: mmv.cu (device) and decode_test.cu (host: the lane values times d,
@@ -27,9 +29,10 @@ static_assert(nib_fmt<SL_GGML_TYPE_Q4_0>::BB == 18 && nib_fmt<SL_GGML_TYPE_Q4_1>
 
 template <int TYPE>
 static constexpr bool is_nib = TYPE == SL_GGML_TYPE_Q4_0 || TYPE == SL_GGML_TYPE_Q4_1 || TYPE == SL_GGML_TYPE_Q5_0 ||
-                               TYPE == SL_GGML_TYPE_Q5_1 || TYPE == SL_GGML_TYPE_IQ4_NL;
+                               TYPE == SL_GGML_TYPE_Q5_1 || TYPE == SL_GGML_TYPE_IQ4_NL || TYPE == SL_GGML_TYPE_IQ4_XS;
 
-/* A lane's raw bytes of one block: the loads, issued ahead of the use */
+/* A lane's raw bytes of one block: the loads, issued ahead of the use
+ * (IQ4_XS: m holds the sub-block's scale, -32..31) */
 struct raw_nib {
     uint32_t w0, w1, qh;
     uint16_t d, m;
@@ -49,15 +52,27 @@ static SL_HD uint32_t nib_load_u32(const uint8_t *p)
 template <int TYPE>
 static SL_HD raw_nib load_nib(const uint8_t *row, int blk, int lane)
 {
-    using F = nib_fmt<TYPE>;
-    const uint8_t *b = row + (size_t)blk * F::BB, *q = b + F::QS + 8 * (lane & 1);
-    raw_nib r;
-    r.d = sl_dev_u16(b);
-    r.m = F::M ? sl_dev_u16(b + 2) : 0;
-    r.w0 = nib_load_u32<F::A4>(q);
-    r.w1 = nib_load_u32<F::A4>(q + 4);
-    r.qh = F::H ? nib_load_u32<F::A4>(b + (F::M ? 4 : 2)) : 0;
-    return r;
+    if constexpr (TYPE == SL_GGML_TYPE_IQ4_XS) {
+        /* blk: sub-block blk % 8 of super-block blk / 8 (136 bytes: every qs run 8-byte aligned) */
+        const uint8_t *b = row + (size_t)(blk >> 3) * 136, *q = b + 8 + 16 * (blk & 7) + 8 * (lane & 1);
+        raw_nib r;
+        r.d = sl_dev_u16(b);
+        r.m = (uint16_t)(int16_t)sl_dev_scale_iq4_xs(b, blk & 7);
+        r.w0 = nib_load_u32<true>(q);
+        r.w1 = nib_load_u32<true>(q + 4);
+        r.qh = 0;
+        return r;
+    } else {
+        using F = nib_fmt<TYPE>;
+        const uint8_t *b = row + (size_t)blk * F::BB, *q = b + F::QS + 8 * (lane & 1);
+        raw_nib r;
+        r.d = sl_dev_u16(b);
+        r.m = F::M ? sl_dev_u16(b + 2) : 0;
+        r.w0 = nib_load_u32<F::A4>(q);
+        r.w1 = nib_load_u32<F::A4>(q + 4);
+        r.qh = F::H ? nib_load_u32<F::A4>(b + (F::M ? 4 : 2)) : 0;
+        return r;
+    }
 }
 
 /* __byte_perm with selector nibbles 0-7 (bytes 0-3 from x, 4-7 from y) */
@@ -122,7 +137,7 @@ static SL_HD void nib_values(const raw_nib &rw, int hf, float (&q)[16])
     }
 SL_UNROLL
     for (int w4 = 0; w4 < 4; w4++) {
-        if constexpr (TYPE == SL_GGML_TYPE_IQ4_NL) {
+        if constexpr (TYPE == SL_GGML_TYPE_IQ4_NL || TYPE == SL_GGML_TYPE_IQ4_XS) {
             uint32_t g = iq4nl_bytes(v[w4]) ^ 0x80808080u;   /* int8 -> value + 128 */
 SL_UNROLL
             for (int j = 0; j < 4; j++)
@@ -133,6 +148,17 @@ SL_UNROLL
                 q[4 * w4 + j] = nib_byte_float(v[w4], j) - (float)F::BIAS;   /* exact: small integers */
         }
     }
+}
+
+/* The float d multiplies the codes by: the fp16 d, times the sub-block's
+ * scale for IQ4_XS (rounded as the host dequantizer rounds it) */
+template <int TYPE>
+static SL_HD float nib_scale(const raw_nib &rw)
+{
+    if constexpr (TYPE == SL_GGML_TYPE_IQ4_XS)
+        return sl_dev_mul(sl_dev_fp16(rw.d), (float)(int16_t)rw.m);
+    else
+        return sl_dev_fp16(rw.d);
 }
 
 #endif
