@@ -10,7 +10,8 @@
  * (random_blocks.cuh): decode_unit's unit_elem and sl_dev_dequant_elem must
  * give the same float bit for bit, and both equal model/quant.c's when it
  * dequantizes the type; the small-batch kernel's lane decoding of the
- * nibble formats (mmv_nib.cuh) must match decode_unit bit for bit. Exit 0
+ * nibble formats, IQ4_XS, Q2_K and Q3_K (mmv_nib.cuh, mmv_q23k.cuh) must
+ * match decode_unit bit for bit. Exit 0
  * when all pass.
  *
  *   test_cuda_decode --decode TYPE IN OUT   decodes the raw blocks of file IN
@@ -22,6 +23,7 @@
 
 #include "kernels/cuda/matmul_unit.cuh"
 #include "kernels/cuda/mmv_nib.cuh"
+#include "kernels/cuda/mmv_q23k.cuh"
 #include "kernels/cuda/random_blocks.cuh"
 #include "tests/seeded.h"
 
@@ -215,6 +217,41 @@ out:
     return bad != 0;
 }
 
+/* The same for Q2_K/Q3_K (mmv_q23k.cuh): each lane's 16 codes times the
+ * sub-block's scale, minus its min, equal decode_unit's elements. */
+template <int TYPE>
+static int check_q23k(int64_t n, uint64_t seed)
+{
+    const char *name = sl_ggml_type_name(TYPE);
+    size_t rb = sl_ggml_row_bytes(TYPE, (uint64_t)n);
+    uint8_t *row = (uint8_t *)malloc(rb ? rb : 1);
+    int bad = 0;
+    if (!sl_random_blocks_row(TYPE, row, rb, n, &seed)) {
+        bad = 1;
+        goto out;
+    }
+    for (int64_t run = 0; run < n / 32; run++) {
+        unit d;
+        decode_unit<TYPE>(row, run, n, d);
+        for (int hf = 0; hf < 2; hf++) {
+            raw_q23k r = load_q23k<TYPE>(row, (int)run, hf);
+            float q[16];
+            q23k_values<TYPE>(r, (int)run, q);
+            float dl = q23k_scale<TYPE>(r), ml = q23k_min<TYPE>(r);
+            for (int i = 0; i < 16; i++) {
+                float v = sl_dev_add(sl_dev_mul(dl, q[i]), -ml), u = unit_elem(d, 16 * hf + i);
+                if (memcmp(&v, &u, sizeof v) != 0 && bad++ < 5)
+                    printf("%s run %lld lane %d element %d: lane %.9g, unit %.9g\n", name, (long long)run, hf,
+                           16 * hf + i, v, u);
+            }
+        }
+    }
+out:
+    printf("%-6s n=%-5lld small-batch lane decoding == decode_unit: %s\n", name, (long long)n, bad ? "FAIL" : "ok");
+    free(row);
+    return bad != 0;
+}
+
 /* --decode TYPE IN OUT (see the header) */
 static int decode_file(const char *type_name, const char *in, const char *out)
 {
@@ -300,6 +337,8 @@ int main(int argc, char **argv)
         fails += check_nib<SL_GGML_TYPE_Q5_1>(n, seed);
         fails += check_nib<SL_GGML_TYPE_IQ4_NL>(n, seed);
         fails += check_nib<SL_GGML_TYPE_IQ4_XS>(n, seed);
+        fails += check_q23k<SL_GGML_TYPE_Q2_K>(n, seed);
+        fails += check_q23k<SL_GGML_TYPE_Q3_K>(n, seed);
     }
     printf("decode_test: %s\n", fails ? "FAIL" : "all ok");
     return fails != 0;

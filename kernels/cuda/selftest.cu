@@ -643,15 +643,12 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out
     /* the small-batch kernel's types: long rows (shared by 2 and 4 warps) and the fused launches */
     for (uint32_t type : {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_Q5_0,
                           SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_XS,
-                          SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1}) {
+                          SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_Q2_K}) {
         for (int64_t n : {4352, 8448})
             fails += check_matmul(out, st, type, n);
         for (int64_t n : {768, 4352})
             fails += check_mmv_fused(out, st, type, n);
     }
-    /* the general kernel on long rows for the types without a small-batch kernel */
-    for (uint32_t type : {SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_Q2_K})
-        fails += check_matmul(out, st, type, 4352);
     for (uint32_t type : {SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1,
                           SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_IQ4_NL,
                           SL_GGML_TYPE_Q8_1})
