@@ -15,7 +15,16 @@
 #include <string.h>
 
 #include "kernels/cuda/matmul_unit.cuh"
-#include "tests/seeded.h"
+
+/* splitmix64, as tests/seeded.h (the library, where selftest.cu lives, does
+ * not include tests/) */
+static inline uint64_t sl_random_blocks_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
 
 /* Byte offsets of the fp16 fields of one block of `type` into off[0..1];
  * returns how many (0 for a type without fp16 fields listed here). */
@@ -52,7 +61,7 @@ static inline int sl_random_blocks_fp16_fields(uint32_t type, int off[2])
 /* A random finite fp16: random sign, exponent 2^-5 .. 2^2, random mantissa. */
 static inline uint16_t sl_random_blocks_fp16(uint64_t *seed)
 {
-    uint64_t r = sl_seeded_next(seed);
+    uint64_t r = sl_random_blocks_next(seed);
     uint16_t sign = (uint16_t)((r >> 20) & 1), exp = (uint16_t)(10 + (r >> 21) % 8), mant = (uint16_t)(r & 0x3FF);
     return (uint16_t)(sign << 15 | exp << 10 | mant);
 }
@@ -66,7 +75,7 @@ static inline bool sl_random_blocks_row(uint32_t type, uint8_t *row, size_t rb, 
     if (nf == 0 || be == 0 || n % be != 0 || rb != (size_t)(n / be) * bb)
         return false;
     for (size_t i = 0; i < rb; i++)
-        row[i] = (uint8_t)(sl_seeded_next(seed) >> 56);
+        row[i] = (uint8_t)(sl_random_blocks_next(seed) >> 56);
     for (int64_t b = 0; b < n / be; b++)
         for (int f = 0; f < nf; f++) {
             uint16_t h = sl_random_blocks_fp16(seed);
