@@ -3,9 +3,8 @@ package, without a GPU.
 
 test_cuda_decode --decode (a SLUICE_CUDA build's host check, built from the
 same __host__ __device__ decoders the kernels run) decodes random blocks of
-each format that only the CUDA decoders of this file's types implement; the
-floats must equal gguf.quants.dequantize's bit for bit (both compute d*q,
-then the min, in float32). Random bytes reach every code of every field; the
+each format in FORMATS; the floats must equal gguf.quants.dequantize's bit
+for bit (both compute d*q, then the min, in float32). Random bytes reach every code of every field; the
 fp16 scales are set to finite values. Skipped unless SLUICE_BUILD_DIR is a
 CUDA build (test_cuda_decode under kernels/cuda/).
 """
