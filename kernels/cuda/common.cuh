@@ -108,7 +108,54 @@ static SL_HD void sl_dev_scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
     }
 }
 
-/* Element i of a row of `type` (any of the eight supported types). Slow
+/* a * b and a + b rounded once each: on the device, kept from being fused
+ * into one fmaf, so a dequantized value d * q + m has the host's bits. */
+static SL_HD float sl_dev_mul(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+static SL_HD float sl_dev_add(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+/* The IQ4_NL / IQ4_XS non-linear grid (gguf's kvalues), entry q (0-15),
+ * from two packed words: no table in memory, so host and device share it. */
+#define SL_IQ4NL_LO 0xF6EADDCFBFAD9881ull   /* entries 0-7, byte k = entry k */
+#define SL_IQ4NL_HI 0x7159453526190D01ull   /* entries 8-15 */
+static SL_HD int sl_dev_iq4nl(int q)
+{
+    return (int)(int8_t)(uint8_t)(((q & 8) ? SL_IQ4NL_HI : SL_IQ4NL_LO) >> (8 * (q & 7)));
+}
+
+/* Scale j (0-15) of a Q3_K block's 12 `scales` bytes: 4 low bits in bytes
+ * 0-7, 2 high bits in bytes 8-11, minus 32. */
+static SL_HD int sl_dev_scale_q3_k(const uint8_t *sc, int j)
+{
+    int lo = j < 8 ? sc[j] & 0xF : sc[j - 8] >> 4;
+    int hi = (sc[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+/* Scale of sub-block j (0-7) of an IQ4_XS block b: 4 low bits in scales_l,
+ * 2 high bits in the 16-bit scales_h, minus 32. */
+static SL_HD int sl_dev_scale_iq4_xs(const uint8_t *b, int j)
+{
+    int lo = (b[4 + j / 2] >> (4 * (j & 1))) & 0xF;
+    int hi = (sl_dev_u16(b + 2) >> (2 * j)) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+/* Element i of a row of `type` (any type sl_cuda_matmul_supports). Slow
  * (one element at a time): for embedding lookups, not for matmuls. */
 static inline __host__ __device__ float sl_dev_dequant_elem(uint32_t type, const uint8_t *row, int64_t i)
 {
@@ -151,6 +198,59 @@ static inline __host__ __device__ float sl_dev_dequant_elem(uint32_t type, const
         int q = (lo | (((qh[l] >> (2 * qq)) & 3) << 4)) - 32;
         return sl_dev_fp16(sl_dev_u16(b + SL_QK_K / 2 + SL_QK_K / 4 + SL_QK_K / 16)) * (float)scales[k / 16] *
                (float)q;
+    }
+    case SL_GGML_TYPE_Q4_1:
+    case SL_GGML_TYPE_Q5_0:
+    case SL_GGML_TYPE_Q5_1:
+    case SL_GGML_TYPE_IQ4_NL: {
+        /* 32-element blocks: d, [m], [qh: bit k = bit 4 of q_k], 16 bytes of
+         * nibbles (element k < 16: low nibble of byte k, else high of k-16) */
+        bool has_m = type == SL_GGML_TYPE_Q4_1 || type == SL_GGML_TYPE_Q5_1;
+        bool has_h = type == SL_GGML_TYPE_Q5_0 || type == SL_GGML_TYPE_Q5_1;
+        size_t bb = 2 + (has_m ? 2 : 0) + (has_h ? 4 : 0) + 16;
+        const uint8_t *b = row + (i / 32) * bb, *qs = b + bb - 16;
+        int k = (int)(i % 32);
+        int q = k < 16 ? (qs[k] & 0xF) : (qs[k - 16] >> 4);
+        float d = sl_dev_fp16(sl_dev_u16(b));
+        if (type == SL_GGML_TYPE_IQ4_NL)
+            return sl_dev_mul(d, (float)sl_dev_iq4nl(q));
+        if (has_h) {
+            const uint8_t *qh = b + (has_m ? 4 : 2);
+            q |= ((qh[k / 8] >> (k % 8)) & 1) << 4;
+        }
+        if (type == SL_GGML_TYPE_Q5_0)
+            return sl_dev_mul(d, (float)(q - 16));
+        return sl_dev_add(sl_dev_mul(d, (float)q), sl_dev_fp16(sl_dev_u16(b + 2)));
+    }
+    case SL_GGML_TYPE_Q8_1: {
+        const uint8_t *b = row + (i / 32) * 36;   /* d, s (fp16), 32 int8 */
+        return sl_dev_mul(sl_dev_fp16(sl_dev_u16(b)), (float)((const int8_t *)(b + 4))[i % 32]);
+    }
+    case SL_GGML_TYPE_Q2_K: {
+        /* scales[16] (low nibble scale, high nibble min), qs[64], d, dmin */
+        const uint8_t *b = row + (i / SL_QK_K) * 84;
+        int k = (int)(i % SL_QK_K), g = k / 128, s = (k % 128) / 32, l = k % 32;
+        int q = (b[16 + 32 * g + l] >> (2 * s)) & 3, sc = b[k / 16];
+        float dl = sl_dev_mul(sl_dev_fp16(sl_dev_u16(b + 80)), (float)(sc & 0xF));
+        float ml = sl_dev_mul(sl_dev_fp16(sl_dev_u16(b + 82)), (float)(sc >> 4));
+        return sl_dev_add(sl_dev_mul(dl, (float)q), -ml);
+    }
+    case SL_GGML_TYPE_Q3_K: {
+        /* hmask[32], qs[64], scales[12], d; q = 2 low bits - (high bit ? 0 : 4) */
+        const uint8_t *b = row + (i / SL_QK_K) * 110;
+        int k = (int)(i % SL_QK_K), j = k / 32, l = k % 32;
+        int q = ((b[32 + 32 * (j / 4) + l] >> (2 * (j % 4))) & 3) - (((b[l] >> j) & 1) ? 0 : 4);
+        float dl = sl_dev_mul(sl_dev_fp16(sl_dev_u16(b + 108)), (float)sl_dev_scale_q3_k(b + 96, k / 16));
+        return sl_dev_mul(dl, (float)q);
+    }
+    case SL_GGML_TYPE_IQ4_XS: {
+        /* d, scales_h (16 bits), scales_l[4], qs[128]: 8 sub-blocks of 32 */
+        const uint8_t *b = row + (i / SL_QK_K) * 136;
+        int k = (int)(i % SL_QK_K), j = k / 32, l = k % 32;
+        const uint8_t *qs = b + 8 + 16 * j;
+        int q = l < 16 ? (qs[l] & 0xF) : (qs[l - 16] >> 4);
+        float dl = sl_dev_mul(sl_dev_fp16(sl_dev_u16(b)), (float)sl_dev_scale_iq4_xs(b, j));
+        return sl_dev_mul(dl, (float)sl_dev_iq4nl(q));
     }
     default:
         return 0.0f;

@@ -83,7 +83,7 @@ dequant_f16(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t 
         decode_unit<TYPE>(W + r * row_bytes, u, n, d);
         __half *o = dst + r * n + u * UNIT;
         for (int k = 0; k < UNIT && u * UNIT + k < n; k++)
-            o[k] = __float2half_rn((k < 16 ? d.sa : d.sb) * d.q[k] - d.dm);
+            o[k] = __float2half_rn(unit_elem(d, k));   /* the host dequantizer's float, then rounded */
     }
 }
 
@@ -101,6 +101,14 @@ sl_status sl_cuda_gemm_dequant(const sl_cuda_weight *w, __half *dst, cudaStream_
     case SL_GGML_TYPE_Q4_K: DQ(SL_GGML_TYPE_Q4_K); break;
     case SL_GGML_TYPE_Q5_K: DQ(SL_GGML_TYPE_Q5_K); break;
     case SL_GGML_TYPE_Q6_K: DQ(SL_GGML_TYPE_Q6_K); break;
+    case SL_GGML_TYPE_Q4_1: DQ(SL_GGML_TYPE_Q4_1); break;
+    case SL_GGML_TYPE_Q5_0: DQ(SL_GGML_TYPE_Q5_0); break;
+    case SL_GGML_TYPE_Q5_1: DQ(SL_GGML_TYPE_Q5_1); break;
+    case SL_GGML_TYPE_IQ4_NL: DQ(SL_GGML_TYPE_IQ4_NL); break;
+    case SL_GGML_TYPE_Q8_1: DQ(SL_GGML_TYPE_Q8_1); break;
+    case SL_GGML_TYPE_Q2_K: DQ(SL_GGML_TYPE_Q2_K); break;
+    case SL_GGML_TYPE_Q3_K: DQ(SL_GGML_TYPE_Q3_K); break;
+    case SL_GGML_TYPE_IQ4_XS: DQ(SL_GGML_TYPE_IQ4_XS); break;
     default: return SL_EINVAL;
     }
 #undef DQ

@@ -3,8 +3,8 @@
  *
  * Each warp owns one output row r and a tile of up to TOKEN_TILE activation
  * rows (grid.y walks the tiles). The row is cut into 32-element units (a
- * Q8_0/Q4_0 block, a Q4_K/Q5_K sub-block, a quarter of a Q6_K half, 32
- * floats); lane l decodes units l, l+32, ... into registers once and dots
+ * block of a 32-element format, a Q4_K/Q5_K/IQ4_XS sub-block, two 16-element
+ * Q2_K/Q3_K sub-blocks, a quarter of a Q6_K half, 32 floats); lane l decodes units l, l+32, ... into registers once and dots
  * each with every activation row of the tile, then the warp sums its lanes
  * by a fixed butterfly. A weight byte is read once per tile, so for decode
  * batches up to TOKEN_TILE it is read once per call.
@@ -70,6 +70,8 @@ bool sl_cuda_matmul_supports(uint32_t type)
     switch (type) {
     case SL_GGML_TYPE_F32: case SL_GGML_TYPE_F16: case SL_GGML_TYPE_BF16: case SL_GGML_TYPE_Q8_0:
     case SL_GGML_TYPE_Q4_0: case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K: case SL_GGML_TYPE_Q6_K:
+    case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_IQ4_NL:
+    case SL_GGML_TYPE_Q8_1: case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
         return true;
     default:
         return false;
@@ -110,6 +112,14 @@ sl_status sl_cuda_matmul(const sl_cuda_weight *w, const float *x, int64_t ldx, i
     case SL_GGML_TYPE_Q4_K: LAUNCH(SL_GGML_TYPE_Q4_K); break;
     case SL_GGML_TYPE_Q5_K: LAUNCH(SL_GGML_TYPE_Q5_K); break;
     case SL_GGML_TYPE_Q6_K: LAUNCH(SL_GGML_TYPE_Q6_K); break;
+    case SL_GGML_TYPE_Q4_1: LAUNCH(SL_GGML_TYPE_Q4_1); break;
+    case SL_GGML_TYPE_Q5_0: LAUNCH(SL_GGML_TYPE_Q5_0); break;
+    case SL_GGML_TYPE_Q5_1: LAUNCH(SL_GGML_TYPE_Q5_1); break;
+    case SL_GGML_TYPE_IQ4_NL: LAUNCH(SL_GGML_TYPE_IQ4_NL); break;
+    case SL_GGML_TYPE_Q8_1: LAUNCH(SL_GGML_TYPE_Q8_1); break;
+    case SL_GGML_TYPE_Q2_K: LAUNCH(SL_GGML_TYPE_Q2_K); break;
+    case SL_GGML_TYPE_Q3_K: LAUNCH(SL_GGML_TYPE_Q3_K); break;
+    case SL_GGML_TYPE_IQ4_XS: LAUNCH(SL_GGML_TYPE_IQ4_XS); break;
     default: return SL_EINVAL;
     }
 #undef LAUNCH

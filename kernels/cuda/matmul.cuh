@@ -5,7 +5,8 @@
  * Guarantee: Y[t, r] is computed by the same instructions in the same order
  *            whatever T is and whatever the other rows of X hold, so the
  *            engine's batch invariance holds on the GPU too.
- * Types:     F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. */
+ * Types:     F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and Q4_1, Q5_0,
+ *            Q5_1, IQ4_NL, Q8_1, Q2_K, Q3_K, IQ4_XS. */
 #ifndef SL_CUDA_MATMUL_CUH
 #define SL_CUDA_MATMUL_CUH
 

@@ -1,5 +1,7 @@
 /* kernels/cuda/mmv.cu: the small-batch matmul for the formats quantized
- * models are made of (Q4_K, Q5_K, Q6_K, Q8_0): one warp per weight row
+ * models are made of (Q4_K, Q5_K, Q6_K, Q8_0, Q2_K, Q3_K, IQ4_XS and the
+ * 32-element formats Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_1): one warp per
+ * weight row
  * ("mmv_warp_per_row"), up to NT activation rows per pass.
  *
  * Why a second kernel beside matmul.cu: that one decodes 32-element units
@@ -17,7 +19,15 @@
  *              nibbles (sub-block 2g+1); Q5_K adds the bits of qh.
  *   Q6_K:      two super-blocks; lane k of 16 takes l = 4(k%8)..+3 of half
  *              k/8: the four runs of 4 elements l+32i that share those bytes.
- *   Q8_0:      sixteen blocks; a lane takes half a block.
+ *   Q8_0/Q8_1: sixteen blocks; a lane takes half a block.
+ *   Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL: sixteen blocks; lane hf (0, 1) of a block
+ *              takes bytes 8hf..8hf+7 of its 16 nibble bytes: elements
+ *              8hf.. (low nibbles) and 16+8hf.. (high nibbles), with the
+ *              qh bits of those elements (Q5_0/Q5_1).
+ *   IQ4_XS:    two super-blocks; a lane pair per 32-element sub-block, as
+ *              IQ4_NL's blocks (mmv_nib.cuh).
+ *   Q2_K/Q3_K: two super-blocks; a lane pair per 32-element run, lane hf
+ *              taking its 16-element sub-block hf (mmv_q23k.cuh).
  * Reduction order: a lane adds its steps in order, partial sums per scale
  * group as fmaf chains, then the warp's fixed butterfly; a row of 4,096 or
  * more elements is shared by 2 or 4 warps (warps_per_row), each over a
@@ -27,7 +37,10 @@
  * invariance).
  * Tokens past T in the last pass repeat the last row and are not stored. */
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/matmul_unit.cuh"   /* the block sizes */
 #include "kernels/cuda/mmv.cuh"
+#include "kernels/cuda/mmv_nib.cuh"
+#include "kernels/cuda/mmv_q23k.cuh"
 
 #include <type_traits>
 
@@ -226,21 +239,23 @@ static __device__ __forceinline__ void use_q6k(const raw_q6k &rw, int sb, int la
     }
 }
 
-/* Q8_0: lane `lane`'s half of block blk */
+/* Q8_0 / Q8_1: lane `lane`'s half of block blk (BB bytes a block, the
+ * quants at OFF: Q8_1's second fp16, the block's sum, is not read) */
 struct raw_q8_0 {
     uint32_t w[4];
     uint16_t d;
 };
 
-static __device__ __forceinline__ raw_q8_0 load_q8_0(const uint8_t *row, int blk, int lane)
+template <int BB, int OFF>
+static __device__ __forceinline__ raw_q8_0 load_q8(const uint8_t *row, int blk, int lane)
 {
-    const uint8_t *b = row + (size_t)blk * 34;
+    const uint8_t *b = row + (size_t)blk * BB;
     int hf = lane & 1;
     raw_q8_0 r;
     r.d = sl_dev_u16(b);
 #pragma unroll
     for (int w4 = 0; w4 < 4; w4++)
-        r.w[w4] = load_u32_a2(b + 2 + 16 * hf + 4 * w4);
+        r.w[w4] = load_u32_a2(b + OFF + 16 * hf + 4 * w4);
     return r;
 }
 
@@ -273,6 +288,58 @@ static __device__ __forceinline__ void use_q8_0(const raw_q8_0 &rw, int blk, int
     }
 }
 
+template <int TYPE, int NT>
+static __device__ __forceinline__ void use_nib(const raw_nib &rw, int blk, int lane, const float *x, int64_t ldx,
+                                               int nt, float (&acc)[NT])
+{
+    using F = nib_fmt<TYPE>;
+    int hf = lane & 1;
+    float q[16];
+    nib_values<TYPE>(rw, hf, q);
+    float d = nib_scale<TYPE>(rw);
+    const float *xs = x + (size_t)blk * 32 + 8 * hf;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float *xt = xs + (int64_t)(t < nt ? t : nt - 1) * ldx;
+        float xa[8], xb[8];
+        load_x8(xt, xa);
+        load_x8(xt + 16, xb);
+        float p = dot_chain<8>(q, xa);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            p = fmaf(q[8 + i], xb[i], p);
+        float r = fmaf(d, p, acc[t]);
+        if constexpr (F::M)
+            r = fmaf(sl_dev_fp16(rw.m), __fadd_rn(sum_chain<8>(xa), sum_chain<8>(xb)), r);
+        acc[t] = r;
+    }
+}
+
+template <int TYPE, int NT>
+static __device__ __forceinline__ void use_q23k(const raw_q23k &rw, int run, int lane, const float *x, int64_t ldx,
+                                                int nt, float (&acc)[NT])
+{
+    float q[16];
+    q23k_values<TYPE>(rw, run, q);
+    float dl = q23k_scale<TYPE>(rw), ml = q23k_min<TYPE>(rw);
+    const float *xs = x + (size_t)run * 32 + 16 * (lane & 1);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float *xt = xs + (int64_t)(t < nt ? t : nt - 1) * ldx;
+        float xa[8], xb[8];
+        load_x8(xt, xa);
+        load_x8(xt + 8, xb);
+        float p = dot_chain<8>(q, xa);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            p = fmaf(q[8 + i], xb[i], p);
+        float r = fmaf(dl, p, acc[t]);
+        if constexpr (TYPE == SL_GGML_TYPE_Q2_K)
+            r = fmaf(-ml, __fadd_rn(sum_chain<8>(xa), sum_chain<8>(xb)), r);
+        acc[t] = r;
+    }
+}
+
 #define AHEAD 4   /* steps whose loads are issued before the first is used */
 
 /* acc[t] += row . x[t] for the lane's share of steps [k0, k1) of a row of
@@ -284,18 +351,31 @@ template <int TYPE, int NT>
 static __device__ __forceinline__ void row_dot(const uint8_t *row, int n, int k0, int k1, int lane, const float *xt,
                                                int64_t ldx, int nt, float (&acc)[NT])
 {
-    constexpr bool Q8 = TYPE == SL_GGML_TYPE_Q8_0, Q6 = TYPE == SL_GGML_TYPE_Q6_K, Q5 = TYPE == SL_GGML_TYPE_Q5_K;
-    /* Q8_0: 16 blocks per warp step, a lane pair per block; K-quants: 2 super-blocks, 16 lanes each */
-    const int count = Q8 ? n / 32 : n / 256, stride = Q8 ? 16 : 2, first = Q8 ? lane >> 1 : lane >> 4;
-    using raw = typename std::conditional<Q8, raw_q8_0, typename std::conditional<Q6, raw_q6k, raw_q45k>::type>::type;
+    constexpr bool Q8 = TYPE == SL_GGML_TYPE_Q8_0 || TYPE == SL_GGML_TYPE_Q8_1, Q6 = TYPE == SL_GGML_TYPE_Q6_K,
+                   Q5 = TYPE == SL_GGML_TYPE_Q5_K, NB = is_nib<TYPE>,
+                   Q23 = TYPE == SL_GGML_TYPE_Q2_K || TYPE == SL_GGML_TYPE_Q3_K, B32 = Q8 || NB || Q23;
+    /* 32-element blocks: 16 per warp step, a lane pair per block; K-quants: 2 super-blocks, 16 lanes each */
+    const int count = B32 ? n / 32 : n / 256, stride = B32 ? 16 : 2, first = B32 ? lane >> 1 : lane >> 4;
+    using raw = typename std::conditional<
+        Q8, raw_q8_0,
+        typename std::conditional<
+            NB, raw_nib,
+            typename std::conditional<
+                Q23, raw_q23k, typename std::conditional<Q6, raw_q6k, raw_q45k>::type>::type>::type>::type;
     for (int k = k0; k < k1; k += AHEAD) {
         raw r[AHEAD];
 #pragma unroll
         for (int u = 0; u < AHEAD; u++) {
             int i = first + (k + u) * stride;
             if (k + u < k1 && i < count) {
-                if constexpr (Q8)
-                    r[u] = load_q8_0(row, i, lane);
+                if constexpr (TYPE == SL_GGML_TYPE_Q8_0)
+                    r[u] = load_q8<34, 2>(row, i, lane);
+                else if constexpr (TYPE == SL_GGML_TYPE_Q8_1)
+                    r[u] = load_q8<SL_BB_Q8_1, 4>(row, i, lane);
+                else if constexpr (NB)
+                    r[u] = load_nib<TYPE>(row, i, lane);
+                else if constexpr (Q23)
+                    r[u] = load_q23k<TYPE>(row, i, lane);
                 else if constexpr (Q6)
                     r[u] = load_q6k(row, i, lane);
                 else
@@ -308,6 +388,10 @@ static __device__ __forceinline__ void row_dot(const uint8_t *row, int n, int k0
             if (k + u < k1 && i < count) {
                 if constexpr (Q8)
                     use_q8_0<NT>(r[u], i, lane, xt, ldx, nt, acc);
+                else if constexpr (NB)
+                    use_nib<TYPE, NT>(r[u], i, lane, xt, ldx, nt, acc);
+                else if constexpr (Q23)
+                    use_q23k<TYPE, NT>(r[u], i, lane, xt, ldx, nt, acc);
                 else if constexpr (Q6)
                     use_q6k<NT>(r[u], i, lane, xt, ldx, nt, acc);
                 else
@@ -438,7 +522,17 @@ bool sl_cuda_mmv_supports(const sl_cuda_weight *w, int64_t ldx, const float *x)
         return aligned && ((w->row_bytes | (uintptr_t)w->data) & 15) == 0;
     case SL_GGML_TYPE_Q6_K:
     case SL_GGML_TYPE_Q8_0:
+    case SL_GGML_TYPE_Q8_1:
+    case SL_GGML_TYPE_Q4_0:
+    case SL_GGML_TYPE_Q5_0:
+    case SL_GGML_TYPE_IQ4_NL:
+    case SL_GGML_TYPE_Q3_K:
         return aligned && ((w->row_bytes | (uintptr_t)w->data) & 1) == 0;
+    case SL_GGML_TYPE_Q4_1:
+    case SL_GGML_TYPE_Q5_1:
+    case SL_GGML_TYPE_IQ4_XS:
+    case SL_GGML_TYPE_Q2_K:
+        return aligned && ((w->row_bytes | (uintptr_t)w->data) & 3) == 0;
     default:
         return false;
     }
@@ -505,6 +599,15 @@ static sl_status run(const sl_cuda_weight *const *w, float *const *y, const int6
     case SL_GGML_TYPE_Q5_K: GO(SL_GGML_TYPE_Q5_K); break;
     case SL_GGML_TYPE_Q6_K: GO(SL_GGML_TYPE_Q6_K); break;
     case SL_GGML_TYPE_Q8_0: GO(SL_GGML_TYPE_Q8_0); break;
+    case SL_GGML_TYPE_Q8_1: GO(SL_GGML_TYPE_Q8_1); break;
+    case SL_GGML_TYPE_Q4_0: GO(SL_GGML_TYPE_Q4_0); break;
+    case SL_GGML_TYPE_Q4_1: GO(SL_GGML_TYPE_Q4_1); break;
+    case SL_GGML_TYPE_Q5_0: GO(SL_GGML_TYPE_Q5_0); break;
+    case SL_GGML_TYPE_Q5_1: GO(SL_GGML_TYPE_Q5_1); break;
+    case SL_GGML_TYPE_IQ4_NL: GO(SL_GGML_TYPE_IQ4_NL); break;
+    case SL_GGML_TYPE_IQ4_XS: GO(SL_GGML_TYPE_IQ4_XS); break;
+    case SL_GGML_TYPE_Q2_K: GO(SL_GGML_TYPE_Q2_K); break;
+    case SL_GGML_TYPE_Q3_K: GO(SL_GGML_TYPE_Q3_K); break;
     default: return SL_EINVAL;
     }
 #undef GO

@@ -1,5 +1,7 @@
 /* kernels/cuda/mmv.cuh: Y = X W^T for small T on the quantized formats
- * models are mostly made of (Q4_K, Q5_K, Q6_K, Q8_0): the fast path of
+ * models are mostly made of (Q4_K, Q5_K, Q6_K, Q8_0, Q8_1, Q2_K, Q3_K,
+ * IQ4_XS, and the nibble formats Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): the fast
+ * path of
  * sl_cuda_matmul (matmul.cu keeps the general kernel for every type).
  * Guarantee: Y[t, r] depends on W's row r and X's row t only, computed in
  * an order fixed by (type, ne0): batch invariance holds as for matmul.cu. */

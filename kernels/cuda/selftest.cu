@@ -6,8 +6,15 @@
  *
  *   matmul    every type, T = 1..19: rel L2 vs a float64 dot of the rows
  *             dequantized by model/quant.c (tol 1e-5), and each row of a
- *             T-row call bitwise equal to the same row computed alone
- *   gemm      the tensor-core path, Q4_K and Q6_K, 70 rows (two 64-row calls)
+ *             T-row call bitwise equal to the same row computed alone; a
+ *             type model/quant.c does not quantize gets random blocks
+ *             (random_blocks.cuh), one it does not dequantize is read by
+ *             the host side of sl_dev_dequant_elem (test_cuda_decode checks
+ *             it against gguf's dequantizer)
+ *   fused mmv the small-batch kernel's types: multi and swiglu launches
+ *             bitwise equal to separate ones
+ *   gemm      the tensor-core path, Q4_K, Q6_K and the eight formats added
+ *             with Q5_0, 70 rows (two 64-row calls)
  *             with two rows of activations near 1e5 (past float16's range
  *             unless scaled): rel L2 vs float64 (tol 5e-3: float16 inputs),
  *             and rows computed alone bitwise equal to the same rows batched
@@ -31,6 +38,7 @@
 #include "kernels/cuda/eltwise.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mmv.cuh"
+#include "kernels/cuda/random_blocks.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 
 static uint64_t rng_next(uint64_t *s)
@@ -84,15 +92,26 @@ struct dev_bufs {
         }                                                                            \
     } while (0)
 
+/* One row of n weights in `type`: w quantized by model/quant.c, or random
+ * blocks where it does not quantize the type. */
+static void quantize_or_random(uint32_t type, const float *w, uint8_t *wq, size_t rb, int64_t n, uint64_t *seed)
+{
+    if (sl_quant_quantize_row(type, w, wq, n) != SL_OK)
+        sl_random_blocks_row(type, wq, rb, n, seed);
+}
+
 /* Quantizes the rows x n weights w into wq (rb bytes a row) and replaces w by
  * their dequantization, exactly what the GPU reads; then ref (T x rows) =
  * the float64 products of the T activation rows x with it. */
 static void quantize_with_reference(uint32_t type, int64_t rows, int64_t n, size_t rb, float *w, uint8_t *wq,
                                     const float *x, int64_t T, double *ref)
 {
+    uint64_t seed = 1000 + type;
     for (int64_t r = 0; r < rows; r++) {
-        sl_quant_quantize_row(type, w + r * n, wq + r * rb, n);
-        sl_quant_dequantize_row(type, wq + r * rb, w + r * n, n);
+        quantize_or_random(type, w + r * n, wq + r * rb, rb, n, &seed);
+        if (sl_quant_dequantize_row(type, wq + r * rb, w + r * n, n) != SL_OK)
+            for (int64_t i = 0; i < n; i++)
+                w[r * n + i] = sl_dev_dequant_elem(type, wq + r * rb, i);
     }
     for (int64_t t = 0; t < T; t++)
         for (int64_t r = 0; r < rows; r++) {
@@ -193,7 +212,7 @@ static int check_mmv_fused(FILE *out, cudaStream_t st, uint32_t type, int64_t n)
     for (int64_t r = 0; r < rows * 3; r++) {
         for (int64_t i = 0; i < n; i++)
             w[i] = uniform(&seed);
-        sl_quant_quantize_row(type, w, wq + r * rb, n);
+        quantize_or_random(type, w, wq + r * rb, rb, n, &seed);
     }
     for (int64_t i = 0; i < T * n; i++)
         x[i] = uniform(&seed);
@@ -615,18 +634,25 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out
     if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess)
         return -1;
     static const uint32_t types[] = {SL_GGML_TYPE_F32,  SL_GGML_TYPE_F16,  SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q8_0,
-                                     SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K};
+                                     SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
+                                     SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_Q3_K,
+                                     SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1};
     int fails = 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         fails += check_matmul(out, st, types[i], 768);
-    for (uint32_t type : {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K}) {
+    /* the small-batch kernel's types: long rows (shared by 2 and 4 warps) and the fused launches */
+    for (uint32_t type : {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_Q5_0,
+                          SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_XS,
+                          SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_Q2_K}) {
         for (int64_t n : {4352, 8448})
             fails += check_matmul(out, st, type, n);
         for (int64_t n : {768, 4352})
             fails += check_mmv_fused(out, st, type, n);
     }
-    fails += check_gemm(out, st, SL_GGML_TYPE_Q4_K);
-    fails += check_gemm(out, st, SL_GGML_TYPE_Q6_K);
+    for (uint32_t type : {SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1,
+                          SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_IQ4_NL,
+                          SL_GGML_TYPE_Q8_1})
+        fails += check_gemm(out, st, type);
     fails += check_rmsnorm(out, st, 1000);
     fails += check_rmsnorm(out, st, 5000);
     fails += check_attention(out, st, 64, 4, 2);
