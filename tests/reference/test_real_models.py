@@ -12,7 +12,12 @@ The rule:
     60% of the prompts (about what llama.cpp agrees with its own earlier
     versions on quantized files: the last bits of a Q4_K dot product differ
     between any two implementations, and a near-tie flips the pick);
-  - the first generated token's logprob within 0.1 of llama.cpp's.
+  - the first generated token's logprob within 0.1 of llama.cpp's, plus
+    llama.cpp's own spread on that prompt: the difference between its
+    logprob with its default float16 KV cache and with a float32 one. On
+    Gemma 3 270M that spread reaches 0.14 (its 8-bit activation rounding
+    meets a sensitive model), while sluice sits within 1e-4 of a float64
+    forward pass there; a fixed 0.1 would then measure llama.cpp's noise.
 The engine side runs through build/tools/fwdump (token ids in, greedy ids and
 logits out). The models come through the real_model fixture (tests/conftest.py),
 which skips only when the package registry is unreachable."""
@@ -74,18 +79,27 @@ def llama_cpp():
     _loaded.clear()
 
 
-def llm_for(llama_cpp, path, vocab_only=False):
-    key = (str(path), vocab_only)
+def llm_for(llama_cpp, path, vocab_only=False, f32_kv=False):
+    key = (str(path), vocab_only, f32_kv)
     if key not in _loaded:
         if vocab_only:
             _loaded[key] = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
         else:
-            old = _loaded.pop((str(path), True), None)
+            old = _loaded.pop((str(path), True, False), None)
             if old is not None:
                 old.close()
+            kv = {"type_k": 0, "type_v": 0} if f32_kv else {}   # 0: GGML_TYPE_F32
             _loaded[key] = llama_cpp.Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2,
-                                           logits_all=True, verbose=False)
+                                           logits_all=True, verbose=False, **kv)
     return _loaded[key]
+
+
+def first_logprob(llm, ids, tok):
+    """llama.cpp's logprob of token `tok` after the prompt `ids`."""
+    llm.reset()
+    llm.eval(ids)
+    row = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+    return float(row[tok] - np.logaddexp.reduce(row))
 
 
 def tokcheck(path, mode, strings):
@@ -148,7 +162,8 @@ def test_greedy_and_first_logprob_match_llamacpp(name, real_model, llama_cpp, tm
     spec = MODELS[name]
     llm = llm_for(llama_cpp, path)
     n_vocab = llm.n_vocab()
-    agree, report, deltas = 0, [], []
+    agree, report, deltas, over = 0, [], [], []
+    firsts = []
     for mode, prompt in spec["prompts"]:
         ids = llm.tokenize(prompt.encode(), add_bos=True, special=mode == "special")
         assert tokcheck(path, "prompt" if mode == "plain" else "special-bos", [prompt])[0] == ids, prompt
@@ -158,12 +173,23 @@ def test_greedy_and_first_logprob_match_llamacpp(name, real_model, llama_cpp, tm
         agree += same
         lp = float(row[first_tok] - np.logaddexp.reduce(row))
         deltas.append(abs(lp - first_lp))
+        firsts.append((ids, first_tok, first_lp, lp))
         n_same = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), STEPS)
         report.append(f"  {prompt[:40]!r}: {'same' if same else f'differs from token {n_same}'}; "
                       f"first-token logprob sluice {lp:.4f} llama.cpp {first_lp:.4f} (delta {abs(lp - first_lp):.4f})")
+    # llama.cpp's own spread, asked only where the plain bound is not met
+    lo = [f for f, d in zip(firsts, deltas) if d > LOGPROB_TOL]
+    if lo:
+        llm32 = llm_for(llama_cpp, path, f32_kv=True)
+        for ids, tok, lp16, lp in lo:
+            spread = abs(first_logprob(llm32, ids, tok) - lp16)
+            report.append(f"  delta {abs(lp - lp16):.4f} > {LOGPROB_TOL}: llama.cpp float16 vs float32 KV "
+                          f"spread {spread:.4f}")
+            if abs(lp - lp16) > LOGPROB_TOL + spread:
+                over.append(abs(lp - lp16))
     n = len(spec["prompts"])
     summary = (f"{name}: greedy {STEPS}-token continuations identical on {agree} of {n}; "
                f"first-token logprob delta max {max(deltas):.4f}\n" + "\n".join(report))
     print(summary)
     assert agree >= AGREE * n, summary
-    assert max(deltas) <= LOGPROB_TOL, summary
+    assert not over, summary
