@@ -10,7 +10,10 @@
 # short cudacheck run and on a short serving run of `sluice serve`.
 # Logs go to $OUT (or /tmp/sluice-gpu-check); exit 0 only if everything passed.
 #
-# usage: tools/gpu-check.sh [BUILD_DIR]      (default: $SLUICE_BUILD_DIR, else build-gpu, else build)
+# usage: tools/gpu-check.sh [--quick] [BUILD_DIR]
+#        (BUILD_DIR default: $SLUICE_BUILD_DIR, else build-gpu, else build)
+# --quick: the kernel self-test and the tiny models only (no 1B shape, no
+# compute-sanitizer runs): about a minute, for a short device lease.
 # env SLUICE_TOKENIZER_DIR: the llama3 tokenizer folder for the serving run
 # (default tests/data/tokenizers/llama3; its tokenizer.json.xz is expanded
 # into $SLUICE_MODELS by gpu-serve-sanitize.sh).
@@ -19,6 +22,8 @@
 # LD_LIBRARY_PATH when present.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+if [ "${1:-}" = --quick ]; then quick=1; shift; fi
 build=${1:-${SLUICE_BUILD_DIR:-}}
 if [ -z "$build" ]; then
   build=build-gpu
@@ -58,7 +63,7 @@ for preset in tiny-llama tiny-llama3 tiny-qwen2 tiny-qwen3 tiny-gemma2 tiny-gemm
   done
 done
 big=$models/1b-Q4_K_M.gguf
-[ -s "$big" ] || "$mk" -o "$big" --preset 1b --type Q4_K_M --n-vocab 128256 --peak 8 >/dev/null \
+[ $quick -eq 1 ] || [ -s "$big" ] || "$mk" -o "$big" --preset 1b --type Q4_K_M --n-vocab 128256 --peak 8 >/dev/null \
   || { say "mkmodel failed: 1b Q4_K_M"; status=1; }
 say "models: ${#tiny[@]} tiny + 1b in $models ($(( $(date +%s) - t0 ))s)"
 
@@ -96,7 +101,9 @@ fi
 # 3. compute-sanitizer on a short run (memcheck with leak check, racecheck):
 #    kernel self-test, allocation-failure sweep, two models
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if [ -x "$cs" ]; then
+if [ $quick -eq 1 ]; then
+  say "compute-sanitizer: skipped (--quick)"
+elif [ -x "$cs" ]; then
   short=(--ops --sampling --draws 2 --faults --prompt 20 --chunk 8 --gen 4 --seqs 2 --no-bench "$models/tiny-qwen3-Q4_K_M.gguf" "$models/tiny-llama3-Q6_K.gguf")
   for tool in memcheck racecheck; do
     extra=(); [ $tool = memcheck ] && extra=(--leak-check full)   # leaks on the --faults error paths too
@@ -114,7 +121,7 @@ fi
 # 4. compute-sanitizer memcheck and racecheck on a short serving run of
 #    `sluice serve` (the worker started under the tool: tools/gpu-serve-sanitize.sh)
 tokdir=${SLUICE_TOKENIZER_DIR:-tests/data/tokenizers/llama3}
-if [ -x "$cs" ]; then
+if [ $quick -eq 0 ] && [ -x "$cs" ]; then
   OUT=$out/serve-sanitize SLUICE_MODELS=$models tools/gpu-serve-sanitize.sh "$build" "$tokdir" 2>&1 \
     | grep '^compute-sanitizer\|^serve-sanitize' | tee -a "$summary"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
