@@ -331,6 +331,10 @@ int main(int argc, char **argv)
         fails += check_random<SL_GGML_TYPE_Q2_K>(n, seed, SL_BB_Q2_K);
         fails += check_random<SL_GGML_TYPE_Q3_K>(n, seed, SL_BB_Q3_K);
         fails += check_random<SL_GGML_TYPE_IQ4_XS>(n, seed, SL_BB_IQ4_XS);
+        /* the older K-quants too: their units' upper halves take dmb */
+        fails += check_random<SL_GGML_TYPE_Q4_K>(n, seed, (int)sizeof(sl_block_q4_K));
+        fails += check_random<SL_GGML_TYPE_Q5_K>(n, seed, (int)sizeof(sl_block_q5_K));
+        fails += check_random<SL_GGML_TYPE_Q6_K>(n, seed, (int)sizeof(sl_block_q6_K));
         fails += check_nib<SL_GGML_TYPE_Q4_0>(n, seed);
         fails += check_nib<SL_GGML_TYPE_Q4_1>(n, seed);
         fails += check_nib<SL_GGML_TYPE_Q5_0>(n, seed);

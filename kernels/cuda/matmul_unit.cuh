@@ -210,7 +210,7 @@ SL_UNROLL
         int s = (int)(u % 8), sc, m;
         sl_dev_scale_min_k4(s, b + 4, &sc, &m);
         d.sa = d.sb = sl_dev_fp16(sl_dev_u16(b)) * (float)sc;
-        d.dm = sl_dev_fp16(sl_dev_u16(b + 2)) * (float)m;
+        d.dm = d.dmb = sl_dev_fp16(sl_dev_u16(b + 2)) * (float)m;   /* one min for the whole unit */
         const uint8_t *qh = b + 4 + SL_K_SCALE_SIZE;
         const uint8_t *qs = qh + (q5 ? SL_QK_K / 8 : 0) + 32 * (s / 2);
         int shift = 4 * (s & 1);
