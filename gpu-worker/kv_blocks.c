@@ -63,7 +63,7 @@ sl_status sl_kv_blocks_init(sl_kv_blocks *kv, uint32_t n_blocks, uint32_t block_
     kv->block_size = block_size;
     /* Stack top is the end: pushed high to low, so ids come out 0, 1, 2, ... */
     for (uint32_t i = 0; i < n_blocks; i++) kv->_free[i] = (int32_t)(n_blocks - 1 - i);
-    kv->_n_free = n_blocks;
+    kv->_n_free = kv->_n_free_low = n_blocks;
     assert_pool(kv);
     return SL_OK;
 }
@@ -80,6 +80,11 @@ void sl_kv_blocks_fini(sl_kv_blocks *kv)
 uint32_t sl_kv_blocks_free_count(const sl_kv_blocks *kv)
 {
     return kv->_n_free;
+}
+
+uint32_t sl_kv_blocks_touched(const sl_kv_blocks *kv)
+{
+    return kv->n_blocks - kv->_n_free_low;
 }
 
 uint32_t sl_kv_blocks_refcount(const sl_kv_blocks *kv, int32_t id)
@@ -131,6 +136,8 @@ sl_status sl_kv_blocks_reserve(sl_kv_blocks *kv, sl_kv_table *t, uint32_t n_toke
         kv->_ref[b] = 1;
         t->blocks[t->n_used++] = b;
     }
+    if (kv->_n_free < kv->_n_free_low)
+        kv->_n_free_low = kv->_n_free;
     assert_pool(kv);
     return SL_OK;
 }

@@ -27,6 +27,7 @@ typedef struct {
     uint32_t n_blocks;     /* blocks in the pool */
     uint32_t block_size;   /* token positions per block */
     uint32_t _n_free;      /* entries used in _free */
+    uint32_t _n_free_low;  /* the fewest _n_free has been: ids below it were never handed out */
     int32_t *_free;        /* (n_blocks) stack of free ids; top is _free[_n_free - 1] */
     uint32_t *_ref;        /* (n_blocks) tables holding each block; 0 iff free */
     uint32_t *_seen;       /* (n_blocks) scratch of sl_kv_blocks_check */
@@ -50,6 +51,11 @@ void sl_kv_blocks_fini(sl_kv_blocks *kv);
 
 /* Blocks on the free list now. */
 uint32_t sl_kv_blocks_free_count(const sl_kv_blocks *kv);
+
+/* Distinct blocks handed out since init (the pool's memory a backend has
+ * written, so far: the rest may not be resident yet). Grows as the prefix
+ * cache keeps freed blocks and fresh ones are taken; never above n_blocks. */
+uint32_t sl_kv_blocks_touched(const sl_kv_blocks *kv);
 
 /* Reference count of block `id` (0 = free); 0 for ids outside the pool. */
 uint32_t sl_kv_blocks_refcount(const sl_kv_blocks *kv, int32_t id);

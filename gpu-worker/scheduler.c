@@ -563,6 +563,7 @@ static void stats_refresh(sl_sched *s)
 {
     sl_prefix_cache_stats_get(&s->pc, &s->kv, &s->stats.prefix);
     s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv) + s->stats.prefix.n_evictable;   /* as free */
+    s->stats.kv_blocks_touched = sl_kv_blocks_touched(&s->kv);
 }
 
 /* Fails every live and waiting request and rebuilds the batch state from

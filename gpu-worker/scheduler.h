@@ -110,6 +110,7 @@ typedef struct {
     uint64_t step_ns;            /* duration of this step's forward on the io clock */
     uint32_t kv_blocks_free;     /* on the free list or held by the prefix cache alone (evictable) */
     uint32_t kv_blocks_total;
+    uint32_t kv_blocks_touched;  /* distinct blocks handed out since start (sl_kv_blocks_touched) */
     uint64_t n_preemptions;      /* total so far */
     uint64_t n_step_failures;    /* whole-step failures so far */
     int32_t n_parked;            /* sequences parked now: their consumer was full (not in in_flight) */

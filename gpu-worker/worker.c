@@ -355,6 +355,7 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
         json_object_set_new(o, "park_drops", json_integer((json_int_t)st->n_park_drops));
         json_object_set_new(o, "kv_blocks_free", json_integer(st->kv_blocks_free));
         json_object_set_new(o, "kv_blocks_total", json_integer(st->kv_blocks_total));
+        json_object_set_new(o, "kv_blocks_touched", json_integer(st->kv_blocks_touched));
         json_object_set_new(o, "kv_blocks_used", json_integer(st->kv_blocks_total - st->kv_blocks_free));
         json_object_set_new(o, "kv_cache_usage", json_real(st->kv_blocks_total ?
             (double)(st->kv_blocks_total - st->kv_blocks_free) / st->kv_blocks_total : 0.0));

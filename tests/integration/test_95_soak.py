@@ -31,7 +31,9 @@ def test_soak_release_goes_back_to_idle_without_growth(tmp_path):
     assert res["requests"] == 2000 and all(n > 0 for n in res["by_kind"].values()), res["by_kind"]
     assert res["failures"] == 0
     for name, mem in res["rss_kib"]["end"].items():   # the same bound soak.py applied, restated
-        assert mem["RssAnon"] - res["rss_kib"]["warm"][name]["RssAnon"] <= 2 * 1024, name
+        # the worker's also allows the KV blocks it first wrote after the warm-up
+        late = res["kv_late_kib"] if name == "worker" else 0
+        assert mem["RssAnon"] - res["rss_kib"]["warm"][name]["RssAnon"] <= 2 * 1024 + late, name
 
 
 @pytest.mark.skipif(not ASAN_SLUICE.exists(), reason="no build-asan (tools/test.sh builds it)")

@@ -115,6 +115,29 @@ Test(kv_blocks, release_restores_free_count_and_ids)
     sl_kv_blocks_fini(&kv);
 }
 
+Test(kv_blocks, touched_counts_distinct_blocks_ever_handed_out)
+{
+    sl_kv_blocks kv;
+    sl_kv_table a, b;
+    cr_assert_eq(sl_kv_blocks_init(&kv, 8, 2), SL_OK);
+    cr_assert_eq(sl_kv_blocks_table_init(&kv, &a, 16), SL_OK);
+    cr_assert_eq(sl_kv_blocks_table_init(&kv, &b, 16), SL_OK);
+    cr_assert_eq(sl_kv_blocks_touched(&kv), 0);
+    cr_assert_eq(sl_kv_blocks_reserve(&kv, &a, 5), SL_OK);   /* 3 blocks */
+    cr_assert_eq(sl_kv_blocks_touched(&kv), 3);
+    sl_kv_blocks_release(&kv, &a);
+    cr_assert_eq(sl_kv_blocks_reserve(&kv, &a, 5), SL_OK);   /* the same 3 again */
+    cr_assert_eq(sl_kv_blocks_touched(&kv), 3);
+    cr_assert_eq(sl_kv_blocks_reserve(&kv, &b, 4), SL_OK);   /* 2 fresh ones */
+    cr_assert_eq(sl_kv_blocks_touched(&kv), 5);
+    sl_kv_blocks_release(&kv, &a);
+    sl_kv_blocks_release(&kv, &b);
+    cr_assert_eq(sl_kv_blocks_touched(&kv), 5);   /* a high-water mark: freeing does not lower it */
+    sl_kv_blocks_table_fini(&a);
+    sl_kv_blocks_table_fini(&b);
+    sl_kv_blocks_fini(&kv);
+}
+
 Test(kv_blocks, shared_blocks_free_only_with_last_holder)
 {
     sl_kv_blocks kv;
