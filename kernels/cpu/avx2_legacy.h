@@ -40,64 +40,84 @@ static inline int sl_avx2_legacy_bytes(uint32_t type)
     }
 }
 
-/* The 32 nibbles of Q4_0-packed qs: bytes 0-15 the low nibbles (elements
- * 0-15), bytes 16-31 the high ones. */
-static inline __m256i sl_avx2_nibbles32(const uint8_t qs[16])
+/* The 32 nibbles of Q4_0-packed qs: *lo the low nibbles (elements 0-15),
+ * *hi the high ones (elements 16-31). Halves, not one 256-bit vector: the
+ * 16-bit kernels widen each half, and a join and split would cost two more
+ * shuffles per block. */
+static inline void sl_avx2_nibbles(const uint8_t qs[16], __m128i *lo, __m128i *hi)
 {
     const __m128i m4 = _mm_set1_epi8(0xF);
     __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    __m128i lo = _mm_and_si128(q, m4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    *lo = _mm_and_si128(q, m4);
+    *hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
 }
 
-/* 0x10 in byte l where bit l of the little-endian uint32 qh is set, else 0:
- * each byte takes qh's byte l/8 (in-lane shuffle of the broadcast word) and
- * keeps its own bit. */
-static inline __m256i sl_avx2_high_bits32(const uint8_t qh[4])
+/* 0x10 in byte l of the element's half where bit l of the little-endian
+ * uint32 qh is set, else 0: each byte takes qh's byte l/8 (one in-register
+ * shuffle per half) and keeps its own bit. */
+static inline void sl_avx2_high_bits(const uint8_t qh[4], __m128i *lo, __m128i *hi)
 {
     uint32_t h;
     memcpy(&h, qh, 4);
-    const __m256i pick = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0101010101010101ll, 0);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), pick);
-    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
-    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+    __m128i v = _mm_cvtsi32_si128((int)h);
+    const __m128i bit = _mm_set1_epi64x((long long)0x8040201008040201ull), b4 = _mm_set1_epi8(0x10);
+    __m128i l = _mm_shuffle_epi8(v, _mm_set_epi64x(0x0101010101010101ll, 0));
+    __m128i u = _mm_shuffle_epi8(v, _mm_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll));
+    *lo = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(l, bit), bit), b4);
+    *hi = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(u, bit), bit), b4);
 }
 
-/* Block blk of `type`: its 32 codes (see the header note), scale *d and min
- * *m (0 for the types without one). type is a constant at every call. */
-static inline __m256i sl_avx2_legacy_block(uint32_t type, const void *blk, float *d, float *m)
+/* Block blk of `type`: its 32 codes (see the header note) as two halves,
+ * elements 0-15 in *lo and 16-31 in *hi, its scale *d and min *m (0 for the
+ * types without one). type is a constant at every call. */
+static inline void sl_avx2_legacy_block(uint32_t type, const void *blk, __m128i *lo, __m128i *hi, float *d,
+                                        float *m)
 {
+    __m128i bl, bh;
     *m = 0.0f;
     switch (type) {
     case SL_GGML_TYPE_Q5_0: {
         const sl_block_q5_0 *b = blk;
+        const __m128i sixteen = _mm_set1_epi8(16);
         *d = _cvtsh_ss(b->d);
-        __m256i q = _mm256_or_si256(sl_avx2_nibbles32(b->qs), sl_avx2_high_bits32(b->qh));
-        return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+        sl_avx2_nibbles(b->qs, lo, hi);
+        sl_avx2_high_bits(b->qh, &bl, &bh);
+        *lo = _mm_sub_epi8(_mm_or_si128(*lo, bl), sixteen);
+        *hi = _mm_sub_epi8(_mm_or_si128(*hi, bh), sixteen);
+        break;
     }
     case SL_GGML_TYPE_Q4_1: {
         const sl_block_q4_1 *b = blk;
         *d = _cvtsh_ss(b->d);
         *m = _cvtsh_ss(b->m);
-        return sl_avx2_nibbles32(b->qs);
+        sl_avx2_nibbles(b->qs, lo, hi);
+        break;
     }
     case SL_GGML_TYPE_Q5_1: {
         const sl_block_q5_1 *b = blk;
         *d = _cvtsh_ss(b->d);
         *m = _cvtsh_ss(b->m);
-        return _mm256_or_si256(sl_avx2_nibbles32(b->qs), sl_avx2_high_bits32(b->qh));
+        sl_avx2_nibbles(b->qs, lo, hi);
+        sl_avx2_high_bits(b->qh, &bl, &bh);
+        *lo = _mm_or_si128(*lo, bl);
+        *hi = _mm_or_si128(*hi, bh);
+        break;
     }
     case SL_GGML_TYPE_Q8_1: {
         const sl_block_q8_1 *b = blk;
         *d = _cvtsh_ss(b->d);
-        return _mm256_loadu_si256((const __m256i *)b->qs);
+        *lo = _mm_loadu_si128((const __m128i *)b->qs);
+        *hi = _mm_loadu_si128((const __m128i *)(b->qs + 16));
+        break;
     }
-    default: {   /* IQ4_NL: each nibble indexes the 16 levels (one in-lane byte shuffle) */
+    default: {   /* IQ4_NL: each nibble indexes the 16 levels (one byte shuffle per half) */
         const sl_block_iq4_nl *b = blk;
+        const __m128i levels = _mm_loadu_si128((const __m128i *)sl_iq4nl_values);
         *d = _cvtsh_ss(b->d);
-        __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)sl_iq4nl_values));
-        return _mm256_shuffle_epi8(levels, sl_avx2_nibbles32(b->qs));
+        sl_avx2_nibbles(b->qs, &bl, &bh);
+        *lo = _mm_shuffle_epi8(levels, bl);
+        *hi = _mm_shuffle_epi8(levels, bh);
+        break;
     }
     }
 }

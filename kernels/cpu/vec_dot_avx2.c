@@ -166,10 +166,12 @@ static inline int stage_legacy(uint32_t type, const void *row, int64_t c, int nb
     int bb = sl_avx2_legacy_bytes(type);
     for (int i = 0; i < nblk; i++) {
         float d, m;
-        __m256i q = sl_avx2_legacy_block(type, (const char *)row + (c * (CHUNK / 32) + i) * bb, &d, &m);
+        __m128i lo, hi;
+        sl_avx2_legacy_block(type, (const char *)row + (c * (CHUNK / 32) + i) * bb, &lo, &hi, &d, &m);
         st->s[i] = d;
         st->o[i] = min1 ? -m : -MAGIC_F * d;
-        _mm256_store_si256((__m256i *)(st->codes + 32 * i), q);
+        _mm_store_si128((__m128i *)(st->codes + 32 * i), lo);
+        _mm_store_si128((__m128i *)(st->codes + 32 * i + 16), hi);
     }
     st->shift = 2;
     return min1 ? STAGED_K4 : STAGED_SIGNED;

@@ -48,12 +48,12 @@ static inline void stage16(uint32_t type, const char *w, int nblk, struct staged
     float d[4] = {0, 0, 0, 0}, m[4] = {0, 0, 0, 0};
     int bb = sl_avx2_legacy_bytes(type);
     for (int i = 0; i < 4; i++) {
-        __m256i q = _mm256_setzero_si256();   /* past nblk: zeros, never read */
+        __m128i lo = _mm_setzero_si128(), hi = _mm_setzero_si128();   /* past nblk: zeros, never read */
         if (i < nblk)
-            q = sl_avx2_legacy_block(type, w + i * bb, &d[i], &m[i]);
+            sl_avx2_legacy_block(type, w + i * bb, &lo, &hi, &d[i], &m[i]);
         /* codes are below 128 even when unsigned: a signed widening serves all */
-        _mm256_store_si256((__m256i *)(st->c16 + QK * i), _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)));
-        _mm256_store_si256((__m256i *)(st->c16 + QK * i + 16), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)));
+        _mm256_store_si256((__m256i *)(st->c16 + QK * i), _mm256_cvtepi8_epi16(lo));
+        _mm256_store_si256((__m256i *)(st->c16 + QK * i + 16), _mm256_cvtepi8_epi16(hi));
     }
     st->dw = _mm256_cvtps_pd(_mm_set_ps(d[3], d[2], d[1], d[0]));
     st->mw = _mm256_cvtps_pd(_mm_set_ps(m[3], m[2], m[1], m[0]));
@@ -134,8 +134,13 @@ struct staged8 {
 static inline void stage8(uint32_t type, const char *w, int nblk, struct staged8 *st)
 {
     int bb = sl_avx2_legacy_bytes(type);
-    for (int i = 0; i < nblk; i++)
-        _mm256_store_si256((__m256i *)(st->codes + QK * i), sl_avx2_legacy_block(type, w + i * bb, &st->d[i], &st->m[i]));
+    for (int i = 0; i < nblk; i++) {
+        __m128i lo, hi;
+        sl_avx2_legacy_block(type, w + i * bb, &lo, &hi, &st->d[i], &st->m[i]);
+        /* one 32-byte store: the rows reload it as one vector, and a load
+         * spanning two stores would stall store forwarding */
+        _mm256_store_si256((__m256i *)(st->codes + QK * i), _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+    }
     st->nblk = nblk;
 }
 
