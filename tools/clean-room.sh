@@ -36,6 +36,7 @@ mnt -t devpts devpts "$root/dev/pts"
 mnt -t tmpfs -o size=8g tmpfs "$root/dev/shm"
 cp /etc/resolv.conf "$root/etc/"
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"   # minbase has no ca-certificates package yet
   cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
   chroot "$root" sh -c 'command -v update-ca-certificates >/dev/null && update-ca-certificates >/dev/null || true'
 fi
