@@ -11,17 +11,12 @@
 #include "fake_backend.h"
 #include "fake_io.h"
 #include "gpu-worker/scheduler.h"
+#include "sched_harness.h"
 
 #define N_VOCAB 64
 #define N_CTX 1024
 #define MS 1000000ull
 #define BS 16
-
-typedef struct {
-    fake_backend be;
-    fake_io *io;
-    sl_sched *s;
-} harness;
 
 static int32_t prompts[12][400];
 static int32_t admitted_hit[16];       /* what io.admitted said, by request id; -1: not called */
@@ -63,7 +58,7 @@ static fake_req mkreq(const int32_t *prompt, int n_prompt, int max_tokens, uint6
     return r;
 }
 
-static void h_open(harness *h, fake_req *reqs, int n, const sl_sched_config *cfg, int64_t fail_at)
+static void h_open(sched_harness *h, fake_req *reqs, int n, const sl_sched_config *cfg, int64_t fail_at)
 {
     for (int i = 0; i < 12; i++)
         for (int j = 0; j < 400; j++)
@@ -83,22 +78,6 @@ static void h_open(harness *h, fake_req *reqs, int n, const sl_sched_config *cfg
     cr_assert_eq(sl_sched_create(&h->be.base, N_VOCAB, N_CTX, NULL, 0, cfg, &io, &h->s, err), SL_OK, "%s", err);
 }
 
-static void h_run(harness *h)
-{
-    sl_sched_run(h->s, &h->io->stop);
-    cr_assert(sl_sched_check(h->s));
-    cr_assert_eq(h->io->n_finished, h->io->n_reqs, "every request finishes");
-}
-
-static void h_close(harness *h)
-{
-    sl_sched_stats st;
-    sl_sched_stats_get(h->s, &st);
-    cr_assert_eq(st.kv_blocks_free, st.kv_blocks_total, "no sequence holds a block after the run");
-    sl_sched_destroy(h->s);
-    fake_backend_fini(&h->be);
-    free(h->io);
-}
 
 /* The tokens a request gets alone on a fresh scheduler with the cache off. */
 static int cold(const fake_req *proto, int32_t *out)
@@ -106,11 +85,11 @@ static int cold(const fake_req *proto, int32_t *out)
     fake_req r = mkreq(proto->req.prompt, proto->req.n_prompt, proto->req.max_tokens, 0);
     r.req.params = proto->req.params;
     sl_sched_config c = config(false);
-    harness h;
+    sched_harness h;
     h_open(&h, &r, 1, &c, -1);
-    h_run(&h);
+    sched_harness_run(&h);
     memcpy(out, r.tokens, (size_t)r.n_tokens * sizeof *out);
-    h_close(&h);
+    sched_harness_close(&h);
     return r.n_tokens;
 }
 
@@ -127,9 +106,9 @@ Test(scheduler_prefix, same_prompt_twice_hits_and_gives_the_cold_tokens)
 {
     sl_sched_config c = config(true);
     fake_req r[2] = {mkreq(prompts[0], 150, 20, 0), mkreq(prompts[0], 150, 20, 500 * MS)};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 2, &c, -1);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(r[0].t.n_cached_tokens, 0, "cold");
     cr_assert_eq(r[1].t.n_cached_tokens, 144, "all full blocks of the prompt: 149 / 16 blocks");
     cr_assert_eq(r[1].t.n_lookup_tokens, 150);
@@ -147,7 +126,7 @@ Test(scheduler_prefix, same_prompt_twice_hits_and_gives_the_cold_tokens)
     cr_assert_eq(st.prefix.hit_tokens, 144);
     cr_assert_geq(st.prefix.n_cached, 10, "prompt and decode blocks of 169 positions");
     cr_assert_eq(st.prefix.n_evictable, st.prefix.n_cached, "nobody holds them now");
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* A second turn resends the first turn's prompt and answer: those are cached
@@ -164,23 +143,23 @@ Test(scheduler_prefix, multi_turn_computes_only_the_new_tokens)
     memcpy(turn2 + 130, prompts[2], 25 * sizeof *turn2);
     sl_sched_config c = config(true);
     fake_req r[2] = {first, mkreq(turn2, 155, 10, 500 * MS)};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 2, &c, -1);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_arr_eq(r[0].tokens, answer, 30 * sizeof(int32_t));
     /* turn 1 computed KV for 129 positions (its last token was never fed): 8 full blocks */
     cr_assert_eq(r[1].t.n_cached_tokens, 128);
     assert_cold(&r[1]);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler_prefix, off_finds_nothing_and_reports_zero)
 {
     sl_sched_config c = config(false);
     fake_req r[2] = {mkreq(prompts[0], 150, 5, 0), mkreq(prompts[0], 150, 5, 500 * MS)};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 2, &c, -1);
-    h_run(&h);
+    sched_harness_run(&h);
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(r[i].t.n_cached_tokens, 0);
         cr_assert_eq(r[i].t.n_lookup_tokens, 0);
@@ -194,7 +173,7 @@ Test(scheduler_prefix, off_finds_nothing_and_reports_zero)
     sl_sched_snapshot snap;
     sl_sched_snapshot_fill(h.s, &snap);
     cr_assert_eq(snap.prefix_cache.value, 0);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* A pool that holds few prompts: cached blocks are evicted to admit new
@@ -207,9 +186,9 @@ Test(scheduler_prefix, eviction_under_pressure_keeps_answers_cold)
     fake_req r[12];
     for (int i = 0; i < 12; i++)   /* 10 distinct prompts, then the first two again */
         r[i] = mkreq(prompts[i % 10], 120 + (i % 10), 12, (uint64_t)i * 200 * MS);
-    harness h;
+    sched_harness h;
     h_open(&h, r, 12, &c, -1);
-    h_run(&h);
+    sched_harness_run(&h);
     sl_sched_stats st;
     sl_sched_stats_get(h.s, &st);
     cr_assert_gt(st.prefix.n_evicted, 0, "the pool forced evictions");
@@ -218,7 +197,7 @@ Test(scheduler_prefix, eviction_under_pressure_keeps_answers_cold)
         cr_assert_eq(r[i].reason, SL_SCHED_FINISH_LENGTH);
         assert_cold(&r[i]);
     }
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* Identical prompts side by side in a pool too small for them: preemption,
@@ -234,9 +213,9 @@ Test(scheduler_prefix, preemption_and_parking_with_shared_blocks)
     r[1].again_at = 4;
     r[1].again_count = 200;   /* parked a long while: its blocks are dropped under pressure */
     r[3].req.params.seed = 99;
-    harness h;
+    sched_harness h;
     h_open(&h, r, 5, &c, -1);
-    h_run(&h);
+    sched_harness_run(&h);
     sl_sched_stats st;
     sl_sched_stats_get(h.s, &st);
     cr_assert_gt(st.n_preemptions, 0, "the pool is small enough to preempt");
@@ -247,7 +226,7 @@ Test(scheduler_prefix, preemption_and_parking_with_shared_blocks)
         cr_assert_eq(r[i].t.n_generated, r[i].n_tokens, "never re-sent");
         assert_cold(&r[i]);
     }
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* After a failed step nothing cached before it is trusted. */
@@ -256,13 +235,13 @@ Test(scheduler_prefix, step_failure_empties_the_cache)
     sl_sched_config c = config(true);
     fake_req r[3] = {mkreq(prompts[4], 100, 10, 0), mkreq(prompts[4], 100, 30, 300 * MS),
                      mkreq(prompts[4], 100, 10, 600 * MS)};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 3, &c, 14);   /* r[0] takes 3 prefill steps and 9 decodes; r[1] fails mid-decode */
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(r[0].reason, SL_SCHED_FINISH_LENGTH);
     cr_assert_eq(r[1].reason, SL_SCHED_FINISH_ERROR);
     cr_assert_eq(r[1].t.n_cached_tokens, 96, "it hit before the failure");
     cr_assert_eq(r[2].t.n_cached_tokens, 0, "the failure emptied the cache");
     assert_cold(&r[2]);
-    h_close(&h);
+    sched_harness_close(&h);
 }

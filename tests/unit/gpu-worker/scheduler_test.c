@@ -10,6 +10,7 @@
 #include "fake_backend.h"
 #include "fake_io.h"
 #include "gpu-worker/scheduler.h"
+#include "sched_harness.h"
 
 #define N_VOCAB 64
 #define N_CTX 4096
@@ -23,12 +24,6 @@ typedef struct {
     int32_t n_eog;
     bool device_sampling;     /* the backend draws tokens (forward_sample) */
 } knobs;
-
-typedef struct {
-    fake_backend be;
-    fake_io *io;
-    sl_sched *s;
-} harness;
 
 static int32_t prompts[17][2100];
 static int32_t long_prompt[N_CTX];
@@ -67,7 +62,7 @@ static fake_req mkreq(int prompt_idx, int n_prompt, int max_tokens, uint64_t arr
     return r;
 }
 
-static void h_open(harness *h, fake_req *reqs, int n, const sl_sched_config *cfg, const knobs *k)
+static void h_open(sched_harness *h, fake_req *reqs, int n, const sl_sched_config *cfg, const knobs *k)
 {
     fill_prompts();
     h->io = calloc(1, sizeof *h->io);
@@ -87,22 +82,6 @@ static void h_open(harness *h, fake_req *reqs, int n, const sl_sched_config *cfg
     cr_assert_eq(rc, SL_OK, "create: %s", err);
 }
 
-static void h_run(harness *h)
-{
-    sl_sched_run(h->s, &h->io->stop);
-    cr_assert(sl_sched_check(h->s));
-    cr_assert_eq(h->io->n_finished, h->io->n_reqs, "every request finishes");
-}
-
-static void h_close(harness *h)
-{
-    sl_sched_stats st;
-    sl_sched_stats_get(h->s, &st);
-    cr_assert_eq(st.kv_blocks_free, st.kv_blocks_total, "all blocks back after the run");
-    sl_sched_destroy(h->s);
-    fake_backend_fini(&h->be);
-    free(h->io);
-}
 
 /* Runs one request alone on a fresh scheduler; returns its tokens. */
 static int alone(const fake_req *proto, const sl_sched_config *cfg, int32_t *out)
@@ -114,11 +93,11 @@ static int alone(const fake_req *proto, const sl_sched_config *cfg, int32_t *out
     r.fail_emit_at = 0;
     r.n_tokens = 0;
     r.cancel = r.finished = r.polled = r.rec_missing = false;
-    harness h;
+    sched_harness h;
     h_open(&h, &r, 1, cfg, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     memcpy(out, r.tokens, (size_t)r.n_tokens * sizeof *out);
-    h_close(&h);
+    sched_harness_close(&h);
     return r.n_tokens;
 }
 
@@ -139,27 +118,27 @@ Test(scheduler, window_adaptive_alone_never_waits)
 {
     sl_sched_config c = test_config();
     fake_req r[1] = {mkreq(0, 10, 5, 7 * MS)};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 1, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(r[0].t.queue_ms, 0.0);
     cr_assert_eq(r[0].n_tokens, 5);
     cr_assert_eq(r[0].reason, SL_SCHED_FINISH_LENGTH);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, window_adaptive_waits_3ms_when_arrivals_find_peers)
 {
     sl_sched_config c = test_config();
     fake_req r[3] = {mkreq(0, 10, 5, 0), mkreq(1, 10, 5, 0), mkreq(2, 10, 5, 1 * MS)};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 3, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_float_eq(r[0].t.queue_ms, 3.0, 1e-9);
     cr_assert_float_eq(r[1].t.queue_ms, 3.0, 1e-9);
     cr_assert_float_eq(r[2].t.queue_ms, 2.0, 1e-9, "the straggler joins the first step");
     cr_assert_eq(h.io->stats[0].step_seqs, 3);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, window_adaptive_no_wait_when_batch_full)
@@ -167,23 +146,23 @@ Test(scheduler, window_adaptive_no_wait_when_batch_full)
     sl_sched_config c = test_config();
     c.max_seqs = 2;
     fake_req r[2] = {mkreq(0, 10, 5, 0), mkreq(1, 10, 5, 0)};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 2, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(r[0].t.queue_ms, 0.0);
     cr_assert_eq(r[1].t.queue_ms, 0.0);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, window_adaptive_waits_2ms_alone_after_concurrent_round)
 {
     sl_sched_config c = test_config();
     fake_req r[3] = {mkreq(0, 10, 5, 0), mkreq(1, 10, 5, 0), mkreq(2, 10, 5, 1000 * MS)};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 3, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_float_eq(r[2].t.queue_ms, 2.0, 1e-9);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, window_fixed_waits_deadline_or_full)
@@ -193,14 +172,14 @@ Test(scheduler, window_fixed_waits_deadline_or_full)
     c.max_seqs = 3;
     fake_req r[4] = {mkreq(0, 10, 5, 0), mkreq(1, 10, 5, 1000 * MS), mkreq(2, 10, 5, 1001 * MS),
                      mkreq(3, 10, 5, 1002 * MS)};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 4, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_float_eq(r[0].t.queue_ms, 5.0, 1e-9, "alone: waits the whole window");
     cr_assert_float_eq(r[1].t.queue_ms, 2.0, 1e-9, "full batch at 1002 ms: goes at once");
     cr_assert_float_eq(r[2].t.queue_ms, 1.0, 1e-9);
     cr_assert_float_eq(r[3].t.queue_ms, 0.0, 1e-9);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -212,16 +191,16 @@ Test(scheduler, staggered_prefill_starts_one_sequence_per_step)
     c.staggered_prefill = true;
     c.max_seqs = 2;   /* the two first arrive together and fill the batch: no window */
     fake_req r[2] = {mkreq(0, 40, 5, 0), mkreq(1, 40, 5, 0)};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 2, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(h.io->stats[0].step_seqs, 1, "one prefill starts in the first step");
     cr_assert_eq(h.io->stats[1].step_seqs, 2, "the second starts next step");
     cr_assert_eq(r[0].t.queue_ms, 0.0);
     cr_assert_float_eq(r[1].t.queue_ms, 0.4, 1e-9, "one 40-token step of 10 us/token later");
     assert_same_as_alone(&r[0], &c);
     assert_same_as_alone(&r[1], &c);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, join_while_one_runs_gets_first_token_within_two_steps)
@@ -229,9 +208,9 @@ Test(scheduler, join_while_one_runs_gets_first_token_within_two_steps)
     sl_sched_config c = test_config();
     fake_req r[2] = {mkreq(0, 20, 100, 0), mkreq(1, 20, 10, 0)};
     r[1].arrive_ns = 20 * 10 * US + 40 * 10 * US + 5 * US;   /* mid decode of A */
-    harness h;
+    sched_harness h;
     h_open(&h, r, 2, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     uint64_t started_after = 0;
     for (uint64_t i = 0; i < h.io->steps; i++) {
         uint64_t start = h.io->step_end_ns[i] - h.io->stats[i].step_ns;
@@ -243,7 +222,7 @@ Test(scheduler, join_while_one_runs_gets_first_token_within_two_steps)
     cr_assert_eq(r[1].n_tokens, 10);
     assert_same_as_alone(&r[0], &c);
     assert_same_as_alone(&r[1], &c);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, finished_slots_are_recycled)
@@ -254,9 +233,9 @@ Test(scheduler, finished_slots_are_recycled)
     fake_req r[6];
     for (int i = 0; i < 6; i++)
         r[i] = mkreq(i, 10 + i, 3 + 2 * i, (uint64_t)i * 50 * US);
-    harness h;
+    sched_harness h;
     h_open(&h, r, 6, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     for (uint64_t i = 0; i < h.io->steps; i++)
         cr_assert_leq(h.io->stats[i].in_flight, 2);
     sl_sched_stats st;
@@ -266,7 +245,7 @@ Test(scheduler, finished_slots_are_recycled)
         cr_assert_eq(r[i].n_tokens, 3 + 2 * i);
         assert_same_as_alone(&r[i], &c);
     }
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, cancel_frees_blocks_within_one_step)
@@ -274,9 +253,9 @@ Test(scheduler, cancel_frees_blocks_within_one_step)
     sl_sched_config c = test_config();
     fake_req r[2] = {mkreq(0, 40, 200, 0), mkreq(1, 40, 50, 0)};
     r[0].cancel_after = 5;
-    harness h;
+    sched_harness h;
     h_open(&h, r, 2, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(r[0].reason, SL_SCHED_FINISH_CANCELLED);
     cr_assert_eq(r[0].n_tokens, 5);
     cr_assert_eq(r[0].finish_step, r[0].cancel_step + 1, "finished before another forward ran");
@@ -286,7 +265,7 @@ Test(scheduler, cancel_frees_blocks_within_one_step)
     cr_assert_eq(after->kv_blocks_total - after->kv_blocks_free, 3, "ceil(45 / 16) for the survivor");
     cr_assert_eq(r[1].n_tokens, 50);
     assert_same_as_alone(&r[1], &c);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, cancel_while_waiting)
@@ -295,13 +274,13 @@ Test(scheduler, cancel_while_waiting)
     c.max_seqs = 1;
     fake_req r[2] = {mkreq(0, 10, 20, 0), mkreq(1, 10, 20, 0)};
     r[1].cancel = true;
-    harness h;
+    sched_harness h;
     h_open(&h, r, 2, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(r[1].reason, SL_SCHED_FINISH_CANCELLED);
     cr_assert_eq(r[1].n_tokens, 0);
     cr_assert_eq(r[0].n_tokens, 20);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -320,9 +299,9 @@ Test(scheduler, bad_request_fails_alone_with_a_reason)
     r[3].req.n_prompt = 4000;
     r[4].req.min_tokens = 9;
     r[5].fail_emit_at = 3;
-    harness h;
+    sched_harness h;
     h_open(&h, r, 6, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(r[1].reason, SL_SCHED_FINISH_ERROR);
     cr_assert(strstr(r[1].error, "temperature"), "%s", r[1].error);
     cr_assert_eq(r[2].reason, SL_SCHED_FINISH_ERROR);
@@ -336,7 +315,7 @@ Test(scheduler, bad_request_fails_alone_with_a_reason)
     cr_assert_eq(r[0].reason, SL_SCHED_FINISH_LENGTH);
     cr_assert_eq(r[0].n_tokens, 8);
     assert_same_as_alone(&r[0], &c);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, request_larger_than_the_kv_pool_is_refused)
@@ -344,13 +323,13 @@ Test(scheduler, request_larger_than_the_kv_pool_is_refused)
     sl_sched_config c = test_config();
     c.n_kv_blocks = 4;
     fake_req r[2] = {mkreq(0, 60, 10, 0), mkreq(1, 10, 10, 0)};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 2, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(r[0].reason, SL_SCHED_FINISH_ERROR);
     cr_assert(strstr(r[0].error, "KV blocks"), "%s", r[0].error);
     cr_assert_eq(r[1].n_tokens, 10);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, step_failure_fails_all_then_next_requests_match_a_fresh_worker)
@@ -360,9 +339,9 @@ Test(scheduler, step_failure_fails_all_then_next_requests_match_a_fresh_worker)
     fake_req r[7] = {mkreq(0, 30, 40, 0), mkreq(1, 50, 40, 0), mkreq(2, 70, 40, 0), mkreq(3, 20, 40, 0),
                      mkreq(4, 33, 30, 100 * MS), mkreq(5, 47, 30, 100 * MS), mkreq(6, 90, 30, 100 * MS)};
     knobs k = {.fail_at = 5};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 7, &c, &k);
-    h_run(&h);
+    sched_harness_run(&h);
     for (int i = 0; i < 4; i++) {
         cr_assert_eq(r[i].reason, SL_SCHED_FINISH_ERROR, "request %d: live or waiting when the step failed", i);
         cr_assert(strstr(r[i].error, "backend"), "%s", r[i].error);
@@ -376,16 +355,16 @@ Test(scheduler, step_failure_fails_all_then_next_requests_match_a_fresh_worker)
         fresh[i].arrive_ns = 0;
         fresh[i].n_tokens = 0;
     }
-    harness h2;
+    sched_harness h2;
     h_open(&h2, fresh, 3, &c, NULL);
-    h_run(&h2);
+    sched_harness_run(&h2);
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(r[4 + i].reason, SL_SCHED_FINISH_LENGTH);
         cr_assert_eq(r[4 + i].n_tokens, fresh[i].n_tokens);
         cr_assert_arr_eq(r[4 + i].tokens, fresh[i].tokens, (size_t)fresh[i].n_tokens * sizeof(int32_t));
     }
-    h_close(&h2);
-    h_close(&h);
+    sched_harness_close(&h2);
+    sched_harness_close(&h);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -401,9 +380,9 @@ Test(scheduler, preemption_and_recompute_give_the_uninterrupted_tokens)
     r[3].req.params.temperature = 0.9f;   /* seeded sampling resumes at the same draw */
     r[3].req.params.seed = 42;
     r[3].req.params.repetition_penalty = 1.3f;
-    harness h;
+    sched_harness h;
     h_open(&h, r, 4, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     sl_sched_stats st;
     sl_sched_stats_get(h.s, &st);
     cr_assert_gt(st.n_preemptions, 0, "the pool is small enough to force preemption");
@@ -416,7 +395,7 @@ Test(scheduler, preemption_and_recompute_give_the_uninterrupted_tokens)
         assert_same_as_alone(&r[i], &big);
     }
     cr_assert_eq((uint64_t)preempted, st.n_preemptions);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, full_consumer_pauses_without_losing_or_repeating_tokens)
@@ -428,14 +407,14 @@ Test(scheduler, full_consumer_pauses_without_losing_or_repeating_tokens)
     r[0].again_count = 7;
     r[2].again_at = 10;
     r[2].again_count = 40;
-    harness h;
+    sched_harness h;
     h_open(&h, r, 3, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(r[i].n_tokens, 60);
         assert_same_as_alone(&r[i], &c);
     }
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* A consumer that stops reading parks its sequence: the batch slot goes to
@@ -448,9 +427,9 @@ Test(scheduler, parked_sequence_gives_its_batch_slot_to_a_waiting_one)
     fake_req r[3] = {mkreq(0, 20, 40, 0), mkreq(1, 20, 200, 0), mkreq(2, 20, 10, 0)};
     r[0].again_at = 3;
     r[0].again_count = 400;   /* full for 400 retries: longer than r[2] needs in all */
-    harness h;
+    sched_harness h;
     h_open(&h, r, 3, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_lt(r[2].finish_ns, r[1].finish_ns, "the short one ran beside r[1], in r[0]'s slot");
     cr_assert_lt(r[2].finish_ns, r[0].finish_ns, "and finished while r[0] was parked");
     bool saw_parked = false;
@@ -469,7 +448,7 @@ Test(scheduler, parked_sequence_gives_its_batch_slot_to_a_waiting_one)
         cr_assert_eq(r[i].reason, SL_SCHED_FINISH_LENGTH);
         assert_same_as_alone(&r[i], &big);
     }
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* Under pool pressure the parked sequence's blocks go first (before any
@@ -486,9 +465,9 @@ Test(scheduler, parked_blocks_are_dropped_under_pressure_and_recomputed)
     r[0].again_count = 300;   /* back after r[1] and r[2] are done */
     r[0].req.params.temperature = 0.9f;   /* seeded: recompute resumes at the same draw */
     r[0].req.params.seed = 7;
-    harness h;
+    sched_harness h;
     h_open(&h, r, 3, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     sl_sched_stats st;
     sl_sched_stats_get(h.s, &st);
     cr_assert_geq(st.n_park_drops, 1, "the parked blocks were taken");
@@ -499,7 +478,7 @@ Test(scheduler, parked_blocks_are_dropped_under_pressure_and_recomputed)
         cr_assert_eq(r[i].t.n_generated, r[i].n_tokens, "never re-sent");
         assert_same_as_alone(&r[i], &big);
     }
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* A parked sequence whose consumer drained rejoins ahead of every waiting
@@ -512,14 +491,14 @@ Test(scheduler, returning_sequence_rejoins_ahead_of_waiting_ones)
     fake_req r[3] = {mkreq(0, 20, 30, 0), mkreq(1, 20, 60, 1 * MS), mkreq(2, 20, 30, 2 * MS)};
     r[0].again_at = 2;
     r[0].again_count = 5;   /* drained long before r[1] ends: waits for the slot, then goes first */
-    harness h;
+    sched_harness h;
     h_open(&h, r, 3, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert(r[1].token_ns[0] < r[0].finish_ns, "r[1] took the slot while r[0] was parked");
     cr_assert(r[0].finish_ns < r[2].token_ns[0], "r[0] went back ahead of r[2], which waited longer");
     for (int i = 0; i < 3; i++)
         assert_same_as_alone(&r[i], &c);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* Cancels and whole-step failures reach parked sequences as well. */
@@ -530,9 +509,9 @@ Test(scheduler, parked_sequence_is_cancelled_and_failed_like_a_live_one)
     r[0].again_at = 4;
     r[0].again_count = 1000000;   /* never drains */
     r[0].cancel_at_ns = 5 * MS;   /* parked by ~3.5 ms (after the 3 ms window); r[1] ends ~7.5 ms */
-    harness h;
+    sched_harness h;
     h_open(&h, r, 2, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(r[0].reason, SL_SCHED_FINISH_CANCELLED);
     cr_assert_eq(r[0].n_tokens, 4, "%d tokens, reason %d, finish %llu", r[0].n_tokens, r[0].reason, (unsigned long long)r[0].finish_ns);
     cr_assert_lt(r[0].finish_ns, r[1].finish_ns, "cancelled while parked, r[1] still running");
@@ -540,17 +519,17 @@ Test(scheduler, parked_sequence_is_cancelled_and_failed_like_a_live_one)
     sl_sched_stats_get(h.s, &st);
     cr_assert_eq(st.n_parkings, 1);
     cr_assert_eq(r[1].reason, SL_SCHED_FINISH_LENGTH);
-    h_close(&h);
+    sched_harness_close(&h);
 
     fake_req f[2] = {mkreq(0, 20, 100, 0), mkreq(1, 20, 100, 0)};
     f[0].again_at = 2;
     f[0].again_count = 1000000;
     knobs k = {.fail_at = 10};
     h_open(&h, f, 2, &c, &k);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(f[0].reason, SL_SCHED_FINISH_ERROR, "parked at the failed step: failed too");
     cr_assert_eq(f[1].reason, SL_SCHED_FINISH_ERROR);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -566,9 +545,9 @@ Test(scheduler, long_prompt_never_stretches_a_decode_step_past_the_budget)
         r[i] = mkreq(i, 8, 120, 0);
     r[4] = mkreq(16, 2000, 4, 2 * MS);
     knobs k = {.cost_token_ns = 10 * US};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 5, &c, &k);
-    h_run(&h);
+    sched_harness_run(&h);
     uint64_t budget_step = 64 * 10 * US;
     for (uint64_t i = 0; i < h.io->steps; i++) {
         cr_assert_leq(h.io->stats[i].step_tokens, 64);
@@ -582,7 +561,7 @@ Test(scheduler, long_prompt_never_stretches_a_decode_step_past_the_budget)
     cr_assert_eq(r[4].n_tokens, 4);
     cr_assert_gt(r[4].t.prompt_ms, 0.0);
     assert_same_as_alone(&r[4], &c);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, in_flight_and_peak_match_what_ran)
@@ -591,9 +570,9 @@ Test(scheduler, in_flight_and_peak_match_what_ran)
     fake_req r[5];
     for (int i = 0; i < 5; i++)
         r[i] = mkreq(i, 5, 10 + 10 * i, (uint64_t)i * 30 * US);
-    harness h;
+    sched_harness h;
     h_open(&h, r, 5, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     int32_t peak = 0;
     for (uint64_t i = 0; i < h.io->steps; i++) {
         sl_sched_stats *s = &h.io->stats[i];
@@ -607,7 +586,7 @@ Test(scheduler, in_flight_and_peak_match_what_ran)
     sl_sched_snapshot_fill(h.s, &snap);
     cr_assert_eq(snap.peak_in_flight, 5);
     cr_assert_eq(snap.in_flight_now, h.io->stats[h.io->steps - 1].in_flight);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, each_request_reports_its_own_counts_and_timings)
@@ -616,9 +595,9 @@ Test(scheduler, each_request_reports_its_own_counts_and_timings)
     fake_req r[4];
     for (int i = 0; i < 4; i++)
         r[i] = mkreq(i, 20 + 30 * i, 5 + 7 * i, (uint64_t)i * 400 * US);
-    harness h;
+    sched_harness h;
     h_open(&h, r, 4, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     for (int i = 0; i < 4; i++) {
         fake_req *q = &r[i];
         cr_assert_eq(q->t.n_generated, 5 + 7 * i);
@@ -630,7 +609,7 @@ Test(scheduler, each_request_reports_its_own_counts_and_timings)
         cr_assert_geq((double)(q->token_ns[0] - q->arrive_ns) / 1e6 + 1e-9, q->t.queue_ms + q->t.prompt_ms);
         cr_assert_gt(q->t.prompt_ms, 0.0);
     }
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -652,9 +631,9 @@ Test(scheduler, stops_eog_min_tokens_ignore_eos_and_length)
     fake_req r[3] = {p, p, p};
     r[1].req.min_tokens = first + 2;
     r[2].req.ignore_eos = true;
-    harness h;
+    sched_harness h;
     h_open(&h, r, 3, &c, &k);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(r[0].reason, SL_SCHED_FINISH_STOP);
     cr_assert_eq(r[0].n_tokens, first + 1, "stops on the EOG token, which is sent");
     cr_assert_arr_eq(r[0].tokens, ref, (size_t)(first + 1) * sizeof *ref);
@@ -663,7 +642,7 @@ Test(scheduler, stops_eog_min_tokens_ignore_eos_and_length)
         cr_assert(r[1].tokens[j] != eog[0], "EOG banned before min_tokens");
     cr_assert_eq(r[2].reason, SL_SCHED_FINISH_LENGTH);
     cr_assert_arr_eq(r[2].tokens, ref, 30 * sizeof *ref);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, context_length_stops_with_length)
@@ -672,13 +651,13 @@ Test(scheduler, context_length_stops_with_length)
     fake_req r[1] = {mkreq(0, N_CTX - 5, 5, 0)};
     /* prompt + max_tokens == n_ctx exactly: allowed, ends by length */
     c.token_budget = 256;
-    harness h;
+    sched_harness h;
     r[0].req.prompt = long_prompt;
     h_open(&h, r, 1, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     cr_assert_eq(r[0].reason, SL_SCHED_FINISH_LENGTH);
     cr_assert_eq(r[0].n_tokens, 5);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, logprobs_ride_with_every_token)
@@ -689,14 +668,14 @@ Test(scheduler, logprobs_ride_with_every_token)
     r[1].req.params.n_logprobs = 0;
     r[1].req.params.temperature = 1.0f;
     r[1].req.params.seed = 9;
-    harness h;
+    sched_harness h;
     h_open(&h, r, 2, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(r[i].n_tokens, 12);
         cr_assert_not(r[i].rec_missing);
     }
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 Test(scheduler, seeded_sampled_requests_match_their_solo_runs)
@@ -711,12 +690,12 @@ Test(scheduler, seeded_sampled_requests_match_their_solo_runs)
         r[i].req.params.seed = 1000 + (uint64_t)i;
         r[i].req.params.presence_penalty = 0.5f;
     }
-    harness h;
+    sched_harness h;
     h_open(&h, r, 8, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     for (int i = 0; i < 8; i++)
         assert_same_as_alone(&r[i], &c);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* A backend with its own forward_sample (drawing as a device would) and
@@ -751,16 +730,16 @@ Test(scheduler, device_sampling_matches_host_sampling)
     memcpy(host, proto, sizeof proto);
     memcpy(dev, proto, sizeof proto);
     knobs kh = {.eog = eog, .n_eog = 2}, kd = {.eog = eog, .n_eog = 2, .device_sampling = true};
-    harness h;
+    sched_harness h;
     h_open(&h, host, 6, &c, &kh);
-    h_run(&h);
-    h_close(&h);
+    sched_harness_run(&h);
+    sched_harness_close(&h);
     h_open(&h, dev, 6, &c, &kd);
-    h_run(&h);
+    sched_harness_run(&h);
     sl_sched_stats st;
     sl_sched_stats_get(h.s, &st);
     cr_assert_gt(st.n_preemptions, 0, "the pool is small enough to force preemption");
-    h_close(&h);
+    sched_harness_close(&h);
     for (int i = 0; i < 6; i++) {
         cr_assert_eq(dev[i].reason, host[i].reason, "request %d", i);
         cr_assert_eq(dev[i].n_tokens, host[i].n_tokens, "request %d", i);
@@ -817,7 +796,7 @@ Test(scheduler, snapshot_reports_values_and_sources)
     c.source.window_ms = SL_SCHED_SOURCE_FLAG;
     c.source.n_kv_blocks = SL_SCHED_SOURCE_ENV;
     c.n_kv_blocks = 6;
-    harness h;
+    sched_harness h;
     h_open(&h, NULL, 0, &c, NULL);
     sl_sched_snapshot s;
     sl_sched_snapshot_fill(h.s, &s);
@@ -851,16 +830,16 @@ Test(scheduler, ttft_trace_writes_each_stage)
     c.ttft_trace = true;
     c.trace = f;
     fake_req r[1] = {mkreq(0, 10, 3, 0)};
-    harness h;
+    sched_harness h;
     h_open(&h, r, 1, &c, NULL);
-    h_run(&h);
+    sched_harness_run(&h);
     fclose(f);
     cr_assert(strstr(buf, "id=0 stage=queued ms=0.000"), "%s", buf);
     cr_assert(strstr(buf, "id=0 stage=admitted"), "%s", buf);
     cr_assert(strstr(buf, "id=0 stage=first_prefill_chunk"), "%s", buf);
     cr_assert(strstr(buf, "id=0 stage=first_token ms=0.100"), "%s", buf);
     free(buf);
-    h_close(&h);
+    sched_harness_close(&h);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -874,7 +853,7 @@ Test(scheduler, paused_step_takes_in_and_cancels_but_never_runs)
         r[i] = mkreq(i % 17, 40, 5, 0);
         r[i].req.id = (uint64_t)i;
     }
-    harness h;
+    sched_harness h;
     h_open(&h, r, 20, &cfg, NULL);
     for (int k = 0; k < 5; k++)
         sl_sched_step_paused(h.s);
@@ -898,7 +877,7 @@ Test(scheduler, paused_step_takes_in_and_cancels_but_never_runs)
     cr_assert(r[16].polled);
     cr_assert(sl_sched_check(h.s));
     /* resumed: everything else runs as if nothing happened */
-    h_run(&h);
+    sched_harness_run(&h);
     assert_same_as_alone(&r[5], &cfg);
-    h_close(&h);
+    sched_harness_close(&h);
 }
