@@ -576,5 +576,6 @@ void sl_api_request_fini(sl_api_request *r)
 {
     json_decref(r->_root);
     free(r->prompt_tokens);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
 }

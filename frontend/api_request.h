@@ -68,6 +68,8 @@ typedef struct {
     size_t stop_len[SL_API_STOP_MAX];
 
     sl_sampling_params sampling;    /* validated with sl_sampling_validate */
+    char *grammar;                  /* malloc'd GBNF text (model/grammar/grammar.h) the output must
+                                       match, NUL-terminated; NULL = unconstrained; freed by fini */
 
     json_t *_root;                  /* owns everything borrowed above */
 } sl_api_request;

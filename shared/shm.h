@@ -103,6 +103,9 @@ typedef struct {
     uint64_t request_id;           /* for logs */
     const int32_t *prompt;         /* n_prompt token ids */
     uint32_t n_prompt;             /* 1..limits.prompt_tokens_max */
+    const char *grammar;           /* GBNF text (model/grammar/grammar.h) the output must match;
+                                      NULL = unconstrained */
+    uint32_t grammar_len;          /* bytes of grammar, 0..limits.grammar_bytes_max */
 } sl_shm_request;
 
 /* Per-request timings, CLOCK_MONOTONIC ns; 0 = not reached. Written by the worker
