@@ -37,6 +37,21 @@ typedef enum {
     SL_API_ENDPOINT_COMPLETIONS,    /* /v1/completions */
 } sl_api_endpoint;
 
+/* tool_choice, validated against tools. */
+typedef enum {
+    SL_API_TOOL_CHOICE_AUTO = 0,    /* the model may call a tool (default when tools are given) */
+    SL_API_TOOL_CHOICE_NONE,        /* no call (default without tools); tools still reach the template */
+    SL_API_TOOL_CHOICE_REQUIRED,    /* at least one call, forced by a grammar */
+    SL_API_TOOL_CHOICE_NAMED,       /* a call of tool_choice_name, forced by a grammar */
+} sl_api_tool_choice;
+
+/* Where <think>...</think> text goes (reasoning_format). */
+typedef enum {
+    SL_API_REASONING_SERVER = 0,    /* not given: the server's setting */
+    SL_API_REASONING_SEPARATE,      /* message.reasoning_content / delta.reasoning_content */
+    SL_API_REASONING_INLINE,        /* left in content as the model wrote it */
+} sl_api_reasoning_format;
+
 typedef struct {
     sl_api_endpoint endpoint;
     const char *model;              /* NULL when absent (the server's model is used) */
@@ -45,6 +60,11 @@ typedef struct {
     json_t *messages;               /* validated array, each content a string; NULL for completions */
     json_t *tools;                  /* array or NULL; kept for the template */
     json_t *tool_choice;            /* string or object or NULL; kept for the template */
+    sl_api_tool_choice tool_choice_mode;
+    const char *tool_choice_name;   /* SL_API_TOOL_CHOICE_NAMED: the function's name (borrowed) */
+    bool parallel_tool_calls;       /* default true: more than one call may come */
+    json_t *chat_template_kwargs;   /* object of extra template variables or NULL (borrowed) */
+    sl_api_reasoning_format reasoning_format;
 
     /* completions: exactly one of the two forms is set */
     const char *prompt;             /* text prompt (may be ""), NULL when token ids are given */
