@@ -59,6 +59,7 @@ typedef struct {
     double duration, timeout; /* seconds */
     int chat, prompt_words, max_tokens, ignore_eos, threads, read_size;
     const char *model, *json_path, *api_key;
+    const char *extra;        /* --extra-json: members added to every body, or NULL */
 } options;
 
 static options opt;
@@ -191,7 +192,7 @@ static const char *words[] = {
 static int build_request(conn *c, long id)
 {
     size_t nw = sizeof words / sizeof words[0];
-    size_t cap = HEAD_MAX + 1024 + (size_t)opt.prompt_words * 12;
+    size_t cap = HEAD_MAX + 1024 + (size_t)opt.prompt_words * 12 + (opt.extra ? strlen(opt.extra) : 0);
     if (c->req_cap < cap) {
         free(c->req);
         if (!(c->req = malloc(cap)))
@@ -207,8 +208,9 @@ static int build_request(conn *c, long id)
         p += sprintf(p, "%s%s", i ? " " : "", words[s % nw]);
     }
     p += snprintf(p, (size_t)(end - p), "\"%s,\"max_tokens\":%d,\"stream\":true,"
-                  "\"stream_options\":{\"include_usage\":true}%s}",
-                  opt.chat ? "}]" : "", opt.max_tokens, opt.ignore_eos ? ",\"ignore_eos\":true" : "");
+                  "\"stream_options\":{\"include_usage\":true}%s%s%s}",
+                  opt.chat ? "}]" : "", opt.max_tokens, opt.ignore_eos ? ",\"ignore_eos\":true" : "",
+                  opt.extra ? "," : "", opt.extra ? opt.extra : "");
     size_t blen = (size_t)(p - body);
     char head[HEAD_MAX];
     int hlen = snprintf(head, sizeof head,
@@ -641,6 +643,7 @@ static void usage(FILE *f)
         "  --max-tokens M          max_tokens (default 128)\n"
         "  --ignore-eos            send ignore_eos: true (every request then makes M tokens)\n"
         "  --model NAME            model field (default: none, the server's model)\n"
+        "  --extra-json MEMBERS    JSON members added to every body, e.g. '\"response_format\":{...}'\n"
         "  --api-key KEY           send Authorization: Bearer KEY\n"
         "  --threads T             event-loop threads (default: cores, at most the concurrency)\n"
         "  --timeout S             per-request limit (default 120)\n"
@@ -714,6 +717,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--prompt-words")) opt.prompt_words = atoi(v);
         else if (!strcmp(a, "--max-tokens")) opt.max_tokens = atoi(v);
         else if (!strcmp(a, "--model")) opt.model = v;
+        else if (!strcmp(a, "--extra-json")) opt.extra = v;
         else if (!strcmp(a, "--api-key")) opt.api_key = v;
         else if (!strcmp(a, "--threads")) opt.threads = atoi(v);
         else if (!strcmp(a, "--timeout")) opt.timeout = atof(v);
