@@ -533,6 +533,7 @@ sl_status sl_gram_maybe_compact(sl_grammar_matcher *m)
     tables_free(m);
     sl_gram_cache_clear(m);
     sl_status rc = tables_alloc(m) ? SL_OK : SL_ENOMEM;
+    m->out_n = 0;
     for (uint32_t i = 0, r = 0; i < n && rc == SL_OK; i++) {
         uint32_t len = (uint32_t)paths[r++];
         int32_t top = -1;
