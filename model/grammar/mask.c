@@ -161,3 +161,9 @@ sl_status sl_grammar_matcher_mask(sl_grammar_matcher *m, const sl_grammar_vocab 
     cache_store(m, s, allow);
     return SL_OK;
 }
+
+void sl_grammar_matcher_cache_stats(const sl_grammar_matcher *m, uint64_t *hits, uint64_t *misses)
+{
+    *hits = m->stat_hits;
+    *misses = m->stat_misses;
+}
