@@ -193,7 +193,7 @@ int32_t sl_gram_step(sl_grammar_matcher *m, int32_t s, unsigned b);
  * cache too) when the matcher's memory has grown past its bound. */
 sl_status sl_gram_maybe_compact(sl_grammar_matcher *m);
 
-/* Mask cache internals (mask.c). */
+/* The mask cache's storage (matcher.c; mask.c fills it). */
 void sl_gram_cache_clear(sl_grammar_matcher *m);
 void sl_gram_cache_free(sl_grammar_matcher *m);
 

@@ -12,22 +12,6 @@
 
 #include "model/grammar/grammar_internal.h"
 
-void sl_gram_cache_clear(sl_grammar_matcher *m)
-{
-    for (uint32_t i = 0; i < m->cache_n; i++)
-        m->cache[i] = (sl_gram_cache_entry){-1, 0};
-    m->cache_hand = 0;
-}
-
-void sl_gram_cache_free(sl_grammar_matcher *m)
-{
-    free(m->cache);
-    free(m->cache_bits);
-    m->cache = NULL;
-    m->cache_bits = NULL;
-    m->cache_n = 0;
-}
-
 /* Sizes the cache for v (on the first mask, or when the vocabulary changes). */
 static void cache_setup(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t words)
 {
