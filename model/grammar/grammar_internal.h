@@ -162,6 +162,12 @@ struct sl_grammar_vocab {
 #define SL_GRAM_NOMEM (-3)      /* transition: memory ran out computing it */
 #define SL_GRAM_UNKNOWN (-4)    /* dense row entry not computed yet */
 
+/* Node closings one mask walk may spend computing new transitions (a
+ * cold JSON mask spends about 10^4): past it the mask is SL_ERANGE, so a
+ * grammar built to keep a thousand stacks alive on every byte cannot stall
+ * the worker for seconds per token. */
+#define SL_GRAM_MASK_WORK_MAX (1u << 24)
+
 typedef struct {
     uint32_t off, n;         /* stacks: set_pool[off .. off + n), sorted node ids */
     uint32_t hash;
@@ -216,6 +222,7 @@ struct sl_grammar_matcher {
     int32_t *todo;
     uint32_t todo_n, todo_cap;
     uint32_t work;
+    uint64_t work_total;     /* node closings ever: the mask walk's budget */
     bool step_accepting, step_overflow, step_nomem;
 
     /* mask cache */

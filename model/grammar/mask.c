@@ -153,6 +153,7 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
     const sl_gram_tnode *nodes = v->nodes;
     const int32_t *sorted = v->sorted;
     int d = 0;
+    uint64_t budget = m->work_total + SL_GRAM_MASK_WORK_MAX;
     set[0] = m->cur;
     next[0] = 1;
     end[0] = nodes[0].end;
@@ -169,8 +170,11 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
         if (!sl_gram_class_has(&S->any, c->byte))
             continue;
         int32_t t = S->dense >= 0 ? m->dense[(size_t)S->dense * 256 + c->byte] : SL_GRAM_UNKNOWN;
-        if (t == SL_GRAM_UNKNOWN)
+        if (t == SL_GRAM_UNKNOWN) {
             t = sl_gram_step(m, s, c->byte);
+            if (m->work_total > budget)
+                return SL_ERANGE;
+        }
         if (t < 0) {
             if (t == SL_GRAM_DEAD)
                 continue;

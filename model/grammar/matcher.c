@@ -273,6 +273,7 @@ static void step_begin(sl_grammar_matcher *m)
         memset(m->node_stamp, 0, m->n_nodes * sizeof *m->node_stamp);
         m->stamp = 1;
     }
+    m->work_total += m->work;
     m->out_n = m->todo_n = m->work = 0;
     m->step_accepting = m->step_overflow = m->step_nomem = false;
 }
