@@ -1270,6 +1270,19 @@ static sl_status finish(js_ctx *c, char **out)
         sl_gbnf_buf_fini(&c->rules);
         return fail(c, "invalid schema at %s: its recursion never ends (no finite document)", where);
     }
+    /* The engine's limits (rules after expanding repetitions, ambiguity) are
+     * its own: compiling once here means a schema we accept always compiles
+     * where the grammar is used. */
+    sl_grammar *g = NULL;
+    char gerr[SL_ERR_LEN] = "";
+    sl_status rc = sl_grammar_create(c->rules.p, c->rules.len, &g, gerr, sizeof gerr);
+    sl_grammar_destroy(g);
+    if (rc != SL_OK) {
+        sl_gbnf_buf_fini(&c->rules);
+        if (rc == SL_ENOMEM)
+            return c->rc = rc;
+        return fail(c, "invalid schema at root: its grammar exceeds the grammar engine's limits (%s)", gerr);
+    }
     *out = sl_gbnf_buf_take(&c->rules);
     return *out ? SL_OK : SL_ENOMEM;
 }
