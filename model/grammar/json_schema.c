@@ -83,6 +83,7 @@ typedef struct {
     int depth, token_depth;
     char path[JS_PATH_MAX];
     size_t path_len;
+    char path_shown[128];
     sl_status rc;
     char *err;
     size_t err_len;
@@ -98,7 +99,17 @@ static const char *const k_supported[] = {
 
 /* ---- errors and paths ---------------------------------------------------------------- */
 
-static const char *path_text(const js_ctx *c) { return c->path_len ? c->path : "root"; }
+/* The path for a message: long ones keep their last 100 bytes, so the
+ * reason after them still fits an SL_ERR_LEN buffer. */
+static const char *path_text(js_ctx *c)
+{
+    if (c->path_len == 0)
+        return "root";
+    if (c->path_len <= 100)
+        return c->path;
+    snprintf(c->path_shown, sizeof c->path_shown, "...%s", c->path + c->path_len - 100);
+    return c->path_shown;
+}
 
 static sl_status fail(js_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static sl_status fail(js_ctx *c, const char *fmt, ...)
@@ -1260,13 +1271,15 @@ static sl_status finish(js_ctx *c, char **out)
         sl_gbnf_buf_fini(&c->rules);
         return fail(c, "invalid schema at root: its grammar is over %u bytes", SL_GRAMMAR_TEXT_MAX);
     }
-    size_t bad_len = 0;
-    const char *bad = sl_gbnf_unproductive(c->rules.p, &bad_len);
-    if (bad) {
-        const char *where = "root";
-        for (size_t i = 0; i < c->n_refs; i++)
-            if (strlen(c->refs[i].name) == bad_len && memcmp(c->refs[i].name, bad, bad_len) == 0)
-                where = c->refs[i].path;
+    const char *bad[16];
+    size_t bad_len[16];
+    size_t n_bad = sl_gbnf_unproductive(c->rules.p, bad, bad_len, 16);
+    if (n_bad > 0) {
+        const char *where = "root";   /* a $ref target's path when one is among them */
+        for (size_t k = 0; k < n_bad && k < 16 && where[0] != '/'; k++)
+            for (size_t i = 1; i < c->n_refs; i++)
+                if (strlen(c->refs[i].name) == bad_len[k] && memcmp(c->refs[i].name, bad[k], bad_len[k]) == 0)
+                    where = c->refs[i].path;
         sl_gbnf_buf_fini(&c->rules);
         return fail(c, "invalid schema at %s: its recursion never ends (no finite document)", where);
     }
@@ -1275,7 +1288,16 @@ static sl_status finish(js_ctx *c, char **out)
      * where the grammar is used. */
     sl_grammar *g = NULL;
     char gerr[SL_ERR_LEN] = "";
-    sl_status rc = sl_grammar_create(c->rules.p, c->rules.len, &g, gerr, sizeof gerr);
+    sl_status rc;
+    if (strcmp(c->rn, "root") == 0) {
+        rc = sl_grammar_create(c->rules.p, c->rules.len, &g, gerr, sizeof gerr);
+    } else {   /* the engine starts at `root`: point it at ours (helpers never collide: they carry our name) */
+        sl_gbnf_buf t = {0};
+        sl_gbnf_printf(&t, "root ::= %s\n", c->rn);
+        sl_gbnf_putn(&t, c->rules.p, c->rules.len);
+        rc = t.oom ? SL_ENOMEM : sl_grammar_create(t.p, t.len, &g, gerr, sizeof gerr);
+        sl_gbnf_buf_fini(&t);
+    }
     sl_grammar_destroy(g);
     if (rc != SL_OK) {
         sl_gbnf_buf_fini(&c->rules);
