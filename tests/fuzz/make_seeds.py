@@ -232,6 +232,20 @@ def shm_seeds():
     put("shm", "mailbox-bytes", patch(3, 0, b"\x41" * 255) + patch(3, 300, b"\xff" * 100) + tail)
 
 
+# ---- json_schema: schemas (byte 0 even), regexes (odd) ---------------------
+def json_schema_seeds():
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
+    from test_json_schema import REFUSED, REGEXES, SCHEMAS  # the reference test's tables
+
+    for i, name in enumerate(sorted(SCHEMAS)):
+        put("json_schema", "schema-" + name, bytes([(i % 2) << 1]) + json.dumps(SCHEMAS[name]).encode())
+    for i, (schema, _) in enumerate(REFUSED):
+        put("json_schema", "refused-%02d" % i, b"\0" + json.dumps(schema).encode())
+    for i, pattern in enumerate(REGEXES):
+        put("json_schema", "regex-%02d" % i, bytes([1 | ((i % 2) << 1)]) + pattern.encode())
+
+
 if __name__ == "__main__":
     request_seeds()
     gguf_seeds()
@@ -239,4 +253,5 @@ if __name__ == "__main__":
     jinja_seeds()
     admin_seeds()
     shm_seeds()
+    json_schema_seeds()
     print("seeds written under", os.path.join(HERE, "corpus"), file=sys.stderr)
