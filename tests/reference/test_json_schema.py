@@ -262,3 +262,29 @@ def test_refused_schema_names_keyword_and_path(schema, message, tmp_path):
     r = subprocess.run([tool("grammar_sample"), "--schema", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "SL_EINVAL" in r.stderr and message in r.stderr, r.stderr
+
+
+def test_gbnf_file_and_print_gbnf(tmp_path):
+    path = tmp_path / "g.gbnf"
+    path.write_text('root ::= "x" [0-9]{2} ("!" | "?")\n')
+    for text in sample(["--gbnf", str(path)], count=20):
+        assert re.fullmatch(r"x[0-9]{2}[!?]", text), text
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "integer", "minimum": 1, "maximum": 3}))
+    r = subprocess.run([tool("grammar_sample"), "--schema", str(schema), "--print-gbnf"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("root ::= "), r.stdout + r.stderr
+
+
+def test_usage_and_bad_inputs(tmp_path):
+    exe = tool("grammar_sample")
+    assert subprocess.run([exe], capture_output=True, timeout=60).returncode == 2
+    assert subprocess.run([exe, "--regex", "a", "--gbnf", "x"], capture_output=True, timeout=60).returncode == 2
+    r = subprocess.run([exe, "--regex", "(?=a)"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "lookahead is not supported at offset 0" in r.stderr, r.stderr
+    bad = tmp_path / "bad.gbnf"
+    bad.write_text("root ::= undefined-rule\n")
+    r = subprocess.run([exe, "--gbnf", str(bad)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "grammar_sample: grammar:" in r.stderr, r.stderr
+    r = subprocess.run([exe, "--schema", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
