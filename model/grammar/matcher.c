@@ -502,6 +502,24 @@ static bool tables_alloc(sl_grammar_matcher *m)
     return true;
 }
 
+/* The mask cache's storage is freed and emptied here (mask.c fills it), so
+ * that calls go one way: mask.c -> matcher.c. */
+void sl_gram_cache_clear(sl_grammar_matcher *m)
+{
+    for (uint32_t i = 0; i < m->cache_n; i++)
+        m->cache[i] = (sl_gram_cache_entry){-1, 0};
+    m->cache_hand = 0;
+}
+
+void sl_gram_cache_free(sl_grammar_matcher *m)
+{
+    free(m->cache);
+    free(m->cache_bits);
+    m->cache = NULL;
+    m->cache_bits = NULL;
+    m->cache_n = 0;
+}
+
 void sl_grammar_matcher_destroy(sl_grammar_matcher *m)
 {
     if (m == NULL)
