@@ -27,7 +27,8 @@
  * (left recursion) while walking, and a rule that derives no finite string
  * after (sl_gbnf_unproductive).
  * Numbers and integer ranges are in json_schema_num.c, the shared rules in
- * json_schema_rules.c (json_schema_internal.h joins them). */
+ * json_schema_rules.c, errors and paths in json_schema_ctx.c
+ * (json_schema_internal.h joins them). */
 #include "model/grammar/json_schema.h"
 
 #include <math.h>
@@ -51,37 +52,6 @@ static const char *const k_supported[] = {
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 /* ---- errors and paths ---------------------------------------------------------------- */
-
-/* The path for a message: long ones keep their last 100 bytes, so the
- * reason after them still fits an SL_ERR_LEN buffer. */
-const char *sl_js_path_text(js_ctx *c)
-{
-    if (c->path_len == 0)
-        return "root";
-    if (c->path_len <= 100)
-        return c->path;
-    snprintf(c->path_shown, sizeof c->path_shown, "...%s", c->path + c->path_len - 100);
-    return c->path_shown;
-}
-
-sl_status sl_js_fail(js_ctx *c, const char *fmt, ...)
-{
-    if (c->rc == SL_OK) {
-        c->rc = SL_EINVAL;
-        if (c->err && c->err_len) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(c->err, c->err_len, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return c->rc;
-}
-
-sl_status sl_js_bad_value(js_ctx *c, const char *kw, const char *why)
-{
-    return sl_js_fail(c, "invalid keyword '%s' at %s: %s", kw, sl_js_path_text(c), why);
-}
 
 /* Appends "/seg" (JSON Pointer escaped); returns the length to restore. */
 static size_t path_push(js_ctx *c, const char *seg)
@@ -122,28 +92,6 @@ static void path_pop(js_ctx *c, size_t old)
 }
 
 /* ---- output helpers ------------------------------------------------------------------ */
-
-static void use(js_ctx *c, unsigned what)
-{
-    if (what & (USE_VALUE | USE_OBJECT | USE_ARRAY))
-        what |= USE_VALUE | USE_OBJECT | USE_ARRAY | USE_STRING | USE_NUMBER | USE_WS;
-    if (what & USE_STRING)
-        what |= USE_CHAR;
-    if (what & USE_CHAR)
-        what |= USE_HEX;
-    if (what & USE_DATETIME)
-        what |= USE_DATE | USE_TIME;
-    if (what & USE_UUID)
-        what |= USE_HEX;
-    c->used |= what;
-}
-
-/* Writes " <root>-<suffix>" style references. */
-void sl_js_ref_common(js_ctx *c, sl_gbnf_buf *b, unsigned what, const char *suffix)
-{
-    use(c, what);
-    sl_gbnf_printf(b, "%s-%s", c->rn, suffix);
-}
 
 static void ws(js_ctx *c, sl_gbnf_buf *b) { sl_js_ref_common(c, b, USE_WS, "ws"); }
 
