@@ -32,7 +32,6 @@
 #include "model/grammar/json_schema.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
