@@ -15,8 +15,9 @@
  *    (false), or any keys whose values follow the schema;
  *  - numbers have at most 16 integer and 16 fraction digits and a two-digit
  *    exponent; a number with bounds is written without exponent, its bounds
- *    must be whole numbers within +-1e9 (else refused), and it has at most
- *    5 fraction digits so it never rounds onto an exclusive bound;
+ *    must have at most 5 decimals and lie within +-1e9 (else refused), and
+ *    it has at most 5 fraction digits so it never rounds onto an exclusive
+ *    bound;
  *  - an integer bound beyond +-1e16 counts as no bound (longer integers are
  *    never produced);
  *  - strings are written with raw UTF-8 and the short escapes; \u escapes

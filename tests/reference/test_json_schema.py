@@ -157,6 +157,10 @@ SCHEMAS = {
     "number-negative-range": {"type": "number", "minimum": -5, "exclusiveMaximum": -2},
     "number-span-zero": {"type": "number", "exclusiveMinimum": -1, "exclusiveMaximum": 1},
     "number-upper-zero-exclusive": {"type": "number", "exclusiveMaximum": 0},
+    "number-decimal-bounds": {"type": "number", "minimum": 0.5, "exclusiveMaximum": 2.25},
+    "number-decimal-span-zero": {"type": "number", "exclusiveMinimum": -0.1, "maximum": 0.1},
+    "number-decimal-lower-only": {"type": "number", "exclusiveMinimum": 99.99},
+    "number-decimal-upper-only": {"type": "number", "maximum": -1.5},
     "defs-ref": {"$defs": {"pos": {"type": "integer", "minimum": 1}}, "type": "object",
                  "properties": {"n": {"$ref": "#/$defs/pos"}}, "required": ["n"]},
     "definitions-ref": {"definitions": {"flag": {"type": "boolean"}}, "type": "array",
@@ -198,7 +202,7 @@ REFUSED = [
     ({"type": "string", "format": "hostname"}, "unsupported keyword 'format' at root"),
     ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "invalid keyword '$ref' at /$defs/a"),
     ({"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}, "recursion never ends"),
-    ({"type": "number", "minimum": 0.5}, "invalid keyword 'minimum' at root"),
+    ({"type": "number", "minimum": 0.000001}, "invalid keyword 'minimum' at root"),
 ]
 
 
@@ -306,7 +310,12 @@ def random_schema(rng, depth=0):
             return s
         if kind in ("integer", "number"):
             s = {"type": kind}
-            if rng.random() < .7:
+            if kind == "number" and rng.random() < .5:
+                lo = round(rng.uniform(-20, 20), rng.randint(0, 5))
+                s[rng.choice(["minimum", "exclusiveMinimum"])] = lo
+                if rng.random() < .7:
+                    s[rng.choice(["maximum", "exclusiveMaximum"])] = round(lo + rng.uniform(0.00002, 5), rng.randint(0, 5))
+            elif rng.random() < .7:
                 lo = rng.randint(-2000, 2000)
                 s[rng.choice(["minimum", "exclusiveMinimum"])] = lo
                 if rng.random() < .7:
