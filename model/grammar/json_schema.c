@@ -279,11 +279,8 @@ static sl_status ref_compile(js_ctx *c, size_t idx, const char *pointer)
     snprintf(c->path, sizeof c->path, "%s", pointer);
     c->path_len = strlen(c->path);
     snprintf(c->refs[idx].path, sizeof c->refs[idx].path, "%s", sl_js_path_text(c));
-    int depth = c->depth;
-    c->depth = 0;
     sl_gbnf_buf body = {0};
     sl_status rc = schema_expr(c, c->refs[idx].target, &body);
-    c->depth = depth;
     if (rc == SL_OK)
         add_rule(c, c->refs[idx].name, &body);
     sl_gbnf_buf_fini(&body);
@@ -617,15 +614,17 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
         return c->rc = SL_ENOMEM;
     }
     for (size_t i = n; i-- > 1;) {
+        /* `"," member next | next` rather than `("," member)? next`: the
+         * grammar engine turns each group and each ? into a rule of its own */
         sl_gbnf_buf t = {0};
-        sl_gbnf_puts(&t, p[i].required ? "\",\" " : "(\",\" ");
+        sl_gbnf_puts(&t, "\",\" ");
         ws(c, &t);
         sl_gbnf_puts(&t, " ");
         member(c, &t, &p[i]);
-        if (!p[i].required)
-            sl_gbnf_puts(&t, ")?");
         if (i + 1 < n)
             sl_gbnf_printf(&t, " %s", tails[i + 1]);
+        if (!p[i].required)
+            sl_gbnf_printf(&t, " | %s", i + 1 < n ? tails[i + 1] : "\"\"");
         new_name(c, tails[i]);
         add_rule(c, tails[i], &t);
         sl_gbnf_buf_fini(&t);
@@ -675,7 +674,10 @@ static sl_status array_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
         mx = (long)np;
     if (mx >= 0 && mn > mx)
         return sl_js_bad_value(c, "minItems", "more items than prefixItems allows with items false");
-    char pre[JS_PREFIX_MAX][JS_NAME_MAX + 16], item[JS_NAME_MAX + 16] = "";
+    /* on the heap: this frame is on the walk's recursion, once per nesting level */
+    char (*pre)[JS_NAME_MAX + 16] = sl_calloc(np ? np : 1, sizeof *pre), item[JS_NAME_MAX + 16] = "";
+    if (pre == NULL)
+        return c->rc = SL_ENOMEM;
     c->token_depth++;
     sl_status rc = SL_OK;
     for (size_t k = 0; k < np && rc == SL_OK; k++) {
@@ -686,8 +688,10 @@ static sl_status array_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
     if (rc == SL_OK && items && !json_is_false(items) && (mx < 0 || mx > (long)np))
         rc = schema_rule_at(c, items, "items", NULL, item);
     c->token_depth--;
-    if (rc != SL_OK)
+    if (rc != SL_OK) {
+        free(pre);
         return rc;
+    }
     sl_gbnf_buf any = {0};
     if (item[0] == 0) {
         sl_js_ref_common(c, &any, USE_VALUE, "value");
@@ -733,6 +737,7 @@ static sl_status array_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
     for (size_t i = 0; i < open; i++)
         sl_gbnf_puts(b, ")?");
     sl_gbnf_puts(b, " \"]\"");
+    free(pre);
     return SL_OK;
 }
 

@@ -15,7 +15,7 @@
 #include "model/grammar/gbnf_text.h"
 #include "shared/status.h"
 
-#define JS_DEPTH_MAX 64        /* nested subschemas (a $ref target starts again at its own depth) */
+#define JS_DEPTH_MAX 64        /* nested subschemas, counted through $ref targets (bounds the walk's stack) */
 #define JS_NAME_MAX 96         /* root name length */
 #define JS_PREFIX_MAX 64       /* prefixItems entries */
 #define JS_REPEAT_MAX 1000     /* minLength/maxLength/minItems/maxItems */

@@ -440,6 +440,21 @@ Test(json_schema, deep_nesting_is_refused_not_overflowed)
     expect_error(s, "nested more than 64 deep");
 }
 
+Test(json_schema, ref_chains_count_toward_the_depth)
+{
+    /* a0 -> a1 -> ... -> a199, each an array of the next: the walk's depth
+     * counts through $ref targets, so the stack stays bounded */
+    size_t cap = 64 * 1024, n = 0;
+    char *s = malloc(cap);
+    n += (size_t)snprintf(s + n, cap - n, "{\"$ref\": \"#/$defs/a0\", \"$defs\": {");
+    for (int i = 0; i < 200; i++)
+        n += (size_t)snprintf(s + n, cap - n, "%s\"a%d\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/a%d\"}}",
+                              i ? ", " : "", i, i + 1);
+    n += (size_t)snprintf(s + n, cap - n, ", \"a200\": {\"type\": \"null\"}}}");
+    expect_error(s, "nested more than 64 deep");
+    free(s);
+}
+
 Test(json_schema, bad_arguments)
 {
     json_t *s = json_object();
