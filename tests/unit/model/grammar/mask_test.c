@@ -102,6 +102,11 @@ Test(grammar_mask, arith_matches_brute_force) { check_grammar(G_ARITH, 2); }
 Test(grammar_mask, list_matches_brute_force) { check_grammar(G_LIST, 3); }
 Test(grammar_mask, utf8_matches_brute_force) { check_grammar(G_UTF8, 4); }
 Test(grammar_mask, string_matches_brute_force) { check_grammar("root ::= \"\\\"\" [^\"]* \"\\\"\" \"!\"?", 5); }
+Test(grammar_mask, factored_enum_matches_brute_force)
+{
+    check_grammar("root ::= (\"ab\" | \"abc\" | \"a\" | \"true\" | \"tr\" | \"12\" | \"1\" | \"ab\" | \"cd\" "
+                  "| \"\xc3\xa9\" | \"\xc3\xa4\" | \"\xe2\x82\xac!\" | \"{\\\"\" | \"{\" | \"z\" | [a-c] [0-9])+", 6);
+}
 
 Test(grammar_mask, finished_matcher_allows_nothing)
 {
@@ -189,6 +194,8 @@ Test(grammar_mask, self_loop_shortcut_matches_brute_force)
         "root ::= \"\\\"\" [^\"\\\\\\u00e9]* \"\\\"\"",   /* one multi-byte character excluded */
         "root ::= \"\\\"\" [a-z ]* \"\\\"\"",
         "root ::= \"\\\"\" .{0,5} \"\\\"\"",
+        "root ::= \"\\\"\" [a-z ]{0,7} \"\\\"\"",
+        "root ::= \"\\\"\" [^\"]{2,6} \"\\\"\" | \"\\\"\" [a-b]{1,3} \"x\"",
     };
     const char *prefixes[] = {"{\"", "{\"k\": \"ab", "\"", "\"ab\xc3", "\"\xe4\xb8", "\"a"};
     static uint32_t allow[(N + 31) / 32];
