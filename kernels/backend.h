@@ -74,6 +74,10 @@ typedef struct {
     uint64_t draw_index;              /* index of the output token drawn (the seed's counter) */
     const int32_t *ban;               /* may be NULL when n_ban is 0 */
     int32_t n_ban;
+    const uint32_t *allow;            /* NULL = every token; else bit t of allow[t/32] set = token t may be
+                                         drawn ((n_vocab + 31) / 32 words). Applied first, like ban:
+                                         disallowed logits become -inf before logprobs, bias, penalties and
+                                         the draw; a row with no allowed token left draws -1 */
     sl_logprob_record *record;        /* OUT when params->n_logprobs >= 0, else unused */
 } sl_sample_req;
 
