@@ -339,6 +339,8 @@ typedef enum {
     SL_COUNTER_FRONTEND_RESTARTS,          /* likewise */
     SL_COUNTER_PREFIX_QUERY_TOKENS,        /* worker: prompt tokens looked up in the prefix cache */
     SL_COUNTER_PREFIX_HIT_TOKENS,          /* worker: of those, found cached */
+    SL_COUNTER_GRAMMAR_REQUESTS,           /* worker: requests that ran with a grammar (compiled) */
+    SL_COUNTER_GRAMMAR_MASK_NS,            /* worker: ns spent computing grammar token masks */
     SL_COUNTER_COUNT
 } sl_counter;
 #define SL_SHM_COUNTERS_MAX 64             /* room reserved in the header */
