@@ -65,8 +65,9 @@ typedef struct sl_backend sl_backend;
 
 /* What one sequence of a step asks of sl_backend_forward_sample: the next
  * token drawn from the sequence's last logits row by the steps of
- * kernels/cpu/sampler.h, after the `ban` tokens are set to -inf (the worker
- * holds end-of-generation back until min_tokens). */
+ * kernels/cpu/sampler.h, after the tokens `allow` leaves out (a grammar's
+ * mask) and the `ban` tokens are set to -inf (the worker holds
+ * end-of-generation back until min_tokens). */
 typedef struct {
     const sl_sampling_params *params; /* validated (sl_sampling_validate); NULL: no token wanted */
     const int32_t *history;           /* the sequence's tokens so far (penalties read its window) */
