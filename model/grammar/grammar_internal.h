@@ -93,18 +93,18 @@ void sl_gram_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__
 /* ---- vocabulary trie ------------------------------------------------------ */
 
 typedef struct {
-    uint32_t child_lo;   /* children nodes[child_lo .. child_lo + n_child) */
+    uint32_t end;        /* index past this node's subtree (preorder) */
     uint32_t tok_lo;     /* tokens ending here: sorted[tok_lo .. tok_lo + n_tok) */
-    uint16_t n_child;
-    uint8_t byte;        /* the edge into this node */
-    uint8_t _pad;
     uint32_t n_tok;
+    uint8_t byte;        /* the edge into this node */
+    uint8_t _pad[3];
 } sl_gram_tnode;
 
 struct sl_grammar_vocab {
     int32_t n_vocab;
     uint32_t n_nodes;
-    sl_gram_tnode *nodes;    /* (n_nodes); node 0 is the root (the empty prefix) */
+    sl_gram_tnode *nodes;    /* (n_nodes) in preorder: node 0 is the root (the empty
+                                prefix), a node's first child is the next node */
     int32_t *sorted;         /* token ids with lens >= 0, lexicographic by bytes */
     uint32_t depth_max;      /* longest token */
     char *bytes;             /* all token bytes */
@@ -117,12 +117,15 @@ struct sl_grammar_vocab {
 #define SL_GRAM_DEAD (-1)       /* transition: no stack survives */
 #define SL_GRAM_OVERFLOW (-2)   /* transition: SL_GRAMMAR_STACKS_MAX reached */
 #define SL_GRAM_NOMEM (-3)      /* transition: memory ran out computing it */
+#define SL_GRAM_UNKNOWN (-4)    /* dense row entry not computed yet */
 
 typedef struct {
     uint32_t off, n;         /* stacks: set_pool[off .. off + n), sorted node ids */
     uint32_t hash;
     uint32_t accepting;      /* a stack finished the root rule */
     int32_t cache_slot;      /* mask cache entry, or -1 */
+    int32_t dense;           /* row of dense transitions, or -1 */
+    uint32_t n_tr;           /* transitions computed from it */
     sl_gram_class any;       /* union of the stacks' top classes */
 } sl_gram_set;
 
@@ -154,6 +157,10 @@ struct sl_grammar_matcher {
     uint64_t *tr_key;        /* set << 8 | byte, plus 1; 0 empty */
     int32_t *tr_val;
     uint32_t tr_n, tr_cap;
+    /* a set with many transitions (inside a string) also gets a dense row
+     * of 256, so the mask walk's hot path is one load */
+    int32_t *dense;          /* (n_dense, 256): SL_GRAM_UNKNOWN or a step result */
+    uint32_t n_dense, cap_dense;
 
     /* one step's scratch */
     uint32_t stamp;
@@ -186,7 +193,7 @@ int32_t sl_gram_step(sl_grammar_matcher *m, int32_t s, unsigned b);
  * cache too) when the matcher's memory has grown past its bound. */
 sl_status sl_gram_maybe_compact(sl_grammar_matcher *m);
 
-/* Mask cache internals (mask.c). */
+/* The mask cache's storage (matcher.c; mask.c fills it). */
 void sl_gram_cache_clear(sl_grammar_matcher *m);
 void sl_gram_cache_free(sl_grammar_matcher *m);
 

@@ -12,22 +12,6 @@
 
 #include "model/grammar/grammar_internal.h"
 
-void sl_gram_cache_clear(sl_grammar_matcher *m)
-{
-    for (uint32_t i = 0; i < m->cache_n; i++)
-        m->cache[i] = (sl_gram_cache_entry){-1, 0};
-    m->cache_hand = 0;
-}
-
-void sl_gram_cache_free(sl_grammar_matcher *m)
-{
-    free(m->cache);
-    free(m->cache_bits);
-    m->cache = NULL;
-    m->cache_bits = NULL;
-    m->cache_n = 0;
-}
-
 /* Sizes the cache for v (on the first mask, or when the vocabulary changes). */
 static void cache_setup(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t words)
 {
@@ -92,31 +76,37 @@ static bool walk_scratch(sl_grammar_matcher *m, uint32_t depth)
     return true;
 }
 
-/* Depth-first walk from the current set; allow is zeroed by the caller. */
+/* Depth-first walk from the current set; allow is zeroed by the caller.
+ * Frame d: the children of a node still to visit are nodes [next, end),
+ * each child's subtree ending at its .end; set[d] is the set after the
+ * node's bytes. */
 static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t *allow)
 {
     if (!walk_scratch(m, v->depth_max + 1))
         return SL_ENOMEM;
     int32_t *set = m->walk_set;
-    uint32_t *node = m->walk_child, *next = m->walk_child + m->walk_cap;
+    uint32_t *next = m->walk_child, *end = m->walk_child + m->walk_cap;
     const sl_gram_tnode *nodes = v->nodes;
     const int32_t *sorted = v->sorted;
     int d = 0;
     set[0] = m->cur;
-    node[0] = 0;
-    next[0] = 0;
+    next[0] = 1;
+    end[0] = nodes[0].end;
     while (d >= 0) {
-        const sl_gram_tnode *nd = &nodes[node[d]];
-        if (next[d] >= nd->n_child) {
+        if (next[d] >= end[d]) {
             d--;
             continue;
         }
-        uint32_t ci = nd->child_lo + next[d]++;
+        uint32_t ci = next[d];
         const sl_gram_tnode *c = &nodes[ci];
+        next[d] = c->end;
         int32_t s = set[d];
-        if (!sl_gram_class_has(&m->sets[s].any, c->byte))
+        const sl_gram_set *S = &m->sets[s];
+        if (!sl_gram_class_has(&S->any, c->byte))
             continue;
-        int32_t t = sl_gram_step(m, s, c->byte);
+        int32_t t = S->dense >= 0 ? m->dense[(size_t)S->dense * 256 + c->byte] : SL_GRAM_UNKNOWN;
+        if (t == SL_GRAM_UNKNOWN)
+            t = sl_gram_step(m, s, c->byte);
         if (t < 0) {
             if (t == SL_GRAM_DEAD)
                 continue;
@@ -126,11 +116,11 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
             uint32_t tok = (uint32_t)sorted[c->tok_lo + i];
             allow[tok >> 5] |= 1u << (tok & 31);
         }
-        if (c->n_child) {
+        if (c->end > ci + 1) {
             d++;
             set[d] = t;
-            node[d] = ci;
-            next[d] = 0;
+            next[d] = ci + 1;
+            end[d] = c->end;
         }
     }
     return SL_OK;
@@ -160,4 +150,10 @@ sl_status sl_grammar_matcher_mask(sl_grammar_matcher *m, const sl_grammar_vocab 
     }
     cache_store(m, s, allow);
     return SL_OK;
+}
+
+void sl_grammar_matcher_cache_stats(const sl_grammar_matcher *m, uint64_t *hits, uint64_t *misses)
+{
+    *hits = m->stat_hits;
+    *misses = m->stat_misses;
 }

@@ -1,9 +1,10 @@
 /* model/grammar/vocab.c: the byte trie of a model's tokens, built once per
  * model by the worker and shared by every matcher's mask walk (mask.c).
- * Trade-off: nodes are laid out breadth first with each node's children
- * contiguous (16 bytes a node), so the walk reads children as one run and
- * a subtree is pruned by skipping its index range; building sorts the
- * tokens once, which costs a few tens of milliseconds for 150k tokens. */
+ * Trade-off: nodes are laid out in preorder (16 bytes a node), so a walk
+ * that visits most of the trie reads it sequentially and pruning a subtree
+ * is a jump to its end; a node's children are found only by hopping over
+ * their subtrees. Building sorts the tokens once: tens of milliseconds for
+ * 150k tokens. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,8 +62,8 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
         return SL_EINVAL;   /* node indices are 32-bit */
     sl_grammar_vocab *v = calloc(1, sizeof *v);
     tok_ref *refs = malloc((n_trie ? n_trie : 1) * sizeof *refs);
-    uint32_t *lo = malloc((total + 1) * sizeof *lo), *hi = malloc((total + 1) * sizeof *hi);
-    if (v == NULL || refs == NULL || lo == NULL || hi == NULL)
+    uint32_t *lo = malloc((total + 1) * sizeof *lo);
+    if (v == NULL || refs == NULL || lo == NULL)
         goto nomem;
     v->n_vocab = n_vocab;
     v->bytes = malloc(total ? total : 1);
@@ -89,55 +90,48 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     for (uint32_t i = 0; i < n_trie; i++)
         v->sorted[i] = refs[i].id;
 
-    /* Breadth first: node i covers sorted[lo[i] .. hi[i]), all sharing its
-     * prefix of length depth(i); the tokens of exactly that length come
-     * first in the range (a prefix sorts before its extensions). Depth is
-     * implicit: a node's depth is its parent's plus one, tracked per level. */
-    uint32_t n_nodes = 1;
+    /* Preorder, from the sorted tokens: path[d] is the node of the current
+     * token's prefix of length d. A token keeps the nodes of its common
+     * prefix with the previous token, closes the deeper ones (their
+     * subtree ends here) and opens one node per remaining byte; it ends at
+     * the last. Equal byte strings are adjacent, so a node's tokens are a
+     * contiguous run of sorted[]. */
+    uint32_t *path = lo;   /* (depth_max + 1) */
+    uint32_t n_nodes = 1, depth = 0;
     v->nodes[0] = (sl_gram_tnode){0};
-    lo[0] = 0;
-    hi[0] = n_trie;
-    uint32_t level_end = 1, depth = 0;
-    for (uint32_t i = 0; i < n_nodes; i++) {
-        if (i == level_end) {
-            depth++;
-            level_end = n_nodes;
+    path[0] = 0;
+    for (uint32_t i = 0; i < n_trie; i++) {
+        uint32_t common = 0;
+        if (i > 0) {
+            uint32_t lim = (uint32_t)(refs[i].len < refs[i - 1].len ? refs[i].len : refs[i - 1].len);
+            while (common < lim && refs[i].p[common] == refs[i - 1].p[common])
+                common++;
         }
-        sl_gram_tnode *nd = &v->nodes[i];
-        uint32_t a = lo[i], b = hi[i];
-        nd->tok_lo = a;
-        while (a < b && (uint32_t)refs[a].len == depth)
-            a++;
-        nd->n_tok = a - nd->tok_lo;
-        nd->child_lo = n_nodes;
-        nd->n_child = 0;
-        while (a < b) {
-            uint8_t c = refs[a].p[depth];
-            uint32_t e = a + 1;
-            while (e < b && refs[e].p[depth] == c)
-                e++;
-            v->nodes[n_nodes] = (sl_gram_tnode){.byte = c};
-            lo[n_nodes] = a;
-            hi[n_nodes] = e;
-            n_nodes++;
-            nd = &v->nodes[i];
-            nd->n_child++;
-            a = e;
+        for (; depth > common; depth--)
+            v->nodes[path[depth]].end = n_nodes;
+        for (; depth < (uint32_t)refs[i].len; depth++) {
+            v->nodes[n_nodes] = (sl_gram_tnode){.byte = refs[i].p[depth], .tok_lo = i};
+            path[depth + 1] = n_nodes++;
         }
+        sl_gram_tnode *nd = &v->nodes[path[depth]];
+        if (nd->n_tok == 0)
+            nd->tok_lo = i;
+        nd->n_tok++;
     }
+    for (; depth > 0; depth--)
+        v->nodes[path[depth]].end = n_nodes;
+    v->nodes[0].end = n_nodes;
     v->n_nodes = n_nodes;
     sl_gram_tnode *shrunk = realloc(v->nodes, n_nodes * sizeof *v->nodes);
     if (shrunk != NULL)
         v->nodes = shrunk;
     free(refs);
     free(lo);
-    free(hi);
     *out = v;
     return SL_OK;
 nomem:
     free(refs);
     free(lo);
-    free(hi);
     sl_grammar_vocab_destroy(v);
     return SL_ENOMEM;
 }
