@@ -288,7 +288,7 @@ int sl_cli_generate(int argc, char **argv)
         if (!tok)
             snprintf(gerr, sizeof gerr, "--grammar needs the model's tokenizer");
         sl_status grc = !eog ? SL_ENOMEM
-                             : sl_constraint_vocab_create(m->hp.n_vocab, eog, n_eog, sl_constraint_tokenizer_bytes, tok,
+                             : sl_constraint_vocab_create(m->hp.n_vocab, eog, n_eog, sl_constraint_tokenizer_trie, tok,
                                                           &gv);
         if (grc == SL_OK)
             grc = sl_constraint_create(gv, text, glen, &con, gerr, sizeof gerr);

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/grammar/grammar.h"
 #include "model/tokenizer.h"
 #include "shared/alloc.h"
 
@@ -20,7 +19,7 @@ struct sl_constraint_vocab {
     int32_t n_words;              /* (n_vocab + 31) / 32 */
     int32_t *eog;                 /* (n_eog) */
     int32_t n_eog;
-    sl_constraint_token_fn token_fn;
+    sl_constraint_build_fn build_fn;
     void *ctx;
     sl_grammar_vocab *trie;       /* NULL until the first constraint */
     uint64_t mask_ns;
@@ -35,18 +34,16 @@ struct sl_constraint {
     const char *error;            /* why the last mask is empty */
 };
 
-int32_t sl_constraint_tokenizer_bytes(void *ctx, int32_t t, const char **bytes)
+sl_status sl_constraint_tokenizer_trie(void *ctx, sl_grammar_vocab **out)
 {
-    size_t len;
-    *bytes = sl_detok_piece((const sl_tokenizer *)ctx, t, &len);
-    return *bytes ? (int32_t)len : -1;
+    return sl_grammar_vocab_from_tokenizer((const sl_tokenizer *)ctx, out);
 }
 
 sl_status sl_constraint_vocab_create(int32_t n_vocab, const int32_t *eog, int32_t n_eog,
-                                     sl_constraint_token_fn token_fn, void *ctx, sl_constraint_vocab **out)
+                                     sl_constraint_build_fn build_fn, void *ctx, sl_constraint_vocab **out)
 {
     *out = NULL;
-    if (n_vocab < 1 || !token_fn || n_eog < 0 || (n_eog > 0 && !eog))
+    if (n_vocab < 1 || !build_fn || n_eog < 0 || (n_eog > 0 && !eog))
         return SL_EINVAL;
     sl_constraint_vocab *v = sl_calloc(1, sizeof *v);
     if (!v)
@@ -61,7 +58,7 @@ sl_status sl_constraint_vocab_create(int32_t n_vocab, const int32_t *eog, int32_
             v->eog[v->n_eog++] = eog[i];
     v->n_vocab = n_vocab;
     v->n_words = (n_vocab + 31) / 32;
-    v->token_fn = token_fn;
+    v->build_fn = build_fn;
     v->ctx = ctx;
     *out = v;
     return SL_OK;
@@ -87,28 +84,20 @@ static bool is_eog(const sl_constraint_vocab *v, int32_t t)
     return false;
 }
 
-/* The trie, from every token's bytes; end-of-generation ids are marked never
- * allowed as text whatever their bytes (the mask adds them itself). */
 static sl_status vocab_build(sl_constraint_vocab *v)
 {
     if (v->trie)
         return SL_OK;
-    const char **bytes = sl_malloc((size_t)v->n_vocab * sizeof *bytes);
-    int32_t *lens = sl_malloc((size_t)v->n_vocab * sizeof *lens);
-    sl_status rc = SL_ENOMEM;
-    if (bytes && lens) {
-        for (int32_t t = 0; t < v->n_vocab; t++) {
-            lens[t] = v->token_fn(v->ctx, t, &bytes[t]);
-            if (lens[t] < 0 || !bytes[t] || is_eog(v, t)) {
-                lens[t] = -1;
-                bytes[t] = "";
-            }
-        }
-        rc = sl_grammar_vocab_create(v->n_vocab, bytes, lens, &v->trie);
+    sl_grammar_vocab *trie = NULL;
+    sl_status rc = v->build_fn(v->ctx, &trie);
+    if (rc == SL_OK && sl_grammar_vocab_size(trie) != v->n_vocab)
+        rc = SL_EINVAL;   /* a bitmap sized for n_vocab must cover every id the trie can set */
+    if (rc < 0) {
+        sl_grammar_vocab_destroy(trie);
+        return rc;
     }
-    free(bytes);
-    free(lens);
-    return rc;
+    v->trie = trie;
+    return SL_OK;
 }
 
 sl_status sl_constraint_create(sl_constraint_vocab *v, const char *text, size_t len, sl_constraint **out,
@@ -119,7 +108,8 @@ sl_status sl_constraint_create(sl_constraint_vocab *v, const char *text, size_t 
         err[0] = 0;
     sl_status rc = vocab_build(v);
     if (rc < 0) {
-        snprintf(err, err_len, "grammar: out of memory building the token trie");
+        snprintf(err, err_len, "grammar: %s", rc == SL_ENOMEM ? "out of memory building the token trie"
+                                                              : "the token trie does not match the vocabulary");
         return rc;
     }
     sl_constraint *c = sl_calloc(1, sizeof *c);

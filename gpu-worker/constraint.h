@@ -25,26 +25,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/grammar/grammar.h"
 #include "shared/status.h"
 
-/* The bytes token t adds to the text: *bytes and the returned length, or a
- * negative length for a token the grammar never allows (control, special). */
-typedef int32_t (*sl_constraint_token_fn)(void *ctx, int32_t t, const char **bytes);
+/* Builds the token trie (*out) when the first constraint needs it: for a
+ * model, sl_constraint_tokenizer_trie; tests give their own bytes to
+ * sl_grammar_vocab_create. Returns SL_OK, SL_ENOMEM, SL_EINVAL. */
+typedef sl_status (*sl_constraint_build_fn)(void *ctx, sl_grammar_vocab **out);
 
-/* A token_fn over a model tokenizer (ctx: the const sl_tokenizer *):
- * sl_detok_piece, so control, unknown and unused tokens are never allowed. */
-int32_t sl_constraint_tokenizer_bytes(void *ctx, int32_t t, const char **bytes);
+/* A build_fn over a model tokenizer (ctx: the const sl_tokenizer *):
+ * sl_grammar_vocab_from_tokenizer, so each token's bytes are what the
+ * detokenizer appends for it, and control, unknown, unused and
+ * end-of-generation tokens never match text. */
+sl_status sl_constraint_tokenizer_trie(void *ctx, sl_grammar_vocab **out);
 
 typedef struct sl_constraint_vocab sl_constraint_vocab;
 typedef struct sl_constraint sl_constraint;
 
-/* A vocabulary of n_vocab tokens whose bytes token_fn gives (called only when
- * the first constraint is created, for every token once; ctx must live until
- * then, or until destroy); eog: the n_eog end-of-generation ids (copied),
- * never matched as text. Cheap: nothing is built yet. *out NULL on failure.
- * Returns SL_OK, SL_EINVAL (n_vocab < 1, NULL token_fn), SL_ENOMEM. */
+/* A vocabulary of n_vocab tokens whose trie build_fn makes (called once, when
+ * the first constraint is created; ctx must live until destroy); eog: the
+ * n_eog end-of-generation ids (copied), which the trie must leave out (the
+ * mask adds them itself). Cheap: nothing is built yet. *out NULL on failure.
+ * Returns SL_OK, SL_EINVAL (n_vocab < 1, NULL build_fn), SL_ENOMEM. */
 sl_status sl_constraint_vocab_create(int32_t n_vocab, const int32_t *eog, int32_t n_eog,
-                                     sl_constraint_token_fn token_fn, void *ctx, sl_constraint_vocab **out);
+                                     sl_constraint_build_fn build_fn, void *ctx, sl_constraint_vocab **out);
 
 /* Frees it; every constraint over it must be gone. NULL is a no-op. */
 void sl_constraint_vocab_destroy(sl_constraint_vocab *v);
@@ -56,7 +60,8 @@ uint64_t sl_constraint_vocab_n_created(const sl_constraint_vocab *v);
 /* Compiles `len` bytes of GBNF text (builds v's trie first if this is the
  * first constraint) and makes a matcher at its start and an allow bitmap.
  * On failure *out is NULL and err (err_len bytes) holds "grammar: <reason>".
- * Returns SL_OK, SL_EINVAL (the text), SL_ENOMEM. */
+ * Returns SL_OK, SL_EINVAL (the text, or a trie whose size is not n_vocab),
+ * SL_ENOMEM. A failed trie build is tried again by the next create. */
 sl_status sl_constraint_create(sl_constraint_vocab *v, const char *text, size_t len, sl_constraint **out,
                                char *err, size_t err_len);
 

@@ -486,7 +486,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
         if (sl_tokenizer_is_eog(tok, id))
             eog[n_eog++] = id;
     /* constrained decoding's token trie: built at the first request with a grammar */
-    if (sl_constraint_vocab_create(m->hp.n_vocab, eog, n_eog, sl_constraint_tokenizer_bytes, tok, &gv) < 0) {
+    if (sl_constraint_vocab_create(m->hp.n_vocab, eog, n_eog, sl_constraint_tokenizer_trie, tok, &gv) < 0) {
         sl_load_progress_abort(&lp);
         fprintf(stderr, "sluice worker: out of memory for the grammar vocabulary\n");
         exit_code = SL_WORKER_EXIT_FAILED;

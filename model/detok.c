@@ -168,18 +168,6 @@ size_t sl_detok_max_piece(const sl_tokenizer *t)
     return t->max_piece;
 }
 
-const char *sl_detok_piece(const sl_tokenizer *t, int32_t id, size_t *len)
-{
-    *len = 0;
-    if (id < 0 || id >= t->n_vocab)
-        return NULL;
-    uint8_t a = t->attr[id];
-    if (a == SL_TOKEN_ATTR_CONTROL || a == SL_TOKEN_ATTR_UNKNOWN || a == SL_TOKEN_ATTR_UNUSED)
-        return NULL;
-    *len = t->piece_off[id + 1] - t->piece_off[id];
-    return t->piece + t->piece_off[id];
-}
-
 static void push_into(sl_detok *d, const sl_tokenizer *t, int32_t id, bool show_special,
                       dt_out *o)
 {

@@ -129,13 +129,6 @@ size_t sl_detok_flush(sl_detok *d, const sl_tokenizer *t, char *out, size_t cap)
 /* An output size that is always enough for one push or flush. */
 size_t sl_detok_max_piece(const sl_tokenizer *t);
 
-/* The exact bytes token `id` adds to generated text, before the streaming
- * decoder groups them into characters (a <0xNN> token is its one byte, a
- * byte-level piece its bytes, U+2581 already a space): what constrained
- * decoding matches against. NULL (and *len 0) for control, unknown and
- * unused tokens and out-of-range ids, which add no text. Lives as long as t. */
-const char *sl_detok_piece(const sl_tokenizer *t, int32_t id, size_t *len);
-
 /* One-shot: decodes ids[0..n). Writes min(total, cap) bytes (no NUL) and
  * returns the total length needed. */
 size_t sl_detokenize(const sl_tokenizer *t, const int32_t *ids, size_t n, bool show_special,

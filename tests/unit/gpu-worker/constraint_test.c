@@ -23,6 +23,23 @@ static int32_t token_bytes(void *ctx, int32_t t, const char **bytes)
     return piece[t] ? (int32_t)strlen(piece[t]) : -1;
 }
 
+static sl_status build_trie(void *ctx, sl_grammar_vocab **out)
+{
+    const char *bytes[V];
+    int32_t lens[V];
+    for (int32_t t = 0; t < V; t++)
+        lens[t] = token_bytes(ctx, t, &bytes[t]);
+    return sl_grammar_vocab_create(V, bytes, lens, out);
+}
+
+static sl_status build_wrong_size(void *ctx, sl_grammar_vocab **out)
+{
+    (void)ctx;
+    const char *bytes[2] = {"a", "b"};
+    int32_t lens[2] = {1, 1};
+    return sl_grammar_vocab_create(2, bytes, lens, out);
+}
+
 static bool bit(const uint32_t *m, int32_t t) { return m[t / 32] >> (t % 32) & 1u; }
 
 static sl_constraint_vocab *vocab(void)
@@ -30,7 +47,7 @@ static sl_constraint_vocab *vocab(void)
     static const int32_t eog[1] = {EOG};
     sl_constraint_vocab *v;
     calls = 0;
-    cr_assert_eq(sl_constraint_vocab_create(V, eog, 1, token_bytes, NULL, &v), SL_OK);
+    cr_assert_eq(sl_constraint_vocab_create(V, eog, 1, build_trie, NULL, &v), SL_OK);
     cr_assert_eq(calls, 0, "nothing is built before the first constraint");
     return v;
 }
@@ -103,10 +120,24 @@ Test(constraint, bad_grammar_is_refused_with_the_reason)
 Test(constraint, vocab_create_refuses_bad_arguments)
 {
     sl_constraint_vocab *v = (sl_constraint_vocab *)1;
-    cr_assert_eq(sl_constraint_vocab_create(0, NULL, 0, token_bytes, NULL, &v), SL_EINVAL);
+    cr_assert_eq(sl_constraint_vocab_create(0, NULL, 0, build_trie, NULL, &v), SL_EINVAL);
     cr_assert_null(v);
     cr_assert_eq(sl_constraint_vocab_create(4, NULL, 0, NULL, NULL, &v), SL_EINVAL);
-    cr_assert_eq(sl_constraint_vocab_create(4, NULL, 2, token_bytes, NULL, &v), SL_EINVAL);
+    cr_assert_eq(sl_constraint_vocab_create(4, NULL, 2, build_trie, NULL, &v), SL_EINVAL);
+    sl_constraint_vocab_destroy(NULL);
+    sl_constraint_destroy(NULL);
+}
+
+Test(constraint, a_trie_of_another_size_is_refused)
+{
+    sl_constraint_vocab *v;
+    cr_assert_eq(sl_constraint_vocab_create(V, NULL, 0, build_wrong_size, NULL, &v), SL_OK);
+    sl_constraint *c = (sl_constraint *)1;
+    char err[128];
+    cr_assert_eq(sl_constraint_create(v, "root ::= \"a\"", 12, &c, err, sizeof err), SL_EINVAL);
+    cr_assert_null(c);
+    cr_assert(strncmp(err, "grammar: ", 9) == 0, "%s", err);
+    sl_constraint_vocab_destroy(v);
     sl_constraint_vocab_destroy(NULL);
     sl_constraint_destroy(NULL);
 }

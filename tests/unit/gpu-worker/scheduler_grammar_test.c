@@ -39,6 +39,15 @@ static int32_t token_bytes(void *ctx, int32_t t, const char **bytes)
     return *bytes ? (int32_t)strlen(*bytes) : -1;
 }
 
+static sl_status build_trie(void *ctx, sl_grammar_vocab **out)
+{
+    const char *bytes[N_VOCAB];
+    int32_t lens[N_VOCAB];
+    for (int32_t t = 0; t < N_VOCAB; t++)
+        lens[t] = token_bytes(ctx, t, &bytes[t]);
+    return sl_grammar_vocab_create(N_VOCAB, bytes, lens, out);
+}
+
 static int32_t prompt[40];
 static const int32_t eog[1] = {EOG};
 
@@ -78,7 +87,7 @@ static fake_req mkreq(const char *grammar, float temperature, uint64_t seed, int
 
 static void g_open(grammar_harness *g, fake_req *reqs, int n, sl_sched_config c, bool device_sampling)
 {
-    cr_assert_eq(sl_constraint_vocab_create(N_VOCAB, eog, 1, token_bytes, NULL, &g->v), SL_OK);
+    cr_assert_eq(sl_constraint_vocab_create(N_VOCAB, eog, 1, build_trie, NULL, &g->v), SL_OK);
     c.grammar_vocab = g->v;
     g->h.io = calloc(1, sizeof *g->h.io);
     cr_assert_not_null(g->h.io);

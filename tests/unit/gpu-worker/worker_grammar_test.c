@@ -90,16 +90,8 @@ static int drain(req *rs, int n)
 
 static void text_of(const sl_tokenizer *tok, const req *r, char *out, size_t cap)
 {
-    size_t n = 0;
-    for (uint32_t i = 0; i < r->n; i++) {
-        size_t len;
-        const char *b = sl_detok_piece(tok, r->toks[i], &len);
-        if (b && n + len < cap) {
-            memcpy(out + n, b, len);
-            n += len;
-        }
-    }
-    out[n] = 0;
+    size_t n = sl_detokenize(tok, r->toks, r->n, false, out, cap - 1);
+    out[n < cap - 1 ? n : cap - 1] = 0;
 }
 
 static bool full_match(const char *pattern, const char *text)
