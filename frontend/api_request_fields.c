@@ -117,11 +117,11 @@ static bool check_cache_retention(const json_t *v, const char *key, sl_api_error
 {
     if (!json_is_string(v)) return sl_api_req_type_error(err, key, "a string");
     const char *s = json_string_value(v);
-    if (strcmp(s, "in-memory") == 0 || strcmp(s, "in_memory") == 0) return true;
+    if (strcmp(s, "in_memory") == 0 || strcmp(s, "in-memory") == 0) return true;   /* the older spelling */
     if (strcmp(s, "24h") == 0)
         return sl_api_req_unsupported(err, key, "'%s: \"24h\"' is not supported: the prefix cache is in memory only",
                                       key);
-    return sl_api_req_value_error(err, key, "unknown '%s' '%.40s' (in-memory or 24h)", key, s);
+    return sl_api_req_value_error(err, key, "unknown '%s' '%.40s' (in_memory or 24h)", key, s);
 }
 
 static bool check_echo(const json_t *v, const char *key, sl_api_error *err)

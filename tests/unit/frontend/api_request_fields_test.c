@@ -59,7 +59,7 @@ static const refusal refused[] = {
     {CHAT, "{" M ",\"verbosity\":\"low\"}", "verbosity", "verbosity", "unsupported"},
     {CHAT, "{" M ",\"web_search_options\":{}}", "web_search_options", "no web search", "unsupported"},
     {CHAT, "{" M ",\"prompt_cache_retention\":\"24h\"}", "prompt_cache_retention", "in memory", "unsupported"},
-    {CHAT, "{" M ",\"prompt_cache_retention\":\"1y\"}", "prompt_cache_retention", "in-memory or 24h", NULL},
+    {CHAT, "{" M ",\"prompt_cache_retention\":\"1y\"}", "prompt_cache_retention", "in_memory or 24h", NULL},
     {CHAT, "{" M ",\"safety_identifier\":5}", "safety_identifier", "string", "invalid_type"},
     {CHAT, "{" M ",\"prompt_cache_key\":[]}", "prompt_cache_key", "string", "invalid_type"},
     {CHAT, "{" M ",\"n\":2}", "n", "n=1", "unsupported"},
@@ -170,6 +170,7 @@ Test(api_request_fields, documented_no_ops_are_accepted)
         "{" M ",\"user\":\"u\",\"metadata\":{\"k\":\"v\"},\"store\":false,\"service_tier\":\"auto\"}",
         "{" M ",\"service_tier\":\"default\",\"safety_identifier\":\"s\",\"prompt_cache_key\":\"k\"}",
         "{" M ",\"prompt_cache_retention\":\"in-memory\",\"modalities\":[\"text\"]}",
+        "{" M ",\"prompt_cache_retention\":\"in_memory\"}",
         /* null is "not given", even for fields that would be refused */
         "{" M ",\"audio\":null,\"prediction\":null,\"reasoning_effort\":null,\"web_search_options\":null,"
         "\"verbosity\":null,\"store\":null,\"functions\":null,\"function_call\":null,\"response_format\":null}",
