@@ -139,6 +139,10 @@ static const refusal refused[] = {
     {CHAT, "{" M "," RF_SCHEMA("{\"name\":\"n\",\"schema\":{\"if\":{\"type\":\"string\"}}}") "}",
      "response_format.json_schema.schema", "'if'"},
     {CHAT, "{" M ",\"json_schema\":{\"if\":{}}}", "json_schema", "'if'"},
+    {CHAT, "{" M "," RF_SCHEMA("{\"name\":\"n\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":"
+                               "{\"type\":\"string\",\"if\":{}}}}}") "}",
+     "response_format.json_schema.schema", "'if' at /properties/a"},
+    {CHAT, "{" M ",\"grammar\":\"root ::= undefined-rule\"}", "grammar", "undefined-rule"},
     {CHAT, "{" M ",\"guided_json\":{\"if\":{}}}", "guided_json", "'if'"},
     {CHAT, "{" M ",\"guided_json\":\"{not json\"}", "guided_json", "does not hold"},
     {CHAT, "{" M ",\"guided_json\":5}", "guided_json", "object"},
