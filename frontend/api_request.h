@@ -100,6 +100,8 @@ typedef struct {
                                        that the output must match (response_format or an extension;
                                        never the tool-call grammar), NUL-terminated, known to compile;
                                        NULL = unconstrained; freed by fini */
+    char grammar_from[SL_API_PARAM_LEN]; /* the field it came from ("response_format",
+                                       "guided_regex", ...), for errors after the parse; "" = none */
 
     json_t *_root;                  /* owns everything borrowed above */
 } sl_api_request;

@@ -298,5 +298,6 @@ bool sl_api_req_parse_format(sl_api_request *r, sl_api_error *err)
         return sl_api_req_value_error(err, s.param, "the constraint in '%s' cannot be enforced: %s", s.param, msg);
     }
     r->grammar = text;
+    snprintf(r->grammar_from, sizeof r->grammar_from, "%s", s.param);
     return true;
 }

@@ -75,6 +75,10 @@ Test(api_request_format, grammar_text_is_passed_as_given)
     sl_api_request r;
     parse_ok(&r, CHAT, "{" M ",\"grammar\":\"root ::= \\\"yes\\\" | \\\"no\\\"\\n\"}");
     cr_expect_str_eq(r.grammar, "root ::= \"yes\" | \"no\"\n");
+    cr_expect_str_eq(r.grammar_from, "grammar");
+    sl_api_request_fini(&r);
+    parse_ok(&r, CHAT, "{" M "," RF_SCHEMA("{\"name\":\"n\",\"schema\":" SCHEMA "}") "}");
+    cr_expect_str_eq(r.grammar_from, "response_format.json_schema.schema");
     sl_api_request_fini(&r);
 }
 
