@@ -228,8 +228,6 @@ static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
     sr.request_id = hash_id(ri->id);
     sr.prompt = j->prompt;
     sr.n_prompt = (uint32_t)n_prompt;
-    /* The parse compiled it once already, so the worker should refuse it
-     * only for its own limits; sl_shm_submit copies the text. */
     sr.grammar = rq->grammar;
     sr.grammar_len = rq->grammar ? (uint32_t)strlen(rq->grammar) : 0;
     sl_shm_ticket ticket;
