@@ -21,35 +21,76 @@ static void user_name(const sl_gram_brule *r, char *out, size_t cap)
     out[n] = 0;
 }
 
-/* nullable[r]: rule r matches the empty string; productive[r]: it matches
- * some string. Both are least fixpoints over the alternatives. */
-static void fixpoints(const sl_gram_build *b, bool *nullable, bool *productive)
+/* One least fixpoint over the alternatives, in linear time: an
+ * alternative holds when each of its elements does (a TERM by `term_ok`, a
+ * REF when its rule holds); a rule holds when one alternative does. Each
+ * alternative counts its references still unmet; a rule that comes to hold
+ * decrements the alternatives that reference it (a worklist), so a chain of
+ * thousands of rules costs no more than its size. */
+static bool fixpoint(const sl_gram_build *b, bool nullable_pass, bool *holds)
 {
-    for (bool changed = true; changed;) {
-        changed = false;
+    uint32_t n_alts = 0, n_refs = 0;
+    for (uint32_t r = 0; r < b->n_rules; r++) {
+        n_alts += b->rules[r].n_alts;
+        for (uint32_t a = 0; a < b->rules[r].n_alts; a++)
+            for (uint32_t i = 0; i < b->rules[r].alts[a].n; i++)
+                n_refs += b->rules[r].alts[a].v[i].kind == SL_GRAM_REF;
+    }
+    uint32_t *alt_rule = malloc((n_alts + 1) * sizeof *alt_rule), *unmet = malloc((n_alts + 1) * sizeof *unmet);
+    uint32_t *ref_lo = calloc(b->n_rules + 1, sizeof *ref_lo), *ref_alt = malloc((n_refs + 1) * sizeof *ref_alt);
+    uint32_t *todo = malloc((b->n_rules + 1) * sizeof *todo);
+    bool ok = alt_rule && unmet && ref_lo && ref_alt && todo;
+    uint32_t n_todo = 0;
+    if (ok) {
+        /* CSR of "rule r is referenced by alternative a" (once per reference) */
+        for (uint32_t r = 0; r < b->n_rules; r++)
+            for (uint32_t a = 0; a < b->rules[r].n_alts; a++)
+                for (uint32_t i = 0; i < b->rules[r].alts[a].n; i++)
+                    if (b->rules[r].alts[a].v[i].kind == SL_GRAM_REF)
+                        ref_lo[b->rules[r].alts[a].v[i].arg + 1]++;
+        for (uint32_t r = 0; r < b->n_rules; r++)
+            ref_lo[r + 1] += ref_lo[r];
+        uint32_t ai = 0;
         for (uint32_t r = 0; r < b->n_rules; r++) {
-            const sl_gram_brule *ru = &b->rules[r];
-            for (uint32_t a = 0; a < ru->n_alts; a++) {
-                bool all_null = true, all_prod = true;
-                for (uint32_t i = 0; i < ru->alts[a].n; i++) {
-                    sl_gram_elem e = ru->alts[a].v[i];
-                    if (e.kind == SL_GRAM_TERM) {
-                        const sl_gram_class *c = &b->classes[e.arg];
-                        all_null = false;
-                        if (!(c->w[0] | c->w[1] | c->w[2] | c->w[3]))
-                            all_prod = false;
-                    } else {
-                        all_null &= nullable[e.arg];
-                        all_prod &= productive[e.arg];
+            for (uint32_t a = 0; a < b->rules[r].n_alts; a++, ai++) {
+                alt_rule[ai] = r;
+                unmet[ai] = 0;
+                for (uint32_t i = 0; i < b->rules[r].alts[a].n; i++) {
+                    sl_gram_elem e = b->rules[r].alts[a].v[i];
+                    if (e.kind == SL_GRAM_REF) {
+                        unmet[ai]++;
+                        ref_alt[--ref_lo[e.arg + 1]] = ai;
+                        continue;
                     }
+                    const sl_gram_class *c = &b->classes[e.arg];
+                    if (nullable_pass || !(c->w[0] | c->w[1] | c->w[2] | c->w[3]))
+                        unmet[ai] = UINT32_MAX / 2;   /* never holds */
                 }
-                if (all_null && !nullable[r])
-                    nullable[r] = changed = true;
-                if (all_prod && !productive[r])
-                    productive[r] = changed = true;
+                if (unmet[ai] == 0 && !holds[r]) {
+                    holds[r] = true;
+                    todo[n_todo++] = r;
+                }
+            }
+        }
+        /* ref_lo[r + 1] was decremented to the start of r's run */
+        while (n_todo > 0) {
+            uint32_t r = todo[--n_todo];
+            uint32_t hi = r + 2 <= b->n_rules ? ref_lo[r + 2] : n_refs;
+            for (uint32_t k = ref_lo[r + 1]; k < hi; k++) {
+                uint32_t a = ref_alt[k];
+                if (--unmet[a] == 0 && !holds[alt_rule[a]]) {
+                    holds[alt_rule[a]] = true;
+                    todo[n_todo++] = alt_rule[a];
+                }
             }
         }
     }
+    free(alt_rule);
+    free(unmet);
+    free(ref_lo);
+    free(ref_alt);
+    free(todo);
+    return ok;
 }
 
 typedef struct {
@@ -108,7 +149,11 @@ static sl_status check(const sl_gram_build *b, uint32_t *root, char *err, size_t
         rc = SL_ENOMEM;
         goto out;
     }
-    fixpoints(b, nullable, productive);
+    if (!fixpoint(b, true, nullable) || !fixpoint(b, false, productive)) {
+        sl_gram_errf(err, err_len, "out of memory compiling the grammar");
+        rc = SL_ENOMEM;
+        goto out;
+    }
     /* A helper that nothing references (the spare of an ASCII-only class)
      * is not part of the language. */
     used[root_id] = true;
@@ -178,6 +223,163 @@ void sl_grammar_destroy(sl_grammar *g)
     free(g);
 }
 
+/* ---- left factoring ---------------------------------------------------------- */
+
+#define FACTOR_MIN_ALTS 8            /* rules with fewer alternatives stay */
+#define FACTOR_WORK_MAX (1u << 22)   /* elements moved, in all */
+
+/* Left-factors every rule with many alternatives: alternatives that start
+ * with the same element become one, `first H`, with H ::= their suffixes
+ * (and so on down, H being factored in its turn). The language is the
+ * same; what changes is the matcher's stack count: an enum of 2000 strings
+ * would start 2000 stacks (past SL_GRAMMAR_STACKS_MAX), factored it starts
+ * one per distinct first byte. Runs after the checks, which it cannot
+ * invalidate (a new helper is only reached after the element it follows,
+ * so no rule gains a new left edge). Stops quietly at the rule limit or
+ * the work budget: the result is then only less factored. */
+static sl_status left_factor(sl_gram_build *b)
+{
+    uint64_t work = 0;
+    for (uint32_t r = 0; r < b->n_rules; r++) {
+        uint32_t n = b->rules[r].n_alts;
+        if (n < FACTOR_MIN_ALTS)
+            continue;
+        uint32_t *group = malloc(n * sizeof *group);   /* alternative -> its group leader */
+        if (group == NULL)
+            return SL_ENOMEM;
+        /* leaders by first element: a quadratic scan over few alternatives
+         * would do, but enums are large: sort-free hashing by (kind, arg) */
+        uint32_t cap = 1;
+        while (cap < 2 * n)
+            cap <<= 1;
+        int64_t *slot = malloc(cap * sizeof *slot);
+        if (slot == NULL) {
+            free(group);
+            return SL_ENOMEM;
+        }
+        for (uint32_t k = 0; k < cap; k++)
+            slot[k] = -1;
+        bool any = false;
+        for (uint32_t a = 0; a < n; a++) {
+            const sl_gram_seq *q = &b->rules[r].alts[a];
+            group[a] = a;
+            if (q->n == 0)
+                continue;
+            uint64_t key = (uint64_t)q->v[0].kind << 32 | q->v[0].arg;
+            uint32_t h = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 40) & (cap - 1);
+            for (;; h = (h + 1) & (cap - 1)) {
+                if (slot[h] < 0) {
+                    slot[h] = a;
+                    break;
+                }
+                const sl_gram_seq *l = &b->rules[r].alts[slot[h]];
+                if (l->v[0].kind == q->v[0].kind && l->v[0].arg == q->v[0].arg) {
+                    group[a] = (uint32_t)slot[h];
+                    any = true;
+                    break;
+                }
+            }
+        }
+        free(slot);
+        if (!any) {
+            free(group);
+            continue;
+        }
+        /* leader -> helper rule receiving the suffixes (-2: no room) */
+        int32_t *helper = malloc(n * sizeof *helper);
+        uint32_t *count = calloc(n, sizeof *count);
+        sl_gram_seq *old = b->rules[r].alts, *fresh = malloc(n * sizeof *fresh);
+        if (helper == NULL || count == NULL || fresh == NULL) {
+            free(group);
+            free(helper);
+            free(count);
+            free(fresh);
+            return SL_ENOMEM;
+        }
+        for (uint32_t a = 0; a < n; a++) {
+            helper[a] = -1;
+            count[group[a]]++;
+        }
+        uint32_t w = 0;
+        sl_status rc = SL_OK;
+        for (uint32_t a = 0; a < n; a++) {
+            uint32_t lead = group[a];
+            if (rc != SL_OK || count[lead] < 2 || helper[lead] == -2) {
+                fresh[w++] = old[a];
+                continue;
+            }
+            if (helper[lead] == -1) {
+                sl_gram_elem first = old[a].v[0];
+                sl_gram_elem *pair = malloc(2 * sizeof *pair);
+                char *name = NULL;
+                if (b->n_rules >= SL_GRAMMAR_RULES_MAX || work > FACTOR_WORK_MAX || pair == NULL) {
+                    free(pair);
+                    if (pair == NULL)
+                        rc = SL_ENOMEM;
+                    helper[lead] = -2;   /* out of room: this group stays unfactored */
+                    fresh[w++] = old[a];
+                    continue;
+                }
+                if (b->n_rules == b->cap_rules) {
+                    sl_gram_brule *nr = realloc(b->rules, b->cap_rules * 2 * sizeof *nr);
+                    if (nr == NULL) {
+                        free(pair);
+                        rc = SL_ENOMEM;
+                        fresh[w++] = old[a];
+                        continue;
+                    }
+                    b->rules = nr;
+                    b->cap_rules *= 2;
+                }
+                size_t nl = strcspn(b->rules[r].name, "~");
+                if ((name = malloc(nl + 3)) == NULL) {
+                    free(pair);
+                    rc = SL_ENOMEM;
+                    fresh[w++] = old[a];
+                    continue;
+                }
+                memcpy(name, b->rules[r].name, nl);
+                memcpy(name + nl, "~f", 3);
+                uint32_t h = b->n_rules++;
+                b->rules[h] = (sl_gram_brule){.name = name, .offset = b->rules[r].offset, .defined = true,
+                                              .helper = true};
+                helper[lead] = (int32_t)h;
+                pair[0] = first;
+                pair[1] = (sl_gram_elem){SL_GRAM_REF, h};
+                fresh[w++] = (sl_gram_seq){pair, 2, 2};
+            }
+            /* a's suffix goes to the helper */
+            sl_gram_brule *hr = &b->rules[helper[lead]];
+            if (hr->n_alts == hr->cap_alts) {
+                uint32_t c2 = hr->cap_alts ? hr->cap_alts * 2 : 4;
+                sl_gram_seq *na = realloc(hr->alts, c2 * sizeof *na);
+                if (na == NULL) {
+                    rc = SL_ENOMEM;
+                    free(old[a].v);   /* its first element lives on in the pair */
+                    continue;
+                }
+                hr->alts = na;
+                hr->cap_alts = c2;
+            }
+            sl_gram_seq q = old[a];
+            memmove(q.v, q.v + 1, (q.n - 1) * sizeof *q.v);
+            q.n--;
+            work += q.n;
+            hr->alts[hr->n_alts++] = q;
+        }
+        free(old);
+        b->rules[r].alts = fresh;
+        b->rules[r].n_alts = w;
+        b->rules[r].cap_alts = n;
+        free(group);
+        free(helper);
+        free(count);
+        if (rc != SL_OK)
+            return rc;
+    }
+    return SL_OK;
+}
+
 static sl_status flatten(sl_gram_build *b, uint32_t root, sl_grammar **out)
 {
     uint32_t n_alts = 0, n_elems = 0;
@@ -235,6 +437,8 @@ sl_status sl_grammar_create(const char *text, size_t len, sl_grammar **out, char
     uint32_t root = 0;
     if (rc == SL_OK)
         rc = check(&b, &root, err, err_len);
+    if (rc == SL_OK && (rc = left_factor(&b)) == SL_ENOMEM)
+        sl_gram_errf(err, err_len, "out of memory compiling the grammar");
     if (rc == SL_OK) {
         rc = flatten(&b, root, out);
         if (rc == SL_ENOMEM)

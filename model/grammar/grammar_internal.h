@@ -92,21 +92,66 @@ void sl_gram_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__
 
 /* ---- vocabulary trie ------------------------------------------------------ */
 
+/* UTF-8 decoder states: at a character boundary, inside one (what the next
+ * byte must be), or invalid. */
+enum {
+    SL_GRAM_UTF8_BOUNDARY = 0,
+    SL_GRAM_UTF8_CONT1,     /* one 80-BF left */
+    SL_GRAM_UTF8_CONT2,     /* two 80-BF left */
+    SL_GRAM_UTF8_CONT3,     /* three 80-BF left */
+    SL_GRAM_UTF8_E0,        /* A0-BF, then one */
+    SL_GRAM_UTF8_ED,        /* 80-9F, then one */
+    SL_GRAM_UTF8_F0,        /* 90-BF, then two */
+    SL_GRAM_UTF8_F4,        /* 80-8F, then two */
+    SL_GRAM_UTF8_INVALID,
+};
+
+static inline uint8_t sl_gram_utf8_next(uint8_t st, unsigned b)
+{
+    bool cont = b >= 0x80 && b <= 0xBF;
+    switch (st) {
+    case SL_GRAM_UTF8_BOUNDARY:
+        if (b < 0x80) return SL_GRAM_UTF8_BOUNDARY;
+        if (b >= 0xC2 && b <= 0xDF) return SL_GRAM_UTF8_CONT1;
+        if (b == 0xE0) return SL_GRAM_UTF8_E0;
+        if (b == 0xED) return SL_GRAM_UTF8_ED;
+        if (b >= 0xE1 && b <= 0xEF) return SL_GRAM_UTF8_CONT2;
+        if (b == 0xF0) return SL_GRAM_UTF8_F0;
+        if (b >= 0xF1 && b <= 0xF3) return SL_GRAM_UTF8_CONT3;
+        if (b == 0xF4) return SL_GRAM_UTF8_F4;
+        return SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_CONT1: return cont ? SL_GRAM_UTF8_BOUNDARY : SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_CONT2: return cont ? SL_GRAM_UTF8_CONT1 : SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_CONT3: return cont ? SL_GRAM_UTF8_CONT2 : SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_E0: return b >= 0xA0 && b <= 0xBF ? SL_GRAM_UTF8_CONT1 : SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_ED: return b >= 0x80 && b <= 0x9F ? SL_GRAM_UTF8_CONT1 : SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_F0: return b >= 0x90 && b <= 0xBF ? SL_GRAM_UTF8_CONT2 : SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_F4: return b >= 0x80 && b <= 0x8F ? SL_GRAM_UTF8_CONT2 : SL_GRAM_UTF8_INVALID;
+    default: return SL_GRAM_UTF8_INVALID;
+    }
+}
+
 typedef struct {
-    uint32_t child_lo;   /* children nodes[child_lo .. child_lo + n_child) */
+    uint32_t end;        /* index past this node's subtree (preorder) */
     uint32_t tok_lo;     /* tokens ending here: sorted[tok_lo .. tok_lo + n_tok) */
-    uint16_t n_child;
-    uint8_t byte;        /* the edge into this node */
-    uint8_t _pad;
     uint32_t n_tok;
+    uint8_t byte;        /* the edge into this node */
+    uint8_t high;        /* a byte >= 0x80 is on an edge below this node */
+    uint8_t utf8;        /* UTF-8 decoder state after this node's bytes (SL_GRAM_UTF8_*) */
+    uint8_t bad_below;   /* some token below holds invalid UTF-8 */
 } sl_gram_tnode;
 
 struct sl_grammar_vocab {
     int32_t n_vocab;
     uint32_t n_nodes;
-    sl_gram_tnode *nodes;    /* (n_nodes); node 0 is the root (the empty prefix) */
+    sl_gram_tnode *nodes;    /* (n_nodes) in preorder: node 0 is the root (the empty
+                                prefix), a node's first child is the next node */
     int32_t *sorted;         /* token ids with lens >= 0, lexicographic by bytes */
     uint32_t depth_max;      /* longest token */
+    uint32_t n_sorted;
+    uint64_t (*below)[2];    /* (n_nodes) ASCII bytes on edges below each node */
+    uint8_t *chars;          /* (n_nodes) most characters on a path below (a cut
+                                one counts), saturated at 255 */
     char *bytes;             /* all token bytes */
     uint64_t *tok_off;       /* (n_vocab) offset in bytes */
     int32_t *tok_len;        /* (n_vocab) the caller's lens */
@@ -117,12 +162,31 @@ struct sl_grammar_vocab {
 #define SL_GRAM_DEAD (-1)       /* transition: no stack survives */
 #define SL_GRAM_OVERFLOW (-2)   /* transition: SL_GRAMMAR_STACKS_MAX reached */
 #define SL_GRAM_NOMEM (-3)      /* transition: memory ran out computing it */
+#define SL_GRAM_UNKNOWN (-4)    /* dense row entry not computed yet */
+
+/* Node closings one mask walk may spend computing new transitions (a
+ * cold JSON mask spends about 10^4): past it the mask is SL_ERANGE, so a
+ * grammar built to keep a thousand stacks alive on every byte cannot stall
+ * the worker for seconds per token. */
+#define SL_GRAM_MASK_WORK_MAX (1u << 24)
 
 typedef struct {
     uint32_t off, n;         /* stacks: set_pool[off .. off + n), sorted node ids */
     uint32_t hash;
     uint32_t accepting;      /* a stack finished the root rule */
     int32_t cache_slot;      /* mask cache entry, or -1 */
+    int32_t dense;           /* row of dense transitions, or -1 */
+    /* The mask walk's summary of a hot set X (mask.c, uniform_props): on
+     * the ASCII bytes of umask, X steps to one set, usucc; run: how many
+     * sets X, usucc(X), ... in a row share X's umask (UINT32_MAX: a loop),
+     * so any ASCII text of up to run characters over umask is allowed. */
+    uint32_t props_known;
+    uint32_t utf8_closed;    /* usucc == X and every valid multi-byte character
+                                leads back to X through live sets */
+    int32_t usucc;           /* or -1 */
+    uint32_t run;            /* 0: not computed */
+    uint64_t umask[2];
+    uint32_t n_tr;           /* transitions computed from it */
     sl_gram_class any;       /* union of the stacks' top classes */
 } sl_gram_set;
 
@@ -154,6 +218,10 @@ struct sl_grammar_matcher {
     uint64_t *tr_key;        /* set << 8 | byte, plus 1; 0 empty */
     int32_t *tr_val;
     uint32_t tr_n, tr_cap;
+    /* a set with many transitions (inside a string) also gets a dense row
+     * of 256, so the mask walk's hot path is one load */
+    int32_t *dense;          /* (n_dense, 256): SL_GRAM_UNKNOWN or a step result */
+    uint32_t n_dense, cap_dense;
 
     /* one step's scratch */
     uint32_t stamp;
@@ -162,6 +230,7 @@ struct sl_grammar_matcher {
     int32_t *todo;
     uint32_t todo_n, todo_cap;
     uint32_t work;
+    uint64_t work_total;     /* node closings ever: the mask walk's budget */
     bool step_accepting, step_overflow, step_nomem;
 
     /* mask cache */
@@ -186,7 +255,7 @@ int32_t sl_gram_step(sl_grammar_matcher *m, int32_t s, unsigned b);
  * cache too) when the matcher's memory has grown past its bound. */
 sl_status sl_gram_maybe_compact(sl_grammar_matcher *m);
 
-/* Mask cache internals (mask.c). */
+/* The mask cache's storage (matcher.c; mask.c fills it). */
 void sl_gram_cache_clear(sl_grammar_matcher *m);
 void sl_gram_cache_free(sl_grammar_matcher *m);
 

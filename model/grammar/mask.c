@@ -4,6 +4,11 @@
  * set reached by the bytes so far (sl_gram_step, whose transitions are
  * remembered, so a walk costs one hash lookup per trie edge once its
  * states are known, and a subtree dies at the first byte no stack takes).
+ * Inside strings most of the trie is text the state takes character after
+ * character; there the walk allows a whole subtree at once from per-node
+ * summaries (ASCII bytes below, characters below, UTF-8 validity) and a
+ * per-set summary (uniform_props, uniform_run), so a cold mask inside a
+ * JSON string costs the token bits, not a visit per trie node.
  * Trade-off: the cache is keyed by the set id, exact by construction
  * (sets are interned by full comparison), and evicts by clock: a state
  * left and met again is a copy, a new one is a walk. */
@@ -11,22 +16,6 @@
 #include <string.h>
 
 #include "model/grammar/grammar_internal.h"
-
-void sl_gram_cache_clear(sl_grammar_matcher *m)
-{
-    for (uint32_t i = 0; i < m->cache_n; i++)
-        m->cache[i] = (sl_gram_cache_entry){-1, 0};
-    m->cache_hand = 0;
-}
-
-void sl_gram_cache_free(sl_grammar_matcher *m)
-{
-    free(m->cache);
-    free(m->cache_bits);
-    m->cache = NULL;
-    m->cache_bits = NULL;
-    m->cache_n = 0;
-}
 
 /* Sizes the cache for v (on the first mask, or when the vocabulary changes). */
 static void cache_setup(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t words)
@@ -92,45 +81,210 @@ static bool walk_scratch(sl_grammar_matcher *m, uint32_t depth)
     return true;
 }
 
-/* Depth-first walk from the current set; allow is zeroed by the caller. */
+#define CLOSED_PAIRS_MAX 64   /* (set, decoder state) pairs explored */
+
+/* Whether every valid multi-byte character leads from set s back to s
+ * through live sets: a walk over (set, UTF-8 decoder state) pairs. */
+static sl_status utf8_closed(sl_grammar_matcher *m, int32_t s, bool *closed)
+{
+    int32_t pset[CLOSED_PAIRS_MAX];
+    uint8_t pst[CLOSED_PAIRS_MAX];
+    int n = 1;
+    pset[0] = s;
+    pst[0] = SL_GRAM_UTF8_BOUNDARY;
+    *closed = false;
+    for (int i = 0; i < n; i++) {
+        for (unsigned b = 0x80; b < 0x100; b++) {
+            uint8_t u = sl_gram_utf8_next(pst[i], b);
+            if (u == SL_GRAM_UTF8_INVALID)
+                continue;
+            int32_t t = sl_gram_step(m, pset[i], b);
+            if (t == SL_GRAM_NOMEM)
+                return SL_ENOMEM;
+            if (t < 0)
+                return SL_OK;
+            if (u == SL_GRAM_UTF8_BOUNDARY) {
+                if (t != s)
+                    return SL_OK;
+                continue;
+            }
+            int j = 0;
+            while (j < n && !(pset[j] == t && pst[j] == u))
+                j++;
+            if (j == n) {
+                if (n == CLOSED_PAIRS_MAX)
+                    return SL_OK;
+                pset[n] = t;
+                pst[n++] = u;
+            }
+        }
+    }
+    *closed = true;
+    return SL_OK;
+}
+
+/* Fills set s's umask, usucc and (for a loop) utf8_closed, once per set. */
+static sl_status uniform_props(sl_grammar_matcher *m, int32_t s)
+{
+    int32_t succ[128];
+    for (unsigned b = 0; b < 128; b++)
+        if ((succ[b] = sl_gram_step(m, s, b)) == SL_GRAM_NOMEM)
+            return SL_ENOMEM;
+    /* the successor most ASCII bytes share */
+    int32_t best = -1;
+    int best_n = 0;
+    for (unsigned b = 0; b < 128; b++) {
+        if (succ[b] < 0 || succ[b] == best)
+            continue;
+        int n = 0;
+        for (unsigned c = b; c < 128; c++)
+            n += succ[c] == succ[b];
+        if (n > best_n)
+            best = succ[b], best_n = n;
+        if (best_n >= 64)
+            break;   /* a majority: no other can beat it */
+    }
+    uint64_t mask[2] = {0, 0};
+    for (unsigned b = 0; b < 128; b++)
+        if (best >= 0 && succ[b] == best)
+            mask[b >> 6] |= 1ull << (b & 63);
+    bool closed = false;
+    if (best == s && utf8_closed(m, s, &closed) != SL_OK)
+        return SL_ENOMEM;
+    sl_gram_set *S = &m->sets[s];
+    S->umask[0] = mask[0];
+    S->umask[1] = mask[1];
+    S->usucc = best;
+    S->utf8_closed = closed;
+    S->props_known = 1;
+    return SL_OK;
+}
+
+#define RUN_CHAIN_MAX 4096
+
+static bool same_umask(const sl_gram_set *a, const sl_gram_set *b)
+{
+    return a->umask[0] == b->umask[0] && a->umask[1] == b->umask[1];
+}
+
+/* run of set s (see sl_gram_set): follows usucc while umask stays. */
+static sl_status uniform_run(sl_grammar_matcher *m, int32_t s)
+{
+    int32_t chain[RUN_CHAIN_MAX];
+    int n = 0;
+    uint32_t tail;   /* run of the set after the chain's last */
+    int32_t x = s;
+    for (;;) {
+        if (!m->sets[x].props_known && uniform_props(m, x) != SL_OK)
+            return SL_ENOMEM;
+        chain[n++] = x;
+        int32_t y = m->sets[x].usucc;
+        if (y < 0) {
+            tail = 0;
+            break;
+        }
+        if (!m->sets[y].props_known && uniform_props(m, y) != SL_OK)
+            return SL_ENOMEM;
+        if (!same_umask(&m->sets[x], &m->sets[y])) {
+            tail = 0;
+            break;
+        }
+        if (m->sets[y].run != 0) {
+            tail = m->sets[y].run;
+            break;
+        }
+        bool seen = false;   /* a loop: chains are short, so a scan will do */
+        for (int i = 0; i < n && !seen; i++)
+            seen = chain[i] == y;
+        if (seen) {
+            tail = UINT32_MAX;
+            break;
+        }
+        if (n == RUN_CHAIN_MAX) {
+            tail = 0;   /* conservative: shorter than it is */
+            break;
+        }
+        x = y;
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        if (tail != UINT32_MAX)
+            tail++;
+        m->sets[chain[i]].run = tail;
+    }
+    return SL_OK;
+}
+
+/* Depth-first walk from the current set; allow is zeroed by the caller.
+ * Frame d: the children of a node still to visit are nodes [next, end),
+ * each child's subtree ending at its .end; set[d] is the set after the
+ * node's bytes. */
 static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t *allow)
 {
     if (!walk_scratch(m, v->depth_max + 1))
         return SL_ENOMEM;
     int32_t *set = m->walk_set;
-    uint32_t *node = m->walk_child, *next = m->walk_child + m->walk_cap;
+    uint32_t *next = m->walk_child, *end = m->walk_child + m->walk_cap;
     const sl_gram_tnode *nodes = v->nodes;
     const int32_t *sorted = v->sorted;
     int d = 0;
+    uint64_t budget = m->work_total + SL_GRAM_MASK_WORK_MAX;
     set[0] = m->cur;
-    node[0] = 0;
-    next[0] = 0;
+    next[0] = 1;
+    end[0] = nodes[0].end;
     while (d >= 0) {
-        const sl_gram_tnode *nd = &nodes[node[d]];
-        if (next[d] >= nd->n_child) {
+        if (next[d] >= end[d]) {
             d--;
             continue;
         }
-        uint32_t ci = nd->child_lo + next[d]++;
+        uint32_t ci = next[d];
         const sl_gram_tnode *c = &nodes[ci];
+        next[d] = c->end;
         int32_t s = set[d];
-        if (!sl_gram_class_has(&m->sets[s].any, c->byte))
+        const sl_gram_set *S = &m->sets[s];
+        if (!sl_gram_class_has(&S->any, c->byte))
             continue;
-        int32_t t = sl_gram_step(m, s, c->byte);
+        int32_t t = S->dense >= 0 ? m->dense[(size_t)S->dense * 256 + c->byte] : SL_GRAM_UNKNOWN;
+        if (t == SL_GRAM_UNKNOWN) {
+            t = sl_gram_step(m, s, c->byte);
+            if (m->work_total > budget)
+                return SL_ERANGE;
+        }
         if (t < 0) {
             if (t == SL_GRAM_DEAD)
                 continue;
             return t == SL_GRAM_OVERFLOW ? SL_ERANGE : SL_ENOMEM;
         }
+        if (c->end > ci + 1 && c->utf8 == SL_GRAM_UTF8_BOUNDARY && !c->bad_below && m->sets[t].dense >= 0) {
+            /* Inside a string: when every ASCII byte below c is in t's
+             * umask, and the chain of sets it leads through keeps that
+             * umask for as many characters as the subtree holds (for
+             * multi-byte characters: t loops on itself, utf8_closed), every
+             * token below c is allowed; they are one run of sorted[],
+             * preorder being sorted order. Checked only for hot sets (with
+             * a dense row), whose summary pays off. */
+            if (m->sets[t].run == 0 && uniform_run(m, t) != SL_OK)
+                return SL_ENOMEM;
+            const sl_gram_set *T = &m->sets[t];
+            const uint64_t *b = v->below[ci];
+            if ((b[0] & ~T->umask[0]) == 0 && (b[1] & ~T->umask[1]) == 0 && v->chars[ci] <= T->run &&
+                (!c->high || T->utf8_closed)) {
+                uint32_t hi = c->end < v->n_nodes ? nodes[c->end].tok_lo : v->n_sorted;
+                for (uint32_t i = c->tok_lo; i < hi; i++) {
+                    uint32_t tok = (uint32_t)sorted[i];
+                    allow[tok >> 5] |= 1u << (tok & 31);
+                }
+                continue;
+            }
+        }
         for (uint32_t i = 0; i < c->n_tok; i++) {
             uint32_t tok = (uint32_t)sorted[c->tok_lo + i];
             allow[tok >> 5] |= 1u << (tok & 31);
         }
-        if (c->n_child) {
+        if (c->end > ci + 1) {
             d++;
             set[d] = t;
-            node[d] = ci;
-            next[d] = 0;
+            next[d] = ci + 1;
+            end[d] = c->end;
         }
     }
     return SL_OK;
@@ -160,4 +314,10 @@ sl_status sl_grammar_matcher_mask(sl_grammar_matcher *m, const sl_grammar_vocab 
     }
     cache_store(m, s, allow);
     return SL_OK;
+}
+
+void sl_grammar_matcher_cache_stats(const sl_grammar_matcher *m, uint64_t *hits, uint64_t *misses)
+{
+    *hits = m->stat_hits;
+    *misses = m->stat_misses;
 }

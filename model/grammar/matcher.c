@@ -59,11 +59,14 @@
 #include "model/grammar/grammar_internal.h"
 
 #define WORK_MAX (64u * SL_GRAMMAR_STACKS_MAX)   /* node closings per step */
-/* Past these the matcher compacts at its next call (about 64 MiB in all). */
-#define NODES_SOFT_MAX (1u << 21)
-#define SETS_SOFT_MAX (1u << 19)
-#define POOL_SOFT_MAX (1u << 22)
-#define TRANS_SOFT_MAX (1u << 21)
+/* Past these the matcher compacts at its next call (about 40 MiB in all,
+ * per sequence: a JSON generation stays in the thousands). */
+#define NODES_SOFT_MAX (1u << 20)
+#define SETS_SOFT_MAX (1u << 17)
+#define POOL_SOFT_MAX (1u << 21)
+#define TRANS_SOFT_MAX (1u << 20)
+#define DENSE_AFTER 16      /* transitions before a set gets a dense row */
+#define DENSE_MAX 4096      /* dense rows (4 MiB) */
 
 static inline uint32_t mix32(uint64_t x)
 {
@@ -205,6 +208,7 @@ static int32_t set_intern(sl_grammar_matcher *m, const int32_t *ids, uint32_t n,
     s->hash = hash;
     s->accepting = accepting;
     s->cache_slot = -1;
+    s->dense = -1;
     for (uint32_t i = 0; i < n; i++) {
         const sl_gram_class *c = &m->g->classes[m->g->elems[m->node_pos[ids[i]]].arg];
         for (int w = 0; w < 4; w++)
@@ -270,6 +274,7 @@ static void step_begin(sl_grammar_matcher *m)
         memset(m->node_stamp, 0, m->n_nodes * sizeof *m->node_stamp);
         m->stamp = 1;
     }
+    m->work_total += m->work;
     m->out_n = m->todo_n = m->work = 0;
     m->step_accepting = m->step_overflow = m->step_nomem = false;
 }
@@ -381,10 +386,35 @@ static bool tr_rehash(sl_grammar_matcher *m, uint32_t cap)
     return true;
 }
 
+/* Gives set s a dense row when it is hot; failure only means it stays on
+ * the hash table. */
+static void dense_row(sl_grammar_matcher *m, int32_t s)
+{
+    if (m->n_dense >= DENSE_MAX)
+        return;
+    if (m->n_dense == m->cap_dense) {
+        uint32_t cap = m->cap_dense ? m->cap_dense * 2 : 16;
+        int32_t *d = realloc(m->dense, (size_t)cap * 256 * sizeof *d);
+        if (d == NULL)
+            return;
+        m->dense = d;
+        m->cap_dense = cap;
+    }
+    int32_t *row = m->dense + (size_t)m->n_dense * 256;
+    for (int i = 0; i < 256; i++)
+        row[i] = SL_GRAM_UNKNOWN;
+    m->sets[s].dense = (int32_t)m->n_dense++;
+}
+
 int32_t sl_gram_step(sl_grammar_matcher *m, int32_t s, unsigned b)
 {
     if (!sl_gram_class_has(&m->sets[s].any, b))
         return SL_GRAM_DEAD;
+    if (m->sets[s].dense >= 0) {
+        int32_t t = m->dense[(size_t)m->sets[s].dense * 256 + b];
+        if (t != SL_GRAM_UNKNOWN)
+            return t;
+    }
     uint64_t key = ((uint64_t)(uint32_t)s << 8 | b) + 1;
     uint32_t mask = m->tr_cap - 1, k = mix32(key) & mask;
     for (; m->tr_key[k] != 0; k = (k + 1) & mask)
@@ -402,6 +432,16 @@ int32_t sl_gram_step(sl_grammar_matcher *m, int32_t s, unsigned b)
     int32_t t = step_end(m);
     if (t == SL_GRAM_NOMEM)
         return t;   /* not remembered: it may work next time */
+    if (m->sets[s].dense >= 0) {
+        m->dense[(size_t)m->sets[s].dense * 256 + b] = t;
+        return t;
+    }
+    if (++m->sets[s].n_tr == DENSE_AFTER)
+        dense_row(m, s);
+    if (m->sets[s].dense >= 0) {
+        m->dense[(size_t)m->sets[s].dense * 256 + b] = t;
+        return t;
+    }
     if ((m->tr_n + 1) * 2 > m->tr_cap) {
         if (!tr_rehash(m, m->tr_cap * 2))
             return t;   /* correct, just not remembered */
@@ -428,6 +468,9 @@ static void tables_free(sl_grammar_matcher *m)
     free(m->set_hash);
     free(m->tr_key);
     free(m->tr_val);
+    free(m->dense);
+    m->dense = NULL;
+    m->n_dense = m->cap_dense = 0;
     m->node_pos = m->node_parent = m->node_hash = m->set_pool = m->set_hash = m->tr_val = NULL;
     m->node_stamp = NULL;
     m->sets = NULL;
@@ -459,6 +502,24 @@ static bool tables_alloc(sl_grammar_matcher *m)
     memset(m->set_hash, 0xff, m->set_hash_cap * sizeof *m->set_hash);
     m->stamp = 0;
     return true;
+}
+
+/* The mask cache's storage is freed and emptied here (mask.c fills it), so
+ * that calls go one way: mask.c -> matcher.c. */
+void sl_gram_cache_clear(sl_grammar_matcher *m)
+{
+    for (uint32_t i = 0; i < m->cache_n; i++)
+        m->cache[i] = (sl_gram_cache_entry){-1, 0};
+    m->cache_hand = 0;
+}
+
+void sl_gram_cache_free(sl_grammar_matcher *m)
+{
+    free(m->cache);
+    free(m->cache_bits);
+    m->cache = NULL;
+    m->cache_bits = NULL;
+    m->cache_n = 0;
 }
 
 void sl_grammar_matcher_destroy(sl_grammar_matcher *m)
@@ -533,6 +594,7 @@ sl_status sl_gram_maybe_compact(sl_grammar_matcher *m)
     tables_free(m);
     sl_gram_cache_clear(m);
     sl_status rc = tables_alloc(m) ? SL_OK : SL_ENOMEM;
+    m->out_n = 0;
     for (uint32_t i = 0, r = 0; i < n && rc == SL_OK; i++) {
         uint32_t len = (uint32_t)paths[r++];
         int32_t top = -1;

@@ -1,9 +1,10 @@
 /* model/grammar/vocab.c: the byte trie of a model's tokens, built once per
  * model by the worker and shared by every matcher's mask walk (mask.c).
- * Trade-off: nodes are laid out breadth first with each node's children
- * contiguous (16 bytes a node), so the walk reads children as one run and
- * a subtree is pruned by skipping its index range; building sorts the
- * tokens once, which costs a few tens of milliseconds for 150k tokens. */
+ * Trade-off: nodes are laid out in preorder (16 bytes a node), so a walk
+ * that visits most of the trie reads it sequentially and pruning a subtree
+ * is a jump to its end; a node's children are found only by hopping over
+ * their subtrees. Building sorts the tokens once: tens of milliseconds for
+ * 150k tokens. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,12 +28,36 @@ static int cmp_tok(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* Ends the subtree of path[depth] at `end` and adds what lies below it,
+ * and its own byte, to its parent's summary. */
+static void close_node(sl_grammar_vocab *v, const uint32_t *path, uint32_t depth, uint32_t end)
+{
+    uint32_t i = path[depth], p = path[depth - 1];
+    sl_gram_tnode *nd = &v->nodes[i];
+    nd->end = end;
+    v->below[p][0] |= v->below[i][0];
+    v->below[p][1] |= v->below[i][1];
+    unsigned ch = v->chars[i] + (nd->byte < 0x80 || nd->byte >= 0xC0);   /* a character starts */
+    if (ch > 255)
+        ch = 255;
+    if (ch > v->chars[p])
+        v->chars[p] = (uint8_t)ch;
+    v->nodes[p].high |= nd->high;
+    v->nodes[p].bad_below |= nd->bad_below | (nd->utf8 == SL_GRAM_UTF8_INVALID);
+    if (nd->byte >= 0x80)
+        v->nodes[p].high = 1;
+    else
+        v->below[p][nd->byte >> 6] |= 1ull << (nd->byte & 63);
+}
+
 void sl_grammar_vocab_destroy(sl_grammar_vocab *v)
 {
     if (v == NULL)
         return;
     free(v->nodes);
     free(v->sorted);
+    free(v->below);
+    free(v->chars);
     free(v->bytes);
     free(v->tok_off);
     free(v->tok_len);
@@ -40,6 +65,16 @@ void sl_grammar_vocab_destroy(sl_grammar_vocab *v)
 }
 
 int32_t sl_grammar_vocab_size(const sl_grammar_vocab *v) { return v->n_vocab; }
+
+const char *sl_grammar_vocab_token(const sl_grammar_vocab *v, int32_t t, int32_t *len)
+{
+    if (t < 0 || t >= v->n_vocab) {
+        *len = -1;
+        return NULL;
+    }
+    *len = v->tok_len[t];
+    return v->bytes + v->tok_off[t];
+}
 
 sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, const int32_t *lens,
                                   sl_grammar_vocab **out)
@@ -61,8 +96,8 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
         return SL_EINVAL;   /* node indices are 32-bit */
     sl_grammar_vocab *v = calloc(1, sizeof *v);
     tok_ref *refs = malloc((n_trie ? n_trie : 1) * sizeof *refs);
-    uint32_t *lo = malloc((total + 1) * sizeof *lo), *hi = malloc((total + 1) * sizeof *hi);
-    if (v == NULL || refs == NULL || lo == NULL || hi == NULL)
+    uint32_t *lo = malloc((total + 1) * sizeof *lo);
+    if (v == NULL || refs == NULL || lo == NULL)
         goto nomem;
     v->n_vocab = n_vocab;
     v->bytes = malloc(total ? total : 1);
@@ -70,7 +105,9 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     v->tok_len = malloc((n_vocab ? (size_t)n_vocab : 1) * sizeof *v->tok_len);
     v->sorted = malloc((n_trie ? n_trie : 1) * sizeof *v->sorted);
     v->nodes = malloc((total + 1) * sizeof *v->nodes);
-    if (!v->bytes || !v->tok_off || !v->tok_len || !v->sorted || !v->nodes)
+    v->below = calloc(total + 1, sizeof *v->below);
+    v->chars = calloc(total + 1, 1);
+    if (!v->bytes || !v->tok_off || !v->tok_len || !v->sorted || !v->nodes || !v->below || !v->chars)
         goto nomem;
     uint64_t off = 0;
     uint32_t k = 0;
@@ -89,55 +126,57 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     for (uint32_t i = 0; i < n_trie; i++)
         v->sorted[i] = refs[i].id;
 
-    /* Breadth first: node i covers sorted[lo[i] .. hi[i]), all sharing its
-     * prefix of length depth(i); the tokens of exactly that length come
-     * first in the range (a prefix sorts before its extensions). Depth is
-     * implicit: a node's depth is its parent's plus one, tracked per level. */
-    uint32_t n_nodes = 1;
+    /* Preorder, from the sorted tokens: path[d] is the node of the current
+     * token's prefix of length d. A token keeps the nodes of its common
+     * prefix with the previous token, closes the deeper ones (their
+     * subtree ends here) and opens one node per remaining byte; it ends at
+     * the last. Equal byte strings are adjacent, so a node's tokens are a
+     * contiguous run of sorted[]. */
+    uint32_t *path = lo;   /* (depth_max + 1) */
+    uint32_t n_nodes = 1, depth = 0;
     v->nodes[0] = (sl_gram_tnode){0};
-    lo[0] = 0;
-    hi[0] = n_trie;
-    uint32_t level_end = 1, depth = 0;
-    for (uint32_t i = 0; i < n_nodes; i++) {
-        if (i == level_end) {
-            depth++;
-            level_end = n_nodes;
+    path[0] = 0;
+    for (uint32_t i = 0; i < n_trie; i++) {
+        uint32_t common = 0;
+        if (i > 0) {
+            uint32_t lim = (uint32_t)(refs[i].len < refs[i - 1].len ? refs[i].len : refs[i - 1].len);
+            while (common < lim && refs[i].p[common] == refs[i - 1].p[common])
+                common++;
         }
-        sl_gram_tnode *nd = &v->nodes[i];
-        uint32_t a = lo[i], b = hi[i];
-        nd->tok_lo = a;
-        while (a < b && (uint32_t)refs[a].len == depth)
-            a++;
-        nd->n_tok = a - nd->tok_lo;
-        nd->child_lo = n_nodes;
-        nd->n_child = 0;
-        while (a < b) {
-            uint8_t c = refs[a].p[depth];
-            uint32_t e = a + 1;
-            while (e < b && refs[e].p[depth] == c)
-                e++;
-            v->nodes[n_nodes] = (sl_gram_tnode){.byte = c};
-            lo[n_nodes] = a;
-            hi[n_nodes] = e;
-            n_nodes++;
-            nd = &v->nodes[i];
-            nd->n_child++;
-            a = e;
+        for (; depth > common; depth--)
+            close_node(v, path, depth, n_nodes);
+        for (; depth < (uint32_t)refs[i].len; depth++) {
+            uint8_t b = refs[i].p[depth];
+            v->nodes[n_nodes] = (sl_gram_tnode){.byte = b, .tok_lo = i,
+                                                .utf8 = sl_gram_utf8_next(v->nodes[path[depth]].utf8, b)};
+            path[depth + 1] = n_nodes++;
         }
+        sl_gram_tnode *nd = &v->nodes[path[depth]];
+        if (nd->n_tok == 0)
+            nd->tok_lo = i;
+        nd->n_tok++;
     }
+    for (; depth > 0; depth--)
+        close_node(v, path, depth, n_nodes);
+    v->nodes[0].end = n_nodes;
     v->n_nodes = n_nodes;
+    v->n_sorted = n_trie;
     sl_gram_tnode *shrunk = realloc(v->nodes, n_nodes * sizeof *v->nodes);
     if (shrunk != NULL)
         v->nodes = shrunk;
+    uint64_t(*below)[2] = realloc(v->below, n_nodes * sizeof *v->below);
+    if (below != NULL)
+        v->below = below;
+    uint8_t *chars = realloc(v->chars, n_nodes);
+    if (chars != NULL)
+        v->chars = chars;
     free(refs);
     free(lo);
-    free(hi);
     *out = v;
     return SL_OK;
 nomem:
     free(refs);
     free(lo);
-    free(hi);
     sl_grammar_vocab_destroy(v);
     return SL_ENOMEM;
 }
