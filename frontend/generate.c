@@ -228,10 +228,20 @@ static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
     sr.request_id = hash_id(ri->id);
     sr.prompt = j->prompt;
     sr.n_prompt = (uint32_t)n_prompt;
+    sr.grammar = rq->grammar;
+    sr.grammar_len = rq->grammar ? (uint32_t)strlen(rq->grammar) : 0;
     sl_shm_ticket ticket;
     sl_status rc = sl_shm_submit(fe->shm, &sr, &ticket);
     if (rc == SL_AGAIN) {
         reject(fe, req, ri, SL_API_ERR_QUEUE_FULL, NULL, NULL, "The server is at capacity (queue full); retry shortly.");
+        return;
+    }
+    if (rc == SL_EINVAL && sr.grammar_len > 0) {
+        /* The prompt's bounds were checked above, so it is the grammar: past
+         * the segment's grammar_bytes_max, or constrained decoding is off. */
+        snprintf(msg, sizeof msg, "The output constraint becomes a grammar of %" PRIu32 " bytes, which this server "
+                 "does not accept (too long, or constrained decoding is off).", sr.grammar_len);
+        reject(fe, req, ri, SL_API_ERR_INVALID_REQUEST, rq->grammar_from, "unsupported", msg);
         return;
     }
     if (rc < 0) {
