@@ -744,8 +744,8 @@ static void pump(sl_fe_stream *st)
         if (n < READ_BATCH)
             break;
     }
-    if (!st->stream && st->text_len > sl_fe_max_response(fe->cfg)) {
-        fail_too_large(st, st->text_len);
+    if (!st->stream && st->text_len + st->reason_len > sl_fe_max_response(fe->cfg)) {
+        fail_too_large(st, st->text_len + st->reason_len);
         return;
     }
     if (terminal || st->stop_hit) {

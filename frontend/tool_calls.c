@@ -93,6 +93,7 @@ struct sl_tool_parser {
     bool region;                /* LLAMA3/MISTRAL: buf from region_at on is calls, to the end */
     size_t region_at;           /* where the call text starts (after the marker) */
     bool finished;
+    bool oom;                   /* an allocation failed inside jansson's parser */
     int32_t n_calls;
     sl_tool_on_event on_event;
     void *ctx;
@@ -271,6 +272,21 @@ static sl_status emit_call(sl_tool_parser *p, const char *name, const json_t *ar
     return rc;
 }
 
+/* jansson's parser, held from fault injection as in api_request.c (it
+ * writes out of bounds after an allocation fails mid-parse); a real failure
+ * shows in the allocator's count and marks the parser out of memory, so an
+ * allocation failure is never taken for "not a call". */
+static json_t *load(sl_tool_parser *p, const char *s, size_t n, size_t flags, json_error_t *je)
+{
+    unsigned nulls = sl_alloc_nulls();
+    sl_alloc_fault_hold(true);
+    json_t *o = json_loadb(s, n, flags | JSON_REJECT_DUPLICATES, je);
+    sl_alloc_fault_hold(false);
+    if (o == NULL && sl_alloc_nulls() != nulls)
+        p->oom = true;
+    return o;
+}
+
 /* ================================================================ region parsers */
 
 /* A list of calls, each a JSON object, in s: every object must be a call, and
@@ -315,7 +331,7 @@ static sl_status call_list_emit(sl_tool_parser *p, call_list *l)
 }
 
 /* Objects separated by whitespace and `sep` (0: whitespace only). */
-static bool parse_objects(const sl_tool_parser *p, const char *s, size_t n, char sep, call_list *l)
+static bool parse_objects(sl_tool_parser *p, const char *s, size_t n, char sep, call_list *l)
 {
     size_t i = 0;
     for (;;) {
@@ -326,27 +342,27 @@ static bool parse_objects(const sl_tool_parser *p, const char *s, size_t n, char
         if (s[i] != '{')
             return false;
         json_error_t je;
-        json_t *o = json_loadb(s + i, n - i, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &je);
+        json_t *o = load(p, s + i, n - i, JSON_DISABLE_EOF_CHECK, &je);
         if (o == NULL || !call_list_add(p, l, o))
             return false;
         i += (size_t)je.position;
     }
 }
 
-static bool parse_llama3(const sl_tool_parser *p, const char *s, size_t n, call_list *l)
+static bool parse_llama3(sl_tool_parser *p, const char *s, size_t n, call_list *l)
 {
     return parse_objects(p, s, n, ';', l);
 }
 
 /* [{...}, ...]  or  name[ARGS]{...} ([TOOL_CALLS] again before each next one). */
-static bool parse_mistral(const sl_tool_parser *p, const char *s, size_t n, call_list *l)
+static bool parse_mistral(sl_tool_parser *p, const char *s, size_t n, call_list *l)
 {
     size_t i = 0;
     while (i < n && is_ws(s[i]))
         i++;
     if (i < n && s[i] == '[') {
         json_error_t je;
-        json_t *a = json_loadb(s + i, n - i, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &je);
+        json_t *a = load(p, s + i, n - i, JSON_DISABLE_EOF_CHECK, &je);
         if (!json_is_array(a) || json_array_size(a) == 0) {
             json_decref(a);
             return false;
@@ -383,7 +399,7 @@ static bool parse_mistral(const sl_tool_parser *p, const char *s, size_t n, call
         json_t *name = json_stringn(s + i, nl);  /* NULL for invalid UTF-8: not a call */
         i += nl + sizeof MISTRAL_ARGS - 1;
         json_error_t je;
-        json_t *a = i < n && s[i] == '{' ? json_loadb(s + i, n - i, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &je)
+        json_t *a = i < n && s[i] == '{' ? load(p, s + i, n - i, JSON_DISABLE_EOF_CHECK, &je)
                                          : NULL;
         json_t *o = name && a ? json_pack("{s:O,s:O}", "name", name, "arguments", a) : NULL;
         json_decref(name);
@@ -436,7 +452,7 @@ static sl_status step_hermes(sl_tool_parser *p, bool final, size_t *used)
             break;      /* an open block: held until it closes or the answer ends */
         size_t body = ol, body_end = e ? (size_t)(e - s) : n, raw_end = e ? body_end + cl : n;
         json_error_t je;
-        json_t *o = json_loadb(s + body, body_end - body, JSON_REJECT_DUPLICATES, &je);
+        json_t *o = load(p, s + body, body_end - body, 0, &je);
         const char *name = NULL;
         json_t *a = call_args(p, o, &name);
         if (a != NULL)
@@ -532,6 +548,7 @@ sl_status sl_tool_parser_feed(sl_tool_parser *p, const char *s, size_t n, bool f
     p->ctx = ctx;
     size_t used = 0;
     sl_status rc;
+    unsigned nulls = sl_alloc_nulls();   /* jansson's packers fail quietly: the count tells */
     if (p->fmt == SL_TOOL_FORMAT_HERMES) {
         rc = step_hermes(p, final, &used);
     } else {
@@ -541,6 +558,8 @@ sl_status sl_tool_parser_feed(sl_tool_parser *p, const char *s, size_t n, bool f
     }
     memmove(p->buf, p->buf + used, p->len - used);
     p->len -= used;
+    if (rc == SL_OK && (p->oom || sl_alloc_nulls() != nulls))
+        rc = SL_ENOMEM;
     if (rc < 0)
         return rc;
     if (final) {
