@@ -61,6 +61,13 @@ void sl_grammar_destroy(sl_grammar *g);
 sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, const int32_t *lens,
                                   sl_grammar_vocab **out);
 
+/* The vocabulary of tokenizer t (model/tokenizer.h): each token's bytes
+ * are what the detokenizer appends for it mid-sequence; control, unknown
+ * and unused tokens and every end-of-generation token get lens < 0. Same
+ * returns as sl_grammar_vocab_create. */
+struct sl_tokenizer;
+sl_status sl_grammar_vocab_from_tokenizer(const struct sl_tokenizer *t, sl_grammar_vocab **out);
+
 /* Frees it; NULL is a no-op. */
 void sl_grammar_vocab_destroy(sl_grammar_vocab *v);
 
@@ -101,5 +108,9 @@ bool sl_grammar_matcher_can_continue(const sl_grammar_matcher *m);
 sl_status sl_grammar_matcher_mask(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t *allow);
 
 #define SL_GRAMMAR_MASK_CACHE_BYTES (1u << 20)  /* per matcher */
+
+/* Mask calls since create served by the cache (*hits, a copy) and by a walk
+ * of the trie (*misses), for metrics and benchmarks. */
+void sl_grammar_matcher_cache_stats(const sl_grammar_matcher *m, uint64_t *hits, uint64_t *misses);
 
 #endif

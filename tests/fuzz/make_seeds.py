@@ -232,6 +232,26 @@ def shm_seeds():
     put("shm", "mailbox-bytes", patch(3, 0, b"\x41" * 255) + patch(3, 300, b"\xff" * 100) + tail)
 
 
+# ---- grammar: GBNF texts -------------------------------------------------------
+def grammar_seeds():
+    with open(os.path.join(REPO, "tools", "bench_grammar", "person.gbnf")) as f:
+        put("grammar", "schema-person", f.read())
+    put("grammar", "arith", 'root ::= expr\nexpr ::= term (("+" | "-") term)*\n'
+        'term ::= factor (("*" | "/") factor)*\nfactor ::= [0-9]+ | "(" expr ")" | "-" factor')
+    put("grammar", "json", 'root   ::= object\n'
+        'value  ::= object | array | string | number | ("true" | "false" | "null") ws\n'
+        'object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws\n'
+        'array  ::= "[" ws ( value ("," ws value)* )? "]" ws\n'
+        'string ::= "\\"" ( [^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\bfnrt/] | "u" [0-9a-fA-F]{4}) )* "\\"" ws\n'
+        'number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws\n'
+        'ws ::= | " " | "\\n" [ \\t]{0,20}')
+    put("grammar", "utf8", 'root ::= [äö€😀a-c]{1,3} "!" [^a-z]* # utf-8 classes\n')
+    put("grammar", "lists", 'root ::= "[" item ("," item){1,3} "]"\n'
+        'item ::= [a-z]{2,4} | "\\x41\\u00e9\\U0001F600" | .')
+    put("grammar", "ambiguous", 'root ::= s\ns ::= "a" s "b"? | ""')
+    put("grammar", "left-recursive", 'root ::= a\na ::= b "x"\nb ::= a | "y"')
+
+
 def tools_seeds():
     """Byte 0: format (0 hermes, 1 llama3, 2 mistral; +0x80 starts inside
     <think>), bytes 1-2: the split offset, then the answer."""
@@ -258,5 +278,6 @@ if __name__ == "__main__":
     jinja_seeds()
     admin_seeds()
     shm_seeds()
+    grammar_seeds()
     tools_seeds()
     print("seeds written under", os.path.join(HERE, "corpus"), file=sys.stderr)

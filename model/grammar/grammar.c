@@ -1,0 +1,245 @@
+/* model/grammar/grammar.c: checks the parsed rules and flattens them into
+ * the immutable sl_grammar the matchers share. Runs once per grammar (front
+ * end to refuse a bad one, worker to use it). The checks are what keep the
+ * matcher total: an undefined rule would be a dangling reference, a rule
+ * matching nothing a state that can never finish, and left recursion
+ * (direct, indirect, or behind a nullable prefix) an expansion that never
+ * reaches a byte. With them gone, expanding references until a byte class
+ * is on top always ends (matcher.c, invariant 2). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/grammar/grammar_internal.h"
+
+/* The user rule a helper was made for (its name up to '~'), for messages. */
+static void user_name(const sl_gram_brule *r, char *out, size_t cap)
+{
+    size_t n = strcspn(r->name, "~");
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(out, r->name, n);
+    out[n] = 0;
+}
+
+/* nullable[r]: rule r matches the empty string; productive[r]: it matches
+ * some string. Both are least fixpoints over the alternatives. */
+static void fixpoints(const sl_gram_build *b, bool *nullable, bool *productive)
+{
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t r = 0; r < b->n_rules; r++) {
+            const sl_gram_brule *ru = &b->rules[r];
+            for (uint32_t a = 0; a < ru->n_alts; a++) {
+                bool all_null = true, all_prod = true;
+                for (uint32_t i = 0; i < ru->alts[a].n; i++) {
+                    sl_gram_elem e = ru->alts[a].v[i];
+                    if (e.kind == SL_GRAM_TERM) {
+                        const sl_gram_class *c = &b->classes[e.arg];
+                        all_null = false;
+                        if (!(c->w[0] | c->w[1] | c->w[2] | c->w[3]))
+                            all_prod = false;
+                    } else {
+                        all_null &= nullable[e.arg];
+                        all_prod &= productive[e.arg];
+                    }
+                }
+                if (all_null && !nullable[r])
+                    nullable[r] = changed = true;
+                if (all_prod && !productive[r])
+                    productive[r] = changed = true;
+            }
+        }
+    }
+}
+
+typedef struct {
+    const sl_gram_build *b;
+    const bool *nullable;
+    uint8_t *color;     /* 0 new, 1 on the path, 2 done */
+    int32_t found;      /* a rule on a cycle */
+    int32_t via;        /* the rule it reaches the cycle through */
+} lr_walk;
+
+/* Depth-first over "A may start with B" edges; a back edge is a cycle. */
+static void lr_visit(lr_walk *w, uint32_t r)
+{
+    w->color[r] = 1;
+    const sl_gram_brule *ru = &w->b->rules[r];
+    for (uint32_t a = 0; a < ru->n_alts && w->found < 0; a++) {
+        for (uint32_t i = 0; i < ru->alts[a].n && w->found < 0; i++) {
+            sl_gram_elem e = ru->alts[a].v[i];
+            if (e.kind == SL_GRAM_TERM)
+                break;
+            if (w->color[e.arg] == 1) {
+                w->found = (int32_t)e.arg;
+                w->via = (int32_t)r;
+            } else if (w->color[e.arg] == 0) {
+                lr_visit(w, e.arg);
+            }
+            if (!w->nullable[e.arg])
+                break;
+        }
+    }
+    w->color[r] = 2;
+}
+
+static sl_status check(const sl_gram_build *b, uint32_t *root, char *err, size_t err_len)
+{
+    char name[80], via[80];
+    int32_t root_id = -1;
+    for (uint32_t r = 0; r < b->n_rules; r++) {
+        if (!b->rules[r].defined) {
+            sl_gram_errf(err, err_len, "undefined rule '%s' at byte %u", b->rules[r].name, b->rules[r].offset);
+            return SL_EINVAL;
+        }
+        if (!b->rules[r].helper && strcmp(b->rules[r].name, "root") == 0)
+            root_id = (int32_t)r;
+    }
+    if (root_id < 0) {
+        sl_gram_errf(err, err_len, "no rule 'root' at byte 0");
+        return SL_EINVAL;
+    }
+    *root = (uint32_t)root_id;
+    bool *nullable = calloc(b->n_rules, 1), *productive = calloc(b->n_rules, 1), *used = calloc(b->n_rules, 1);
+    uint8_t *color = calloc(b->n_rules, 1);
+    sl_status rc = SL_OK;
+    if (!nullable || !productive || !used || !color) {
+        sl_gram_errf(err, err_len, "out of memory compiling the grammar");
+        rc = SL_ENOMEM;
+        goto out;
+    }
+    fixpoints(b, nullable, productive);
+    /* A helper that nothing references (the spare of an ASCII-only class)
+     * is not part of the language. */
+    used[root_id] = true;
+    for (uint32_t r = 0; r < b->n_rules; r++)
+        for (uint32_t a = 0; a < b->rules[r].n_alts; a++)
+            for (uint32_t i = 0; i < b->rules[r].alts[a].n; i++)
+                if (b->rules[r].alts[a].v[i].kind == SL_GRAM_REF)
+                    used[b->rules[r].alts[a].v[i].arg] = true;
+    /* Name the cause, not its users: prefer a rule whose only unproductive
+     * references are to itself. */
+    int32_t bad = -1;
+    for (uint32_t r = 0; r < b->n_rules && bad < 0; r++) {
+        if (productive[r] || (b->rules[r].helper && !used[r]))
+            continue;
+        bool cause = true;
+        for (uint32_t a = 0; a < b->rules[r].n_alts; a++)
+            for (uint32_t i = 0; i < b->rules[r].alts[a].n; i++) {
+                sl_gram_elem e = b->rules[r].alts[a].v[i];
+                if (e.kind == SL_GRAM_REF && e.arg != r && !productive[e.arg])
+                    cause = false;
+            }
+        if (cause)
+            bad = (int32_t)r;
+    }
+    for (uint32_t r = 0; r < b->n_rules && bad < 0; r++)
+        if (!productive[r] && !(b->rules[r].helper && !used[r]))
+            bad = (int32_t)r;
+    if (bad >= 0) {
+        uint32_t r = (uint32_t)bad;
+        user_name(&b->rules[r], name, sizeof name);
+        if (b->rules[r].helper)
+            sl_gram_errf(err, err_len, "a part of rule '%s' matches nothing at byte %u", name, b->rules[r].offset);
+        else
+            sl_gram_errf(err, err_len, "rule '%s' matches nothing at byte %u", name, b->rules[r].offset);
+        rc = SL_EINVAL;
+        goto out;
+    }
+    lr_walk w = {.b = b, .nullable = nullable, .color = color, .found = -1, .via = -1};
+    for (uint32_t r = 0; r < b->n_rules && w.found < 0; r++)
+        if (color[r] == 0)
+            lr_visit(&w, r);
+    if (w.found >= 0) {
+        user_name(&b->rules[w.found], name, sizeof name);
+        user_name(&b->rules[w.via], via, sizeof via);
+        sl_gram_errf(err, err_len, "rule '%s' is left-recursive (through '%s') at byte %u", name, via,
+                     b->rules[w.found].offset);
+        rc = SL_EINVAL;
+    }
+out:
+    free(nullable);
+    free(productive);
+    free(used);
+    free(color);
+    return rc;
+}
+
+void sl_grammar_destroy(sl_grammar *g)
+{
+    if (g == NULL)
+        return;
+    for (uint32_t r = 0; r < g->n_rules; r++)
+        free(g->rules[r].name);
+    free(g->rules);
+    free(g->alt_start);
+    free(g->elems);
+    free(g->classes);
+    free(g);
+}
+
+static sl_status flatten(sl_gram_build *b, uint32_t root, sl_grammar **out)
+{
+    uint32_t n_alts = 0, n_elems = 0;
+    for (uint32_t r = 0; r < b->n_rules; r++) {
+        n_alts += b->rules[r].n_alts;
+        for (uint32_t a = 0; a < b->rules[r].n_alts; a++)
+            n_elems += b->rules[r].alts[a].n + 1;
+    }
+    sl_grammar *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return SL_ENOMEM;
+    g->n_rules = b->n_rules;
+    g->root = root;
+    g->rules = calloc(b->n_rules, sizeof *g->rules);
+    g->alt_start = malloc((n_alts ? n_alts : 1) * sizeof *g->alt_start);
+    g->elems = malloc(n_elems * sizeof *g->elems);
+    g->n_classes = b->n_classes;
+    g->classes = malloc((b->n_classes ? b->n_classes : 1) * sizeof *g->classes);
+    if (!g->rules || !g->alt_start || !g->elems || !g->classes) {
+        sl_grammar_destroy(g);
+        return SL_ENOMEM;
+    }
+    if (b->n_classes)
+        memcpy(g->classes, b->classes, b->n_classes * sizeof *g->classes);
+    uint32_t ai = 0, ei = 0;
+    for (uint32_t r = 0; r < b->n_rules; r++) {
+        sl_gram_brule *br = &b->rules[r];
+        g->rules[r] = (sl_gram_rule){.name = br->name, .offset = br->offset, .alt_lo = ai, .n_alts = br->n_alts};
+        br->name = NULL;   /* moved */
+        for (uint32_t a = 0; a < br->n_alts; a++) {
+            g->alt_start[ai++] = ei;
+            if (br->alts[a].n)
+                memcpy(g->elems + ei, br->alts[a].v, br->alts[a].n * sizeof *g->elems);
+            ei += br->alts[a].n;
+            g->elems[ei++] = (sl_gram_elem){SL_GRAM_END, 0};
+        }
+    }
+    g->n_elems = ei;
+    *out = g;
+    return SL_OK;
+}
+
+sl_status sl_grammar_create(const char *text, size_t len, sl_grammar **out, char *err, size_t err_len)
+{
+    *out = NULL;
+    if (err && err_len)
+        err[0] = 0;
+    if (text == NULL && len > 0) {
+        sl_gram_errf(err, err_len, "no grammar text");
+        return SL_EINVAL;
+    }
+    sl_gram_build b;
+    memset(&b, 0, sizeof b);
+    sl_status rc = sl_gbnf_parse(text ? text : "", len, &b, err, err_len);
+    uint32_t root = 0;
+    if (rc == SL_OK)
+        rc = check(&b, &root, err, err_len);
+    if (rc == SL_OK) {
+        rc = flatten(&b, root, out);
+        if (rc == SL_ENOMEM)
+            sl_gram_errf(err, err_len, "out of memory compiling the grammar");
+    }
+    sl_gram_build_fini(&b);
+    return rc;
+}

@@ -1,0 +1,200 @@
+/* model/grammar/grammar_internal.h: the private layout shared by the grammar
+ * engine's files. Calls go one way: gbnf_parse.c builds an sl_gram_build
+ * (rules of alternatives of byte-class / rule-reference elements);
+ * grammar.c checks it and flattens it into an sl_grammar; matcher.c walks
+ * the flat form; vocab.c builds the token trie that mask.c walks with the
+ * matcher's transition function. */
+#ifndef SL_GRAMMAR_INTERNAL_H
+#define SL_GRAMMAR_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/grammar/grammar.h"
+
+#define SL_GRAMMAR_REPEAT_MAX 10000        /* n of {m,n} and m of {m,} */
+#define SL_GRAMMAR_ELEMS_MAX (1u << 20)    /* elements after expansion */
+#define SL_GRAMMAR_CLASSES_MAX (1u << 18)  /* distinct byte classes */
+
+/* ---- compiled form ------------------------------------------------------- */
+
+enum sl_gram_kind {
+    SL_GRAM_TERM = 0,   /* one byte out of classes[arg] */
+    SL_GRAM_REF  = 1,   /* the rule `arg` */
+    SL_GRAM_END  = 2,   /* end of an alternative */
+};
+
+typedef struct {
+    uint32_t kind;   /* enum sl_gram_kind */
+    uint32_t arg;
+} sl_gram_elem;
+
+typedef struct {
+    uint64_t w[4];   /* bit b of w[b >> 6]: byte b is in the class */
+} sl_gram_class;
+
+static inline bool sl_gram_class_has(const sl_gram_class *c, unsigned b)
+{
+    return (c->w[b >> 6] >> (b & 63)) & 1u;
+}
+
+typedef struct {
+    char *name;        /* user name, or "<user>~N" for a helper rule */
+    uint32_t offset;   /* byte offset of its definition (helpers: the construct) */
+    uint32_t alt_lo;   /* alternatives alt_start[alt_lo .. alt_lo + n_alts) */
+    uint32_t n_alts;
+} sl_gram_rule;
+
+struct sl_grammar {
+    uint32_t n_rules;
+    uint32_t root;
+    sl_gram_rule *rules;     /* (n_rules) */
+    uint32_t *alt_start;     /* (total alternatives): index into elems */
+    uint32_t n_elems;
+    sl_gram_elem *elems;     /* (n_elems): each alternative ends in SL_GRAM_END */
+    uint32_t n_classes;
+    sl_gram_class *classes;  /* (n_classes) */
+};
+
+/* ---- build form (parser output, compiler input) -------------------------- */
+
+typedef struct {
+    sl_gram_elem *v;
+    uint32_t n, cap;
+} sl_gram_seq;   /* one alternative (no END) */
+
+typedef struct {
+    char *name;
+    uint32_t offset;      /* definition, or first reference while undefined */
+    bool defined;
+    bool helper;
+    sl_gram_seq *alts;
+    uint32_t n_alts, cap_alts;
+} sl_gram_brule;
+
+typedef struct {
+    sl_gram_brule *rules;
+    uint32_t n_rules, cap_rules;
+    sl_gram_class *classes;
+    uint32_t n_classes, cap_classes;
+    int32_t single[256];   /* class index of {b}, or -1 */
+    uint32_t n_elems;      /* running total, for SL_GRAMMAR_ELEMS_MAX */
+} sl_gram_build;
+
+/* Parses GBNF into b (which the caller zeroed). SL_EINVAL with err on bad
+ * text, SL_ENOMEM. b is freed by sl_gram_build_fini either way. */
+sl_status sl_gbnf_parse(const char *text, size_t len, sl_gram_build *b, char *err, size_t err_len);
+void sl_gram_build_fini(sl_gram_build *b);
+
+/* Writes "fmt ..." into err (err_len may be 0). */
+void sl_gram_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- vocabulary trie ------------------------------------------------------ */
+
+typedef struct {
+    uint32_t end;        /* index past this node's subtree (preorder) */
+    uint32_t tok_lo;     /* tokens ending here: sorted[tok_lo .. tok_lo + n_tok) */
+    uint32_t n_tok;
+    uint8_t byte;        /* the edge into this node */
+    uint8_t _pad[3];
+} sl_gram_tnode;
+
+struct sl_grammar_vocab {
+    int32_t n_vocab;
+    uint32_t n_nodes;
+    sl_gram_tnode *nodes;    /* (n_nodes) in preorder: node 0 is the root (the empty
+                                prefix), a node's first child is the next node */
+    int32_t *sorted;         /* token ids with lens >= 0, lexicographic by bytes */
+    uint32_t depth_max;      /* longest token */
+    char *bytes;             /* all token bytes */
+    uint64_t *tok_off;       /* (n_vocab) offset in bytes */
+    int32_t *tok_len;        /* (n_vocab) the caller's lens */
+};
+
+/* ---- matcher internals (matcher.c) used by mask.c ------------------------- */
+
+#define SL_GRAM_DEAD (-1)       /* transition: no stack survives */
+#define SL_GRAM_OVERFLOW (-2)   /* transition: SL_GRAMMAR_STACKS_MAX reached */
+#define SL_GRAM_NOMEM (-3)      /* transition: memory ran out computing it */
+#define SL_GRAM_UNKNOWN (-4)    /* dense row entry not computed yet */
+
+typedef struct {
+    uint32_t off, n;         /* stacks: set_pool[off .. off + n), sorted node ids */
+    uint32_t hash;
+    uint32_t accepting;      /* a stack finished the root rule */
+    int32_t cache_slot;      /* mask cache entry, or -1 */
+    int32_t dense;           /* row of dense transitions, or -1 */
+    uint32_t n_tr;           /* transitions computed from it */
+    sl_gram_class any;       /* union of the stacks' top classes */
+} sl_gram_set;
+
+typedef struct {
+    int32_t set;             /* owner, or -1 when free */
+    uint32_t used;           /* clock bit */
+} sl_gram_cache_entry;
+
+struct sl_grammar_matcher {
+    const sl_grammar *g;
+    int32_t cur;             /* current set */
+
+    /* nodes: interned (pos, parent) pairs: persistent stacks with shared tails */
+    uint32_t n_nodes, cap_nodes;
+    int32_t *node_pos, *node_parent;
+    uint32_t *node_stamp;    /* visited mark for one step */
+    int32_t *node_hash;      /* open addressing, -1 empty */
+    uint32_t node_hash_cap;
+
+    /* sets of stacks, interned */
+    uint32_t n_sets, cap_sets;
+    sl_gram_set *sets;
+    uint32_t pool_n, pool_cap;
+    int32_t *set_pool;
+    int32_t *set_hash;       /* open addressing, -1 empty */
+    uint32_t set_hash_cap;
+
+    /* transitions (set, byte) -> set, open addressing */
+    uint64_t *tr_key;        /* set << 8 | byte, plus 1; 0 empty */
+    int32_t *tr_val;
+    uint32_t tr_n, tr_cap;
+    /* a set with many transitions (inside a string) also gets a dense row
+     * of 256, so the mask walk's hot path is one load */
+    int32_t *dense;          /* (n_dense, 256): SL_GRAM_UNKNOWN or a step result */
+    uint32_t n_dense, cap_dense;
+
+    /* one step's scratch */
+    uint32_t stamp;
+    int32_t *out;
+    uint32_t out_n, out_cap;
+    int32_t *todo;
+    uint32_t todo_n, todo_cap;
+    uint32_t work;
+    bool step_accepting, step_overflow, step_nomem;
+
+    /* mask cache */
+    uint32_t cache_words;    /* words per mask; 0 before the first mask */
+    const sl_grammar_vocab *cache_vocab;
+    uint32_t cache_n, cache_hand;
+    sl_gram_cache_entry *cache;
+    uint32_t *cache_bits;    /* (cache_n * cache_words) */
+    uint64_t stat_hits, stat_misses;
+
+    /* walk scratch */
+    int32_t *walk_set;
+    uint32_t *walk_child;
+    uint32_t walk_cap;
+};
+
+/* The set reached from set s over byte b: a set id, SL_GRAM_DEAD,
+ * SL_GRAM_OVERFLOW or SL_GRAM_NOMEM. */
+int32_t sl_gram_step(sl_grammar_matcher *m, int32_t s, unsigned b);
+
+/* Drops every set, node and transition but the current set's (the mask
+ * cache too) when the matcher's memory has grown past its bound. */
+sl_status sl_gram_maybe_compact(sl_grammar_matcher *m);
+
+/* The mask cache's storage (matcher.c; mask.c fills it). */
+void sl_gram_cache_clear(sl_grammar_matcher *m);
+void sl_gram_cache_free(sl_grammar_matcher *m);
+
+#endif

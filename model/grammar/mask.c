@@ -1,0 +1,159 @@
+/* model/grammar/mask.c: the allowed-token bitmap of a matcher state, and
+ * its per-matcher cache. Runs in the worker before each constrained draw.
+ * The walk is depth first over the vocabulary trie, carrying the matcher
+ * set reached by the bytes so far (sl_gram_step, whose transitions are
+ * remembered, so a walk costs one hash lookup per trie edge once its
+ * states are known, and a subtree dies at the first byte no stack takes).
+ * Trade-off: the cache is keyed by the set id, exact by construction
+ * (sets are interned by full comparison), and evicts by clock: a state
+ * left and met again is a copy, a new one is a walk. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/grammar/grammar_internal.h"
+
+/* Sizes the cache for v (on the first mask, or when the vocabulary changes). */
+static void cache_setup(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t words)
+{
+    if (m->cache_vocab == v && m->cache_words == words)
+        return;
+    for (uint32_t i = 0; i < m->cache_n; i++)
+        if (m->cache[i].set >= 0)
+            m->sets[m->cache[i].set].cache_slot = -1;
+    sl_gram_cache_free(m);
+    m->cache_vocab = v;
+    m->cache_words = words;
+    uint32_t n = SL_GRAMMAR_MASK_CACHE_BYTES / (words * 4u + (uint32_t)sizeof(sl_gram_cache_entry));
+    if (n == 0)
+        return;
+    m->cache = malloc(n * sizeof *m->cache);
+    m->cache_bits = malloc((size_t)n * words * sizeof *m->cache_bits);
+    if (m->cache == NULL || m->cache_bits == NULL) {
+        sl_gram_cache_free(m);   /* no cache: correct, slower */
+        return;
+    }
+    m->cache_n = n;
+    sl_gram_cache_clear(m);
+}
+
+static void cache_store(sl_grammar_matcher *m, int32_t s, const uint32_t *allow)
+{
+    if (m->cache_n == 0)
+        return;
+    for (;;) {
+        sl_gram_cache_entry *e = &m->cache[m->cache_hand];
+        if (e->set < 0 || !e->used)
+            break;
+        e->used = 0;
+        m->cache_hand = (m->cache_hand + 1) % m->cache_n;
+    }
+    uint32_t slot = m->cache_hand;
+    sl_gram_cache_entry *e = &m->cache[slot];
+    if (e->set >= 0)
+        m->sets[e->set].cache_slot = -1;
+    *e = (sl_gram_cache_entry){s, 1};
+    m->sets[s].cache_slot = (int32_t)slot;
+    memcpy(m->cache_bits + (size_t)slot * m->cache_words, allow, m->cache_words * sizeof *allow);
+    m->cache_hand = (slot + 1) % m->cache_n;
+}
+
+static bool walk_scratch(sl_grammar_matcher *m, uint32_t depth)
+{
+    if (m->walk_cap >= depth)
+        return true;
+    int32_t *s = malloc(depth * sizeof *s);
+    uint32_t *c = malloc(depth * 2 * sizeof *c);
+    if (s == NULL || c == NULL) {
+        free(s);
+        free(c);
+        return false;
+    }
+    free(m->walk_set);
+    free(m->walk_child);
+    m->walk_set = s;
+    m->walk_child = c;
+    m->walk_cap = depth;
+    return true;
+}
+
+/* Depth-first walk from the current set; allow is zeroed by the caller.
+ * Frame d: the children of a node still to visit are nodes [next, end),
+ * each child's subtree ending at its .end; set[d] is the set after the
+ * node's bytes. */
+static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t *allow)
+{
+    if (!walk_scratch(m, v->depth_max + 1))
+        return SL_ENOMEM;
+    int32_t *set = m->walk_set;
+    uint32_t *next = m->walk_child, *end = m->walk_child + m->walk_cap;
+    const sl_gram_tnode *nodes = v->nodes;
+    const int32_t *sorted = v->sorted;
+    int d = 0;
+    set[0] = m->cur;
+    next[0] = 1;
+    end[0] = nodes[0].end;
+    while (d >= 0) {
+        if (next[d] >= end[d]) {
+            d--;
+            continue;
+        }
+        uint32_t ci = next[d];
+        const sl_gram_tnode *c = &nodes[ci];
+        next[d] = c->end;
+        int32_t s = set[d];
+        const sl_gram_set *S = &m->sets[s];
+        if (!sl_gram_class_has(&S->any, c->byte))
+            continue;
+        int32_t t = S->dense >= 0 ? m->dense[(size_t)S->dense * 256 + c->byte] : SL_GRAM_UNKNOWN;
+        if (t == SL_GRAM_UNKNOWN)
+            t = sl_gram_step(m, s, c->byte);
+        if (t < 0) {
+            if (t == SL_GRAM_DEAD)
+                continue;
+            return t == SL_GRAM_OVERFLOW ? SL_ERANGE : SL_ENOMEM;
+        }
+        for (uint32_t i = 0; i < c->n_tok; i++) {
+            uint32_t tok = (uint32_t)sorted[c->tok_lo + i];
+            allow[tok >> 5] |= 1u << (tok & 31);
+        }
+        if (c->end > ci + 1) {
+            d++;
+            set[d] = t;
+            next[d] = ci + 1;
+            end[d] = c->end;
+        }
+    }
+    return SL_OK;
+}
+
+sl_status sl_grammar_matcher_mask(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t *allow)
+{
+    uint32_t words = ((uint32_t)v->n_vocab + 31) / 32;
+    memset(allow, 0, words * sizeof *allow);
+    sl_status rc = sl_gram_maybe_compact(m);
+    if (rc != SL_OK)
+        return rc;
+    cache_setup(m, v, words);
+    int32_t s = m->cur;
+    int32_t slot = m->sets[s].cache_slot;
+    if (slot >= 0) {
+        memcpy(allow, m->cache_bits + (size_t)slot * words, words * sizeof *allow);
+        m->cache[slot].used = 1;
+        m->stat_hits++;
+        return SL_OK;
+    }
+    m->stat_misses++;
+    rc = walk(m, v, allow);
+    if (rc != SL_OK) {
+        memset(allow, 0, words * sizeof *allow);
+        return rc;
+    }
+    cache_store(m, s, allow);
+    return SL_OK;
+}
+
+void sl_grammar_matcher_cache_stats(const sl_grammar_matcher *m, uint64_t *hits, uint64_t *misses)
+{
+    *hits = m->stat_hits;
+    *misses = m->stat_misses;
+}
