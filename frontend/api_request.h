@@ -4,8 +4,10 @@
  * Who:       any thread; no shared state.
  * Safety:    any byte string is accepted as input: a body that is not what
  *            OpenAI's API accepts gives SL_EINVAL and a filled sl_api_error
- *            (400, `param` naming the field), never a crash. Unknown fields
- *            are ignored, as OpenAI-compatible servers do.
+ *            (400, `param` naming the field), never a crash. Every field
+ *            is known (api_request_fields.c has the table): implemented,
+ *            accepted where doing nothing is its documented meaning, or
+ *            refused by name; an unknown field is a 400, as OpenAI does.
  * Ownership: sl_api_request owns the parsed JSON (`_root`); every json_t and
  *            string pointer in it is borrowed from there and dies with
  *            sl_api_request_fini. The body buffer may be freed after parse.
@@ -13,7 +15,10 @@
  *            filled as a 500). The body size limit is the server's, not ours.
  * Limits:    JSON nesting depth <= SL_API_JSON_DEPTH_MAX; up to
  *            SL_API_STOP_MAX stop strings of 1..SL_API_STOP_LEN_MAX bytes;
- *            n must be 1 (n > 1 is not implemented: 400, param "n"). */
+ *            n must be 1 (n > 1 is not implemented: 400, param "n");
+ *            up to SL_API_TOOLS_MAX tools; chat_template_kwargs up to
+ *            SL_API_TEMPLATE_KWARGS_BYTES_MAX bytes of compact JSON; at most
+ *            one output constraint (response_format or an extension). */
 #ifndef SL_API_REQUEST_H
 #define SL_API_REQUEST_H
 
@@ -31,6 +36,8 @@
 #define SL_API_JSON_DEPTH_MAX 64    /* nesting refused before parsing (tool schemas nest deep) */
 #define SL_API_MAX_TOKENS_MAX 1048576  /* max_tokens above this is refused as nonsense */
 #define SL_API_PENALTY_LAST_N_MAX 1048576
+#define SL_API_TOOLS_MAX 128        /* OpenAI's limit on `tools` */
+#define SL_API_TEMPLATE_KWARGS_BYTES_MAX 65536  /* chat_template_kwargs, compact JSON */
 
 typedef enum {
     SL_API_ENDPOINT_CHAT = 0,       /* /v1/chat/completions */
@@ -58,8 +65,9 @@ typedef struct {
 
     /* chat */
     json_t *messages;               /* validated array, each content a string; NULL for completions */
-    json_t *tools;                  /* array or NULL; kept for the template */
-    json_t *tool_choice;            /* string or object or NULL; kept for the template */
+    json_t *tools;                  /* validated non-empty array of function tools, or NULL; for the
+                                       template (the legacy `functions` arrive here rewritten) */
+    json_t *tool_choice;            /* string or object or NULL (`function_call` rewritten) */
     sl_api_tool_choice tool_choice_mode;
     const char *tool_choice_name;   /* SL_API_TOOL_CHOICE_NAMED: the function's name (borrowed) */
     bool parallel_tool_calls;       /* default true: more than one call may come */
@@ -88,8 +96,12 @@ typedef struct {
     size_t stop_len[SL_API_STOP_MAX];
 
     sl_sampling_params sampling;    /* validated with sl_sampling_validate */
-    char *grammar;                  /* malloc'd GBNF text (model/grammar/grammar.h) the output must
-                                       match, NUL-terminated; NULL = unconstrained; freed by fini */
+    char *grammar;                  /* malloc'd GBNF text (model/grammar/grammar.h), start rule `root`,
+                                       that the output must match (response_format or an extension;
+                                       never the tool-call grammar), NUL-terminated, known to compile;
+                                       NULL = unconstrained; freed by fini */
+    char grammar_from[SL_API_PARAM_LEN]; /* the field it came from ("response_format",
+                                       "guided_regex", ...), for errors after the parse; "" = none */
 
     json_t *_root;                  /* owns everything borrowed above */
 } sl_api_request;

@@ -261,6 +261,14 @@ static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
         reject(fe, req, ri, SL_API_ERR_QUEUE_FULL, NULL, NULL, "The server is at capacity (queue full); retry shortly.");
         return;
     }
+    if (rc == SL_EINVAL && sr.grammar_len > 0) {
+        /* The prompt's bounds were checked above, so it is the grammar: past
+         * the segment's grammar_bytes_max, or constrained decoding is off. */
+        snprintf(msg, sizeof msg, "The output constraint becomes a grammar of %" PRIu32 " bytes, which this server "
+                 "does not accept (too long, or constrained decoding is off).", sr.grammar_len);
+        reject(fe, req, ri, SL_API_ERR_INVALID_REQUEST, rq->grammar_from, "unsupported", msg);
+        return;
+    }
     if (rc < 0) {
         snprintf(msg, sizeof msg, "Cannot queue the request (%s).", sl_status_name(rc));
         reject(fe, req, ri, rc == SL_ESTALE ? SL_API_ERR_UNAVAILABLE : SL_API_ERR_INTERNAL, NULL, NULL, msg);

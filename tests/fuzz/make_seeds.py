@@ -47,6 +47,19 @@ def request_seeds():
         "completion-text": {"prompt": "Once upon a time", "max_tokens": 8, "stop": "\n", "echo": False},
         "completion-tokens": {"prompt": [1, 15043, 29892, 3186], "max_tokens": 4, "logprobs": 2},
         "completion-batch": {"prompt": ["a", "b"]},
+        "chat-structured": {
+            "messages": [{"role": "user", "content": "JSON"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "a", "strict": True, "schema": {
+                "type": "object", "properties": {"n": {"type": "integer"}, "s": {"enum": ["x", "y"]}},
+                "required": ["n"]}}},
+            "parallel_tool_calls": False, "chat_template_kwargs": {"enable_thinking": False},
+            "reasoning_format": "separate", "metadata": {"k": "v"}, "store": False},
+        "chat-tools-forced": {
+            "messages": [{"role": "user", "content": "Weather?"}],
+            "functions": [{"name": "w", "parameters": {"type": "object"}}], "function_call": {"name": "w"}},
+        "completion-choice": {"prompt": "Pick", "guided_choice": ["yes", "no \"maybe\""], "best_of": 1,
+                              "suffix": ""},
+        "bad-unknown": {"prompt": "x", "n_predict": 3},
         "bad-n": {"prompt": "x", "n": 2},
         "bad-depth": "{\"prompt\": " + "[" * 80 + "]" * 80 + "}",
         "bad-utf8": b"{\"prompt\": \"\xff\xfe\"}",

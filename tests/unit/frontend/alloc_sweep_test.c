@@ -61,6 +61,40 @@ Test(alloc_sweep, request_parse, .init = setup)
     cr_assert(n > 1 && n <= MAX_N, "N=%d", n);
 }
 
+/* The tool and format paths: legacy functions rewritten into tools, a named
+ * choice, and a constraint turned into GBNF. */
+static const char tools_body[] =
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+    "\"functions\":[{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}},{\"name\":\"g\"}],"
+    "\"function_call\":\"auto\",\"chat_template_kwargs\":{\"enable_thinking\":false},"
+    "\"guided_choice\":[\"yes\",\"no\"],\"metadata\":{\"k\":\"v\"}}";
+
+Test(alloc_sweep, request_parse_tools_and_format, .init = setup)
+{
+    int n;
+    for (n = 1; n <= MAX_N; n++) {
+        sl_api_request r;
+        memset(&r, 0, sizeof r);
+        sl_api_error e;
+        memset(&e, 0, sizeof e);
+        sl_status rc;
+        bool fired;
+        ARMED(n, rc = sl_api_request_parse(&r, SL_API_ENDPOINT_CHAT, tools_body, strlen(tools_body), 1000, &e));
+        if (fired) {
+            cr_assert_lt(rc, 0, "N=%d: rc %d", n, rc);
+            cr_assert_eq(e.kind, SL_API_ERR_INTERNAL, "N=%d: %s", n, e.message);
+        } else {
+            cr_assert_eq(rc, SL_OK, "N=%d: %s", n, e.message);
+            cr_assert_eq(json_array_size(r.tools), 2);
+            cr_assert_not_null(r.grammar);
+        }
+        sl_api_request_fini(&r);
+        if (!fired)
+            break;
+    }
+    cr_assert(n > 1 && n <= MAX_N, "N=%d", n);
+}
+
 static sl_api_token_logprob token(void)
 {
     sl_api_token_logprob t;

@@ -202,17 +202,19 @@ Test(api_request, type_errors_say_invalid_type)
 
 Test(api_request, deep_nesting_under_the_limit_is_fine)
 {
+    /* the body (1), chat_template_kwargs (2), then arrays up to the limit */
     char body[256];
-    size_t n = (size_t)sprintf(body, "{" M ",\"x\":");
-    for (int i = 0; i < SL_API_JSON_DEPTH_MAX - 1; i++) body[n++] = '[';
-    for (int i = 0; i < SL_API_JSON_DEPTH_MAX - 1; i++) body[n++] = ']';
+    size_t n = (size_t)sprintf(body, "{" M ",\"chat_template_kwargs\":{\"x\":");
+    for (int i = 0; i < SL_API_JSON_DEPTH_MAX - 2; i++) body[n++] = '[';
+    for (int i = 0; i < SL_API_JSON_DEPTH_MAX - 2; i++) body[n++] = ']';
+    body[n++] = '}';
     body[n++] = '}';
     sl_api_request r;
     sl_api_error e;
     cr_assert_eq(sl_api_request_parse(&r, CHAT, body, n, N_VOCAB, &e), SL_OK, "%s", e.message);
     sl_api_request_fini(&r);
     /* brackets inside strings do not count */
-    n = (size_t)sprintf(body, "{" M ",\"x\":\"");
+    n = (size_t)sprintf(body, "{" M ",\"user\":\"");
     for (int i = 0; i < 100; i++) body[n++] = '[';
     body[n++] = '"';
     body[n++] = '}';
@@ -239,6 +241,12 @@ Test(api_request, minimal_chat_gets_openai_defaults)
     cr_expect_eq(json_array_size(r.messages), 1);
     cr_expect_null(r.tools);
     cr_expect_null(r.tool_choice);
+    cr_expect_eq(r.tool_choice_mode, SL_API_TOOL_CHOICE_NONE);
+    cr_expect_null(r.tool_choice_name);
+    cr_expect(r.parallel_tool_calls);
+    cr_expect_null(r.chat_template_kwargs);
+    cr_expect_eq(r.reasoning_format, SL_API_REASONING_SERVER);
+    cr_expect_null(r.grammar);
     cr_expect_eq(r.max_tokens, -1);
     cr_expect_eq(r.min_tokens, 0);
     cr_expect_eq(r.n, 1);
@@ -265,17 +273,18 @@ Test(api_request, full_chat_fills_every_field)
              "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"},"
              "{\"role\":\"assistant\",\"content\":\"ok\"},"
              "{\"role\":\"user\",\"content\":\"\xc3\xa9t\xc3\xa9 \xf0\x9f\x98\x80\"}],"
-             "\"max_tokens\":100,\"max_completion_tokens\":50,\"min_tokens\":5,"
+             "\"max_tokens\":50,\"max_completion_tokens\":50,\"min_tokens\":5,"
              "\"temperature\":0.7,\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,"
              "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repeat_penalty\":1.1,"
              "\"repeat_last_n\":128,\"seed\":-1,\"logit_bias\":{\"5\":-100,\"999\":2.5},"
              "\"stop\":[\"\\n\\n\",\"END\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},"
              "\"logprobs\":true,\"top_logprobs\":3,\"n\":1,\"ignore_eos\":true,\"user\":\"u1\","
              "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"auto\","
-             "\"unknown_field\":{\"anything\":[1,2,3]}}");
+             "\"parallel_tool_calls\":false,\"chat_template_kwargs\":{\"enable_thinking\":false},"
+             "\"reasoning_format\":\"inline\",\"response_format\":{\"type\":\"text\"}}");
     cr_expect_str_eq(r.model, "tiny");
     cr_expect_eq(json_array_size(r.messages), 7);
-    cr_expect_eq(r.max_tokens, 50);   /* max_completion_tokens wins */
+    cr_expect_eq(r.max_tokens, 50);   /* both names, one limit */
     cr_expect_eq(r.min_tokens, 5);
     cr_expect_float_eq(r.sampling.temperature, 0.7f, 1e-6);
     cr_expect_float_eq(r.sampling.top_p, 0.9f, 1e-6);
@@ -304,6 +313,11 @@ Test(api_request, full_chat_fills_every_field)
     cr_expect_str_eq(r.user, "u1");
     cr_expect(json_is_array(r.tools));
     cr_expect_str_eq(json_string_value(r.tool_choice), "auto");
+    cr_expect_eq(r.tool_choice_mode, SL_API_TOOL_CHOICE_AUTO);
+    cr_expect(!r.parallel_tool_calls);
+    cr_expect(json_is_false(json_object_get(r.chat_template_kwargs, "enable_thinking")));
+    cr_expect_eq(r.reasoning_format, SL_API_REASONING_INLINE);
+    cr_expect_null(r.grammar);   /* response_format text constrains nothing */
     const char *why = NULL;
     cr_expect_eq(sl_sampling_validate(&r.sampling, N_VOCAB, &why), SL_OK);
     sl_api_request_fini(&r);

@@ -1,0 +1,1330 @@
+/* model/grammar/json_schema.c: JSON Schema (the subset in json_schema.h) ->
+ * GBNF, walked once, depth first. Each subschema becomes one rule named
+ * <root>-<n>; each local $ref target becomes one rule too, memoised by the
+ * target node, which is how recursive schemas (trees, linked lists) become
+ * recursive rules. Shared pieces (whitespace, strings, numbers, any value,
+ * the formats) are fixed-named rules <root>-ws, <root>-string... written
+ * once at the end, only when used.
+ *
+ * Trade-off: the grammar produces a subset of the valid documents where the
+ * exact set is costly, never a superset:
+ *  - whitespace is bounded (one space, or a newline and up to 20 blanks);
+ *  - an object with `properties` gets no other keys, whatever
+ *    additionalProperties says (absent, true or a schema); an object without
+ *    `properties` is any object (additionalProperties absent or true), no key
+ *    (false), or any keys whose values follow the schema;
+ *  - numbers have at most 16 integer and 16 fraction digits and a two-digit
+ *    exponent; a number with bounds is written without exponent, its bounds
+ *    must be whole numbers within +-1e9 (else refused), and it has at most
+ *    5 fraction digits so it never rounds onto an exclusive bound;
+ *  - an integer bound beyond +-1e16 counts as no bound (longer integers are
+ *    never produced);
+ *  - strings are written with raw UTF-8 and the short escapes; \u escapes
+ *    are allowed, except \u0000 and lone surrogates (jansson refuses them);
+ *  - formats are strict subsets: date years 1000-9999 and February up to the
+ *    28th, no leap second, a simple dotted email.
+ * Recursion that cannot end is refused: a $ref cycle that consumes no token
+ * (left recursion) while walking, and a rule that derives no finite string
+ * after (sl_gbnf_unproductive). */
+#include "model/grammar/json_schema.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/grammar/gbnf_text.h"
+#include "model/grammar/grammar.h"
+#include "model/grammar/regex.h"
+#include "shared/alloc.h"
+
+#define JS_DEPTH_MAX 64        /* nested subschemas (a $ref target starts again at its own depth) */
+#define JS_NAME_MAX 96         /* root name length */
+#define JS_PREFIX_MAX 64       /* prefixItems entries */
+#define JS_REPEAT_MAX 1000     /* minLength/maxLength/minItems/maxItems */
+#define JS_PATH_MAX 512
+#define JS_INT_DIGITS 16       /* digits of an unbounded integer */
+#define JS_NUM_BOUND 1e9       /* largest |bound| of a bounded number */
+
+enum {
+    USE_WS = 1u << 0,
+    USE_VALUE = 1u << 1,
+    USE_OBJECT = 1u << 2,
+    USE_ARRAY = 1u << 3,
+    USE_STRING = 1u << 4,
+    USE_CHAR = 1u << 5,
+    USE_NUMBER = 1u << 6,
+    USE_INTEGER = 1u << 7,
+    USE_DATE = 1u << 8,
+    USE_TIME = 1u << 9,
+    USE_DATETIME = 1u << 10,
+    USE_UUID = 1u << 11,
+    USE_EMAIL = 1u << 12,
+    USE_HEX = 1u << 13,
+};
+
+typedef struct {
+    const json_t *target;
+    char name[JS_NAME_MAX + 16];
+    char path[JS_PATH_MAX];
+    bool done;
+    int token_depth;   /* tokens consumed on the way in: equal on re-entry means left recursion */
+} js_ref;
+
+typedef struct {
+    const json_t *root;
+    const char *rn;
+    sl_gbnf_buf rules;
+    unsigned next_id;
+    unsigned used;
+    js_ref *refs;
+    size_t n_refs, cap_refs;
+    int depth, token_depth;
+    char path[JS_PATH_MAX];
+    size_t path_len;
+    sl_status rc;
+    char *err;
+    size_t err_len;
+} js_ctx;
+
+static const char *const k_annotations[] = {"title", "description", "default", "examples", "$schema", "$id",
+                                            "$comment", "deprecated", "readOnly", "writeOnly", "discriminator",
+                                            "$defs", "definitions"};
+static const char *const k_supported[] = {
+    "type", "properties", "required", "additionalProperties", "enum", "const", "items", "prefixItems",
+    "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+
+/* ---- errors and paths ---------------------------------------------------------------- */
+
+static const char *path_text(const js_ctx *c) { return c->path_len ? c->path : "root"; }
+
+static sl_status fail(js_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static sl_status fail(js_ctx *c, const char *fmt, ...)
+{
+    if (c->rc == SL_OK) {
+        c->rc = SL_EINVAL;
+        if (c->err && c->err_len) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(c->err, c->err_len, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return c->rc;
+}
+
+static sl_status bad_value(js_ctx *c, const char *kw, const char *why)
+{
+    return fail(c, "invalid keyword '%s' at %s: %s", kw, path_text(c), why);
+}
+
+/* Appends "/seg" (JSON Pointer escaped); returns the length to restore. */
+static size_t path_push(js_ctx *c, const char *seg)
+{
+    size_t old = c->path_len;
+    char tmp[JS_PATH_MAX];
+    size_t n = 0;
+    tmp[n++] = '/';
+    for (const char *s = seg; *s && n + 3 < sizeof tmp; s++) {
+        if (*s == '~' || *s == '/') {
+            tmp[n++] = '~';
+            tmp[n++] = *s == '~' ? '0' : '1';
+        } else {
+            tmp[n++] = *s;
+        }
+    }
+    if (c->path_len + n + 1 < sizeof c->path) {
+        memcpy(c->path + c->path_len, tmp, n);
+        c->path_len += n;
+        c->path[c->path_len] = 0;
+    }
+    return old;
+}
+
+static size_t path_push_index(js_ctx *c, const char *kw, size_t i)
+{
+    size_t old = path_push(c, kw);
+    char idx[24];
+    snprintf(idx, sizeof idx, "%zu", i);
+    path_push(c, idx);
+    return old;
+}
+
+static void path_pop(js_ctx *c, size_t old)
+{
+    c->path_len = old;
+    c->path[old] = 0;
+}
+
+/* ---- output helpers ------------------------------------------------------------------ */
+
+static void use(js_ctx *c, unsigned what)
+{
+    if (what & (USE_VALUE | USE_OBJECT | USE_ARRAY))
+        what |= USE_VALUE | USE_OBJECT | USE_ARRAY | USE_STRING | USE_NUMBER | USE_WS;
+    if (what & USE_STRING)
+        what |= USE_CHAR;
+    if (what & USE_CHAR)
+        what |= USE_HEX;
+    if (what & USE_DATETIME)
+        what |= USE_DATE | USE_TIME;
+    if (what & USE_UUID)
+        what |= USE_HEX;
+    c->used |= what;
+}
+
+/* Writes " <root>-<suffix>" style references. */
+static void ref_common(js_ctx *c, sl_gbnf_buf *b, unsigned what, const char *suffix)
+{
+    use(c, what);
+    sl_gbnf_printf(b, "%s-%s", c->rn, suffix);
+}
+
+static void ws(js_ctx *c, sl_gbnf_buf *b) { ref_common(c, b, USE_WS, "ws"); }
+
+static void new_name(js_ctx *c, char *name)
+{
+    snprintf(name, JS_NAME_MAX + 16, "%s-%u", c->rn, ++c->next_id);
+}
+
+static void add_rule(js_ctx *c, const char *name, sl_gbnf_buf *body)
+{
+    sl_gbnf_printf(&c->rules, "%s ::= ", name);
+    sl_gbnf_putn(&c->rules, body->p ? body->p : "\"\"", body->p ? body->len : 2);
+    sl_gbnf_puts(&c->rules, "\n");
+    c->rules.oom |= body->oom;
+}
+
+/* The JSON text of v (compact) as a GBNF literal. */
+static void json_literal(js_ctx *c, sl_gbnf_buf *b, const json_t *v)
+{
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (s == NULL) {
+        b->oom = true;
+        return;
+    }
+    sl_gbnf_literal(b, s, strlen(s));
+    free(s);
+    (void)c;
+}
+
+/* {a,b} after an element; b < 0 is unbounded. */
+static void repeat(sl_gbnf_buf *b, long a, long hi)
+{
+    if (hi < 0)
+        sl_gbnf_printf(b, a == 0 ? "*" : a == 1 ? "+" : "{%ld,}", a);
+    else if (a == 0 && hi == 1)
+        sl_gbnf_puts(b, "?");
+    else if (a == hi)
+        sl_gbnf_printf(b, "{%ld}", a);
+    else
+        sl_gbnf_printf(b, "{%ld,%ld}", a, hi);
+}
+
+/* ---- keyword checks ------------------------------------------------------------------ */
+
+static bool in_list(const char *k, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(k, list[i]) == 0)
+            return true;
+    return false;
+}
+
+static bool is_annotation(const char *k) { return in_list(k, k_annotations, sizeof k_annotations / sizeof k_annotations[0]); }
+
+/* The first keyword of s, other than annotations and `allowed`, or NULL. */
+static const char *other_keyword(const json_t *s, const char *const *allowed, size_t n)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)s, k, v) {
+        if (!is_annotation(k) && !in_list(k, allowed, n))
+            return k;
+    }
+    return NULL;
+}
+
+/* A non-negative integer keyword: *out = -1 when absent. */
+static bool count_kw(js_ctx *c, const json_t *s, const char *kw, long *out)
+{
+    *out = -1;
+    const json_t *v = json_object_get(s, kw);
+    if (v == NULL)
+        return true;
+    double d = json_number_value(v);
+    if (!json_is_number(v) || d < 0 || d != floor(d)) {
+        bad_value(c, kw, "must be a non-negative integer");
+        return false;
+    }
+    if (d > JS_REPEAT_MAX) {
+        bad_value(c, kw, "over 1000 is not supported");
+        return false;
+    }
+    *out = (long)d;
+    return true;
+}
+
+/* ---- numbers ------------------------------------------------------------------------- */
+
+/* Digits of the n-digit strings from x to y inclusive (x <= y, same length). */
+static void digits_between(sl_gbnf_buf *b, const char *x, const char *y, size_t n)
+{
+    if (n == 1) {
+        if (x[0] == y[0])
+            sl_gbnf_printf(b, "\"%c\"", x[0]);
+        else
+            sl_gbnf_printf(b, "[%c-%c]", x[0], y[0]);
+        return;
+    }
+    if (x[0] == y[0]) {
+        sl_gbnf_printf(b, "\"%c\" ", x[0]);
+        digits_between(b, x + 1, y + 1, n - 1);
+        return;
+    }
+    bool low_zero = strspn(x + 1, "0") == n - 1, high_nine = strspn(y + 1, "9") == n - 1;
+    char lo = x[0], hi = y[0];
+    char nines[32], zeros[32];
+    memset(nines, '9', n - 1);
+    memset(zeros, '0', n - 1);
+    nines[n - 1] = zeros[n - 1] = 0;
+    sl_gbnf_puts(b, "(");
+    bool first = true;
+    if (!low_zero) {
+        sl_gbnf_printf(b, "\"%c\" ", x[0]);
+        digits_between(b, x + 1, nines, n - 1);
+        lo++;
+        first = false;
+    }
+    if (!high_nine)
+        hi--;
+    if (lo <= hi) {
+        if (!first)
+            sl_gbnf_puts(b, " | ");
+        if (lo == hi)
+            sl_gbnf_printf(b, "\"%c\" [0-9]{%zu}", lo, n - 1);
+        else
+            sl_gbnf_printf(b, "[%c-%c] [0-9]{%zu}", lo, hi, n - 1);
+        first = false;
+    }
+    if (!high_nine) {
+        if (!first)
+            sl_gbnf_puts(b, " | ");
+        sl_gbnf_printf(b, "\"%c\" ", y[0]);
+        digits_between(b, zeros, y + 1, n - 1);
+    }
+    sl_gbnf_puts(b, ")");
+}
+
+/* The decimal numerals (no sign, no leading zero) of a..b; b < 0 unbounded
+ * (up to JS_INT_DIGITS digits). Writes one parenthesised group. */
+static void naturals(sl_gbnf_buf *b, long long a, long long hi)
+{
+    char as[32], bs[32];
+    int la = snprintf(as, sizeof as, "%lld", a);
+    int lb = hi >= 0 ? snprintf(bs, sizeof bs, "%lld", hi) : JS_INT_DIGITS;
+    sl_gbnf_puts(b, "(");
+    bool first = true;
+    for (int len = la; len <= lb; len++) {
+        char lo_s[32], hi_s[32];
+        if (len == la)
+            snprintf(lo_s, sizeof lo_s, "%s", as);
+        else {
+            memset(lo_s, '0', (size_t)len);
+            lo_s[0] = '1';
+            lo_s[len] = 0;
+        }
+        if (hi >= 0 && len == lb)
+            snprintf(hi_s, sizeof hi_s, "%s", bs);
+        else {
+            memset(hi_s, '9', (size_t)len);
+            hi_s[len] = 0;
+        }
+        if (!first)
+            sl_gbnf_puts(b, " | ");
+        first = false;
+        if (hi < 0 && len > la) {   /* every longer length at once */
+            sl_gbnf_printf(b, "[1-9] [0-9]{%d,%d}", la, JS_INT_DIGITS - 1);
+            break;
+        }
+        digits_between(b, lo_s, hi_s, (size_t)len);
+    }
+    sl_gbnf_puts(b, ")");
+}
+
+typedef struct {
+    bool has_lo, has_hi, lo_excl, hi_excl;
+    double lo, hi;
+} js_bounds;
+
+static bool read_bounds(js_ctx *c, const json_t *s, js_bounds *r)
+{
+    *r = (js_bounds){0};
+    const char *kws[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    const json_t *v[4];
+    for (int i = 0; i < 4; i++) {
+        v[i] = json_object_get(s, kws[i]);
+        if (v[i] && !json_is_number(v[i]) && !(i >= 2 && json_is_boolean(v[i])))
+            return bad_value(c, kws[i], "must be a number"), false;
+        if (v[i] && json_is_number(v[i]) && !isfinite(json_number_value(v[i])))
+            return bad_value(c, kws[i], "must be finite"), false;
+    }
+    if (v[0]) {
+        r->has_lo = true;
+        r->lo = json_number_value(v[0]);
+        r->lo_excl = json_is_true(v[2]);   /* draft 4: exclusiveMinimum true */
+    }
+    if (v[1]) {
+        r->has_hi = true;
+        r->hi = json_number_value(v[1]);
+        r->hi_excl = json_is_true(v[3]);
+    }
+    if (v[2] && json_is_number(v[2]) && (!r->has_lo || json_number_value(v[2]) >= r->lo)) {
+        r->has_lo = true;
+        r->lo = json_number_value(v[2]);
+        r->lo_excl = true;
+    }
+    if (v[3] && json_is_number(v[3]) && (!r->has_hi || json_number_value(v[3]) <= r->hi)) {
+        r->has_hi = true;
+        r->hi = json_number_value(v[3]);
+        r->hi_excl = true;
+    }
+    if ((v[2] && json_is_boolean(v[2]) && !v[0]) || (v[3] && json_is_boolean(v[3]) && !v[1]))
+        return bad_value(c, v[2] && json_is_boolean(v[2]) && !v[0] ? "exclusiveMinimum" : "exclusiveMaximum",
+                         "a boolean needs minimum/maximum beside it"), false;
+    return true;
+}
+
+static sl_status integer_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
+{
+    js_bounds r;
+    if (!read_bounds(c, s, &r))
+        return c->rc;
+    const double far = 1e16;
+    long long lo = 0, hi = 0;
+    bool has_lo = r.has_lo && r.lo > -far, has_hi = r.has_hi && r.hi < far;
+    if (r.has_lo && r.lo >= far)
+        return bad_value(c, "minimum", "beyond 1e16 is not supported");
+    if (r.has_hi && r.hi <= -far)
+        return bad_value(c, "maximum", "beyond -1e16 is not supported");
+    if (has_lo)
+        lo = r.lo_excl ? (long long)floor(r.lo) + 1 : (long long)ceil(r.lo);
+    if (has_hi)
+        hi = r.hi_excl ? (long long)ceil(r.hi) - 1 : (long long)floor(r.hi);
+    if (!has_lo && !has_hi) {
+        ref_common(c, b, USE_INTEGER, "integer");
+        return SL_OK;
+    }
+    if (has_lo && has_hi && lo > hi)
+        return fail(c, "invalid keyword 'minimum' at %s: no integer lies within the bounds", path_text(c));
+    sl_gbnf_puts(b, "(");
+    bool first = true;
+    if (!has_lo || lo < 0) {   /* negative part: "-" then the magnitude, never -0 */
+        long long mlo = has_hi && hi < 0 ? -hi : 1, mhi = has_lo ? -lo : -1;
+        sl_gbnf_puts(b, "\"-\" ");
+        naturals(b, mlo, mhi);
+        first = false;
+    }
+    if (!has_hi || hi >= 0) {
+        if (!first)
+            sl_gbnf_puts(b, " | ");
+        naturals(b, has_lo && lo > 0 ? lo : 0, has_hi ? hi : -1);
+    }
+    sl_gbnf_puts(b, ")");
+    return SL_OK;
+}
+
+#define FRAC_ANY "(\".\" [0-9]{1,5})?"
+#define FRAC_NONZERO "\".\" [0-9]{0,4} [1-9]"
+#define FRAC_ZERO "\".0\"?"
+
+/* Unsigned decimals (no exponent) of values between whole numbers a and b
+ * (b < 0: unbounded), each end inclusive or not. Returns false when empty. */
+static bool decimals(sl_gbnf_buf *b, long long a, bool a_excl, long long hi, bool hi_excl)
+{
+    if (hi >= 0 && a == hi) {
+        if (a_excl || hi_excl)
+            return false;
+        sl_gbnf_printf(b, "(\"%lld\" " FRAC_ZERO ")", a);
+        return true;
+    }
+    sl_gbnf_printf(b, "(\"%lld\" %s", a, a_excl ? FRAC_NONZERO : FRAC_ANY);
+    if (hi < 0 || a + 1 <= hi - 1) {
+        sl_gbnf_puts(b, " | ");
+        naturals(b, a + 1, hi < 0 ? -1 : hi - 1);
+        sl_gbnf_puts(b, " " FRAC_ANY);
+    }
+    if (hi >= 0 && !hi_excl)
+        sl_gbnf_printf(b, " | \"%lld\" " FRAC_ZERO, hi);
+    sl_gbnf_puts(b, ")");
+    return true;
+}
+
+static sl_status number_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
+{
+    js_bounds r;
+    if (!read_bounds(c, s, &r))
+        return c->rc;
+    if (!r.has_lo && !r.has_hi) {
+        ref_common(c, b, USE_NUMBER, "number");
+        return SL_OK;
+    }
+    const char *kw = NULL;
+    if (r.has_lo && (r.lo != floor(r.lo) || fabs(r.lo) > JS_NUM_BOUND))
+        kw = r.lo_excl && json_is_number(json_object_get(s, "exclusiveMinimum")) ? "exclusiveMinimum" : "minimum";
+    else if (r.has_hi && (r.hi != floor(r.hi) || fabs(r.hi) > JS_NUM_BOUND))
+        kw = r.hi_excl && json_is_number(json_object_get(s, "exclusiveMaximum")) ? "exclusiveMaximum" : "maximum";
+    if (kw)
+        return bad_value(c, kw, "a bound of a number must be a whole number within +-1e9");
+    long long lo = (long long)r.lo, hi = (long long)r.hi;
+    if (r.has_lo && r.has_hi && (lo > hi || (lo == hi && (r.lo_excl || r.hi_excl))))
+        return fail(c, "invalid keyword 'minimum' at %s: no number lies within the bounds", path_text(c));
+    sl_gbnf_puts(b, "(");
+    bool first = true;
+    if (!r.has_hi || hi > 0 || (hi == 0 && !r.hi_excl)) {
+        bool pos_lo = r.has_lo && lo >= 0;
+        if (decimals(b, pos_lo ? lo : 0, pos_lo && r.lo_excl, r.has_hi ? hi : -1, r.hi_excl))
+            first = false;
+    }
+    if (!r.has_lo || lo < 0) {
+        /* -y with y from max(-hi, 0) to -lo */
+        bool neg_hi = r.has_hi && hi < 0;
+        sl_gbnf_buf t = {0};
+        if (decimals(&t, neg_hi ? -hi : 0, neg_hi ? r.hi_excl : (r.has_hi && hi == 0 && r.hi_excl),
+                     r.has_lo ? -lo : -1, r.lo_excl)) {
+            if (!first)
+                sl_gbnf_puts(b, " | ");
+            sl_gbnf_puts(b, "\"-\" ");
+            sl_gbnf_putn(b, t.p, t.len);
+            first = false;
+        }
+        b->oom |= t.oom;
+        sl_gbnf_buf_fini(&t);
+    }
+    sl_gbnf_puts(b, ")");
+    return SL_OK;
+}
+
+/* ---- subschemas ---------------------------------------------------------------------- */
+
+static sl_status schema_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b);
+
+/* A rule for s; its name into name. */
+static sl_status schema_rule(js_ctx *c, const json_t *s, char *name)
+{
+    sl_gbnf_buf body = {0};
+    new_name(c, name);
+    sl_status rc = schema_expr(c, s, &body);
+    if (rc == SL_OK)
+        add_rule(c, name, &body);
+    sl_gbnf_buf_fini(&body);
+    return rc;
+}
+
+static sl_status schema_rule_at(js_ctx *c, const json_t *s, const char *kw, const char *key, char *name)
+{
+    size_t old = path_push(c, kw);
+    if (key)
+        path_push(c, key);
+    sl_status rc = schema_rule(c, s, name);
+    path_pop(c, old);
+    return rc;
+}
+
+/* ---- $ref ---------------------------------------------------------------------------- */
+
+static const json_t *resolve_pointer(const json_t *root, const char *ptr)
+{
+    const json_t *cur = root;
+    const char *p = ptr;
+    while (*p) {
+        if (*p != '/')
+            return NULL;
+        p++;
+        char seg[JS_PATH_MAX];
+        size_t n = 0;
+        while (*p && *p != '/') {
+            if (n + 1 >= sizeof seg)
+                return NULL;
+            if (*p == '~') {
+                if (p[1] != '0' && p[1] != '1')
+                    return NULL;
+                seg[n++] = p[1] == '0' ? '~' : '/';
+                p += 2;
+            } else {
+                seg[n++] = *p++;
+            }
+        }
+        seg[n] = 0;
+        if (json_is_object(cur)) {
+            cur = json_object_get(cur, seg);
+        } else if (json_is_array(cur)) {
+            char *end;
+            unsigned long i = strtoul(seg, &end, 10);
+            if (n == 0 || *end || (seg[0] == '0' && n > 1))
+                return NULL;
+            cur = json_array_get(cur, i);
+        } else {
+            return NULL;
+        }
+        if (cur == NULL)
+            return NULL;
+    }
+    return cur;
+}
+
+static js_ref *ref_find(js_ctx *c, const json_t *target)
+{
+    for (size_t i = 0; i < c->n_refs; i++)
+        if (c->refs[i].target == target)
+            return &c->refs[i];
+    return NULL;
+}
+
+static js_ref *ref_add(js_ctx *c, const json_t *target)
+{
+    if (c->n_refs == c->cap_refs) {
+        size_t cap = c->cap_refs ? c->cap_refs * 2 : 8;
+        js_ref *r = sl_realloc(c->refs, cap * sizeof *r);
+        if (r == NULL)
+            return NULL;
+        c->refs = r;
+        c->cap_refs = cap;
+    }
+    js_ref *r = &c->refs[c->n_refs++];
+    *r = (js_ref){.target = target, .token_depth = c->token_depth};
+    return r;
+}
+
+/* Compiles target into the rule of its entry (the path becomes the target's
+ * pointer, so errors inside name where the schema text is). */
+static sl_status ref_compile(js_ctx *c, size_t idx, const char *pointer)
+{
+    char saved[JS_PATH_MAX];
+    size_t saved_len = c->path_len;
+    memcpy(saved, c->path, c->path_len + 1);
+    snprintf(c->path, sizeof c->path, "%s", pointer);
+    c->path_len = strlen(c->path);
+    snprintf(c->refs[idx].path, sizeof c->refs[idx].path, "%s", path_text(c));
+    int depth = c->depth;
+    c->depth = 0;
+    sl_gbnf_buf body = {0};
+    sl_status rc = schema_expr(c, c->refs[idx].target, &body);
+    c->depth = depth;
+    if (rc == SL_OK)
+        add_rule(c, c->refs[idx].name, &body);
+    sl_gbnf_buf_fini(&body);
+    c->refs[idx].done = true;
+    memcpy(c->path, saved, saved_len + 1);
+    c->path_len = saved_len;
+    return rc;
+}
+
+static sl_status ref_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
+{
+    const json_t *v = json_object_get(s, "$ref");
+    const char *ref = json_string_value(v);
+    if (ref == NULL)
+        return bad_value(c, "$ref", "must be a string");
+    static const char *const allowed[] = {"$ref"};
+    const char *other = other_keyword(s, allowed, 1);
+    if (other)
+        return fail(c, "keyword '%s' beside '$ref' at %s is not supported", other, path_text(c));
+    if (ref[0] != '#')
+        return fail(c, "unsupported keyword '$ref' at %s: remote reference '%s'", path_text(c), ref);
+    const json_t *target = resolve_pointer(c->root, ref + 1);
+    if (target == NULL)
+        return fail(c, "invalid keyword '$ref' at %s: unknown target '%s'", path_text(c), ref);
+    js_ref *r = ref_find(c, target);
+    if (r) {
+        if (!r->done && r->token_depth == c->token_depth)
+            return fail(c, "invalid keyword '$ref' at %s: '%s' refers back to itself without any token between",
+                        path_text(c), ref);
+        sl_gbnf_puts(b, r->name);
+        return SL_OK;
+    }
+    r = ref_add(c, target);
+    if (r == NULL)
+        return c->rc = SL_ENOMEM;
+    new_name(c, r->name);
+    size_t idx = (size_t)(r - c->refs);
+    sl_gbnf_puts(b, r->name);
+    return ref_compile(c, idx, ref + 1);
+}
+
+/* ---- combinators, enum, const -------------------------------------------------------- */
+
+static sl_status any_of_expr(js_ctx *c, const json_t *s, const char *kw, sl_gbnf_buf *b)
+{
+    const json_t *list = json_object_get(s, kw);
+    if (!json_is_array(list) || json_array_size(list) == 0)
+        return bad_value(c, kw, "must be a non-empty array of schemas");
+    if (strcmp(kw, "allOf") == 0 && json_array_size(list) != 1)
+        return bad_value(c, kw, "only one schema is supported");
+    const char *allowed[] = {kw};
+    const char *other = other_keyword(s, allowed, 1);
+    if (other)
+        return fail(c, "keyword '%s' beside '%s' at %s is not supported", other, kw, path_text(c));
+    sl_gbnf_puts(b, "(");
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        char name[JS_NAME_MAX + 16];
+        size_t old = path_push_index(c, kw, i);
+        sl_status rc = schema_rule(c, json_array_get(list, i), name);
+        path_pop(c, old);
+        if (rc != SL_OK)
+            return rc;
+        sl_gbnf_printf(b, "%s%s", i ? " | " : "", name);
+    }
+    sl_gbnf_puts(b, ")");
+    return SL_OK;
+}
+
+static bool type_matches(const json_t *v, const char *t)
+{
+    if (strcmp(t, "null") == 0)
+        return json_is_null(v);
+    if (strcmp(t, "boolean") == 0)
+        return json_is_boolean(v);
+    if (strcmp(t, "string") == 0)
+        return json_is_string(v);
+    if (strcmp(t, "number") == 0)
+        return json_is_number(v);
+    if (strcmp(t, "integer") == 0)
+        return json_is_integer(v) || (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)));
+    if (strcmp(t, "object") == 0)
+        return json_is_object(v);
+    if (strcmp(t, "array") == 0)
+        return json_is_array(v);
+    return false;
+}
+
+static bool type_allows(const json_t *type, const json_t *v)
+{
+    if (type == NULL)
+        return true;
+    if (json_is_string(type))
+        return type_matches(v, json_string_value(type));
+    for (size_t i = 0; i < json_array_size(type); i++)
+        if (type_matches(v, json_string_value(json_array_get(type, i))))
+            return true;
+    return false;
+}
+
+static sl_status enum_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
+{
+    static const char *const allowed[] = {"enum", "const", "type"};
+    const char *other = other_keyword(s, allowed, 3);
+    const char *kw = json_object_get(s, "const") ? "const" : "enum";
+    if (other)
+        return fail(c, "keyword '%s' beside '%s' at %s is not supported", other, kw, path_text(c));
+    const json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const"), *type = json_object_get(s, "type");
+    if (e && (!json_is_array(e) || json_array_size(e) == 0))
+        return bad_value(c, "enum", "must be a non-empty array");
+    size_t n = 0;
+    sl_gbnf_puts(b, "(");
+    if (k) {
+        bool in_enum = e == NULL;
+        for (size_t i = 0; e && i < json_array_size(e); i++)
+            in_enum |= json_equal(json_array_get(e, i), (json_t *)k);
+        if (in_enum && type_allows(type, k)) {
+            json_literal(c, b, k);
+            n++;
+        }
+    } else {
+        for (size_t i = 0; i < json_array_size(e); i++) {
+            const json_t *v = json_array_get(e, i);
+            if (!type_allows(type, v))
+                continue;
+            if (n++)
+                sl_gbnf_puts(b, " | ");
+            json_literal(c, b, v);
+        }
+    }
+    sl_gbnf_puts(b, ")");
+    if (n == 0)
+        return bad_value(c, kw, "no value fits the schema's type (and enum)");
+    return SL_OK;
+}
+
+/* ---- strings ------------------------------------------------------------------------- */
+
+static sl_status string_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
+{
+    long mn, mx;
+    if (!count_kw(c, s, "minLength", &mn) || !count_kw(c, s, "maxLength", &mx))
+        return c->rc;
+    if (mn >= 0 && mx >= 0 && mn > mx)
+        return bad_value(c, "minLength", "greater than maxLength");
+    const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    if (pat && !json_is_string(pat))
+        return bad_value(c, "pattern", "must be a string");
+    if (fmt && !json_is_string(fmt))
+        return bad_value(c, "format", "must be a string");
+    const char *with = pat ? "pattern" : fmt ? "format" : NULL;
+    if (with && (mn >= 0 || mx >= 0))
+        return fail(c, "keyword '%s' beside '%s' at %s is not supported", mn >= 0 ? "minLength" : "maxLength", with,
+                    path_text(c));
+    if (pat && fmt)
+        return fail(c, "keyword 'format' beside 'pattern' at %s is not supported", path_text(c));
+    if (pat) {
+        char name[JS_NAME_MAX + 16], rerr[SL_ERR_LEN];
+        new_name(c, name);
+        char *rules = NULL;
+        sl_status rc = sl_regex_to_gbnf(json_string_value(pat), json_string_length(pat), name, true, &rules, rerr,
+                                        sizeof rerr);
+        if (rc == SL_ENOMEM)
+            return c->rc = rc;
+        if (rc != SL_OK)
+            return bad_value(c, "pattern", rerr);
+        sl_gbnf_puts(&c->rules, rules);
+        free(rules);
+        sl_gbnf_printf(b, "\"\\\"\" %s \"\\\"\"", name);
+        return SL_OK;
+    }
+    if (fmt) {
+        static const struct {
+            const char *name, *rule;
+            unsigned use;
+        } formats[] = {{"date", "date", USE_DATE},         {"time", "time", USE_TIME},
+                       {"date-time", "date-time", USE_DATETIME}, {"uuid", "uuid", USE_UUID},
+                       {"email", "email", USE_EMAIL}};
+        for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+            if (strcmp(json_string_value(fmt), formats[i].name) == 0) {
+                sl_gbnf_puts(b, "\"\\\"\" ");
+                ref_common(c, b, formats[i].use, formats[i].rule);
+                sl_gbnf_puts(b, " \"\\\"\"");
+                return SL_OK;
+            }
+        return fail(c, "unsupported keyword 'format' at %s: format '%s'", path_text(c), json_string_value(fmt));
+    }
+    if (mn < 0 && mx < 0) {
+        ref_common(c, b, USE_STRING, "string");
+        return SL_OK;
+    }
+    sl_gbnf_puts(b, "\"\\\"\" ");
+    ref_common(c, b, USE_CHAR, "char");
+    repeat(b, mn < 0 ? 0 : mn, mx);
+    sl_gbnf_puts(b, " \"\\\"\"");
+    return SL_OK;
+}
+
+/* ---- objects ------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *key;
+    char rule[JS_NAME_MAX + 16];
+    bool required;
+} js_prop;
+
+/* `"key" ws ":" ws value` */
+static void member(js_ctx *c, sl_gbnf_buf *b, const js_prop *p)
+{
+    json_t *k = json_string(p->key);
+    json_literal(c, b, k);
+    json_decref(k);
+    sl_gbnf_puts(b, " ");
+    ws(c, b);
+    sl_gbnf_puts(b, " \":\" ");
+    ws(c, b);
+    sl_gbnf_printf(b, " %s ", p->rule);
+    ws(c, b);
+}
+
+static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
+{
+    const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required"),
+                 *addl = json_object_get(s, "additionalProperties");
+    if (props && !json_is_object(props))
+        return bad_value(c, "properties", "must be an object");
+    if (req && !json_is_array(req))
+        return bad_value(c, "required", "must be an array of strings");
+    for (size_t i = 0; i < json_array_size(req); i++)
+        if (!json_is_string(json_array_get(req, i)))
+            return bad_value(c, "required", "must be an array of strings");
+    if (addl && !json_is_boolean(addl) && !json_is_object(addl))
+        return bad_value(c, "additionalProperties", "must be a boolean or a schema");
+    size_t n_max = json_object_size(props) + json_array_size(req);
+    js_prop *p = sl_calloc(n_max ? n_max : 1, sizeof *p);
+    if (p == NULL)
+        return c->rc = SL_ENOMEM;
+    sl_status rc = SL_OK;
+    size_t n = 0;
+    c->token_depth++;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)props, key, v) {
+        bool required = false;
+        for (size_t i = 0; i < json_array_size(req); i++)
+            required |= strcmp(json_string_value(json_array_get(req, i)), key) == 0;
+        if (json_is_false(v)) {
+            if (required) {
+                rc = fail(c, "invalid keyword 'required' at %s: property '%s' has schema false", path_text(c), key);
+                break;
+            }
+            continue;
+        }
+        p[n].key = key;
+        p[n].required = required;
+        if ((rc = schema_rule_at(c, v, "properties", key, p[n].rule)) != SL_OK)
+            break;
+        n++;
+    }
+    /* required names without a schema: present, any value */
+    for (size_t i = 0; rc == SL_OK && i < json_array_size(req); i++) {
+        const char *name = json_string_value(json_array_get(req, i));
+        bool seen = json_object_get(props, name) != NULL;
+        for (size_t j = 0; j < n && !seen; j++)
+            seen = strcmp(p[j].key, name) == 0;
+        if (seen)
+            continue;
+        const json_t *value_schema = json_is_object(addl) ? addl : json_true();
+        if (json_is_false(addl)) {
+            rc = fail(c, "invalid keyword 'required' at %s: '%s' is not in properties and additionalProperties is "
+                         "false", path_text(c), name);
+            break;
+        }
+        p[n].key = name;
+        p[n].required = true;
+        rc = json_is_object(addl) ? schema_rule_at(c, value_schema, "additionalProperties", NULL, p[n].rule)
+                                  : (new_name(c, p[n].rule), SL_OK);
+        if (rc == SL_OK && !json_is_object(addl)) {
+            sl_gbnf_buf any = {0};
+            ref_common(c, &any, USE_VALUE, "value");
+            add_rule(c, p[n].rule, &any);
+            sl_gbnf_buf_fini(&any);
+        }
+        n++;
+    }
+    char extra[JS_NAME_MAX + 16] = "";
+    if (rc == SL_OK && json_is_object(addl))   /* compiled even when unused: its errors are the schema's */
+        rc = schema_rule_at(c, addl, "additionalProperties", NULL, extra);
+    c->token_depth--;
+    if (rc != SL_OK) {
+        free(p);
+        return rc;
+    }
+    if (n == 0) {
+        if (json_is_object(addl)) {   /* any keys, values per the schema */
+            sl_gbnf_puts(b, "\"{\" ");
+            ws(c, b);
+            sl_gbnf_puts(b, " (");
+            ref_common(c, b, USE_STRING, "string");
+            sl_gbnf_puts(b, " ");
+            ws(c, b);
+            sl_gbnf_puts(b, " \":\" ");
+            ws(c, b);
+            sl_gbnf_printf(b, " %s ", extra);
+            ws(c, b);
+            sl_gbnf_puts(b, " (\",\" ");
+            ws(c, b);
+            sl_gbnf_puts(b, " ");
+            ref_common(c, b, USE_STRING, "string");
+            sl_gbnf_puts(b, " ");
+            ws(c, b);
+            sl_gbnf_puts(b, " \":\" ");
+            ws(c, b);
+            sl_gbnf_printf(b, " %s ", extra);
+            ws(c, b);
+            sl_gbnf_puts(b, ")*)? \"}\"");
+        } else if (json_is_false(addl) || props) {
+            sl_gbnf_puts(b, "\"{\" ");
+            ws(c, b);
+            sl_gbnf_puts(b, " \"}\"");
+        } else {
+            ref_common(c, b, USE_OBJECT, "object");
+        }
+        free(p);
+        return SL_OK;
+    }
+    /* tails[i]: the members after i, each preceded by a comma, optional ones
+     * optional; members keep the schema's order */
+    char (*tails)[JS_NAME_MAX + 16] = sl_calloc(n, sizeof *tails);
+    if (tails == NULL) {
+        free(p);
+        return c->rc = SL_ENOMEM;
+    }
+    for (size_t i = n; i-- > 1;) {
+        sl_gbnf_buf t = {0};
+        sl_gbnf_puts(&t, p[i].required ? "\",\" " : "(\",\" ");
+        ws(c, &t);
+        sl_gbnf_puts(&t, " ");
+        member(c, &t, &p[i]);
+        if (!p[i].required)
+            sl_gbnf_puts(&t, ")?");
+        if (i + 1 < n)
+            sl_gbnf_printf(&t, " %s", tails[i + 1]);
+        new_name(c, tails[i]);
+        add_rule(c, tails[i], &t);
+        sl_gbnf_buf_fini(&t);
+    }
+    size_t first_req = n;
+    for (size_t i = 0; i < n && first_req == n; i++)
+        if (p[i].required)
+            first_req = i;
+    sl_gbnf_puts(b, "\"{\" ");
+    ws(c, b);
+    sl_gbnf_puts(b, " (");
+    for (size_t j = 0; j <= first_req && j < n; j++) {
+        if (j)
+            sl_gbnf_puts(b, " | ");
+        member(c, b, &p[j]);
+        if (j + 1 < n)
+            sl_gbnf_printf(b, " %s", tails[j + 1]);
+    }
+    sl_gbnf_puts(b, first_req == n ? ")? \"}\"" : ") \"}\"");
+    free(tails);
+    free(p);
+    return SL_OK;
+}
+
+/* ---- arrays -------------------------------------------------------------------------- */
+
+static sl_status array_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
+{
+    const json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
+    long mn, mx;
+    if (!count_kw(c, s, "minItems", &mn) || !count_kw(c, s, "maxItems", &mx))
+        return c->rc;
+    if (mn >= 0 && mx >= 0 && mn > mx)
+        return bad_value(c, "minItems", "greater than maxItems");
+    if (json_is_array(items))
+        return bad_value(c, "items", "an array of schemas is not supported (use prefixItems)");
+    if (items && !json_is_object(items) && !json_is_boolean(items))
+        return bad_value(c, "items", "must be a schema");
+    if (prefix && !json_is_array(prefix))
+        return bad_value(c, "prefixItems", "must be an array of schemas");
+    size_t np = json_array_size(prefix);
+    if (np > JS_PREFIX_MAX)
+        return bad_value(c, "prefixItems", "more than 64 entries are not supported");
+    if (mn < 0)
+        mn = 0;
+    if (json_is_false(items) && (mx < 0 || mx > (long)np))
+        mx = (long)np;
+    if (mx >= 0 && mn > mx)
+        return bad_value(c, "minItems", "more items than prefixItems allows with items false");
+    char pre[JS_PREFIX_MAX][JS_NAME_MAX + 16], item[JS_NAME_MAX + 16] = "";
+    c->token_depth++;
+    sl_status rc = SL_OK;
+    for (size_t k = 0; k < np && rc == SL_OK; k++) {
+        size_t old = path_push_index(c, "prefixItems", k);
+        rc = schema_rule(c, json_array_get(prefix, k), pre[k]);
+        path_pop(c, old);
+    }
+    if (rc == SL_OK && items && !json_is_false(items) && (mx < 0 || mx > (long)np))
+        rc = schema_rule_at(c, items, "items", NULL, item);
+    c->token_depth--;
+    if (rc != SL_OK)
+        return rc;
+    sl_gbnf_buf any = {0};
+    if (item[0] == 0) {
+        ref_common(c, &any, USE_VALUE, "value");
+        snprintf(item, sizeof item, "%s", any.p ? any.p : "");
+        sl_gbnf_buf_fini(&any);
+    }
+    sl_gbnf_puts(b, "\"[\" ");
+    ws(c, b);
+    size_t open = 0;
+    long k = 0;
+    for (; k < (long)np && (mx < 0 || k < mx); k++) {
+        sl_gbnf_puts(b, k >= mn ? " (" : " ");
+        if (k)
+            sl_gbnf_puts(b, "\",\" "), ws(c, b), sl_gbnf_puts(b, " ");
+        sl_gbnf_printf(b, "%s ", pre[k]);
+        ws(c, b);
+        open += k >= mn;
+    }
+    if (mx < 0 || k < mx) {   /* items beyond the prefix */
+        long lo = mn > k ? mn - k : 0, hi = mx < 0 ? -1 : mx - k;
+        if (k == 0) {
+            sl_gbnf_printf(b, lo >= 1 ? " %s " : " (%s ", item);
+            ws(c, b);
+            if (hi != 1) {
+                sl_gbnf_puts(b, " (\",\" ");
+                ws(c, b);
+                sl_gbnf_printf(b, " %s ", item);
+                ws(c, b);
+                sl_gbnf_puts(b, ")");
+                repeat(b, lo >= 1 ? lo - 1 : 0, hi < 0 ? -1 : hi - 1);
+            }
+            if (lo < 1)
+                sl_gbnf_puts(b, ")?");
+        } else {
+            sl_gbnf_puts(b, " (\",\" ");
+            ws(c, b);
+            sl_gbnf_printf(b, " %s ", item);
+            ws(c, b);
+            sl_gbnf_puts(b, ")");
+            repeat(b, lo, hi);
+        }
+    }
+    for (size_t i = 0; i < open; i++)
+        sl_gbnf_puts(b, ")?");
+    sl_gbnf_puts(b, " \"]\"");
+    return SL_OK;
+}
+
+/* ---- the dispatcher ------------------------------------------------------------------ */
+
+static const char *const k_types[] = {"null", "boolean", "object", "array", "number", "integer", "string"};
+
+static sl_status typed_expr(js_ctx *c, const json_t *s, const char *t, sl_gbnf_buf *b)
+{
+    if (strcmp(t, "null") == 0)
+        return sl_gbnf_puts(b, "\"null\""), SL_OK;
+    if (strcmp(t, "boolean") == 0)
+        return sl_gbnf_puts(b, "(\"true\" | \"false\")"), SL_OK;
+    if (strcmp(t, "string") == 0)
+        return string_expr(c, s, b);
+    if (strcmp(t, "integer") == 0)
+        return integer_expr(c, s, b);
+    if (strcmp(t, "number") == 0)
+        return number_expr(c, s, b);
+    if (strcmp(t, "object") == 0)
+        return object_expr(c, s, b);
+    return array_expr(c, s, b);
+}
+
+static bool has_any(const json_t *s, const char *const *kws, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (json_object_get(s, kws[i]))
+            return true;
+    return false;
+}
+
+static sl_status schema_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
+{
+    if (json_is_true(s)) {
+        ref_common(c, b, USE_VALUE, "value");
+        return SL_OK;
+    }
+    if (json_is_false(s))
+        return fail(c, "invalid schema at %s: false matches nothing", path_text(c));
+    if (!json_is_object(s))
+        return fail(c, "invalid schema at %s: not an object or a boolean", path_text(c));
+    if (c->depth >= JS_DEPTH_MAX)
+        return fail(c, "invalid schema at %s: nested more than 64 deep", path_text(c));
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)s, k, v) {
+        if (!is_annotation(k) && !in_list(k, k_supported, sizeof k_supported / sizeof k_supported[0]))
+            return fail(c, "unsupported keyword '%s' at %s", k, path_text(c));
+    }
+    const char *defs_kw[] = {"$defs", "definitions"};
+    for (int i = 0; i < 2; i++)
+        if (json_object_get(s, defs_kw[i]) && !json_is_object(json_object_get(s, defs_kw[i])))
+            return bad_value(c, defs_kw[i], "must be an object");
+    const json_t *type = json_object_get(s, "type");
+    if (type) {
+        bool ok = json_is_string(type) || (json_is_array(type) && json_array_size(type) > 0);
+        for (size_t i = 0; ok && i < (json_is_array(type) ? json_array_size(type) : 1); i++) {
+            const json_t *t = json_is_array(type) ? json_array_get(type, i) : type;
+            ok = json_is_string(t) && in_list(json_string_value(t), k_types, 7);
+            for (size_t j = 0; ok && j < i; j++)
+                ok = !json_equal((json_t *)t, json_array_get(type, j));
+        }
+        if (!ok)
+            return bad_value(c, "type", "must be a type name or a non-empty array of distinct type names");
+    }
+    c->depth++;
+    sl_status rc;
+    if (json_object_get(s, "$ref"))
+        rc = ref_expr(c, s, b);
+    else if (json_object_get(s, "anyOf"))
+        rc = any_of_expr(c, s, "anyOf", b);
+    else if (json_object_get(s, "oneOf"))
+        rc = any_of_expr(c, s, "oneOf", b);
+    else if (json_object_get(s, "allOf"))
+        rc = any_of_expr(c, s, "allOf", b);
+    else if (json_object_get(s, "enum") || json_object_get(s, "const"))
+        rc = enum_expr(c, s, b);
+    else {
+        const char *types[7];
+        size_t n = 0;
+        if (json_is_string(type)) {
+            types[n++] = json_string_value(type);
+        } else if (type) {
+            for (size_t i = 0; i < json_array_size(type); i++)
+                types[n++] = json_string_value(json_array_get(type, i));
+        } else {   /* no type: the types the keywords constrain, or any value */
+            static const char *const obj[] = {"properties", "required", "additionalProperties"},
+                                     *arr[] = {"items", "prefixItems", "minItems", "maxItems"},
+                                     *str[] = {"minLength", "maxLength", "pattern", "format"},
+                                     *num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+            if (has_any(s, obj, 3))
+                types[n++] = "object";
+            if (has_any(s, arr, 4))
+                types[n++] = "array";
+            if (has_any(s, str, 4))
+                types[n++] = "string";
+            if (has_any(s, num, 4))
+                types[n++] = "number";
+        }
+        if (n == 0) {
+            ref_common(c, b, USE_VALUE, "value");
+            rc = SL_OK;
+        } else {
+            rc = SL_OK;
+            if (n > 1)
+                sl_gbnf_puts(b, "(");
+            for (size_t i = 0; i < n && rc == SL_OK; i++) {
+                if (i)
+                    sl_gbnf_puts(b, " | ");
+                rc = typed_expr(c, s, types[i], b);
+            }
+            if (n > 1)
+                sl_gbnf_puts(b, ")");
+        }
+    }
+    c->depth--;
+    return rc;
+}
+
+/* ---- shared rules and entry points --------------------------------------------------- */
+
+static void common_rules(js_ctx *c)
+{
+    sl_gbnf_buf *o = &c->rules;
+    const char *r = c->rn;
+    unsigned u = c->used;
+    if (u & USE_WS)
+        sl_gbnf_printf(o, "%s-ws ::= (\" \" | \"\\n\" [ \\t]{0,20})?\n", r);
+    if (u & USE_VALUE)
+        sl_gbnf_printf(o, "%s-value ::= %s-object | %s-array | %s-string | %s-number | \"true\" | \"false\" | \"null\"\n",
+                       r, r, r, r, r);
+    if (u & USE_OBJECT)
+        sl_gbnf_printf(o, "%s-object ::= \"{\" %s-ws (%s-string %s-ws \":\" %s-ws %s-value %s-ws (\",\" %s-ws %s-string "
+                          "%s-ws \":\" %s-ws %s-value %s-ws)*)? \"}\"\n",
+                       r, r, r, r, r, r, r, r, r, r, r, r, r);
+    if (u & USE_ARRAY)
+        sl_gbnf_printf(o, "%s-array ::= \"[\" %s-ws (%s-value %s-ws (\",\" %s-ws %s-value %s-ws)*)? \"]\"\n", r, r, r,
+                       r, r, r, r);
+    if (u & USE_STRING)
+        sl_gbnf_printf(o, "%s-string ::= \"\\\"\" %s-char* \"\\\"\"\n", r, r);
+    if (u & USE_CHAR) {
+        static const sl_gbnf_range raw[] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0xD7FF}, {0xE000, 0x10FFFF}};
+        sl_gbnf_printf(o, "%s-char ::= ", r);
+        sl_gbnf_class(o, raw, 4);
+        sl_gbnf_printf(o, " | \"\\\\\" [\"\\\\/bfnrt] | \"\\\\u\" %s-ucode\n", r);
+        /* \uXXXX but not \u0000 (jansson refuses it) nor a lone surrogate */
+        sl_gbnf_printf(o, "%s-ucode ::= \"00\" ([1-9a-fA-F] %s-hex | \"0\" [1-9a-fA-F]) | \"0\" [1-9a-fA-F] %s-hex{2}"
+                          " | [1-9a-cA-CeEfF] %s-hex{3} | [dD] [0-7] %s-hex{2}"
+                          " | [dD] [89abAB] %s-hex{2} \"\\\\u\" [dD] [c-fC-F] %s-hex{2}\n",
+                       r, r, r, r, r, r, r);
+    }
+    if (u & USE_HEX)
+        sl_gbnf_printf(o, "%s-hex ::= [0-9a-fA-F]\n", r);
+    if (u & USE_NUMBER)
+        sl_gbnf_printf(o, "%s-number ::= \"-\"? (\"0\" | [1-9] [0-9]{0,%d}) (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?\n",
+                       r, JS_INT_DIGITS - 1);
+    if (u & USE_INTEGER)
+        sl_gbnf_printf(o, "%s-integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,%d})\n", r, JS_INT_DIGITS - 1);
+    if (u & USE_DATE)
+        sl_gbnf_printf(o, "%s-date ::= [1-9] [0-9]{3} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | "
+                          "\"3\" [01]) | (\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02-\" (\"0\" "
+                          "[1-9] | \"1\" [0-9] | \"2\" [0-8]))\n",
+                       r);
+    if (u & USE_TIME)
+        sl_gbnf_printf(o, "%s-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
+                          "(\"Z\" | [-+] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n",
+                       r);
+    if (u & USE_DATETIME)
+        sl_gbnf_printf(o, "%s-date-time ::= %s-date \"T\" %s-time\n", r, r, r);
+    if (u & USE_UUID)
+        sl_gbnf_printf(o, "%s-uuid ::= %s-hex{8} \"-\" %s-hex{4} \"-\" %s-hex{4} \"-\" %s-hex{4} \"-\" %s-hex{12}\n", r, r,
+                       r, r, r, r);
+    if (u & USE_EMAIL)
+        sl_gbnf_printf(o, "%s-email ::= [a-zA-Z0-9_%%+-]{1,32} (\".\" [a-zA-Z0-9_%%+-]{1,32}){0,3} \"@\" "
+                          "[a-zA-Z0-9]{1,20} (\"-\" [a-zA-Z0-9]{1,20}){0,2} (\".\" [a-zA-Z0-9]{1,20} (\"-\" "
+                          "[a-zA-Z0-9]{1,20}){0,2}){0,3} \".\" [a-zA-Z]{2,10}\n",
+                       r);
+}
+
+static bool name_ok(const char *n)
+{
+    size_t len = n ? strlen(n) : 0;
+    return len > 0 && len <= JS_NAME_MAX &&
+           strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") == len;
+}
+
+static sl_status finish(js_ctx *c, char **out)
+{
+    common_rules(c);
+    if (c->rules.oom) {
+        sl_gbnf_buf_fini(&c->rules);
+        return SL_ENOMEM;
+    }
+    if (c->rules.len > SL_GRAMMAR_TEXT_MAX) {
+        sl_gbnf_buf_fini(&c->rules);
+        return fail(c, "invalid schema at root: its grammar is over %u bytes", SL_GRAMMAR_TEXT_MAX);
+    }
+    size_t bad_len = 0;
+    const char *bad = sl_gbnf_unproductive(c->rules.p, &bad_len);
+    if (bad) {
+        const char *where = "root";
+        for (size_t i = 0; i < c->n_refs; i++)
+            if (strlen(c->refs[i].name) == bad_len && memcmp(c->refs[i].name, bad, bad_len) == 0)
+                where = c->refs[i].path;
+        sl_gbnf_buf_fini(&c->rules);
+        return fail(c, "invalid schema at %s: its recursion never ends (no finite document)", where);
+    }
+    /* The engine's limits (rules after expanding repetitions, ambiguity) are
+     * its own: compiling once here means a schema we accept always compiles
+     * where the grammar is used. */
+    sl_grammar *g = NULL;
+    char gerr[SL_ERR_LEN] = "";
+    sl_status rc = sl_grammar_create(c->rules.p, c->rules.len, &g, gerr, sizeof gerr);
+    sl_grammar_destroy(g);
+    if (rc != SL_OK) {
+        sl_gbnf_buf_fini(&c->rules);
+        if (rc == SL_ENOMEM)
+            return c->rc = rc;
+        return fail(c, "invalid schema at root: its grammar exceeds the grammar engine's limits (%s)", gerr);
+    }
+    *out = sl_gbnf_buf_take(&c->rules);
+    return *out ? SL_OK : SL_ENOMEM;
+}
+
+sl_status sl_json_schema_to_gbnf(const json_t *schema, const char *root_name, char **out, char *err, size_t err_len)
+{
+    if (err && err_len)
+        err[0] = 0;
+    if (out == NULL)
+        return SL_EINVAL;
+    *out = NULL;
+    js_ctx c = {.root = schema, .rn = root_name, .err = err, .err_len = err_len};
+    if (schema == NULL)
+        return fail(&c, "invalid schema at root: no schema");
+    if (!name_ok(root_name))
+        return fail(&c, "invalid rule name (letters, digits and '-', at most %d)", JS_NAME_MAX);
+    /* the root is a $ref target ("#") whose rule is the root rule itself */
+    js_ref *r = ref_add(&c, schema);
+    if (r == NULL)
+        return SL_ENOMEM;
+    snprintf(r->name, sizeof r->name, "%s", root_name);
+    sl_status rc = ref_compile(&c, 0, "");
+    if (rc == SL_OK && c.rc == SL_OK)
+        rc = finish(&c, out);
+    else if (rc == SL_OK)
+        rc = c.rc;
+    if (rc != SL_OK)
+        sl_gbnf_buf_fini(&c.rules);
+    free(c.refs);
+    return rc;
+}
+
+sl_status sl_json_object_gbnf(const char *root_name, char **out)
+{
+    if (out == NULL)
+        return SL_EINVAL;
+    *out = NULL;
+    if (!name_ok(root_name))
+        return SL_EINVAL;
+    js_ctx c = {.rn = root_name};
+    sl_gbnf_printf(&c.rules, "%s ::= ", root_name);
+    ref_common(&c, &c.rules, USE_OBJECT, "object");
+    sl_gbnf_puts(&c.rules, "\n");
+    return finish(&c, out);
+}
