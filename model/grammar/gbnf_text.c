@@ -303,14 +303,14 @@ static bool eval_alt(prod_eval *e)
     }
 }
 
-const char *sl_gbnf_unproductive(const char *text, size_t *name_len)
+size_t sl_gbnf_unproductive(const char *text, const char **names, size_t *lens, size_t max)
 {
     size_t n = 0;
     for (const char *p = text; *p; p++)
         n += *p == '\n';
     prod_rule *r = sl_calloc(n + 1, sizeof *r);
     if (r == NULL)
-        return NULL;   /* cannot check: the grammar compiler checks again */
+        return 0;   /* cannot check: the grammar compiler checks again */
     size_t k = 0;
     for (const char *p = text; *p && k <= n;) {
         const char *eol = strchr(p, '\n');
@@ -337,11 +337,14 @@ const char *sl_gbnf_unproductive(const char *text, size_t *name_len)
             }
         }
     }
-    const char *bad = NULL;
-    for (size_t i = 0; i < k && bad == NULL; i++)
+    size_t bad = 0;
+    for (size_t i = 0; i < k; i++)
         if (!r[i].productive) {
-            bad = r[i].name;
-            *name_len = r[i].name_len;
+            if (bad < max) {
+                names[bad] = r[i].name;
+                lens[bad] = r[i].name_len;
+            }
+            bad++;
         }
     free(r);
     return bad;

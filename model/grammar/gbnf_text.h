@@ -51,10 +51,11 @@ size_t sl_gbnf_utf8_decode(const char *s, size_t n, uint32_t *cp);
 
 /* Checks rules written by these compilers (one `name ::= body` per line,
  * bodies of literals, classes, names, groups, | and repetitions): every rule
- * must derive at least one finite string. Returns NULL when all do, else the
- * first rule that does not (a pointer to its name inside text; *name_len set),
- * so the compiler can refuse a schema whose recursion never ends. A reference
- * to a rule not in text counts as unproductive. */
-const char *sl_gbnf_unproductive(const char *text, size_t *name_len);
+ * must derive at least one finite string. Returns how many do not, and the
+ * names of the first `max` of them (pointers into text, lengths in lens), so
+ * the compiler can refuse a schema whose recursion never ends. A reference
+ * to a rule not in text counts as unproductive. An allocation failure
+ * returns 0 (unchecked: the grammar compiler checks again). */
+size_t sl_gbnf_unproductive(const char *text, const char **names, size_t *lens, size_t max);
 
 #endif

@@ -25,7 +25,9 @@
  *    28th, no leap second, a simple dotted email.
  * Recursion that cannot end is refused: a $ref cycle that consumes no token
  * (left recursion) while walking, and a rule that derives no finite string
- * after (sl_gbnf_unproductive). */
+ * after (sl_gbnf_unproductive).
+ * Numbers and integer ranges are in json_schema_num.c, the shared rules in
+ * json_schema_rules.c (json_schema_internal.h joins them). */
 #include "model/grammar/json_schema.h"
 
 #include <math.h>
@@ -35,58 +37,10 @@
 #include <string.h>
 
 #include "model/grammar/gbnf_text.h"
+#include "model/grammar/json_schema_internal.h"
 #include "model/grammar/grammar.h"
 #include "model/grammar/regex.h"
 #include "shared/alloc.h"
-
-#define JS_DEPTH_MAX 64        /* nested subschemas (a $ref target starts again at its own depth) */
-#define JS_NAME_MAX 96         /* root name length */
-#define JS_PREFIX_MAX 64       /* prefixItems entries */
-#define JS_REPEAT_MAX 1000     /* minLength/maxLength/minItems/maxItems */
-#define JS_PATH_MAX 512
-#define JS_INT_DIGITS 16       /* digits of an unbounded integer */
-#define JS_NUM_BOUND 1e9       /* largest |bound| of a bounded number */
-
-enum {
-    USE_WS = 1u << 0,
-    USE_VALUE = 1u << 1,
-    USE_OBJECT = 1u << 2,
-    USE_ARRAY = 1u << 3,
-    USE_STRING = 1u << 4,
-    USE_CHAR = 1u << 5,
-    USE_NUMBER = 1u << 6,
-    USE_INTEGER = 1u << 7,
-    USE_DATE = 1u << 8,
-    USE_TIME = 1u << 9,
-    USE_DATETIME = 1u << 10,
-    USE_UUID = 1u << 11,
-    USE_EMAIL = 1u << 12,
-    USE_HEX = 1u << 13,
-};
-
-typedef struct {
-    const json_t *target;
-    char name[JS_NAME_MAX + 16];
-    char path[JS_PATH_MAX];
-    bool done;
-    int token_depth;   /* tokens consumed on the way in: equal on re-entry means left recursion */
-} js_ref;
-
-typedef struct {
-    const json_t *root;
-    const char *rn;
-    sl_gbnf_buf rules;
-    unsigned next_id;
-    unsigned used;
-    js_ref *refs;
-    size_t n_refs, cap_refs;
-    int depth, token_depth;
-    char path[JS_PATH_MAX];
-    size_t path_len;
-    sl_status rc;
-    char *err;
-    size_t err_len;
-} js_ctx;
 
 static const char *const k_annotations[] = {"title", "description", "default", "examples", "$schema", "$id",
                                             "$comment", "deprecated", "readOnly", "writeOnly", "discriminator",
@@ -98,10 +52,19 @@ static const char *const k_supported[] = {
 
 /* ---- errors and paths ---------------------------------------------------------------- */
 
-static const char *path_text(const js_ctx *c) { return c->path_len ? c->path : "root"; }
+/* The path for a message: long ones keep their last 100 bytes, so the
+ * reason after them still fits an SL_ERR_LEN buffer. */
+const char *sl_js_path_text(js_ctx *c)
+{
+    if (c->path_len == 0)
+        return "root";
+    if (c->path_len <= 100)
+        return c->path;
+    snprintf(c->path_shown, sizeof c->path_shown, "...%s", c->path + c->path_len - 100);
+    return c->path_shown;
+}
 
-static sl_status fail(js_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static sl_status fail(js_ctx *c, const char *fmt, ...)
+sl_status sl_js_fail(js_ctx *c, const char *fmt, ...)
 {
     if (c->rc == SL_OK) {
         c->rc = SL_EINVAL;
@@ -115,9 +78,9 @@ static sl_status fail(js_ctx *c, const char *fmt, ...)
     return c->rc;
 }
 
-static sl_status bad_value(js_ctx *c, const char *kw, const char *why)
+sl_status sl_js_bad_value(js_ctx *c, const char *kw, const char *why)
 {
-    return fail(c, "invalid keyword '%s' at %s: %s", kw, path_text(c), why);
+    return sl_js_fail(c, "invalid keyword '%s' at %s: %s", kw, sl_js_path_text(c), why);
 }
 
 /* Appends "/seg" (JSON Pointer escaped); returns the length to restore. */
@@ -176,13 +139,13 @@ static void use(js_ctx *c, unsigned what)
 }
 
 /* Writes " <root>-<suffix>" style references. */
-static void ref_common(js_ctx *c, sl_gbnf_buf *b, unsigned what, const char *suffix)
+void sl_js_ref_common(js_ctx *c, sl_gbnf_buf *b, unsigned what, const char *suffix)
 {
     use(c, what);
     sl_gbnf_printf(b, "%s-%s", c->rn, suffix);
 }
 
-static void ws(js_ctx *c, sl_gbnf_buf *b) { ref_common(c, b, USE_WS, "ws"); }
+static void ws(js_ctx *c, sl_gbnf_buf *b) { sl_js_ref_common(c, b, USE_WS, "ws"); }
 
 static void new_name(js_ctx *c, char *name)
 {
@@ -256,255 +219,15 @@ static bool count_kw(js_ctx *c, const json_t *s, const char *kw, long *out)
         return true;
     double d = json_number_value(v);
     if (!json_is_number(v) || d < 0 || d != floor(d)) {
-        bad_value(c, kw, "must be a non-negative integer");
+        sl_js_bad_value(c, kw, "must be a non-negative integer");
         return false;
     }
     if (d > JS_REPEAT_MAX) {
-        bad_value(c, kw, "over 1000 is not supported");
+        sl_js_bad_value(c, kw, "over 1000 is not supported");
         return false;
     }
     *out = (long)d;
     return true;
-}
-
-/* ---- numbers ------------------------------------------------------------------------- */
-
-/* Digits of the n-digit strings from x to y inclusive (x <= y, same length). */
-static void digits_between(sl_gbnf_buf *b, const char *x, const char *y, size_t n)
-{
-    if (n == 1) {
-        if (x[0] == y[0])
-            sl_gbnf_printf(b, "\"%c\"", x[0]);
-        else
-            sl_gbnf_printf(b, "[%c-%c]", x[0], y[0]);
-        return;
-    }
-    if (x[0] == y[0]) {
-        sl_gbnf_printf(b, "\"%c\" ", x[0]);
-        digits_between(b, x + 1, y + 1, n - 1);
-        return;
-    }
-    bool low_zero = strspn(x + 1, "0") == n - 1, high_nine = strspn(y + 1, "9") == n - 1;
-    char lo = x[0], hi = y[0];
-    char nines[32], zeros[32];
-    memset(nines, '9', n - 1);
-    memset(zeros, '0', n - 1);
-    nines[n - 1] = zeros[n - 1] = 0;
-    sl_gbnf_puts(b, "(");
-    bool first = true;
-    if (!low_zero) {
-        sl_gbnf_printf(b, "\"%c\" ", x[0]);
-        digits_between(b, x + 1, nines, n - 1);
-        lo++;
-        first = false;
-    }
-    if (!high_nine)
-        hi--;
-    if (lo <= hi) {
-        if (!first)
-            sl_gbnf_puts(b, " | ");
-        if (lo == hi)
-            sl_gbnf_printf(b, "\"%c\" [0-9]{%zu}", lo, n - 1);
-        else
-            sl_gbnf_printf(b, "[%c-%c] [0-9]{%zu}", lo, hi, n - 1);
-        first = false;
-    }
-    if (!high_nine) {
-        if (!first)
-            sl_gbnf_puts(b, " | ");
-        sl_gbnf_printf(b, "\"%c\" ", y[0]);
-        digits_between(b, zeros, y + 1, n - 1);
-    }
-    sl_gbnf_puts(b, ")");
-}
-
-/* The decimal numerals (no sign, no leading zero) of a..b; b < 0 unbounded
- * (up to JS_INT_DIGITS digits). Writes one parenthesised group. */
-static void naturals(sl_gbnf_buf *b, long long a, long long hi)
-{
-    char as[32], bs[32];
-    int la = snprintf(as, sizeof as, "%lld", a);
-    int lb = hi >= 0 ? snprintf(bs, sizeof bs, "%lld", hi) : JS_INT_DIGITS;
-    sl_gbnf_puts(b, "(");
-    bool first = true;
-    for (int len = la; len <= lb; len++) {
-        char lo_s[32], hi_s[32];
-        if (len == la)
-            snprintf(lo_s, sizeof lo_s, "%s", as);
-        else {
-            memset(lo_s, '0', (size_t)len);
-            lo_s[0] = '1';
-            lo_s[len] = 0;
-        }
-        if (hi >= 0 && len == lb)
-            snprintf(hi_s, sizeof hi_s, "%s", bs);
-        else {
-            memset(hi_s, '9', (size_t)len);
-            hi_s[len] = 0;
-        }
-        if (!first)
-            sl_gbnf_puts(b, " | ");
-        first = false;
-        if (hi < 0 && len > la) {   /* every longer length at once */
-            sl_gbnf_printf(b, "[1-9] [0-9]{%d,%d}", la, JS_INT_DIGITS - 1);
-            break;
-        }
-        digits_between(b, lo_s, hi_s, (size_t)len);
-    }
-    sl_gbnf_puts(b, ")");
-}
-
-typedef struct {
-    bool has_lo, has_hi, lo_excl, hi_excl;
-    double lo, hi;
-} js_bounds;
-
-static bool read_bounds(js_ctx *c, const json_t *s, js_bounds *r)
-{
-    *r = (js_bounds){0};
-    const char *kws[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
-    const json_t *v[4];
-    for (int i = 0; i < 4; i++) {
-        v[i] = json_object_get(s, kws[i]);
-        if (v[i] && !json_is_number(v[i]) && !(i >= 2 && json_is_boolean(v[i])))
-            return bad_value(c, kws[i], "must be a number"), false;
-        if (v[i] && json_is_number(v[i]) && !isfinite(json_number_value(v[i])))
-            return bad_value(c, kws[i], "must be finite"), false;
-    }
-    if (v[0]) {
-        r->has_lo = true;
-        r->lo = json_number_value(v[0]);
-        r->lo_excl = json_is_true(v[2]);   /* draft 4: exclusiveMinimum true */
-    }
-    if (v[1]) {
-        r->has_hi = true;
-        r->hi = json_number_value(v[1]);
-        r->hi_excl = json_is_true(v[3]);
-    }
-    if (v[2] && json_is_number(v[2]) && (!r->has_lo || json_number_value(v[2]) >= r->lo)) {
-        r->has_lo = true;
-        r->lo = json_number_value(v[2]);
-        r->lo_excl = true;
-    }
-    if (v[3] && json_is_number(v[3]) && (!r->has_hi || json_number_value(v[3]) <= r->hi)) {
-        r->has_hi = true;
-        r->hi = json_number_value(v[3]);
-        r->hi_excl = true;
-    }
-    if ((v[2] && json_is_boolean(v[2]) && !v[0]) || (v[3] && json_is_boolean(v[3]) && !v[1]))
-        return bad_value(c, v[2] && json_is_boolean(v[2]) && !v[0] ? "exclusiveMinimum" : "exclusiveMaximum",
-                         "a boolean needs minimum/maximum beside it"), false;
-    return true;
-}
-
-static sl_status integer_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
-{
-    js_bounds r;
-    if (!read_bounds(c, s, &r))
-        return c->rc;
-    const double far = 1e16;
-    long long lo = 0, hi = 0;
-    bool has_lo = r.has_lo && r.lo > -far, has_hi = r.has_hi && r.hi < far;
-    if (r.has_lo && r.lo >= far)
-        return bad_value(c, "minimum", "beyond 1e16 is not supported");
-    if (r.has_hi && r.hi <= -far)
-        return bad_value(c, "maximum", "beyond -1e16 is not supported");
-    if (has_lo)
-        lo = r.lo_excl ? (long long)floor(r.lo) + 1 : (long long)ceil(r.lo);
-    if (has_hi)
-        hi = r.hi_excl ? (long long)ceil(r.hi) - 1 : (long long)floor(r.hi);
-    if (!has_lo && !has_hi) {
-        ref_common(c, b, USE_INTEGER, "integer");
-        return SL_OK;
-    }
-    if (has_lo && has_hi && lo > hi)
-        return fail(c, "invalid keyword 'minimum' at %s: no integer lies within the bounds", path_text(c));
-    sl_gbnf_puts(b, "(");
-    bool first = true;
-    if (!has_lo || lo < 0) {   /* negative part: "-" then the magnitude, never -0 */
-        long long mlo = has_hi && hi < 0 ? -hi : 1, mhi = has_lo ? -lo : -1;
-        sl_gbnf_puts(b, "\"-\" ");
-        naturals(b, mlo, mhi);
-        first = false;
-    }
-    if (!has_hi || hi >= 0) {
-        if (!first)
-            sl_gbnf_puts(b, " | ");
-        naturals(b, has_lo && lo > 0 ? lo : 0, has_hi ? hi : -1);
-    }
-    sl_gbnf_puts(b, ")");
-    return SL_OK;
-}
-
-#define FRAC_ANY "(\".\" [0-9]{1,5})?"
-#define FRAC_NONZERO "\".\" [0-9]{0,4} [1-9]"
-#define FRAC_ZERO "\".0\"?"
-
-/* Unsigned decimals (no exponent) of values between whole numbers a and b
- * (b < 0: unbounded), each end inclusive or not. Returns false when empty. */
-static bool decimals(sl_gbnf_buf *b, long long a, bool a_excl, long long hi, bool hi_excl)
-{
-    if (hi >= 0 && a == hi) {
-        if (a_excl || hi_excl)
-            return false;
-        sl_gbnf_printf(b, "(\"%lld\" " FRAC_ZERO ")", a);
-        return true;
-    }
-    sl_gbnf_printf(b, "(\"%lld\" %s", a, a_excl ? FRAC_NONZERO : FRAC_ANY);
-    if (hi < 0 || a + 1 <= hi - 1) {
-        sl_gbnf_puts(b, " | ");
-        naturals(b, a + 1, hi < 0 ? -1 : hi - 1);
-        sl_gbnf_puts(b, " " FRAC_ANY);
-    }
-    if (hi >= 0 && !hi_excl)
-        sl_gbnf_printf(b, " | \"%lld\" " FRAC_ZERO, hi);
-    sl_gbnf_puts(b, ")");
-    return true;
-}
-
-static sl_status number_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
-{
-    js_bounds r;
-    if (!read_bounds(c, s, &r))
-        return c->rc;
-    if (!r.has_lo && !r.has_hi) {
-        ref_common(c, b, USE_NUMBER, "number");
-        return SL_OK;
-    }
-    const char *kw = NULL;
-    if (r.has_lo && (r.lo != floor(r.lo) || fabs(r.lo) > JS_NUM_BOUND))
-        kw = r.lo_excl && json_is_number(json_object_get(s, "exclusiveMinimum")) ? "exclusiveMinimum" : "minimum";
-    else if (r.has_hi && (r.hi != floor(r.hi) || fabs(r.hi) > JS_NUM_BOUND))
-        kw = r.hi_excl && json_is_number(json_object_get(s, "exclusiveMaximum")) ? "exclusiveMaximum" : "maximum";
-    if (kw)
-        return bad_value(c, kw, "a bound of a number must be a whole number within +-1e9");
-    long long lo = (long long)r.lo, hi = (long long)r.hi;
-    if (r.has_lo && r.has_hi && (lo > hi || (lo == hi && (r.lo_excl || r.hi_excl))))
-        return fail(c, "invalid keyword 'minimum' at %s: no number lies within the bounds", path_text(c));
-    sl_gbnf_puts(b, "(");
-    bool first = true;
-    if (!r.has_hi || hi > 0 || (hi == 0 && !r.hi_excl)) {
-        bool pos_lo = r.has_lo && lo >= 0;
-        if (decimals(b, pos_lo ? lo : 0, pos_lo && r.lo_excl, r.has_hi ? hi : -1, r.hi_excl))
-            first = false;
-    }
-    if (!r.has_lo || lo < 0) {
-        /* -y with y from max(-hi, 0) to -lo */
-        bool neg_hi = r.has_hi && hi < 0;
-        sl_gbnf_buf t = {0};
-        if (decimals(&t, neg_hi ? -hi : 0, neg_hi ? r.hi_excl : (r.has_hi && hi == 0 && r.hi_excl),
-                     r.has_lo ? -lo : -1, r.lo_excl)) {
-            if (!first)
-                sl_gbnf_puts(b, " | ");
-            sl_gbnf_puts(b, "\"-\" ");
-            sl_gbnf_putn(b, t.p, t.len);
-            first = false;
-        }
-        b->oom |= t.oom;
-        sl_gbnf_buf_fini(&t);
-    }
-    sl_gbnf_puts(b, ")");
-    return SL_OK;
 }
 
 /* ---- subschemas ---------------------------------------------------------------------- */
@@ -607,7 +330,7 @@ static sl_status ref_compile(js_ctx *c, size_t idx, const char *pointer)
     memcpy(saved, c->path, c->path_len + 1);
     snprintf(c->path, sizeof c->path, "%s", pointer);
     c->path_len = strlen(c->path);
-    snprintf(c->refs[idx].path, sizeof c->refs[idx].path, "%s", path_text(c));
+    snprintf(c->refs[idx].path, sizeof c->refs[idx].path, "%s", sl_js_path_text(c));
     int depth = c->depth;
     c->depth = 0;
     sl_gbnf_buf body = {0};
@@ -627,21 +350,21 @@ static sl_status ref_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
     const json_t *v = json_object_get(s, "$ref");
     const char *ref = json_string_value(v);
     if (ref == NULL)
-        return bad_value(c, "$ref", "must be a string");
+        return sl_js_bad_value(c, "$ref", "must be a string");
     static const char *const allowed[] = {"$ref"};
     const char *other = other_keyword(s, allowed, 1);
     if (other)
-        return fail(c, "keyword '%s' beside '$ref' at %s is not supported", other, path_text(c));
+        return sl_js_fail(c, "keyword '%s' beside '$ref' at %s is not supported", other, sl_js_path_text(c));
     if (ref[0] != '#')
-        return fail(c, "unsupported keyword '$ref' at %s: remote reference '%s'", path_text(c), ref);
+        return sl_js_fail(c, "unsupported keyword '$ref' at %s: remote reference '%s'", sl_js_path_text(c), ref);
     const json_t *target = resolve_pointer(c->root, ref + 1);
     if (target == NULL)
-        return fail(c, "invalid keyword '$ref' at %s: unknown target '%s'", path_text(c), ref);
+        return sl_js_fail(c, "invalid keyword '$ref' at %s: unknown target '%s'", sl_js_path_text(c), ref);
     js_ref *r = ref_find(c, target);
     if (r) {
         if (!r->done && r->token_depth == c->token_depth)
-            return fail(c, "invalid keyword '$ref' at %s: '%s' refers back to itself without any token between",
-                        path_text(c), ref);
+            return sl_js_fail(c, "invalid keyword '$ref' at %s: '%s' refers back to itself without any token between",
+                        sl_js_path_text(c), ref);
         sl_gbnf_puts(b, r->name);
         return SL_OK;
     }
@@ -660,13 +383,13 @@ static sl_status any_of_expr(js_ctx *c, const json_t *s, const char *kw, sl_gbnf
 {
     const json_t *list = json_object_get(s, kw);
     if (!json_is_array(list) || json_array_size(list) == 0)
-        return bad_value(c, kw, "must be a non-empty array of schemas");
+        return sl_js_bad_value(c, kw, "must be a non-empty array of schemas");
     if (strcmp(kw, "allOf") == 0 && json_array_size(list) != 1)
-        return bad_value(c, kw, "only one schema is supported");
+        return sl_js_bad_value(c, kw, "only one schema is supported");
     const char *allowed[] = {kw};
     const char *other = other_keyword(s, allowed, 1);
     if (other)
-        return fail(c, "keyword '%s' beside '%s' at %s is not supported", other, kw, path_text(c));
+        return sl_js_fail(c, "keyword '%s' beside '%s' at %s is not supported", other, kw, sl_js_path_text(c));
     sl_gbnf_puts(b, "(");
     for (size_t i = 0; i < json_array_size(list); i++) {
         char name[JS_NAME_MAX + 16];
@@ -718,10 +441,10 @@ static sl_status enum_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
     const char *other = other_keyword(s, allowed, 3);
     const char *kw = json_object_get(s, "const") ? "const" : "enum";
     if (other)
-        return fail(c, "keyword '%s' beside '%s' at %s is not supported", other, kw, path_text(c));
+        return sl_js_fail(c, "keyword '%s' beside '%s' at %s is not supported", other, kw, sl_js_path_text(c));
     const json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const"), *type = json_object_get(s, "type");
     if (e && (!json_is_array(e) || json_array_size(e) == 0))
-        return bad_value(c, "enum", "must be a non-empty array");
+        return sl_js_bad_value(c, "enum", "must be a non-empty array");
     size_t n = 0;
     sl_gbnf_puts(b, "(");
     if (k) {
@@ -744,7 +467,7 @@ static sl_status enum_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
     }
     sl_gbnf_puts(b, ")");
     if (n == 0)
-        return bad_value(c, kw, "no value fits the schema's type (and enum)");
+        return sl_js_bad_value(c, kw, "no value fits the schema's type (and enum)");
     return SL_OK;
 }
 
@@ -756,18 +479,18 @@ static sl_status string_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
     if (!count_kw(c, s, "minLength", &mn) || !count_kw(c, s, "maxLength", &mx))
         return c->rc;
     if (mn >= 0 && mx >= 0 && mn > mx)
-        return bad_value(c, "minLength", "greater than maxLength");
+        return sl_js_bad_value(c, "minLength", "greater than maxLength");
     const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
     if (pat && !json_is_string(pat))
-        return bad_value(c, "pattern", "must be a string");
+        return sl_js_bad_value(c, "pattern", "must be a string");
     if (fmt && !json_is_string(fmt))
-        return bad_value(c, "format", "must be a string");
+        return sl_js_bad_value(c, "format", "must be a string");
     const char *with = pat ? "pattern" : fmt ? "format" : NULL;
     if (with && (mn >= 0 || mx >= 0))
-        return fail(c, "keyword '%s' beside '%s' at %s is not supported", mn >= 0 ? "minLength" : "maxLength", with,
-                    path_text(c));
+        return sl_js_fail(c, "keyword '%s' beside '%s' at %s is not supported", mn >= 0 ? "minLength" : "maxLength", with,
+                    sl_js_path_text(c));
     if (pat && fmt)
-        return fail(c, "keyword 'format' beside 'pattern' at %s is not supported", path_text(c));
+        return sl_js_fail(c, "keyword 'format' beside 'pattern' at %s is not supported", sl_js_path_text(c));
     if (pat) {
         char name[JS_NAME_MAX + 16], rerr[SL_ERR_LEN];
         new_name(c, name);
@@ -777,7 +500,7 @@ static sl_status string_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
         if (rc == SL_ENOMEM)
             return c->rc = rc;
         if (rc != SL_OK)
-            return bad_value(c, "pattern", rerr);
+            return sl_js_bad_value(c, "pattern", rerr);
         sl_gbnf_puts(&c->rules, rules);
         free(rules);
         sl_gbnf_printf(b, "\"\\\"\" %s \"\\\"\"", name);
@@ -793,18 +516,18 @@ static sl_status string_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
         for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
             if (strcmp(json_string_value(fmt), formats[i].name) == 0) {
                 sl_gbnf_puts(b, "\"\\\"\" ");
-                ref_common(c, b, formats[i].use, formats[i].rule);
+                sl_js_ref_common(c, b, formats[i].use, formats[i].rule);
                 sl_gbnf_puts(b, " \"\\\"\"");
                 return SL_OK;
             }
-        return fail(c, "unsupported keyword 'format' at %s: format '%s'", path_text(c), json_string_value(fmt));
+        return sl_js_fail(c, "unsupported keyword 'format' at %s: format '%s'", sl_js_path_text(c), json_string_value(fmt));
     }
     if (mn < 0 && mx < 0) {
-        ref_common(c, b, USE_STRING, "string");
+        sl_js_ref_common(c, b, USE_STRING, "string");
         return SL_OK;
     }
     sl_gbnf_puts(b, "\"\\\"\" ");
-    ref_common(c, b, USE_CHAR, "char");
+    sl_js_ref_common(c, b, USE_CHAR, "char");
     repeat(b, mn < 0 ? 0 : mn, mx);
     sl_gbnf_puts(b, " \"\\\"\"");
     return SL_OK;
@@ -837,14 +560,14 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
     const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required"),
                  *addl = json_object_get(s, "additionalProperties");
     if (props && !json_is_object(props))
-        return bad_value(c, "properties", "must be an object");
+        return sl_js_bad_value(c, "properties", "must be an object");
     if (req && !json_is_array(req))
-        return bad_value(c, "required", "must be an array of strings");
+        return sl_js_bad_value(c, "required", "must be an array of strings");
     for (size_t i = 0; i < json_array_size(req); i++)
         if (!json_is_string(json_array_get(req, i)))
-            return bad_value(c, "required", "must be an array of strings");
+            return sl_js_bad_value(c, "required", "must be an array of strings");
     if (addl && !json_is_boolean(addl) && !json_is_object(addl))
-        return bad_value(c, "additionalProperties", "must be a boolean or a schema");
+        return sl_js_bad_value(c, "additionalProperties", "must be a boolean or a schema");
     size_t n_max = json_object_size(props) + json_array_size(req);
     js_prop *p = sl_calloc(n_max ? n_max : 1, sizeof *p);
     if (p == NULL)
@@ -860,7 +583,7 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
             required |= strcmp(json_string_value(json_array_get(req, i)), key) == 0;
         if (json_is_false(v)) {
             if (required) {
-                rc = fail(c, "invalid keyword 'required' at %s: property '%s' has schema false", path_text(c), key);
+                rc = sl_js_fail(c, "invalid keyword 'required' at %s: property '%s' has schema false", sl_js_path_text(c), key);
                 break;
             }
             continue;
@@ -881,8 +604,8 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
             continue;
         const json_t *value_schema = json_is_object(addl) ? addl : json_true();
         if (json_is_false(addl)) {
-            rc = fail(c, "invalid keyword 'required' at %s: '%s' is not in properties and additionalProperties is "
-                         "false", path_text(c), name);
+            rc = sl_js_fail(c, "invalid keyword 'required' at %s: '%s' is not in properties and additionalProperties is "
+                         "false", sl_js_path_text(c), name);
             break;
         }
         p[n].key = name;
@@ -891,7 +614,7 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
                                   : (new_name(c, p[n].rule), SL_OK);
         if (rc == SL_OK && !json_is_object(addl)) {
             sl_gbnf_buf any = {0};
-            ref_common(c, &any, USE_VALUE, "value");
+            sl_js_ref_common(c, &any, USE_VALUE, "value");
             add_rule(c, p[n].rule, &any);
             sl_gbnf_buf_fini(&any);
         }
@@ -910,7 +633,7 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
             sl_gbnf_puts(b, "\"{\" ");
             ws(c, b);
             sl_gbnf_puts(b, " (");
-            ref_common(c, b, USE_STRING, "string");
+            sl_js_ref_common(c, b, USE_STRING, "string");
             sl_gbnf_puts(b, " ");
             ws(c, b);
             sl_gbnf_puts(b, " \":\" ");
@@ -920,7 +643,7 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
             sl_gbnf_puts(b, " (\",\" ");
             ws(c, b);
             sl_gbnf_puts(b, " ");
-            ref_common(c, b, USE_STRING, "string");
+            sl_js_ref_common(c, b, USE_STRING, "string");
             sl_gbnf_puts(b, " ");
             ws(c, b);
             sl_gbnf_puts(b, " \":\" ");
@@ -933,7 +656,7 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
             ws(c, b);
             sl_gbnf_puts(b, " \"}\"");
         } else {
-            ref_common(c, b, USE_OBJECT, "object");
+            sl_js_ref_common(c, b, USE_OBJECT, "object");
         }
         free(p);
         return SL_OK;
@@ -988,22 +711,22 @@ static sl_status array_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
     if (!count_kw(c, s, "minItems", &mn) || !count_kw(c, s, "maxItems", &mx))
         return c->rc;
     if (mn >= 0 && mx >= 0 && mn > mx)
-        return bad_value(c, "minItems", "greater than maxItems");
+        return sl_js_bad_value(c, "minItems", "greater than maxItems");
     if (json_is_array(items))
-        return bad_value(c, "items", "an array of schemas is not supported (use prefixItems)");
+        return sl_js_bad_value(c, "items", "an array of schemas is not supported (use prefixItems)");
     if (items && !json_is_object(items) && !json_is_boolean(items))
-        return bad_value(c, "items", "must be a schema");
+        return sl_js_bad_value(c, "items", "must be a schema");
     if (prefix && !json_is_array(prefix))
-        return bad_value(c, "prefixItems", "must be an array of schemas");
+        return sl_js_bad_value(c, "prefixItems", "must be an array of schemas");
     size_t np = json_array_size(prefix);
     if (np > JS_PREFIX_MAX)
-        return bad_value(c, "prefixItems", "more than 64 entries are not supported");
+        return sl_js_bad_value(c, "prefixItems", "more than 64 entries are not supported");
     if (mn < 0)
         mn = 0;
     if (json_is_false(items) && (mx < 0 || mx > (long)np))
         mx = (long)np;
     if (mx >= 0 && mn > mx)
-        return bad_value(c, "minItems", "more items than prefixItems allows with items false");
+        return sl_js_bad_value(c, "minItems", "more items than prefixItems allows with items false");
     char pre[JS_PREFIX_MAX][JS_NAME_MAX + 16], item[JS_NAME_MAX + 16] = "";
     c->token_depth++;
     sl_status rc = SL_OK;
@@ -1019,7 +742,7 @@ static sl_status array_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
         return rc;
     sl_gbnf_buf any = {0};
     if (item[0] == 0) {
-        ref_common(c, &any, USE_VALUE, "value");
+        sl_js_ref_common(c, &any, USE_VALUE, "value");
         snprintf(item, sizeof item, "%s", any.p ? any.p : "");
         sl_gbnf_buf_fini(&any);
     }
@@ -1078,9 +801,9 @@ static sl_status typed_expr(js_ctx *c, const json_t *s, const char *t, sl_gbnf_b
     if (strcmp(t, "string") == 0)
         return string_expr(c, s, b);
     if (strcmp(t, "integer") == 0)
-        return integer_expr(c, s, b);
+        return sl_js_integer_expr(c, s, b);
     if (strcmp(t, "number") == 0)
-        return number_expr(c, s, b);
+        return sl_js_number_expr(c, s, b);
     if (strcmp(t, "object") == 0)
         return object_expr(c, s, b);
     return array_expr(c, s, b);
@@ -1097,25 +820,25 @@ static bool has_any(const json_t *s, const char *const *kws, size_t n)
 static sl_status schema_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
 {
     if (json_is_true(s)) {
-        ref_common(c, b, USE_VALUE, "value");
+        sl_js_ref_common(c, b, USE_VALUE, "value");
         return SL_OK;
     }
     if (json_is_false(s))
-        return fail(c, "invalid schema at %s: false matches nothing", path_text(c));
+        return sl_js_fail(c, "invalid schema at %s: false matches nothing", sl_js_path_text(c));
     if (!json_is_object(s))
-        return fail(c, "invalid schema at %s: not an object or a boolean", path_text(c));
+        return sl_js_fail(c, "invalid schema at %s: not an object or a boolean", sl_js_path_text(c));
     if (c->depth >= JS_DEPTH_MAX)
-        return fail(c, "invalid schema at %s: nested more than 64 deep", path_text(c));
+        return sl_js_fail(c, "invalid schema at %s: nested more than 64 deep", sl_js_path_text(c));
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)s, k, v) {
         if (!is_annotation(k) && !in_list(k, k_supported, sizeof k_supported / sizeof k_supported[0]))
-            return fail(c, "unsupported keyword '%s' at %s", k, path_text(c));
+            return sl_js_fail(c, "unsupported keyword '%s' at %s", k, sl_js_path_text(c));
     }
     const char *defs_kw[] = {"$defs", "definitions"};
     for (int i = 0; i < 2; i++)
         if (json_object_get(s, defs_kw[i]) && !json_is_object(json_object_get(s, defs_kw[i])))
-            return bad_value(c, defs_kw[i], "must be an object");
+            return sl_js_bad_value(c, defs_kw[i], "must be an object");
     const json_t *type = json_object_get(s, "type");
     if (type) {
         bool ok = json_is_string(type) || (json_is_array(type) && json_array_size(type) > 0);
@@ -1126,7 +849,7 @@ static sl_status schema_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
                 ok = !json_equal((json_t *)t, json_array_get(type, j));
         }
         if (!ok)
-            return bad_value(c, "type", "must be a type name or a non-empty array of distinct type names");
+            return sl_js_bad_value(c, "type", "must be a type name or a non-empty array of distinct type names");
     }
     c->depth++;
     sl_status rc;
@@ -1163,7 +886,7 @@ static sl_status schema_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
                 types[n++] = "number";
         }
         if (n == 0) {
-            ref_common(c, b, USE_VALUE, "value");
+            sl_js_ref_common(c, b, USE_VALUE, "value");
             rc = SL_OK;
         } else {
             rc = SL_OK;
@@ -1182,65 +905,7 @@ static sl_status schema_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
     return rc;
 }
 
-/* ---- shared rules and entry points --------------------------------------------------- */
-
-static void common_rules(js_ctx *c)
-{
-    sl_gbnf_buf *o = &c->rules;
-    const char *r = c->rn;
-    unsigned u = c->used;
-    if (u & USE_WS)
-        sl_gbnf_printf(o, "%s-ws ::= (\" \" | \"\\n\" [ \\t]{0,20})?\n", r);
-    if (u & USE_VALUE)
-        sl_gbnf_printf(o, "%s-value ::= %s-object | %s-array | %s-string | %s-number | \"true\" | \"false\" | \"null\"\n",
-                       r, r, r, r, r);
-    if (u & USE_OBJECT)
-        sl_gbnf_printf(o, "%s-object ::= \"{\" %s-ws (%s-string %s-ws \":\" %s-ws %s-value %s-ws (\",\" %s-ws %s-string "
-                          "%s-ws \":\" %s-ws %s-value %s-ws)*)? \"}\"\n",
-                       r, r, r, r, r, r, r, r, r, r, r, r, r);
-    if (u & USE_ARRAY)
-        sl_gbnf_printf(o, "%s-array ::= \"[\" %s-ws (%s-value %s-ws (\",\" %s-ws %s-value %s-ws)*)? \"]\"\n", r, r, r,
-                       r, r, r, r);
-    if (u & USE_STRING)
-        sl_gbnf_printf(o, "%s-string ::= \"\\\"\" %s-char* \"\\\"\"\n", r, r);
-    if (u & USE_CHAR) {
-        static const sl_gbnf_range raw[] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0xD7FF}, {0xE000, 0x10FFFF}};
-        sl_gbnf_printf(o, "%s-char ::= ", r);
-        sl_gbnf_class(o, raw, 4);
-        sl_gbnf_printf(o, " | \"\\\\\" [\"\\\\/bfnrt] | \"\\\\u\" %s-ucode\n", r);
-        /* \uXXXX but not \u0000 (jansson refuses it) nor a lone surrogate */
-        sl_gbnf_printf(o, "%s-ucode ::= \"00\" ([1-9a-fA-F] %s-hex | \"0\" [1-9a-fA-F]) | \"0\" [1-9a-fA-F] %s-hex{2}"
-                          " | [1-9a-cA-CeEfF] %s-hex{3} | [dD] [0-7] %s-hex{2}"
-                          " | [dD] [89abAB] %s-hex{2} \"\\\\u\" [dD] [c-fC-F] %s-hex{2}\n",
-                       r, r, r, r, r, r, r);
-    }
-    if (u & USE_HEX)
-        sl_gbnf_printf(o, "%s-hex ::= [0-9a-fA-F]\n", r);
-    if (u & USE_NUMBER)
-        sl_gbnf_printf(o, "%s-number ::= \"-\"? (\"0\" | [1-9] [0-9]{0,%d}) (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?\n",
-                       r, JS_INT_DIGITS - 1);
-    if (u & USE_INTEGER)
-        sl_gbnf_printf(o, "%s-integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,%d})\n", r, JS_INT_DIGITS - 1);
-    if (u & USE_DATE)
-        sl_gbnf_printf(o, "%s-date ::= [1-9] [0-9]{3} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | "
-                          "\"3\" [01]) | (\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02-\" (\"0\" "
-                          "[1-9] | \"1\" [0-9] | \"2\" [0-8]))\n",
-                       r);
-    if (u & USE_TIME)
-        sl_gbnf_printf(o, "%s-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
-                          "(\"Z\" | [-+] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n",
-                       r);
-    if (u & USE_DATETIME)
-        sl_gbnf_printf(o, "%s-date-time ::= %s-date \"T\" %s-time\n", r, r, r);
-    if (u & USE_UUID)
-        sl_gbnf_printf(o, "%s-uuid ::= %s-hex{8} \"-\" %s-hex{4} \"-\" %s-hex{4} \"-\" %s-hex{4} \"-\" %s-hex{12}\n", r, r,
-                       r, r, r, r);
-    if (u & USE_EMAIL)
-        sl_gbnf_printf(o, "%s-email ::= [a-zA-Z0-9_%%+-]{1,32} (\".\" [a-zA-Z0-9_%%+-]{1,32}){0,3} \"@\" "
-                          "[a-zA-Z0-9]{1,20} (\"-\" [a-zA-Z0-9]{1,20}){0,2} (\".\" [a-zA-Z0-9]{1,20} (\"-\" "
-                          "[a-zA-Z0-9]{1,20}){0,2}){0,3} \".\" [a-zA-Z]{2,10}\n",
-                       r);
-}
+/* ---- entry points -------------------------------------------------------------------- */
 
 static bool name_ok(const char *n)
 {
@@ -1251,37 +916,48 @@ static bool name_ok(const char *n)
 
 static sl_status finish(js_ctx *c, char **out)
 {
-    common_rules(c);
+    sl_js_common_rules(c);
     if (c->rules.oom) {
         sl_gbnf_buf_fini(&c->rules);
         return SL_ENOMEM;
     }
     if (c->rules.len > SL_GRAMMAR_TEXT_MAX) {
         sl_gbnf_buf_fini(&c->rules);
-        return fail(c, "invalid schema at root: its grammar is over %u bytes", SL_GRAMMAR_TEXT_MAX);
+        return sl_js_fail(c, "invalid schema at root: its grammar is over %u bytes", SL_GRAMMAR_TEXT_MAX);
     }
-    size_t bad_len = 0;
-    const char *bad = sl_gbnf_unproductive(c->rules.p, &bad_len);
-    if (bad) {
-        const char *where = "root";
-        for (size_t i = 0; i < c->n_refs; i++)
-            if (strlen(c->refs[i].name) == bad_len && memcmp(c->refs[i].name, bad, bad_len) == 0)
-                where = c->refs[i].path;
+    const char *bad[16];
+    size_t bad_len[16];
+    size_t n_bad = sl_gbnf_unproductive(c->rules.p, bad, bad_len, 16);
+    if (n_bad > 0) {
+        const char *where = "root";   /* a $ref target's path when one is among them */
+        for (size_t k = 0; k < n_bad && k < 16 && where[0] != '/'; k++)
+            for (size_t i = 1; i < c->n_refs; i++)
+                if (strlen(c->refs[i].name) == bad_len[k] && memcmp(c->refs[i].name, bad[k], bad_len[k]) == 0)
+                    where = c->refs[i].path;
         sl_gbnf_buf_fini(&c->rules);
-        return fail(c, "invalid schema at %s: its recursion never ends (no finite document)", where);
+        return sl_js_fail(c, "invalid schema at %s: its recursion never ends (no finite document)", where);
     }
     /* The engine's limits (rules after expanding repetitions, ambiguity) are
      * its own: compiling once here means a schema we accept always compiles
      * where the grammar is used. */
     sl_grammar *g = NULL;
     char gerr[SL_ERR_LEN] = "";
-    sl_status rc = sl_grammar_create(c->rules.p, c->rules.len, &g, gerr, sizeof gerr);
+    sl_status rc;
+    if (strcmp(c->rn, "root") == 0) {
+        rc = sl_grammar_create(c->rules.p, c->rules.len, &g, gerr, sizeof gerr);
+    } else {   /* the engine starts at `root`: point it at ours (helpers never collide: they carry our name) */
+        sl_gbnf_buf t = {0};
+        sl_gbnf_printf(&t, "root ::= %s\n", c->rn);
+        sl_gbnf_putn(&t, c->rules.p, c->rules.len);
+        rc = t.oom ? SL_ENOMEM : sl_grammar_create(t.p, t.len, &g, gerr, sizeof gerr);
+        sl_gbnf_buf_fini(&t);
+    }
     sl_grammar_destroy(g);
     if (rc != SL_OK) {
         sl_gbnf_buf_fini(&c->rules);
         if (rc == SL_ENOMEM)
             return c->rc = rc;
-        return fail(c, "invalid schema at root: its grammar exceeds the grammar engine's limits (%s)", gerr);
+        return sl_js_fail(c, "invalid schema at root: its grammar exceeds the grammar engine's limits (%s)", gerr);
     }
     *out = sl_gbnf_buf_take(&c->rules);
     return *out ? SL_OK : SL_ENOMEM;
@@ -1296,9 +972,9 @@ sl_status sl_json_schema_to_gbnf(const json_t *schema, const char *root_name, ch
     *out = NULL;
     js_ctx c = {.root = schema, .rn = root_name, .err = err, .err_len = err_len};
     if (schema == NULL)
-        return fail(&c, "invalid schema at root: no schema");
+        return sl_js_fail(&c, "invalid schema at root: no schema");
     if (!name_ok(root_name))
-        return fail(&c, "invalid rule name (letters, digits and '-', at most %d)", JS_NAME_MAX);
+        return sl_js_fail(&c, "invalid rule name (letters, digits and '-', at most %d)", JS_NAME_MAX);
     /* the root is a $ref target ("#") whose rule is the root rule itself */
     js_ref *r = ref_add(&c, schema);
     if (r == NULL)
@@ -1324,7 +1000,7 @@ sl_status sl_json_object_gbnf(const char *root_name, char **out)
         return SL_EINVAL;
     js_ctx c = {.rn = root_name};
     sl_gbnf_printf(&c.rules, "%s ::= ", root_name);
-    ref_common(&c, &c.rules, USE_OBJECT, "object");
+    sl_js_ref_common(&c, &c.rules, USE_OBJECT, "object");
     sl_gbnf_puts(&c.rules, "\n");
     return finish(&c, out);
 }

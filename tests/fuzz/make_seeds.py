@@ -284,6 +284,20 @@ def tools_seeds():
     seed("think-open", 0x80, 4, "still thinking</think>answer")
 
 
+# ---- json_schema: schemas (byte 0 even), regexes (odd) ---------------------
+def json_schema_seeds():
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
+    from test_json_schema import REFUSED, REGEXES, SCHEMAS  # the reference test's tables
+
+    for i, name in enumerate(sorted(SCHEMAS)):
+        put("json_schema", "schema-" + name, bytes([(i % 2) << 1]) + json.dumps(SCHEMAS[name]).encode())
+    for i, (schema, _) in enumerate(REFUSED):
+        put("json_schema", "refused-%02d" % i, b"\0" + json.dumps(schema).encode())
+    for i, pattern in enumerate(REGEXES):
+        put("json_schema", "regex-%02d" % i, bytes([1 | ((i % 2) << 1)]) + pattern.encode())
+
+
 if __name__ == "__main__":
     request_seeds()
     gguf_seeds()
@@ -293,4 +307,5 @@ if __name__ == "__main__":
     shm_seeds()
     grammar_seeds()
     tools_seeds()
+    json_schema_seeds()
     print("seeds written under", os.path.join(HERE, "corpus"), file=sys.stderr)
