@@ -175,6 +175,7 @@ static void prompt_work(const sl_fe *fe, sl_fe_job *job)
         }
         free(j->r.grammar);
         j->r.grammar = g;
+        snprintf(j->r.grammar_from, sizeof j->r.grammar_from, "tool_choice");
     }
     j->n_prompt = build_prompt(fe, &j->r, &j->prompt, &j->think_open, &j->e);
     j->built = true;

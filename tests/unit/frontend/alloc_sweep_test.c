@@ -201,6 +201,9 @@ Test(alloc_sweep, tool_calls_grammar, .init = setup)
     json_t *tools = json_pack("[{s:s,s:{s:s,s:{s:s}}},{s:s,s:{s:s}}]", "type", "function", "function", "name",
                               "get_weather", "parameters", "type", "object", "type", "function", "function", "name",
                               "add");
+    char *want = NULL;
+    sl_api_error e0;
+    cr_assert_eq(sl_tool_calls_grammar(SL_TOOL_FORMAT_HERMES, tools, NULL, true, &want, &e0), SL_OK);
     int n;
     for (n = 1; n <= MAX_N; n++) {
         char *g = NULL;
@@ -208,7 +211,10 @@ Test(alloc_sweep, tool_calls_grammar, .init = setup)
         sl_status rc;
         bool fired;
         ARMED(n, rc = sl_tool_calls_grammar(SL_TOOL_FORMAT_HERMES, tools, NULL, true, &g, &e));
-        if (fired) {
+        if (fired && rc == SL_OK) {
+            /* a failure the schema compiler absorbed (a cache it can do without): the text is whole */
+            cr_assert_str_eq(g, want, "N=%d", n);
+        } else if (fired) {
             cr_assert_eq(rc, SL_ENOMEM, "N=%d: rc %d", n, rc);
             cr_assert_eq(e.kind, SL_API_ERR_INTERNAL);
             cr_assert_null(g);
@@ -220,5 +226,6 @@ Test(alloc_sweep, tool_calls_grammar, .init = setup)
             break;
     }
     cr_assert_lt(n, MAX_N);
+    free(want);
     json_decref(tools);
 }
