@@ -162,8 +162,8 @@ static void prompt_work(const sl_fe *fe, sl_fe_job *job)
         return;
     if (ep == SL_API_ENDPOINT_CHAT && j->r.tools != NULL &&
         (j->r.tool_choice_mode == SL_API_TOOL_CHOICE_REQUIRED || j->r.tool_choice_mode == SL_API_TOOL_CHOICE_NAMED)) {
-        /* A call is forced by a grammar in the template's format; it replaces
-         * any other grammar of the request (the call is what was asked for). */
+        /* A call is forced by a grammar in the template's format (the parse
+         * refused any other output constraint beside a forced call). */
         char *g = NULL;
         sl_status rc = sl_tool_calls_grammar(fe->tool_format, j->r.tools,
                                              j->r.tool_choice_mode == SL_API_TOOL_CHOICE_NAMED ? j->r.tool_choice_name
