@@ -68,6 +68,8 @@ typedef struct {
     int32_t n_vocab;
     char model_name[128];            /* what /v1/models and responses report */
     sl_tool_format tool_format;      /* how the template's model writes tool calls (tool_calls.h) */
+    int32_t tool_markers[2];         /* control tokens of that format ([TOOL_CALLS], [ARGS],
+                                        <|python_tag|>) shown as text to the call parser; -1 = none */
     bool template_thinks;            /* the model writes <think> blocks (template or vocabulary) */
     bool reasoning_inline;           /* --reasoning-format inline: <think> text stays in content */
     int64_t started;                 /* unix seconds, /v1/models "created" */

@@ -470,7 +470,8 @@ static void consume(sl_fe_stream *st, int32_t token, const sl_logprob_record *re
     if (st->stop_hit)
         return;     /* tokens the worker made before it saw the cancel: not the client's */
     st->n_generated++;
-    size_t n = sl_detok_push(&st->detok, fe->tok, token, false, st->piece, st->piece_cap);
+    bool marker = st->tools != NULL && token >= 0 && (token == fe->tool_markers[0] || token == fe->tool_markers[1]);
+    size_t n = sl_detok_push(&st->detok, fe->tok, token, marker, st->piece, st->piece_cap);
     take_text(st, st->piece, n);
     if (st->logprobs && rec != NULL && st->lp_live && !sl_tokenizer_is_eog(fe->tok, token)) {
         sl_api_token_logprob tl;
