@@ -11,8 +11,10 @@
  *                    only as the whole answer (Llama 3.1-3.3);
  *            MISTRAL [TOOL_CALLS][{"name": N, "arguments": {...}}, ...] or
  *                    [TOOL_CALLS]N[ARGS]{...} (newer files); a bare array
- *                    at the start of the answer counts too, because the
- *                    detokenizer does not show the control token.
+ *                    at the start of the answer counts too: a grammar
+ *                    cannot make the control token, so a forced call
+ *                    starts with the bracket. (The server shows these
+ *                    markers to the parser as text; stream.c.)
  * Rule:      a call is reported only if its JSON parses, names one of the
  *            request's tools and has an object of arguments; anything else
  *            stays content, byte for byte. Nothing is ever invented.
