@@ -4,7 +4,9 @@ client's tool round trip (a forced call, the tool's result sent back, an
 answer), a streamed call assembled from its deltas, LangChain's bind_tools and
 with_structured_output (function_calling and json_schema), and instructor's
 TOOLS and JSON modes; then reasoning content, split off a <think> block that a
-small Qwen3-style template opens, and switched off by chat_template_kwargs.
+small Qwen3-style template opens, switched off by chat_template_kwargs, left
+inline by reasoning_format or --reasoning-format (a bad value stops the
+server).
 
 A 0.5B model makes mistakes: every test that needs a parse forces it (tool_choice
 required or named, or a schema), and tool_choice auto is only asked where any
@@ -241,3 +243,41 @@ def test_reasoning_format_inline_leaves_text_alone(think_client):
     m = r.choices[0].message
     assert m.content
     assert not (m.model_extra or {}).get("reasoning_content")
+
+
+def test_server_reasoning_format_inline(qwen, tmp_path):
+    openai = pytest.importorskip("openai")
+    t = tmp_path / "think.jinja"
+    t.write_text(THINK_TEMPLATE)
+    s = Server(qwen, tmp_path, frontends=1, extra=["--threads", "2", "--ctx-size", "512", "--chat-template", str(t),
+                                                   "--reasoning-format", "inline"])
+    try:
+        status, body = s.get("/v1/effective-config")
+        front = json.loads(body)["frontend"]
+        assert front["reasoning_format"] == "inline" and front["tool_format"] == "none"
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=120)
+        r = c.chat.completions.create(model=c.models.list().data[0].id, messages=HELLO, max_tokens=12, temperature=0)
+        assert r.choices[0].message.content
+        assert not (r.choices[0].message.model_extra or {}).get("reasoning_content")
+        # the request's own setting wins over the server's
+        r = c.chat.completions.create(model=c.models.list().data[0].id, messages=HELLO, max_tokens=12, temperature=0,
+                                      extra_body={"reasoning_format": "separate"})
+        assert (r.choices[0].message.model_extra or {}).get("reasoning_content")
+    finally:
+        s.stop()
+
+
+def test_effective_config_names_the_tool_format(server):
+    status, body = server.get("/v1/effective-config")
+    front = json.loads(body)["frontend"]
+    assert front["tool_format"] == "hermes" and front["reasoning_format"] == "separate"
+
+
+def test_bad_reasoning_format_stops_the_server(qwen, tmp_path):
+    import subprocess
+    from paths import SLUICE
+    r = subprocess.run([SLUICE, "serve", "-m", str(qwen), "--port", "0", "--frontends", "1", "--threads", "1",
+                        "--kv-memory", "64M", "--drain-delay", "0", "--admin-socket", str(tmp_path / "a.sock"),
+                        "--reasoning-format", "hidden"], capture_output=True, text=True, timeout=120)
+    assert "--reasoning-format: 'hidden' is not separate or inline" in r.stderr, r.stderr[-2000:]
+    assert r.returncode != 0
