@@ -92,6 +92,19 @@ def test_openai_named_tool(client):
     assert set(args) == {"a", "b"} and all(isinstance(v, int) for v in args.values())
 
 
+@pytest.mark.parametrize("parallel", [True, False])
+def test_openai_parallel_tool_calls(client, parallel):
+    # Forced: parallel true allows one or more calls in a row, false exactly one.
+    r = client.chat.completions.create(
+        model=client.served, messages=[{"role": "user", "content": "Weather in Paris and in Rome?"}],
+        tools=[WEATHER], tool_choice="required", parallel_tool_calls=parallel, max_tokens=120, temperature=0)
+    calls = r.choices[0].message.tool_calls
+    assert calls and (parallel or len(calls) == 1)
+    assert len({c.id for c in calls}) == len(calls)
+    for c in calls:
+        assert c.function.name == "get_weather" and "city" in json.loads(c.function.arguments)
+
+
 def test_openai_stream_tool_call_assembles(client):
     stream = client.chat.completions.create(model=client.served, messages=ASK, tools=[WEATHER],
                                             tool_choice="required", max_tokens=60, temperature=0, stream=True)
