@@ -294,3 +294,19 @@ def test_bad_reasoning_format_stops_the_server(qwen, tmp_path):
                         "--reasoning-format", "hidden"], capture_output=True, text=True, timeout=120)
     assert "--reasoning-format: 'hidden' is not separate or inline" in r.stderr, r.stderr[-2000:]
     assert r.returncode != 0
+
+
+def test_logprobs_survive_the_call_parser(client):
+    # Tokens held back while a call was decided still get their logprobs,
+    # on a later chunk: every generated token is covered once.
+    kw = dict(model=client.served, messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=60,
+              temperature=0, logprobs=True)
+    whole = client.chat.completions.create(**kw)
+    n_whole = len(whole.choices[0].logprobs.content)
+    n_stream, usage = 0, None
+    for chunk in client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}):
+        if chunk.usage:
+            usage = chunk.usage
+        if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+            n_stream += len(chunk.choices[0].logprobs.content)
+    assert n_stream == n_whole and 0 < n_whole <= usage.completion_tokens
