@@ -13,6 +13,7 @@
 
 #include "frontend/api_json.h"
 #include "frontend/tool_calls.h"
+#include "model/grammar/grammar.h"
 #include "model/grammar/json_schema.h"
 #include "shared/alloc.h"
 
@@ -766,6 +767,19 @@ sl_status sl_tool_calls_grammar(sl_tool_format f, const json_t *tools, const cha
     if (r.oom) {
         free(r.s);
         goto nomem_err;
+    }
+    /* Each schema's rules compiled alone; together they may still pass an
+     * engine limit, which is the request's 400 here, not the worker's. */
+    char msg[SL_ERR_LEN] = "";
+    sl_grammar *gr = NULL;
+    sl_status rc = sl_grammar_create(r.s, r.len, &gr, msg, sizeof msg);
+    sl_grammar_destroy(gr);
+    if (rc < 0) {
+        free(r.s);
+        if (rc == SL_ENOMEM)
+            goto nomem_err;
+        sl_api_error_set(err, SL_API_ERR_INVALID_REQUEST, "tools", "the tool calls cannot be enforced: %s", msg);
+        return SL_EINVAL;
     }
     *out = r.s;
     return SL_OK;

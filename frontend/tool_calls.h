@@ -112,8 +112,10 @@ sl_status sl_tool_calls_parse(sl_tool_format f, const json_t *tools, const char 
  * the tool only_name; several in a row when parallel. Each call's arguments
  * are what its `function.parameters` schema accepts (any object when absent).
  * *out malloc'd, NULL on failure. SL_OK; SL_EINVAL with err filled as a 400
- * naming tools[i].function.parameters and the schema compiler's message, or
- * tool_choice when only_name names no tool; SL_ENOMEM (err filled, 500). */
+ * naming tools[i].function.parameters and the schema compiler's message,
+ * tool_choice when only_name names no tool, or tools when the whole grammar
+ * passes the engine's limits (it is compiled once here); SL_ENOMEM (err
+ * filled, 500). */
 sl_status sl_tool_calls_grammar(sl_tool_format f, const json_t *tools, const char *only_name, bool parallel,
                                 char **out, sl_api_error *err);
 

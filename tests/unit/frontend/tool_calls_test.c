@@ -422,3 +422,29 @@ Test(tool_calls, grammar_refuses_unknown_name_and_bad_schema)
     cr_assert_eq(sl_tool_calls_grammar(SL_TOOL_FORMAT_HERMES, NULL, NULL, false, &g, &e), SL_EINVAL);
     cr_assert_str_eq(e.param, "tools");
 }
+
+Test(tool_calls, grammar_refuses_what_passes_the_engine_limits_together)
+{
+    /* each tool's schema compiles alone; all of them at once have too many rules */
+    json_t *tools = json_array();
+    for (int i = 0; i < 128; i++) {
+        json_t *props = json_object();
+        for (int k = 0; k < 40; k++) {
+            char pn[16];
+            snprintf(pn, sizeof pn, "p%d", k);
+            json_object_set_new(props, pn, json_pack("{s:s,s:i}", "type", "string", "maxLength", 3));
+        }
+        char name[16];
+        snprintf(name, sizeof name, "t%d", i);
+        json_array_append_new(tools, json_pack("{s:s,s:{s:s,s:{s:s,s:o}}}", "type", "function", "function", "name",
+                                               name, "parameters", "type", "object", "properties", props));
+    }
+    char *g = (char *)1;
+    sl_api_error e;
+    sl_status rc = sl_tool_calls_grammar(SL_TOOL_FORMAT_HERMES, tools, NULL, true, &g, &e);
+    cr_assert_eq(rc, SL_EINVAL);
+    cr_assert_null(g);
+    cr_assert_str_eq(e.param, "tools");
+    cr_assert(strstr(e.message, "cannot be enforced") != NULL, "%s", e.message);
+    json_decref(tools);
+}
