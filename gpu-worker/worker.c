@@ -98,7 +98,10 @@ static sl_status io_poll(void *ctx, sl_sched_request *out)
                                 &request_id, &n_prompt);
         const sl_mailbox_shm *mb = sl_shm_mailbox(w->shm, t);
         held *h = &w->held[slot];
-        if (rc == SL_OK && mb && n_prompt >= 1 && n_prompt <= (uint32_t)w->model->hp.n_ctx_train &&
+        const char *grammar;
+        uint32_t grammar_len;
+        /* a grammar that cannot be read fails the request: it must never run unconstrained */
+        if (rc == SL_OK && sl_shm_grammar_get(w->shm, t, &grammar, &grammar_len) == SL_OK && mb && n_prompt >= 1 && n_prompt <= (uint32_t)w->model->hp.n_ctx_train &&
             (h->prompt = sl_malloc(n_prompt * sizeof(int32_t))) != NULL &&
             sl_shm_prompt_copy(w->shm, t, 0, n_prompt, h->prompt) == SL_OK) {
             h->ticket = t;
@@ -108,12 +111,8 @@ static sl_status io_poll(void *ctx, sl_sched_request *out)
             out->prompt = h->prompt;
             out->n_prompt = (int32_t)n_prompt;
             out->ignore_eos = ignore_eos != 0;
-            const char *grammar;
-            uint32_t grammar_len;
-            if (sl_shm_grammar_get(w->shm, t, &grammar, &grammar_len) == SL_OK) {
-                out->grammar = grammar;   /* compiled by the scheduler's intake, inside this poll's caller */
-                out->grammar_len = grammar_len;
-            }
+            out->grammar = grammar;   /* compiled by the scheduler's intake, inside this poll's caller */
+            out->grammar_len = grammar_len;
             sl_shm_result_info info;
             out->submit_ns = sl_shm_result(w->shm, t, &info) == SL_OK && info.timings.queued_ns
                                  ? info.timings.queued_ns : sl_shm_now_ns();
