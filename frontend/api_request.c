@@ -552,6 +552,7 @@ sl_status sl_api_request_parse(sl_api_request *r, sl_api_endpoint ep,
     r->max_tokens = -1;
     r->n = 1;
     r->parallel_tool_calls = true;
+    r->tool_choice_mode = SL_API_TOOL_CHOICE_NONE;   /* completions have no tools */
     sl_sampling_params_default(&r->sampling);
     if (n_vocab <= 0) n_vocab = INT32_MAX;
 

@@ -156,3 +156,10 @@ def test_unknown_and_refused_fields_are_400(client):
     # documented no-ops pass
     text, _ = chat(client, max_tokens=2, store=False, metadata={"k": "v"}, user="u", service_tier="auto")
     assert isinstance(text, str)
+
+
+def test_grammar_past_the_worker_limit_is_400(client):
+    # Compiles (under the engine's 256 KiB) but is longer than the grammar
+    # text a mailbox carries (64 KiB by default): refused before queueing.
+    e = bad_request(lambda: chat(client, extra_body={"grammar": 'root ::= "' + "a" * 70000 + '"'}))
+    assert e["param"] == "grammar" and "does not accept" in e["message"], e

@@ -354,6 +354,8 @@ Test(api_request, completion_text_prompt)
     parse_ok(&r, CMPL, "{\"prompt\":\"Once upon\",\"max_tokens\":16,\"logprobs\":2,\"echo\":false}");
     cr_expect_eq(r.endpoint, CMPL);
     cr_expect_null(r.messages);
+    cr_expect_null(r.tools);
+    cr_expect_eq(r.tool_choice_mode, SL_API_TOOL_CHOICE_NONE);
     cr_expect_str_eq(r.prompt, "Once upon");
     cr_expect_eq(r.prompt_len, 9);
     cr_expect_null(r.prompt_tokens);
