@@ -217,9 +217,22 @@ typedef struct {
 
 typedef struct {
     prod_rule *r;
+    prod_rule **by_name;   /* (n) sorted by name, for the lookups */
     size_t n;
     const char *p, *end;
 } prod_eval;
+
+static int cmp_name(const char *a, size_t an, const char *b, size_t bn)
+{
+    int c = memcmp(a, b, an < bn ? an : bn);
+    return c ? c : (an > bn) - (an < bn);
+}
+
+static int cmp_rule(const void *a, const void *b)
+{
+    const prod_rule *x = *(prod_rule *const *)a, *y = *(prod_rule *const *)b;
+    return cmp_name(x->name, x->name_len, y->name, y->name_len);
+}
 
 static bool is_name_char(char c)
 {
@@ -255,11 +268,19 @@ static bool eval_elem(prod_eval *e, bool *ok)
         while (e->p < e->end && is_name_char(*e->p))
             e->p++;
         v = false;
-        for (size_t i = 0; i < e->n; i++)
-            if (e->r[i].name_len == (size_t)(e->p - s) && memcmp(e->r[i].name, s, e->r[i].name_len) == 0) {
-                v = e->r[i].productive;
+        size_t lo = 0, hi = e->n, len = (size_t)(e->p - s);
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            int d = cmp_name(s, len, e->by_name[mid]->name, e->by_name[mid]->name_len);
+            if (d == 0) {
+                v = e->by_name[mid]->productive;
                 break;
             }
+            if (d < 0)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
     } else {
         *ok = false;
         e->p++;
@@ -323,7 +344,15 @@ size_t sl_gbnf_unproductive(const char *text, const char **names, size_t *lens, 
         }
         p = *eol ? eol + 1 : eol;
     }
-    prod_eval e = {.r = r, .n = k};
+    prod_rule **by_name = sl_malloc((k ? k : 1) * sizeof *by_name);
+    if (by_name == NULL) {
+        free(r);
+        return 0;
+    }
+    for (size_t i = 0; i < k; i++)
+        by_name[i] = &r[i];
+    qsort(by_name, k, sizeof *by_name, cmp_rule);
+    prod_eval e = {.r = r, .by_name = by_name, .n = k};
     for (bool changed = true; changed;) {
         changed = false;
         for (size_t i = 0; i < k; i++) {
@@ -346,6 +375,7 @@ size_t sl_gbnf_unproductive(const char *text, const char **names, size_t *lens, 
             }
             bad++;
         }
+    free(by_name);
     free(r);
     return bad;
 }

@@ -73,6 +73,10 @@ void sl_grammar_vocab_destroy(sl_grammar_vocab *v);
 
 int32_t sl_grammar_vocab_size(const sl_grammar_vocab *v);
 
+/* Token t's bytes as v holds them (*len < 0: never allowed); NULL when t is
+ * out of range. Valid while v lives. */
+const char *sl_grammar_vocab_token(const sl_grammar_vocab *v, int32_t t, int32_t *len);
+
 /* ---- matcher ------------------------------------------------------------------ */
 
 /* A matcher at the start of `g`'s root rule. *out NULL on failure. */

@@ -92,12 +92,53 @@ void sl_gram_errf(char *err, size_t err_len, const char *fmt, ...) __attribute__
 
 /* ---- vocabulary trie ------------------------------------------------------ */
 
+/* UTF-8 decoder states: at a character boundary, inside one (what the next
+ * byte must be), or invalid. */
+enum {
+    SL_GRAM_UTF8_BOUNDARY = 0,
+    SL_GRAM_UTF8_CONT1,     /* one 80-BF left */
+    SL_GRAM_UTF8_CONT2,     /* two 80-BF left */
+    SL_GRAM_UTF8_CONT3,     /* three 80-BF left */
+    SL_GRAM_UTF8_E0,        /* A0-BF, then one */
+    SL_GRAM_UTF8_ED,        /* 80-9F, then one */
+    SL_GRAM_UTF8_F0,        /* 90-BF, then two */
+    SL_GRAM_UTF8_F4,        /* 80-8F, then two */
+    SL_GRAM_UTF8_INVALID,
+};
+
+static inline uint8_t sl_gram_utf8_next(uint8_t st, unsigned b)
+{
+    bool cont = b >= 0x80 && b <= 0xBF;
+    switch (st) {
+    case SL_GRAM_UTF8_BOUNDARY:
+        if (b < 0x80) return SL_GRAM_UTF8_BOUNDARY;
+        if (b >= 0xC2 && b <= 0xDF) return SL_GRAM_UTF8_CONT1;
+        if (b == 0xE0) return SL_GRAM_UTF8_E0;
+        if (b == 0xED) return SL_GRAM_UTF8_ED;
+        if (b >= 0xE1 && b <= 0xEF) return SL_GRAM_UTF8_CONT2;
+        if (b == 0xF0) return SL_GRAM_UTF8_F0;
+        if (b >= 0xF1 && b <= 0xF3) return SL_GRAM_UTF8_CONT3;
+        if (b == 0xF4) return SL_GRAM_UTF8_F4;
+        return SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_CONT1: return cont ? SL_GRAM_UTF8_BOUNDARY : SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_CONT2: return cont ? SL_GRAM_UTF8_CONT1 : SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_CONT3: return cont ? SL_GRAM_UTF8_CONT2 : SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_E0: return b >= 0xA0 && b <= 0xBF ? SL_GRAM_UTF8_CONT1 : SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_ED: return b >= 0x80 && b <= 0x9F ? SL_GRAM_UTF8_CONT1 : SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_F0: return b >= 0x90 && b <= 0xBF ? SL_GRAM_UTF8_CONT2 : SL_GRAM_UTF8_INVALID;
+    case SL_GRAM_UTF8_F4: return b >= 0x80 && b <= 0x8F ? SL_GRAM_UTF8_CONT2 : SL_GRAM_UTF8_INVALID;
+    default: return SL_GRAM_UTF8_INVALID;
+    }
+}
+
 typedef struct {
     uint32_t end;        /* index past this node's subtree (preorder) */
     uint32_t tok_lo;     /* tokens ending here: sorted[tok_lo .. tok_lo + n_tok) */
     uint32_t n_tok;
     uint8_t byte;        /* the edge into this node */
-    uint8_t _pad[3];
+    uint8_t high;        /* a byte >= 0x80 is on an edge below this node */
+    uint8_t utf8;        /* UTF-8 decoder state after this node's bytes (SL_GRAM_UTF8_*) */
+    uint8_t bad_below;   /* some token below holds invalid UTF-8 */
 } sl_gram_tnode;
 
 struct sl_grammar_vocab {
@@ -107,6 +148,8 @@ struct sl_grammar_vocab {
                                 prefix), a node's first child is the next node */
     int32_t *sorted;         /* token ids with lens >= 0, lexicographic by bytes */
     uint32_t depth_max;      /* longest token */
+    uint32_t n_sorted;
+    uint64_t (*below)[2];    /* (n_nodes) ASCII bytes on edges below each node */
     char *bytes;             /* all token bytes */
     uint64_t *tok_off;       /* (n_vocab) offset in bytes */
     int32_t *tok_len;        /* (n_vocab) the caller's lens */
@@ -125,6 +168,10 @@ typedef struct {
     uint32_t accepting;      /* a stack finished the root rule */
     int32_t cache_slot;      /* mask cache entry, or -1 */
     int32_t dense;           /* row of dense transitions, or -1 */
+    uint32_t self_known;     /* self_ascii and utf8_closed computed */
+    uint32_t utf8_closed;    /* every valid multi-byte character leads back here,
+                                through live sets */
+    uint64_t self_ascii[2];  /* ASCII bytes b with step(this, b) == this */
     uint32_t n_tr;           /* transitions computed from it */
     sl_gram_class any;       /* union of the stacks' top classes */
 } sl_gram_set;

@@ -15,8 +15,9 @@
  *    (false), or any keys whose values follow the schema;
  *  - numbers have at most 16 integer and 16 fraction digits and a two-digit
  *    exponent; a number with bounds is written without exponent, its bounds
- *    must be whole numbers within +-1e9 (else refused), and it has at most
- *    5 fraction digits so it never rounds onto an exclusive bound;
+ *    must have at most 5 decimals and lie within +-1e9 (else refused), and
+ *    it has at most 5 fraction digits so it never rounds onto an exclusive
+ *    bound;
  *  - an integer bound beyond +-1e16 counts as no bound (longer integers are
  *    never produced);
  *  - strings are written with raw UTF-8 and the short escapes; \u escapes
@@ -27,11 +28,11 @@
  * (left recursion) while walking, and a rule that derives no finite string
  * after (sl_gbnf_unproductive).
  * Numbers and integer ranges are in json_schema_num.c, the shared rules in
- * json_schema_rules.c (json_schema_internal.h joins them). */
+ * json_schema_rules.c, errors and paths in json_schema_ctx.c
+ * (json_schema_internal.h joins them). */
 #include "model/grammar/json_schema.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,37 +52,6 @@ static const char *const k_supported[] = {
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 /* ---- errors and paths ---------------------------------------------------------------- */
-
-/* The path for a message: long ones keep their last 100 bytes, so the
- * reason after them still fits an SL_ERR_LEN buffer. */
-const char *sl_js_path_text(js_ctx *c)
-{
-    if (c->path_len == 0)
-        return "root";
-    if (c->path_len <= 100)
-        return c->path;
-    snprintf(c->path_shown, sizeof c->path_shown, "...%s", c->path + c->path_len - 100);
-    return c->path_shown;
-}
-
-sl_status sl_js_fail(js_ctx *c, const char *fmt, ...)
-{
-    if (c->rc == SL_OK) {
-        c->rc = SL_EINVAL;
-        if (c->err && c->err_len) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(c->err, c->err_len, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return c->rc;
-}
-
-sl_status sl_js_bad_value(js_ctx *c, const char *kw, const char *why)
-{
-    return sl_js_fail(c, "invalid keyword '%s' at %s: %s", kw, sl_js_path_text(c), why);
-}
 
 /* Appends "/seg" (JSON Pointer escaped); returns the length to restore. */
 static size_t path_push(js_ctx *c, const char *seg)
@@ -122,28 +92,6 @@ static void path_pop(js_ctx *c, size_t old)
 }
 
 /* ---- output helpers ------------------------------------------------------------------ */
-
-static void use(js_ctx *c, unsigned what)
-{
-    if (what & (USE_VALUE | USE_OBJECT | USE_ARRAY))
-        what |= USE_VALUE | USE_OBJECT | USE_ARRAY | USE_STRING | USE_NUMBER | USE_WS;
-    if (what & USE_STRING)
-        what |= USE_CHAR;
-    if (what & USE_CHAR)
-        what |= USE_HEX;
-    if (what & USE_DATETIME)
-        what |= USE_DATE | USE_TIME;
-    if (what & USE_UUID)
-        what |= USE_HEX;
-    c->used |= what;
-}
-
-/* Writes " <root>-<suffix>" style references. */
-void sl_js_ref_common(js_ctx *c, sl_gbnf_buf *b, unsigned what, const char *suffix)
-{
-    use(c, what);
-    sl_gbnf_printf(b, "%s-%s", c->rn, suffix);
-}
 
 static void ws(js_ctx *c, sl_gbnf_buf *b) { sl_js_ref_common(c, b, USE_WS, "ws"); }
 
@@ -331,11 +279,8 @@ static sl_status ref_compile(js_ctx *c, size_t idx, const char *pointer)
     snprintf(c->path, sizeof c->path, "%s", pointer);
     c->path_len = strlen(c->path);
     snprintf(c->refs[idx].path, sizeof c->refs[idx].path, "%s", sl_js_path_text(c));
-    int depth = c->depth;
-    c->depth = 0;
     sl_gbnf_buf body = {0};
     sl_status rc = schema_expr(c, c->refs[idx].target, &body);
-    c->depth = depth;
     if (rc == SL_OK)
         add_rule(c, c->refs[idx].name, &body);
     sl_gbnf_buf_fini(&body);
@@ -669,15 +614,17 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
         return c->rc = SL_ENOMEM;
     }
     for (size_t i = n; i-- > 1;) {
+        /* `"," member next | next` rather than `("," member)? next`: the
+         * grammar engine turns each group and each ? into a rule of its own */
         sl_gbnf_buf t = {0};
-        sl_gbnf_puts(&t, p[i].required ? "\",\" " : "(\",\" ");
+        sl_gbnf_puts(&t, "\",\" ");
         ws(c, &t);
         sl_gbnf_puts(&t, " ");
         member(c, &t, &p[i]);
-        if (!p[i].required)
-            sl_gbnf_puts(&t, ")?");
         if (i + 1 < n)
             sl_gbnf_printf(&t, " %s", tails[i + 1]);
+        if (!p[i].required)
+            sl_gbnf_printf(&t, " | %s", i + 1 < n ? tails[i + 1] : "\"\"");
         new_name(c, tails[i]);
         add_rule(c, tails[i], &t);
         sl_gbnf_buf_fini(&t);
@@ -727,7 +674,10 @@ static sl_status array_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
         mx = (long)np;
     if (mx >= 0 && mn > mx)
         return sl_js_bad_value(c, "minItems", "more items than prefixItems allows with items false");
-    char pre[JS_PREFIX_MAX][JS_NAME_MAX + 16], item[JS_NAME_MAX + 16] = "";
+    /* on the heap: this frame is on the walk's recursion, once per nesting level */
+    char (*pre)[JS_NAME_MAX + 16] = sl_calloc(np ? np : 1, sizeof *pre), item[JS_NAME_MAX + 16] = "";
+    if (pre == NULL)
+        return c->rc = SL_ENOMEM;
     c->token_depth++;
     sl_status rc = SL_OK;
     for (size_t k = 0; k < np && rc == SL_OK; k++) {
@@ -738,8 +688,10 @@ static sl_status array_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
     if (rc == SL_OK && items && !json_is_false(items) && (mx < 0 || mx > (long)np))
         rc = schema_rule_at(c, items, "items", NULL, item);
     c->token_depth--;
-    if (rc != SL_OK)
+    if (rc != SL_OK) {
+        free(pre);
         return rc;
+    }
     sl_gbnf_buf any = {0};
     if (item[0] == 0) {
         sl_js_ref_common(c, &any, USE_VALUE, "value");
@@ -785,6 +737,7 @@ static sl_status array_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
     for (size_t i = 0; i < open; i++)
         sl_gbnf_puts(b, ")?");
     sl_gbnf_puts(b, " \"]\"");
+    free(pre);
     return SL_OK;
 }
 

@@ -1,5 +1,7 @@
 /* model/grammar/json_schema.h: a JSON Schema -> GBNF text (model/grammar/grammar.h)
- * whose sentences are exactly the JSON documents that validate.
+ * whose sentences are JSON documents that validate: all of them, or a subset
+ * where the full set is costly (docs/JSON_SCHEMA.md lists where), never a
+ * document that does not validate.
  * Where:     front ends, for response_format json_schema / json_object, the
  *            tools' parameter schemas (tool_choice required or named) and the
  *            extension fields; the worker only ever sees the GBNF text.
@@ -10,15 +12,17 @@
  *            allOf of one schema, $defs/definitions with local $ref ("#/..."),
  *            string minLength/maxLength, pattern (a regex, model/grammar/regex.h),
  *            format date/time/date-time/uuid/email, integer and number minimum/
- *            maximum/exclusiveMinimum/exclusiveMaximum; annotations (title,
- *            description, default, examples, $schema, $id, $comment) are ignored.
- *            Any other keyword is refused, never ignored.
+ *            maximum/exclusiveMinimum/exclusiveMaximum (a number's bounds with at
+ *            most 5 decimals); annotations (title, description, default,
+ *            examples, $schema, $id, $comment, deprecated, readOnly,
+ *            writeOnly, discriminator) are ignored. Any other keyword is
+ *            refused, never ignored.
  * Output:    properties in schema order, required ones always present; the
  *            whitespace between tokens is bounded (at most one newline plus a
  *            bounded indent, or one space), so a model cannot pad forever.
  * Errors:    SL_OK; SL_EINVAL with err naming the keyword and the JSON Pointer
- *            of the subschema ("unsupported keyword 'if' at /properties/a");
- *            SL_ENOMEM. *out is NULL on failure. */
+ *            of the subschema ("unsupported keyword 'if' at /properties/a";
+ *            the top one is "root"); SL_ENOMEM. *out is NULL on failure. */
 #ifndef SL_JSON_SCHEMA_H
 #define SL_JSON_SCHEMA_H
 

@@ -1,9 +1,10 @@
 /* model/grammar/json_schema_internal.h: what the schema compiler's files
- * share: the walk's context, the error and path helpers, and the pieces that
- * live in their own files (json_schema_num.c: numbers and integer ranges;
- * json_schema_rules.c: the fixed-named shared rules). Calls go one way:
- * json_schema.c walks and calls into them; they call back only the helpers
- * declared here. Private to model/grammar. */
+ * share: the walk's context, the error and path helpers
+ * (json_schema_ctx.c), and the pieces that live in their own files
+ * (json_schema_num.c: numbers and integer ranges; json_schema_rules.c: the
+ * fixed-named shared rules). Calls go one way: json_schema.c walks and
+ * calls into the others; json_schema_num.c calls only json_schema_ctx.c.
+ * Private to model/grammar. */
 #ifndef SL_JSON_SCHEMA_INTERNAL_H
 #define SL_JSON_SCHEMA_INTERNAL_H
 
@@ -14,7 +15,7 @@
 #include "model/grammar/gbnf_text.h"
 #include "shared/status.h"
 
-#define JS_DEPTH_MAX 64        /* nested subschemas (a $ref target starts again at its own depth) */
+#define JS_DEPTH_MAX 64        /* nested subschemas, counted through $ref targets (bounds the walk's stack) */
 #define JS_NAME_MAX 96         /* root name length */
 #define JS_PREFIX_MAX 64       /* prefixItems entries */
 #define JS_REPEAT_MAX 1000     /* minLength/maxLength/minItems/maxItems */
@@ -71,6 +72,8 @@ sl_status sl_js_fail(js_ctx *c, const char *fmt, ...) __attribute__((format(prin
 sl_status sl_js_bad_value(js_ctx *c, const char *kw, const char *why);
 /* The current subschema's JSON Pointer for a message ("root" at the top). */
 const char *sl_js_path_text(js_ctx *c);
+/* Marks shared rules used (with the rules they refer to). */
+void sl_js_use(js_ctx *c, unsigned what);
 /* Writes a reference to the shared rule <root>-<suffix>, marking it used. */
 void sl_js_ref_common(js_ctx *c, sl_gbnf_buf *b, unsigned what, const char *suffix);
 

@@ -2,11 +2,13 @@
  * the schema compiler. An integer range becomes exact digit rules: split by
  * digit count, then per leading digit, the way one writes a range as a
  * regex (e.g. -12..345 is "-" (1-9 | 1[0-2]) | 0-9 | 1-9 d | 1-2 dd | 3 (0-3 d
- * | 4 0-5)); no leading zero, no "-0". A bounded number is an integer part
- * in range with a fraction: only whole-number bounds within +-1e9 are
- * supported, and fractions have at most 5 digits, so integer part plus
- * fraction is at most 15 significant digits and never rounds onto an
- * exclusive bound when parsed as a double. */
+ * | 4 0-5)); no leading zero, no "-0". A bounded number is counted in
+ * units of 1e-5: its bounds must have at most 5 decimals and lie within
+ * +-1e9, and it is written without exponent as the partial unit at each end
+ * (an integer part with the fractions in range) plus the whole units
+ * between (any fraction). Integer part plus fraction is then at most 15
+ * significant digits, so a value never rounds onto an exclusive bound when
+ * parsed as a double. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -180,29 +182,90 @@ sl_status sl_js_integer_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
     return SL_OK;
 }
 
-#define FRAC_ANY "(\".\" [0-9]{1,5})?"
-#define FRAC_NONZERO "\".\" [0-9]{0,4} [1-9]"
-#define FRAC_ZERO "\".0\"?"
+/* Bounded numbers are counted in units of 1e-5 (JS_FRAC_DIGITS fraction
+ * digits): a bound with more decimals is refused, and every value written
+ * has at most that many, so the unit count of a written value is exact. */
+#define JS_FRAC_DIGITS 5
+#define JS_UNIT 100000LL
 
-/* Unsigned decimals (no exponent) of values between whole numbers a and b
- * (b < 0: unbounded), each end inclusive or not. Returns false when empty. */
-static bool decimals(sl_gbnf_buf *b, long long a, bool a_excl, long long hi, bool hi_excl)
+/* `"." digits` for the fractions (1..5 digits, trailing zeros allowed)
+ * whose value in units lies in [flo, fhi], 0 <= flo <= fhi < JS_UNIT.
+ * Returns false when there is none. */
+static bool fractions(sl_gbnf_buf *b, long long flo, long long fhi)
 {
-    if (hi >= 0 && a == hi) {
-        if (a_excl || hi_excl)
-            return false;
-        sl_gbnf_printf(b, "(\"%lld\" " FRAC_ZERO ")", a);
-        return true;
+    sl_gbnf_buf t = {0};
+    bool any = false;
+    long long scale = JS_UNIT;
+    for (int f = 1; f <= JS_FRAC_DIGITS; f++) {
+        scale /= 10;   /* units per step of the last of f digits */
+        long long lo = (flo + scale - 1) / scale, hi = fhi / scale;
+        if (lo > hi)
+            continue;
+        char ls[24], hs[24];
+        snprintf(ls, sizeof ls, "%0*lld", f, lo);
+        snprintf(hs, sizeof hs, "%0*lld", f, hi);
+        if (any)
+            sl_gbnf_puts(&t, " | ");
+        digits_between(&t, ls, hs, (size_t)f);
+        any = true;
     }
-    sl_gbnf_printf(b, "(\"%lld\" %s", a, a_excl ? FRAC_NONZERO : FRAC_ANY);
-    if (hi < 0 || a + 1 <= hi - 1) {
-        sl_gbnf_puts(b, " | ");
-        naturals(b, a + 1, hi < 0 ? -1 : hi - 1);
-        sl_gbnf_puts(b, " " FRAC_ANY);
+    if (any)
+        sl_gbnf_printf(b, "\".\" (%s)", t.p);
+    b->oom |= t.oom;
+    sl_gbnf_buf_fini(&t);
+    return any;
+}
+
+/* One integer part `ip` with the fractions [flo, fhi] (units); no fraction
+ * at all when flo is 0. */
+static void unit_part(sl_gbnf_buf *b, long long ip, long long flo, long long fhi)
+{
+    sl_gbnf_printf(b, "\"%lld\" ", ip);
+    if (flo == 0)
+        sl_gbnf_puts(b, "(");
+    if (!fractions(b, flo, fhi))
+        sl_gbnf_puts(b, "\"\"");
+    if (flo == 0)
+        sl_gbnf_puts(b, ")?");
+}
+
+/* Unsigned decimals (no exponent) whose value in units lies in [nl, nh]
+ * (nh_inf: no upper end), 0 <= nl. Writes one group. */
+static void fixed_range(sl_gbnf_buf *b, long long nl, long long nh, bool nh_inf)
+{
+    long long first_whole = (nl + JS_UNIT - 1) / JS_UNIT, last_whole = nh_inf ? 0 : nh / JS_UNIT;
+    bool any = false;
+    sl_gbnf_puts(b, "(");
+    if (nl % JS_UNIT != 0) {   /* the unit nl falls inside, from nl on */
+        long long ip = nl / JS_UNIT;
+        long long top = !nh_inf && nh < (ip + 1) * JS_UNIT ? nh - ip * JS_UNIT : JS_UNIT - 1;
+        unit_part(b, ip, nl - ip * JS_UNIT, top);
+        any = true;
     }
-    if (hi >= 0 && !hi_excl)
-        sl_gbnf_printf(b, " | \"%lld\" " FRAC_ZERO, hi);
+    if (nh_inf || first_whole <= last_whole - 1) {   /* whole units: any fraction */
+        if (any)
+            sl_gbnf_puts(b, " | ");
+        naturals(b, first_whole, nh_inf ? -1 : last_whole - 1);
+        sl_gbnf_puts(b, " (\".\" [0-9]{1,5})?");
+        any = true;
+    }
+    if (!nh_inf && last_whole >= first_whole) {   /* the unit nh falls in, up to nh */
+        if (any)
+            sl_gbnf_puts(b, " | ");
+        unit_part(b, last_whole, 0, nh - last_whole * JS_UNIT);
+    }
     sl_gbnf_puts(b, ")");
+}
+
+/* A bound in units, or false when it has more than 5 decimals or is too large. */
+static bool to_units(double v, long long *u)
+{
+    if (fabs(v) > JS_NUM_BOUND)
+        return false;
+    double x = v * (double)JS_UNIT, r = nearbyint(x);
+    if (fabs(x - r) > 1e-6 * (fabs(x) > 1 ? fabs(x) : 1))
+        return false;
+    *u = (long long)r;
     return true;
 }
 
@@ -215,37 +278,29 @@ sl_status sl_js_number_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
         sl_js_ref_common(c, b, USE_NUMBER, "number");
         return SL_OK;
     }
+    long long nl = 0, nh = 0;
     const char *kw = NULL;
-    if (r.has_lo && (r.lo != floor(r.lo) || fabs(r.lo) > JS_NUM_BOUND))
+    if (r.has_lo && !to_units(r.lo, &nl))
         kw = r.lo_excl && json_is_number(json_object_get(s, "exclusiveMinimum")) ? "exclusiveMinimum" : "minimum";
-    else if (r.has_hi && (r.hi != floor(r.hi) || fabs(r.hi) > JS_NUM_BOUND))
+    else if (r.has_hi && !to_units(r.hi, &nh))
         kw = r.hi_excl && json_is_number(json_object_get(s, "exclusiveMaximum")) ? "exclusiveMaximum" : "maximum";
     if (kw)
-        return sl_js_bad_value(c, kw, "a bound of a number must be a whole number within +-1e9");
-    long long lo = (long long)r.lo, hi = (long long)r.hi;
-    if (r.has_lo && r.has_hi && (lo > hi || (lo == hi && (r.lo_excl || r.hi_excl))))
+        return sl_js_bad_value(c, kw, "a bound of a number must have at most 5 decimals and lie within +-1e9");
+    nl += r.has_lo && r.lo_excl;
+    nh -= r.has_hi && r.hi_excl;
+    if (r.has_lo && r.has_hi && nl > nh)
         return sl_js_fail(c, "invalid keyword 'minimum' at %s: no number lies within the bounds", sl_js_path_text(c));
     sl_gbnf_puts(b, "(");
     bool first = true;
-    if (!r.has_hi || hi > 0 || (hi == 0 && !r.hi_excl)) {
-        bool pos_lo = r.has_lo && lo >= 0;
-        if (decimals(b, pos_lo ? lo : 0, pos_lo && r.lo_excl, r.has_hi ? hi : -1, r.hi_excl))
-            first = false;
+    if (!r.has_hi || nh >= 0) {
+        fixed_range(b, r.has_lo && nl > 0 ? nl : 0, nh, !r.has_hi);
+        first = false;
     }
-    if (!r.has_lo || lo < 0) {
-        /* -y with y from max(-hi, 0) to -lo */
-        bool neg_hi = r.has_hi && hi < 0;
-        sl_gbnf_buf t = {0};
-        if (decimals(&t, neg_hi ? -hi : 0, neg_hi ? r.hi_excl : (r.has_hi && hi == 0 && r.hi_excl),
-                     r.has_lo ? -lo : -1, r.lo_excl)) {
-            if (!first)
-                sl_gbnf_puts(b, " | ");
-            sl_gbnf_puts(b, "\"-\" ");
-            sl_gbnf_putn(b, t.p, t.len);
-            first = false;
-        }
-        b->oom |= t.oom;
-        sl_gbnf_buf_fini(&t);
+    if (!r.has_lo || nl < 0) {   /* "-" and the magnitude, from max(-nh, 0) to -nl */
+        if (!first)
+            sl_gbnf_puts(b, " | ");
+        sl_gbnf_puts(b, "\"-\" ");
+        fixed_range(b, r.has_hi && nh < 0 ? -nh : 0, -nl, !r.has_lo);
     }
     sl_gbnf_puts(b, ")");
     return SL_OK;

@@ -76,6 +76,70 @@ static bool walk_scratch(sl_grammar_matcher *m, uint32_t depth)
     return true;
 }
 
+#define CLOSED_PAIRS_MAX 64   /* (set, decoder state) pairs explored */
+
+/* Whether every valid multi-byte character leads from set s back to s
+ * through live sets: a walk over (set, UTF-8 decoder state) pairs. */
+static sl_status utf8_closed(sl_grammar_matcher *m, int32_t s, bool *closed)
+{
+    int32_t pset[CLOSED_PAIRS_MAX];
+    uint8_t pst[CLOSED_PAIRS_MAX];
+    int n = 1;
+    pset[0] = s;
+    pst[0] = SL_GRAM_UTF8_BOUNDARY;
+    *closed = false;
+    for (int i = 0; i < n; i++) {
+        for (unsigned b = 0x80; b < 0x100; b++) {
+            uint8_t u = sl_gram_utf8_next(pst[i], b);
+            if (u == SL_GRAM_UTF8_INVALID)
+                continue;
+            int32_t t = sl_gram_step(m, pset[i], b);
+            if (t == SL_GRAM_NOMEM)
+                return SL_ENOMEM;
+            if (t < 0)
+                return SL_OK;
+            if (u == SL_GRAM_UTF8_BOUNDARY) {
+                if (t != s)
+                    return SL_OK;
+                continue;
+            }
+            int j = 0;
+            while (j < n && !(pset[j] == t && pst[j] == u))
+                j++;
+            if (j == n) {
+                if (n == CLOSED_PAIRS_MAX)
+                    return SL_OK;
+                pset[n] = t;
+                pst[n++] = u;
+            }
+        }
+    }
+    *closed = true;
+    return SL_OK;
+}
+
+/* Fills set s's self_ascii and utf8_closed, once per set. */
+static sl_status self_loops(sl_grammar_matcher *m, int32_t s)
+{
+    uint64_t self[2] = {0, 0};
+    for (unsigned b = 0; b < 128; b++) {
+        int32_t t = sl_gram_step(m, s, b);
+        if (t == SL_GRAM_NOMEM)
+            return SL_ENOMEM;
+        if (t == s)
+            self[b >> 6] |= 1ull << (b & 63);
+    }
+    bool closed;
+    if (utf8_closed(m, s, &closed) != SL_OK)
+        return SL_ENOMEM;
+    sl_gram_set *S = &m->sets[s];
+    S->self_ascii[0] = self[0];
+    S->self_ascii[1] = self[1];
+    S->utf8_closed = closed;
+    S->self_known = 1;
+    return SL_OK;
+}
+
 /* Depth-first walk from the current set; allow is zeroed by the caller.
  * Frame d: the children of a node still to visit are nodes [next, end),
  * each child's subtree ending at its .end; set[d] is the set after the
@@ -111,6 +175,25 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
             if (t == SL_GRAM_DEAD)
                 continue;
             return t == SL_GRAM_OVERFLOW ? SL_ERANGE : SL_ENOMEM;
+        }
+        if (c->end > ci + 1 && c->utf8 == SL_GRAM_UTF8_BOUNDARY && !c->bad_below && m->sets[t].dense >= 0) {
+            /* A self-loop (inside a string): when every token below c
+             * keeps set t alive and returns to it at each character end,
+             * all of c's subtree is allowed; its tokens are one run of
+             * sorted[], preorder being sorted order. Checked only for hot
+             * sets (with a dense row), whose loop summary pays off. */
+            if (!m->sets[t].self_known && self_loops(m, t) != SL_OK)
+                return SL_ENOMEM;
+            const sl_gram_set *T = &m->sets[t];
+            const uint64_t *b = v->below[ci];
+            if ((b[0] & ~T->self_ascii[0]) == 0 && (b[1] & ~T->self_ascii[1]) == 0 && (!c->high || T->utf8_closed)) {
+                uint32_t hi = c->end < v->n_nodes ? nodes[c->end].tok_lo : v->n_sorted;
+                for (uint32_t i = c->tok_lo; i < hi; i++) {
+                    uint32_t tok = (uint32_t)sorted[i];
+                    allow[tok >> 5] |= 1u << (tok & 31);
+                }
+                continue;
+            }
         }
         for (uint32_t i = 0; i < c->n_tok; i++) {
             uint32_t tok = (uint32_t)sorted[c->tok_lo + i];

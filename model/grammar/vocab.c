@@ -28,12 +28,30 @@ static int cmp_tok(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* Ends the subtree of path[depth] at `end` and adds what lies below it,
+ * and its own byte, to its parent's summary. */
+static void close_node(sl_grammar_vocab *v, const uint32_t *path, uint32_t depth, uint32_t end)
+{
+    uint32_t i = path[depth], p = path[depth - 1];
+    sl_gram_tnode *nd = &v->nodes[i];
+    nd->end = end;
+    v->below[p][0] |= v->below[i][0];
+    v->below[p][1] |= v->below[i][1];
+    v->nodes[p].high |= nd->high;
+    v->nodes[p].bad_below |= nd->bad_below | (nd->utf8 == SL_GRAM_UTF8_INVALID);
+    if (nd->byte >= 0x80)
+        v->nodes[p].high = 1;
+    else
+        v->below[p][nd->byte >> 6] |= 1ull << (nd->byte & 63);
+}
+
 void sl_grammar_vocab_destroy(sl_grammar_vocab *v)
 {
     if (v == NULL)
         return;
     free(v->nodes);
     free(v->sorted);
+    free(v->below);
     free(v->bytes);
     free(v->tok_off);
     free(v->tok_len);
@@ -41,6 +59,16 @@ void sl_grammar_vocab_destroy(sl_grammar_vocab *v)
 }
 
 int32_t sl_grammar_vocab_size(const sl_grammar_vocab *v) { return v->n_vocab; }
+
+const char *sl_grammar_vocab_token(const sl_grammar_vocab *v, int32_t t, int32_t *len)
+{
+    if (t < 0 || t >= v->n_vocab) {
+        *len = -1;
+        return NULL;
+    }
+    *len = v->tok_len[t];
+    return v->bytes + v->tok_off[t];
+}
 
 sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, const int32_t *lens,
                                   sl_grammar_vocab **out)
@@ -71,7 +99,8 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     v->tok_len = malloc((n_vocab ? (size_t)n_vocab : 1) * sizeof *v->tok_len);
     v->sorted = malloc((n_trie ? n_trie : 1) * sizeof *v->sorted);
     v->nodes = malloc((total + 1) * sizeof *v->nodes);
-    if (!v->bytes || !v->tok_off || !v->tok_len || !v->sorted || !v->nodes)
+    v->below = calloc(total + 1, sizeof *v->below);
+    if (!v->bytes || !v->tok_off || !v->tok_len || !v->sorted || !v->nodes || !v->below)
         goto nomem;
     uint64_t off = 0;
     uint32_t k = 0;
@@ -108,9 +137,11 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
                 common++;
         }
         for (; depth > common; depth--)
-            v->nodes[path[depth]].end = n_nodes;
+            close_node(v, path, depth, n_nodes);
         for (; depth < (uint32_t)refs[i].len; depth++) {
-            v->nodes[n_nodes] = (sl_gram_tnode){.byte = refs[i].p[depth], .tok_lo = i};
+            uint8_t b = refs[i].p[depth];
+            v->nodes[n_nodes] = (sl_gram_tnode){.byte = b, .tok_lo = i,
+                                                .utf8 = sl_gram_utf8_next(v->nodes[path[depth]].utf8, b)};
             path[depth + 1] = n_nodes++;
         }
         sl_gram_tnode *nd = &v->nodes[path[depth]];
@@ -119,12 +150,16 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
         nd->n_tok++;
     }
     for (; depth > 0; depth--)
-        v->nodes[path[depth]].end = n_nodes;
+        close_node(v, path, depth, n_nodes);
     v->nodes[0].end = n_nodes;
     v->n_nodes = n_nodes;
+    v->n_sorted = n_trie;
     sl_gram_tnode *shrunk = realloc(v->nodes, n_nodes * sizeof *v->nodes);
     if (shrunk != NULL)
         v->nodes = shrunk;
+    uint64_t(*below)[2] = realloc(v->below, n_nodes * sizeof *v->below);
+    if (below != NULL)
+        v->below = below;
     free(refs);
     free(lo);
     *out = v;

@@ -1,5 +1,5 @@
 /* tools/bench_grammar: times grammar masks on a real vocabulary.
- *   bench_grammar [-m GGUF] [-n STEPS] [-s SEED] [-l MAXLEN] GRAMMAR.gbnf
+ *   bench_grammar [-m GGUF] [-n STEPS] [-s SEED] [-l MAXLEN] [-c CHECKS] GRAMMAR.gbnf
  * Loads GGUF's tokenizer (default: the Qwen 2.5 Coder 0.5B file in
  * ~/.cache/sluice/models when present), compiles the grammar, and random-
  * walks STEPS steps: mask, pick a uniformly random allowed token, accept.
@@ -8,6 +8,8 @@
  * 1/4 per step), or after MAXLEN tokens. Prints the mean, p50 and p99 mask
  * time, the cache hit ratio, and the cold mask time (the first mask of a
  * fresh matcher, and one inside a string when the grammar has one).
+ * -c CHECKS: the first CHECKS masks are also compared with brute force
+ * (every token replayed on a fresh matcher: seconds per mask), untimed.
  * Exit status 0, or 1 with a message on stderr. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,13 +60,37 @@ static char *read_file(const char *path, size_t *len)
     return s;
 }
 
+/* Brute force: token t allowed iff a fresh matcher takes the walk's bytes,
+ * then t's. */
+static bool check_mask(const sl_grammar *g, const sl_grammar_vocab *v, const char *walked, size_t n,
+                       const uint32_t *allow)
+{
+    int32_t n_vocab = sl_grammar_vocab_size(v);
+    long bad = 0;
+    for (int32_t t = 0; t < n_vocab; t++) {
+        sl_grammar_matcher *m = NULL;
+        if (sl_grammar_matcher_create(g, &m) != SL_OK || sl_grammar_matcher_accept_bytes(m, walked, n) != SL_OK) {
+            fprintf(stderr, "bench_grammar: check: the walk does not replay\n");
+            return false;
+        }
+        bool want = sl_grammar_matcher_accept_token(m, v, t) == SL_OK;
+        bool got = (allow[t >> 5] >> (t & 31)) & 1;
+        if (want != got && bad++ < 5)
+            fprintf(stderr, "bench_grammar: check: token %d mask %d, brute force %d\n", t, got, want);
+        sl_grammar_matcher_destroy(m);
+    }
+    if (bad)
+        fprintf(stderr, "bench_grammar: check failed: %ld tokens differ\n", bad);
+    return bad == 0;
+}
+
 int main(int argc, char **argv)
 {
     char def[4096];
     const char *home = getenv("HOME");
     snprintf(def, sizeof def, "%s/.cache/sluice/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", home ? home : "");
     const char *model = def, *gpath = NULL;
-    long steps = 2000, maxlen = 200;
+    long steps = 2000, maxlen = 200, checks = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-m") == 0 && i + 1 < argc)
             model = argv[++i];
@@ -74,15 +100,17 @@ int main(int argc, char **argv)
             rng = (uint64_t)atoll(argv[++i]) * 2654435761u + 1;
         else if (strcmp(argv[i], "-l") == 0 && i + 1 < argc)
             maxlen = atol(argv[++i]);
+        else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc)
+            checks = atol(argv[++i]);
         else if (argv[i][0] != '-')
             gpath = argv[i];
         else {
-            fprintf(stderr, "usage: bench_grammar [-m GGUF] [-n STEPS] [-s SEED] [-l MAXLEN] GRAMMAR.gbnf\n");
+            fprintf(stderr, "usage: bench_grammar [-m GGUF] [-n STEPS] [-s SEED] [-l MAXLEN] [-c CHECKS] GRAMMAR.gbnf\n");
             return 1;
         }
     }
     if (gpath == NULL || steps <= 0) {
-        fprintf(stderr, "usage: bench_grammar [-m GGUF] [-n STEPS] [-s SEED] [-l MAXLEN] GRAMMAR.gbnf\n");
+        fprintf(stderr, "usage: bench_grammar [-m GGUF] [-n STEPS] [-s SEED] [-l MAXLEN] [-c CHECKS] GRAMMAR.gbnf\n");
         return 1;
     }
     char err[SL_ERR_LEN];
@@ -123,6 +151,8 @@ int main(int argc, char **argv)
     uint64_t hits = 0, misses = 0, h, mi;
     sl_grammar_matcher *m = NULL;
     long len = 0;
+    char *walked = malloc(1 << 20);   /* this walk's bytes, for the checks */
+    size_t walked_n = 0;
     for (long s = 0; s < steps; s++) {
         if (m == NULL) {
             if (sl_grammar_matcher_create(g, &m) != SL_OK) {
@@ -131,6 +161,7 @@ int main(int argc, char **argv)
             }
             walks++;
             len = 0;
+            walked_n = 0;
         }
         double a = now_us();
         sl_status rc = sl_grammar_matcher_mask(m, v, allow);
@@ -147,10 +178,21 @@ int main(int argc, char **argv)
         for (int32_t t = 0; t < n_vocab; t++)
             if ((allow[t >> 5] >> (t & 31)) & 1)
                 pick[n++] = t;
-        bool end = n == 0 || len >= maxlen || (sl_grammar_matcher_accepting(m) && next_rand() % 4 == 0);
-        if (!end && sl_grammar_matcher_accept_token(m, v, pick[next_rand() % (uint64_t)n]) != SL_OK) {
-            fprintf(stderr, "bench_grammar: an allowed token was refused\n");
+        if (s < checks && !check_mask(g, v, walked, walked_n, allow))
             return 1;
+        bool end = n == 0 || len >= maxlen || (sl_grammar_matcher_accepting(m) && next_rand() % 4 == 0);
+        if (!end) {
+            int32_t t = pick[next_rand() % (uint64_t)n];
+            if (sl_grammar_matcher_accept_token(m, v, t) != SL_OK) {
+                fprintf(stderr, "bench_grammar: an allowed token was refused\n");
+                return 1;
+            }
+            int32_t tl;
+            const char *tb = sl_grammar_vocab_token(v, t, &tl);
+            if (walked_n + (size_t)tl <= (1u << 20)) {
+                memcpy(walked + walked_n, tb, (size_t)tl);
+                walked_n += (size_t)tl;
+            }
         }
         len++;
         if (end) {
@@ -199,6 +241,7 @@ int main(int argc, char **argv)
     printf("cold mask: first of a walk mean %.1f us; root state %.1f us; inside a string %.1f us\n",
            cold_sum / (double)cold_n, cold_root, cold_str);
     free(allow);
+    free(walked);
     free(pick);
     free(t_mask);
     free(gtext);

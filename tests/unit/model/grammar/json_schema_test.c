@@ -324,6 +324,19 @@ Test(json_schema, number_bounds_are_exact)
     expect("{\"type\": \"number\", \"exclusiveMaximum\": 0}", L("-0.5", "-100"), L("0", "0.5", "-0"));
 }
 
+Test(json_schema, number_decimal_bounds_are_exact)
+{
+    expect("{\"type\": \"number\", \"minimum\": 0.5, \"exclusiveMaximum\": 2.25}",
+           L("0.5", "0.50", "0.5001", "0.9", "1", "1.99999", "2", "2.2", "2.24999", "2.249"),
+           L("0.49999", "0.4", "0", "2.25", "2.250", "2.3", "3", "-1"));
+    expect("{\"type\": \"number\", \"exclusiveMinimum\": -0.1, \"maximum\": 0.1}",
+           L("-0.09999", "-0.05", "0", "-0", "0.1", "0.10000", "0.00001"), L("-0.1", "-0.10", "0.10001", "0.2", "-1"));
+    expect("{\"type\": \"number\", \"minimum\": 99.99}", L("99.99", "99.995", "100", "123456.7"), L("99.98999", "99", "-5"));
+    expect("{\"type\": \"number\", \"maximum\": -1.5}", L("-1.5", "-1.50001", "-2", "-1000.25"), L("-1.49999", "-1", "0"));
+    expect("{\"type\": \"number\", \"minimum\": 0.25, \"maximum\": 0.25}", L("0.25", "0.250"), L("0.2", "0.251"));
+    expect_error("{\"type\": \"number\", \"exclusiveMinimum\": 0.25, \"maximum\": 0.25}", "no number lies within");
+}
+
 /* ---- errors ------------------------------------------------------------------------- */
 
 Test(json_schema, refused_keywords_name_keyword_and_path)
@@ -396,7 +409,7 @@ Test(json_schema, malformed_values_name_keyword_and_path)
     expect_error("{\"type\": \"integer\", \"minimum\": \"0\"}", "invalid keyword 'minimum' at root");
     expect_error("{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "invalid keyword 'minimum' at root");
     expect_error("{\"type\": \"integer\", \"exclusiveMinimum\": true}", "invalid keyword 'exclusiveMinimum' at root");
-    expect_error("{\"type\": \"number\", \"minimum\": 0.5}", "invalid keyword 'minimum' at root: a bound of a number");
+    expect_error("{\"type\": \"number\", \"minimum\": 0.123456}", "invalid keyword 'minimum' at root: a bound of a number");
     expect_error("{\"type\": \"number\", \"exclusiveMaximum\": 1e12}", "invalid keyword 'exclusiveMaximum' at root");
     expect_error("{\"type\": \"number\", \"minimum\": 1, \"exclusiveMaximum\": 1}", "invalid keyword 'minimum' at root");
     expect_error("false", "invalid schema at root: false matches nothing");
@@ -425,6 +438,21 @@ Test(json_schema, deep_nesting_is_refused_not_overflowed)
     for (int i = 0; i < 100; i++)
         strcat(s, "}");
     expect_error(s, "nested more than 64 deep");
+}
+
+Test(json_schema, ref_chains_count_toward_the_depth)
+{
+    /* a0 -> a1 -> ... -> a199, each an array of the next: the walk's depth
+     * counts through $ref targets, so the stack stays bounded */
+    size_t cap = 64 * 1024, n = 0;
+    char *s = malloc(cap);
+    n += (size_t)snprintf(s + n, cap - n, "{\"$ref\": \"#/$defs/a0\", \"$defs\": {");
+    for (int i = 0; i < 200; i++)
+        n += (size_t)snprintf(s + n, cap - n, "%s\"a%d\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/a%d\"}}",
+                              i ? ", " : "", i, i + 1);
+    n += (size_t)snprintf(s + n, cap - n, ", \"a200\": {\"type\": \"null\"}}}");
+    expect_error(s, "nested more than 64 deep");
+    free(s);
 }
 
 Test(json_schema, bad_arguments)

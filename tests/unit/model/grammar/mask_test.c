@@ -153,3 +153,73 @@ Test(grammar_mask, vocab_errors)
     cr_expect_eq(sl_grammar_vocab_size(v), 0);
     sl_grammar_vocab_destroy(v);
 }
+
+/* A few thousand random tokens over an alphabet that stresses the walk's
+ * self-loop shortcut: string characters, quotes and backslashes, whole and
+ * cut multi-byte characters, bytes that are never valid UTF-8. */
+Test(grammar_mask, self_loop_shortcut_matches_brute_force)
+{
+    static const char *const alphabet[] = {"a", "b", "Z", " ", "0", "\"", "\\", "\x7f", "\x01", "\n", "{",
+                                           "\xc3\xa9", "\xe4\xb8\x96", "\xf0\x9f\x98\x80", "\xc3", "\xa9",
+                                           "\xe4", "\xb8", "\xff", "\xed\xa0\x80", "\xf4\x8f\xbf\xbf", "u", "n"};
+    enum { N = 3000 };
+    static char store[N][24];
+    const char *bytes[N];
+    int32_t lens[N];
+    srand(7);
+    for (int i = 0; i < N; i++) {
+        int n = 0, parts = 1 + rand() % 5;
+        for (int p = 0; p < parts; p++) {
+            /* mostly plain characters, so subtrees of pure string text exist */
+            const char *a = alphabet[rand() % 4 ? rand() % 5 : rand() % (int)(sizeof alphabet / sizeof *alphabet)];
+            size_t l = strlen(a);
+            if (n + l < sizeof store[i]) {
+                memcpy(store[i] + n, a, l);
+                n += (int)l;
+            }
+        }
+        bytes[i] = store[i];
+        lens[i] = n;
+    }
+    sl_grammar_vocab *v = NULL;
+    cr_assert_eq(sl_grammar_vocab_create(N, bytes, lens, &v), SL_OK);
+    const char *grammars[] = {
+        G_JSON,
+        "root ::= \"\\\"\" [^\"\\\\]* \"\\\"\"",
+        "root ::= \"\\\"\" [^\"\\\\\\u00e9]* \"\\\"\"",   /* one multi-byte character excluded */
+        "root ::= \"\\\"\" [a-z ]* \"\\\"\"",
+        "root ::= \"\\\"\" .{0,5} \"\\\"\"",
+    };
+    const char *prefixes[] = {"{\"", "{\"k\": \"ab", "\"", "\"ab\xc3", "\"\xe4\xb8", "\"a"};
+    static uint32_t allow[(N + 31) / 32];
+    for (size_t gi = 0; gi < sizeof grammars / sizeof *grammars; gi++) {
+        sl_grammar *g = NULL;
+        cr_assert_eq(sl_grammar_create(grammars[gi], strlen(grammars[gi]), &g, NULL, 0), SL_OK);
+        for (size_t pi = 0; pi < sizeof prefixes / sizeof *prefixes; pi++) {
+            sl_grammar_matcher *m = NULL;
+            cr_assert_eq(sl_grammar_matcher_create(g, &m), SL_OK);
+            const char *pre = prefixes[pi];
+            if (sl_grammar_matcher_accept_bytes(m, pre, strlen(pre)) != SL_OK) {
+                sl_grammar_matcher_destroy(m);
+                continue;
+            }
+            for (int round = 0; round < 2; round++) {   /* fresh walks, then m's cached mask */
+                sl_grammar_matcher *w = NULL;
+                cr_assert_eq(sl_grammar_matcher_create(g, &w), SL_OK);
+                cr_assert_eq(sl_grammar_matcher_accept_bytes(w, pre, strlen(pre)), SL_OK);
+                cr_assert_eq(sl_grammar_matcher_mask(round ? m : w, v, allow), SL_OK);
+                if (round == 0)
+                    cr_assert_eq(sl_grammar_matcher_mask(m, v, allow), SL_OK);
+                for (int32_t t = 0; t < N; t++) {
+                    bool got = (allow[t / 32] >> (t % 32)) & 1;
+                    bool want = lens[t] > 0 && replay_accepts(g, pre, strlen(pre), store[t]);
+                    cr_assert_eq(got, want, "grammar %zu prefix %zu round %d token %d", gi, pi, round, t);
+                }
+                sl_grammar_matcher_destroy(w);
+            }
+            sl_grammar_matcher_destroy(m);
+        }
+        sl_grammar_destroy(g);
+    }
+    sl_grammar_vocab_destroy(v);
+}

@@ -198,6 +198,13 @@ Test(grammar_matcher, tokens)
     sl_grammar_vocab *v = NULL;
     cr_assert_eq(sl_grammar_vocab_create(7, bytes, lens, &v), SL_OK);
     cr_expect_eq(sl_grammar_vocab_size(v), 7);
+    int32_t len;
+    const char *b = sl_grammar_vocab_token(v, 1, &len);
+    cr_expect(len == 3 && memcmp(b, "\"a\"", 3) == 0);
+    cr_expect_null(sl_grammar_vocab_token(v, 7, &len));
+    cr_expect_eq(len, -1);
+    sl_grammar_vocab_token(v, 6, &len);
+    cr_expect_eq(len, -1);
     sl_grammar *g = compile(G_JSON);
     sl_grammar_matcher *m = NULL;
     cr_assert_eq(sl_grammar_matcher_create(g, &m), SL_OK);
