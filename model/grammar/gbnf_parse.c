@@ -383,7 +383,8 @@ static int cmp_range(const void *a, const void *b)
 /* Sorts and merges; with negate, the complement over the scalar values. */
 static bool ranges_normalize(parser *ps, ranges *r, bool negate)
 {
-    qsort(r->v, r->n, sizeof r->v[0], cmp_range);
+    if (r->n > 1)
+        qsort(r->v, r->n, sizeof r->v[0], cmp_range);
     size_t k = 0;
     for (size_t i = 0; i < r->n; i++) {
         if (k > 0 && r->v[i].lo <= r->v[k - 1].hi + 1) {

@@ -21,35 +21,76 @@ static void user_name(const sl_gram_brule *r, char *out, size_t cap)
     out[n] = 0;
 }
 
-/* nullable[r]: rule r matches the empty string; productive[r]: it matches
- * some string. Both are least fixpoints over the alternatives. */
-static void fixpoints(const sl_gram_build *b, bool *nullable, bool *productive)
+/* One least fixpoint over the alternatives, in linear time: an
+ * alternative holds when each of its elements does (a TERM by `term_ok`, a
+ * REF when its rule holds); a rule holds when one alternative does. Each
+ * alternative counts its references still unmet; a rule that comes to hold
+ * decrements the alternatives that reference it (a worklist), so a chain of
+ * thousands of rules costs no more than its size. */
+static bool fixpoint(const sl_gram_build *b, bool nullable_pass, bool *holds)
 {
-    for (bool changed = true; changed;) {
-        changed = false;
+    uint32_t n_alts = 0, n_refs = 0;
+    for (uint32_t r = 0; r < b->n_rules; r++) {
+        n_alts += b->rules[r].n_alts;
+        for (uint32_t a = 0; a < b->rules[r].n_alts; a++)
+            for (uint32_t i = 0; i < b->rules[r].alts[a].n; i++)
+                n_refs += b->rules[r].alts[a].v[i].kind == SL_GRAM_REF;
+    }
+    uint32_t *alt_rule = malloc((n_alts + 1) * sizeof *alt_rule), *unmet = malloc((n_alts + 1) * sizeof *unmet);
+    uint32_t *ref_lo = calloc(b->n_rules + 1, sizeof *ref_lo), *ref_alt = malloc((n_refs + 1) * sizeof *ref_alt);
+    uint32_t *todo = malloc((b->n_rules + 1) * sizeof *todo);
+    bool ok = alt_rule && unmet && ref_lo && ref_alt && todo;
+    uint32_t n_todo = 0;
+    if (ok) {
+        /* CSR of "rule r is referenced by alternative a" (once per reference) */
+        for (uint32_t r = 0; r < b->n_rules; r++)
+            for (uint32_t a = 0; a < b->rules[r].n_alts; a++)
+                for (uint32_t i = 0; i < b->rules[r].alts[a].n; i++)
+                    if (b->rules[r].alts[a].v[i].kind == SL_GRAM_REF)
+                        ref_lo[b->rules[r].alts[a].v[i].arg + 1]++;
+        for (uint32_t r = 0; r < b->n_rules; r++)
+            ref_lo[r + 1] += ref_lo[r];
+        uint32_t ai = 0;
         for (uint32_t r = 0; r < b->n_rules; r++) {
-            const sl_gram_brule *ru = &b->rules[r];
-            for (uint32_t a = 0; a < ru->n_alts; a++) {
-                bool all_null = true, all_prod = true;
-                for (uint32_t i = 0; i < ru->alts[a].n; i++) {
-                    sl_gram_elem e = ru->alts[a].v[i];
-                    if (e.kind == SL_GRAM_TERM) {
-                        const sl_gram_class *c = &b->classes[e.arg];
-                        all_null = false;
-                        if (!(c->w[0] | c->w[1] | c->w[2] | c->w[3]))
-                            all_prod = false;
-                    } else {
-                        all_null &= nullable[e.arg];
-                        all_prod &= productive[e.arg];
+            for (uint32_t a = 0; a < b->rules[r].n_alts; a++, ai++) {
+                alt_rule[ai] = r;
+                unmet[ai] = 0;
+                for (uint32_t i = 0; i < b->rules[r].alts[a].n; i++) {
+                    sl_gram_elem e = b->rules[r].alts[a].v[i];
+                    if (e.kind == SL_GRAM_REF) {
+                        unmet[ai]++;
+                        ref_alt[--ref_lo[e.arg + 1]] = ai;
+                        continue;
                     }
+                    const sl_gram_class *c = &b->classes[e.arg];
+                    if (nullable_pass || !(c->w[0] | c->w[1] | c->w[2] | c->w[3]))
+                        unmet[ai] = UINT32_MAX / 2;   /* never holds */
                 }
-                if (all_null && !nullable[r])
-                    nullable[r] = changed = true;
-                if (all_prod && !productive[r])
-                    productive[r] = changed = true;
+                if (unmet[ai] == 0 && !holds[r]) {
+                    holds[r] = true;
+                    todo[n_todo++] = r;
+                }
+            }
+        }
+        /* ref_lo[r + 1] was decremented to the start of r's run */
+        while (n_todo > 0) {
+            uint32_t r = todo[--n_todo];
+            uint32_t hi = r + 2 <= b->n_rules ? ref_lo[r + 2] : n_refs;
+            for (uint32_t k = ref_lo[r + 1]; k < hi; k++) {
+                uint32_t a = ref_alt[k];
+                if (--unmet[a] == 0 && !holds[alt_rule[a]]) {
+                    holds[alt_rule[a]] = true;
+                    todo[n_todo++] = alt_rule[a];
+                }
             }
         }
     }
+    free(alt_rule);
+    free(unmet);
+    free(ref_lo);
+    free(ref_alt);
+    free(todo);
+    return ok;
 }
 
 typedef struct {
@@ -108,7 +149,11 @@ static sl_status check(const sl_gram_build *b, uint32_t *root, char *err, size_t
         rc = SL_ENOMEM;
         goto out;
     }
-    fixpoints(b, nullable, productive);
+    if (!fixpoint(b, true, nullable) || !fixpoint(b, false, productive)) {
+        sl_gram_errf(err, err_len, "out of memory compiling the grammar");
+        rc = SL_ENOMEM;
+        goto out;
+    }
     /* A helper that nothing references (the spare of an ASCII-only class)
      * is not part of the language. */
     used[root_id] = true;

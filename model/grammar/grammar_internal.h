@@ -150,6 +150,8 @@ struct sl_grammar_vocab {
     uint32_t depth_max;      /* longest token */
     uint32_t n_sorted;
     uint64_t (*below)[2];    /* (n_nodes) ASCII bytes on edges below each node */
+    uint8_t *chars;          /* (n_nodes) most characters on a path below (a cut
+                                one counts), saturated at 255 */
     char *bytes;             /* all token bytes */
     uint64_t *tok_off;       /* (n_vocab) offset in bytes */
     int32_t *tok_len;        /* (n_vocab) the caller's lens */
@@ -162,16 +164,28 @@ struct sl_grammar_vocab {
 #define SL_GRAM_NOMEM (-3)      /* transition: memory ran out computing it */
 #define SL_GRAM_UNKNOWN (-4)    /* dense row entry not computed yet */
 
+/* Node closings one mask walk may spend computing new transitions (a
+ * cold JSON mask spends about 10^4): past it the mask is SL_ERANGE, so a
+ * grammar built to keep a thousand stacks alive on every byte cannot stall
+ * the worker for seconds per token. */
+#define SL_GRAM_MASK_WORK_MAX (1u << 24)
+
 typedef struct {
     uint32_t off, n;         /* stacks: set_pool[off .. off + n), sorted node ids */
     uint32_t hash;
     uint32_t accepting;      /* a stack finished the root rule */
     int32_t cache_slot;      /* mask cache entry, or -1 */
     int32_t dense;           /* row of dense transitions, or -1 */
-    uint32_t self_known;     /* self_ascii and utf8_closed computed */
-    uint32_t utf8_closed;    /* every valid multi-byte character leads back here,
-                                through live sets */
-    uint64_t self_ascii[2];  /* ASCII bytes b with step(this, b) == this */
+    /* The mask walk's summary of a hot set X (mask.c, uniform_props): on
+     * the ASCII bytes of umask, X steps to one set, usucc; run: how many
+     * sets X, usucc(X), ... in a row share X's umask (UINT32_MAX: a loop),
+     * so any ASCII text of up to run characters over umask is allowed. */
+    uint32_t props_known;
+    uint32_t utf8_closed;    /* usucc == X and every valid multi-byte character
+                                leads back to X through live sets */
+    int32_t usucc;           /* or -1 */
+    uint32_t run;            /* 0: not computed */
+    uint64_t umask[2];
     uint32_t n_tr;           /* transitions computed from it */
     sl_gram_class any;       /* union of the stacks' top classes */
 } sl_gram_set;
@@ -216,6 +230,7 @@ struct sl_grammar_matcher {
     int32_t *todo;
     uint32_t todo_n, todo_cap;
     uint32_t work;
+    uint64_t work_total;     /* node closings ever: the mask walk's budget */
     bool step_accepting, step_overflow, step_nomem;
 
     /* mask cache */

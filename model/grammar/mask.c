@@ -4,6 +4,11 @@
  * set reached by the bytes so far (sl_gram_step, whose transitions are
  * remembered, so a walk costs one hash lookup per trie edge once its
  * states are known, and a subtree dies at the first byte no stack takes).
+ * Inside strings most of the trie is text the state takes character after
+ * character; there the walk allows a whole subtree at once from per-node
+ * summaries (ASCII bytes below, characters below, UTF-8 validity) and a
+ * per-set summary (uniform_props, uniform_run), so a cold mask inside a
+ * JSON string costs the token bits, not a visit per trie node.
  * Trade-off: the cache is keyed by the set id, exact by construction
  * (sets are interned by full comparison), and evicts by clock: a state
  * left and met again is a copy, a new one is a walk. */
@@ -118,25 +123,94 @@ static sl_status utf8_closed(sl_grammar_matcher *m, int32_t s, bool *closed)
     return SL_OK;
 }
 
-/* Fills set s's self_ascii and utf8_closed, once per set. */
-static sl_status self_loops(sl_grammar_matcher *m, int32_t s)
+/* Fills set s's umask, usucc and (for a loop) utf8_closed, once per set. */
+static sl_status uniform_props(sl_grammar_matcher *m, int32_t s)
 {
-    uint64_t self[2] = {0, 0};
-    for (unsigned b = 0; b < 128; b++) {
-        int32_t t = sl_gram_step(m, s, b);
-        if (t == SL_GRAM_NOMEM)
+    int32_t succ[128];
+    for (unsigned b = 0; b < 128; b++)
+        if ((succ[b] = sl_gram_step(m, s, b)) == SL_GRAM_NOMEM)
             return SL_ENOMEM;
-        if (t == s)
-            self[b >> 6] |= 1ull << (b & 63);
+    /* the successor most ASCII bytes share */
+    int32_t best = -1;
+    int best_n = 0;
+    for (unsigned b = 0; b < 128; b++) {
+        if (succ[b] < 0 || succ[b] == best)
+            continue;
+        int n = 0;
+        for (unsigned c = b; c < 128; c++)
+            n += succ[c] == succ[b];
+        if (n > best_n)
+            best = succ[b], best_n = n;
+        if (best_n >= 64)
+            break;   /* a majority: no other can beat it */
     }
-    bool closed;
-    if (utf8_closed(m, s, &closed) != SL_OK)
+    uint64_t mask[2] = {0, 0};
+    for (unsigned b = 0; b < 128; b++)
+        if (best >= 0 && succ[b] == best)
+            mask[b >> 6] |= 1ull << (b & 63);
+    bool closed = false;
+    if (best == s && utf8_closed(m, s, &closed) != SL_OK)
         return SL_ENOMEM;
     sl_gram_set *S = &m->sets[s];
-    S->self_ascii[0] = self[0];
-    S->self_ascii[1] = self[1];
+    S->umask[0] = mask[0];
+    S->umask[1] = mask[1];
+    S->usucc = best;
     S->utf8_closed = closed;
-    S->self_known = 1;
+    S->props_known = 1;
+    return SL_OK;
+}
+
+#define RUN_CHAIN_MAX 4096
+
+static bool same_umask(const sl_gram_set *a, const sl_gram_set *b)
+{
+    return a->umask[0] == b->umask[0] && a->umask[1] == b->umask[1];
+}
+
+/* run of set s (see sl_gram_set): follows usucc while umask stays. */
+static sl_status uniform_run(sl_grammar_matcher *m, int32_t s)
+{
+    int32_t chain[RUN_CHAIN_MAX];
+    int n = 0;
+    uint32_t tail;   /* run of the set after the chain's last */
+    int32_t x = s;
+    for (;;) {
+        if (!m->sets[x].props_known && uniform_props(m, x) != SL_OK)
+            return SL_ENOMEM;
+        chain[n++] = x;
+        int32_t y = m->sets[x].usucc;
+        if (y < 0) {
+            tail = 0;
+            break;
+        }
+        if (!m->sets[y].props_known && uniform_props(m, y) != SL_OK)
+            return SL_ENOMEM;
+        if (!same_umask(&m->sets[x], &m->sets[y])) {
+            tail = 0;
+            break;
+        }
+        if (m->sets[y].run != 0) {
+            tail = m->sets[y].run;
+            break;
+        }
+        bool seen = false;   /* a loop: chains are short, so a scan will do */
+        for (int i = 0; i < n && !seen; i++)
+            seen = chain[i] == y;
+        if (seen) {
+            tail = UINT32_MAX;
+            break;
+        }
+        if (n == RUN_CHAIN_MAX) {
+            tail = 0;   /* conservative: shorter than it is */
+            break;
+        }
+        x = y;
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        if (tail != UINT32_MAX)
+            tail++;
+        m->sets[chain[i]].run = tail;
+    }
     return SL_OK;
 }
 
@@ -153,6 +227,7 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
     const sl_gram_tnode *nodes = v->nodes;
     const int32_t *sorted = v->sorted;
     int d = 0;
+    uint64_t budget = m->work_total + SL_GRAM_MASK_WORK_MAX;
     set[0] = m->cur;
     next[0] = 1;
     end[0] = nodes[0].end;
@@ -169,24 +244,30 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
         if (!sl_gram_class_has(&S->any, c->byte))
             continue;
         int32_t t = S->dense >= 0 ? m->dense[(size_t)S->dense * 256 + c->byte] : SL_GRAM_UNKNOWN;
-        if (t == SL_GRAM_UNKNOWN)
+        if (t == SL_GRAM_UNKNOWN) {
             t = sl_gram_step(m, s, c->byte);
+            if (m->work_total > budget)
+                return SL_ERANGE;
+        }
         if (t < 0) {
             if (t == SL_GRAM_DEAD)
                 continue;
             return t == SL_GRAM_OVERFLOW ? SL_ERANGE : SL_ENOMEM;
         }
         if (c->end > ci + 1 && c->utf8 == SL_GRAM_UTF8_BOUNDARY && !c->bad_below && m->sets[t].dense >= 0) {
-            /* A self-loop (inside a string): when every token below c
-             * keeps set t alive and returns to it at each character end,
-             * all of c's subtree is allowed; its tokens are one run of
-             * sorted[], preorder being sorted order. Checked only for hot
-             * sets (with a dense row), whose loop summary pays off. */
-            if (!m->sets[t].self_known && self_loops(m, t) != SL_OK)
+            /* Inside a string: when every ASCII byte below c is in t's
+             * umask, and the chain of sets it leads through keeps that
+             * umask for as many characters as the subtree holds (for
+             * multi-byte characters: t loops on itself, utf8_closed), every
+             * token below c is allowed; they are one run of sorted[],
+             * preorder being sorted order. Checked only for hot sets (with
+             * a dense row), whose summary pays off. */
+            if (m->sets[t].run == 0 && uniform_run(m, t) != SL_OK)
                 return SL_ENOMEM;
             const sl_gram_set *T = &m->sets[t];
             const uint64_t *b = v->below[ci];
-            if ((b[0] & ~T->self_ascii[0]) == 0 && (b[1] & ~T->self_ascii[1]) == 0 && (!c->high || T->utf8_closed)) {
+            if ((b[0] & ~T->umask[0]) == 0 && (b[1] & ~T->umask[1]) == 0 && v->chars[ci] <= T->run &&
+                (!c->high || T->utf8_closed)) {
                 uint32_t hi = c->end < v->n_nodes ? nodes[c->end].tok_lo : v->n_sorted;
                 for (uint32_t i = c->tok_lo; i < hi; i++) {
                     uint32_t tok = (uint32_t)sorted[i];

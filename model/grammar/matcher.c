@@ -59,11 +59,12 @@
 #include "model/grammar/grammar_internal.h"
 
 #define WORK_MAX (64u * SL_GRAMMAR_STACKS_MAX)   /* node closings per step */
-/* Past these the matcher compacts at its next call (about 64 MiB in all). */
-#define NODES_SOFT_MAX (1u << 21)
-#define SETS_SOFT_MAX (1u << 19)
-#define POOL_SOFT_MAX (1u << 22)
-#define TRANS_SOFT_MAX (1u << 21)
+/* Past these the matcher compacts at its next call (about 40 MiB in all,
+ * per sequence: a JSON generation stays in the thousands). */
+#define NODES_SOFT_MAX (1u << 20)
+#define SETS_SOFT_MAX (1u << 17)
+#define POOL_SOFT_MAX (1u << 21)
+#define TRANS_SOFT_MAX (1u << 20)
 #define DENSE_AFTER 16      /* transitions before a set gets a dense row */
 #define DENSE_MAX 4096      /* dense rows (4 MiB) */
 
@@ -273,6 +274,7 @@ static void step_begin(sl_grammar_matcher *m)
         memset(m->node_stamp, 0, m->n_nodes * sizeof *m->node_stamp);
         m->stamp = 1;
     }
+    m->work_total += m->work;
     m->out_n = m->todo_n = m->work = 0;
     m->step_accepting = m->step_overflow = m->step_nomem = false;
 }

@@ -37,6 +37,11 @@ static void close_node(sl_grammar_vocab *v, const uint32_t *path, uint32_t depth
     nd->end = end;
     v->below[p][0] |= v->below[i][0];
     v->below[p][1] |= v->below[i][1];
+    unsigned ch = v->chars[i] + (nd->byte < 0x80 || nd->byte >= 0xC0);   /* a character starts */
+    if (ch > 255)
+        ch = 255;
+    if (ch > v->chars[p])
+        v->chars[p] = (uint8_t)ch;
     v->nodes[p].high |= nd->high;
     v->nodes[p].bad_below |= nd->bad_below | (nd->utf8 == SL_GRAM_UTF8_INVALID);
     if (nd->byte >= 0x80)
@@ -52,6 +57,7 @@ void sl_grammar_vocab_destroy(sl_grammar_vocab *v)
     free(v->nodes);
     free(v->sorted);
     free(v->below);
+    free(v->chars);
     free(v->bytes);
     free(v->tok_off);
     free(v->tok_len);
@@ -100,7 +106,8 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     v->sorted = malloc((n_trie ? n_trie : 1) * sizeof *v->sorted);
     v->nodes = malloc((total + 1) * sizeof *v->nodes);
     v->below = calloc(total + 1, sizeof *v->below);
-    if (!v->bytes || !v->tok_off || !v->tok_len || !v->sorted || !v->nodes || !v->below)
+    v->chars = calloc(total + 1, 1);
+    if (!v->bytes || !v->tok_off || !v->tok_len || !v->sorted || !v->nodes || !v->below || !v->chars)
         goto nomem;
     uint64_t off = 0;
     uint32_t k = 0;
@@ -160,6 +167,9 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     uint64_t(*below)[2] = realloc(v->below, n_nodes * sizeof *v->below);
     if (below != NULL)
         v->below = below;
+    uint8_t *chars = realloc(v->chars, n_nodes);
+    if (chars != NULL)
+        v->chars = chars;
     free(refs);
     free(lo);
     *out = v;

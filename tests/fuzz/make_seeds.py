@@ -247,8 +247,9 @@ def shm_seeds():
 
 # ---- grammar: GBNF texts -------------------------------------------------------
 def grammar_seeds():
-    with open(os.path.join(REPO, "tools", "bench_grammar", "person.gbnf")) as f:
-        put("grammar", "schema-person", f.read())
+    for name in ("person", "person-bounded"):
+        with open(os.path.join(REPO, "tools", "bench_grammar", name + ".gbnf")) as f:
+            put("grammar", "schema-" + name, f.read())
     put("grammar", "arith", 'root ::= expr\nexpr ::= term (("+" | "-") term)*\n'
         'term ::= factor (("*" | "/") factor)*\nfactor ::= [0-9]+ | "(" expr ")" | "-" factor')
     put("grammar", "json", 'root   ::= object\n'

@@ -189,6 +189,8 @@ Test(grammar_mask, self_loop_shortcut_matches_brute_force)
         "root ::= \"\\\"\" [^\"\\\\\\u00e9]* \"\\\"\"",   /* one multi-byte character excluded */
         "root ::= \"\\\"\" [a-z ]* \"\\\"\"",
         "root ::= \"\\\"\" .{0,5} \"\\\"\"",
+        "root ::= \"\\\"\" [a-z ]{0,7} \"\\\"\"",
+        "root ::= \"\\\"\" [^\"]{2,6} \"\\\"\" | \"\\\"\" [a-b]{1,3} \"x\"",
     };
     const char *prefixes[] = {"{\"", "{\"k\": \"ab", "\"", "\"ab\xc3", "\"\xe4\xb8", "\"a"};
     static uint32_t allow[(N + 31) / 32];

@@ -176,7 +176,8 @@ Test(grammar_matcher, deep_nesting_costs_no_c_stack)
 Test(grammar_matcher, long_run_compacts)
 {
     /* Every nesting level is a new set: 700k of them pass the compaction
-     * threshold (about 512k sets), which keeps only the current stacks. */
+     * threshold (about 131k sets) several times; each keeps only the
+     * current stacks. */
     sl_grammar *g = compile("root ::= a\na ::= \"[\" a? \"]\" \"x\"?");
     sl_grammar_matcher *m = NULL;
     cr_assert_eq(sl_grammar_matcher_create(g, &m), SL_OK);

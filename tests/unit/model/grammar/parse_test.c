@@ -3,6 +3,7 @@
  * and means what it should (checked through the matcher), and every error
  * is SL_EINVAL with a message naming what and where. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,4 +216,25 @@ Test(grammar_parse, nesting_limit)
     for (int i = 0; i < 300; i++)
         strcat(s, "(");
     expect_error(s, strlen(s), "nested");
+}
+
+Test(grammar_parse, long_rule_chain_compiles)
+{
+    /* 4000 rules each starting with the next (defined top-down, the order
+     * that made a pass-per-rule fixpoint quadratic) plus one big literal */
+    size_t cap = 4000 * 40 + 70000;
+    char *s = malloc(cap);
+    size_t n = 0;
+    n += (size_t)snprintf(s + n, cap - n, "root ::= r1 \"x\"\n");
+    for (int i = 1; i < 4000; i++)
+        n += (size_t)snprintf(s + n, cap - n, "r%d ::= r%d \"x\"\n", i, i + 1);
+    n += (size_t)snprintf(s + n, cap - n, "r4000 ::= \"");
+    for (int i = 0; i < 60000; i++)
+        s[n++] = 'a' + i % 26;
+    n += (size_t)snprintf(s + n, cap - n, "\"\n");
+    sl_grammar *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(sl_grammar_create(s, n, &g, err, sizeof err), SL_OK, "%s", err);
+    sl_grammar_destroy(g);
+    free(s);
 }
