@@ -223,6 +223,163 @@ void sl_grammar_destroy(sl_grammar *g)
     free(g);
 }
 
+/* ---- left factoring ---------------------------------------------------------- */
+
+#define FACTOR_MIN_ALTS 8            /* rules with fewer alternatives stay */
+#define FACTOR_WORK_MAX (1u << 22)   /* elements moved, in all */
+
+/* Left-factors every rule with many alternatives: alternatives that start
+ * with the same element become one, `first H`, with H ::= their suffixes
+ * (and so on down, H being factored in its turn). The language is the
+ * same; what changes is the matcher's stack count: an enum of 2000 strings
+ * would start 2000 stacks (past SL_GRAMMAR_STACKS_MAX), factored it starts
+ * one per distinct first byte. Runs after the checks, which it cannot
+ * invalidate (a new helper is only reached after the element it follows,
+ * so no rule gains a new left edge). Stops quietly at the rule limit or
+ * the work budget: the result is then only less factored. */
+static sl_status left_factor(sl_gram_build *b)
+{
+    uint64_t work = 0;
+    for (uint32_t r = 0; r < b->n_rules; r++) {
+        uint32_t n = b->rules[r].n_alts;
+        if (n < FACTOR_MIN_ALTS)
+            continue;
+        uint32_t *group = malloc(n * sizeof *group);   /* alternative -> its group leader */
+        if (group == NULL)
+            return SL_ENOMEM;
+        /* leaders by first element: a quadratic scan over few alternatives
+         * would do, but enums are large: sort-free hashing by (kind, arg) */
+        uint32_t cap = 1;
+        while (cap < 2 * n)
+            cap <<= 1;
+        int64_t *slot = malloc(cap * sizeof *slot);
+        if (slot == NULL) {
+            free(group);
+            return SL_ENOMEM;
+        }
+        for (uint32_t k = 0; k < cap; k++)
+            slot[k] = -1;
+        bool any = false;
+        for (uint32_t a = 0; a < n; a++) {
+            const sl_gram_seq *q = &b->rules[r].alts[a];
+            group[a] = a;
+            if (q->n == 0)
+                continue;
+            uint64_t key = (uint64_t)q->v[0].kind << 32 | q->v[0].arg;
+            uint32_t h = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 40) & (cap - 1);
+            for (;; h = (h + 1) & (cap - 1)) {
+                if (slot[h] < 0) {
+                    slot[h] = a;
+                    break;
+                }
+                const sl_gram_seq *l = &b->rules[r].alts[slot[h]];
+                if (l->v[0].kind == q->v[0].kind && l->v[0].arg == q->v[0].arg) {
+                    group[a] = (uint32_t)slot[h];
+                    any = true;
+                    break;
+                }
+            }
+        }
+        free(slot);
+        if (!any) {
+            free(group);
+            continue;
+        }
+        /* leader -> helper rule receiving the suffixes (-2: no room) */
+        int32_t *helper = malloc(n * sizeof *helper);
+        uint32_t *count = calloc(n, sizeof *count);
+        sl_gram_seq *old = b->rules[r].alts, *fresh = malloc(n * sizeof *fresh);
+        if (helper == NULL || count == NULL || fresh == NULL) {
+            free(group);
+            free(helper);
+            free(count);
+            free(fresh);
+            return SL_ENOMEM;
+        }
+        for (uint32_t a = 0; a < n; a++) {
+            helper[a] = -1;
+            count[group[a]]++;
+        }
+        uint32_t w = 0;
+        sl_status rc = SL_OK;
+        for (uint32_t a = 0; a < n; a++) {
+            uint32_t lead = group[a];
+            if (rc != SL_OK || count[lead] < 2 || helper[lead] == -2) {
+                fresh[w++] = old[a];
+                continue;
+            }
+            if (helper[lead] == -1) {
+                sl_gram_elem first = old[a].v[0];
+                sl_gram_elem *pair = malloc(2 * sizeof *pair);
+                char *name = NULL;
+                if (b->n_rules >= SL_GRAMMAR_RULES_MAX || work > FACTOR_WORK_MAX || pair == NULL) {
+                    free(pair);
+                    if (pair == NULL)
+                        rc = SL_ENOMEM;
+                    helper[lead] = -2;   /* out of room: this group stays unfactored */
+                    fresh[w++] = old[a];
+                    continue;
+                }
+                if (b->n_rules == b->cap_rules) {
+                    sl_gram_brule *nr = realloc(b->rules, b->cap_rules * 2 * sizeof *nr);
+                    if (nr == NULL) {
+                        free(pair);
+                        rc = SL_ENOMEM;
+                        fresh[w++] = old[a];
+                        continue;
+                    }
+                    b->rules = nr;
+                    b->cap_rules *= 2;
+                }
+                size_t nl = strcspn(b->rules[r].name, "~");
+                if ((name = malloc(nl + 3)) == NULL) {
+                    free(pair);
+                    rc = SL_ENOMEM;
+                    fresh[w++] = old[a];
+                    continue;
+                }
+                memcpy(name, b->rules[r].name, nl);
+                memcpy(name + nl, "~f", 3);
+                uint32_t h = b->n_rules++;
+                b->rules[h] = (sl_gram_brule){.name = name, .offset = b->rules[r].offset, .defined = true,
+                                              .helper = true};
+                helper[lead] = (int32_t)h;
+                pair[0] = first;
+                pair[1] = (sl_gram_elem){SL_GRAM_REF, h};
+                fresh[w++] = (sl_gram_seq){pair, 2, 2};
+            }
+            /* a's suffix goes to the helper */
+            sl_gram_brule *hr = &b->rules[helper[lead]];
+            if (hr->n_alts == hr->cap_alts) {
+                uint32_t c2 = hr->cap_alts ? hr->cap_alts * 2 : 4;
+                sl_gram_seq *na = realloc(hr->alts, c2 * sizeof *na);
+                if (na == NULL) {
+                    rc = SL_ENOMEM;
+                    free(old[a].v);   /* its first element lives on in the pair */
+                    continue;
+                }
+                hr->alts = na;
+                hr->cap_alts = c2;
+            }
+            sl_gram_seq q = old[a];
+            memmove(q.v, q.v + 1, (q.n - 1) * sizeof *q.v);
+            q.n--;
+            work += q.n;
+            hr->alts[hr->n_alts++] = q;
+        }
+        free(old);
+        b->rules[r].alts = fresh;
+        b->rules[r].n_alts = w;
+        b->rules[r].cap_alts = n;
+        free(group);
+        free(helper);
+        free(count);
+        if (rc != SL_OK)
+            return rc;
+    }
+    return SL_OK;
+}
+
 static sl_status flatten(sl_gram_build *b, uint32_t root, sl_grammar **out)
 {
     uint32_t n_alts = 0, n_elems = 0;
@@ -280,6 +437,8 @@ sl_status sl_grammar_create(const char *text, size_t len, sl_grammar **out, char
     uint32_t root = 0;
     if (rc == SL_OK)
         rc = check(&b, &root, err, err_len);
+    if (rc == SL_OK && (rc = left_factor(&b)) == SL_ENOMEM)
+        sl_gram_errf(err, err_len, "out of memory compiling the grammar");
     if (rc == SL_OK) {
         rc = flatten(&b, root, out);
         if (rc == SL_ENOMEM)

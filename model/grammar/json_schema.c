@@ -9,10 +9,12 @@
  * Trade-off: the grammar produces a subset of the valid documents where the
  * exact set is costly, never a superset:
  *  - whitespace is bounded (one space, or a newline and up to 20 blanks);
- *  - an object with `properties` gets no other keys, whatever
- *    additionalProperties says (absent, true or a schema); an object without
- *    `properties` is any object (additionalProperties absent or true), no key
- *    (false), or any keys whose values follow the schema;
+ *  - an object with `properties` gets no other keys when
+ *    additionalProperties is absent or true; when it is a schema, extra keys
+ *    follow the declared ones, spelled with [-0-9A-Za-z_] and never equal to
+ *    a declared name (key_rule); an object without `properties` is any
+ *    object (absent or true), no key (false), or any keys whose values
+ *    follow the schema;
  *  - numbers have at most 16 integer and 16 fraction digits and a two-digit
  *    exponent; a number with bounds is written without exponent, its bounds
  *    must have at most 5 decimals and lie within +-1e9 (else refused), and
@@ -500,6 +502,93 @@ static void member(js_ctx *c, sl_gbnf_buf *b, const js_prop *p)
     ws(c, b);
 }
 
+/* Extra keys beside declared properties (additionalProperties a schema):
+ * spelled with [-0-9A-Za-z_] only, so the spelling is the decoded key, and
+ * never equal to a declared name: a trie of the names, where each node's
+ * rule may end (unless the prefix is a name), take a child's character, or
+ * take any other character and then anything. Names with other characters
+ * cannot collide and are left out. Writes the rules; the key rule's name
+ * into name. */
+static bool key_char(unsigned char ch)
+{
+    return ch == '-' || ch == '_' || (ch >= '0' && ch <= '9') || (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z');
+}
+
+typedef struct {
+    int first_child, next_sibling;
+    unsigned char ch;
+    bool terminal;
+    char name[JS_NAME_MAX + 16];
+} js_trie_node;
+
+static sl_status key_rule(js_ctx *c, const js_prop *p, size_t n, char *name)
+{
+    size_t cap = 1;
+    for (size_t i = 0; i < n; i++)
+        cap += strlen(p[i].key);
+    js_trie_node *t = sl_calloc(cap, sizeof *t);
+    if (t == NULL)
+        return c->rc = SL_ENOMEM;
+    size_t used = 1;
+    t[0].first_child = t[0].next_sibling = -1;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *k = (const unsigned char *)p[i].key;
+        bool plain = k[0] != 0;
+        for (const unsigned char *q = k; *q && plain; q++)
+            plain = key_char(*q);
+        if (!plain)
+            continue;
+        int v = 0;
+        for (const unsigned char *q = k; *q; q++) {
+            int ch = t[v].first_child;
+            while (ch >= 0 && t[ch].ch != *q)
+                ch = t[ch].next_sibling;
+            if (ch < 0) {
+                ch = (int)used++;
+                t[ch] = (js_trie_node){.first_child = -1, .next_sibling = t[v].first_child, .ch = *q};
+                t[v].first_child = ch;
+            }
+            v = ch;
+        }
+        t[v].terminal = true;
+    }
+    for (size_t v = 0; v < used; v++)
+        new_name(c, t[v].name);
+    for (size_t v = used; v-- > 0;) {
+        sl_gbnf_buf r = {0};
+        bool taken[128] = {false}, first = true;
+        if (v != 0 && !t[v].terminal) {
+            sl_gbnf_puts(&r, "\"\"");
+            first = false;
+        }
+        for (int ch = t[v].first_child; ch >= 0; ch = t[ch].next_sibling) {
+            taken[t[ch].ch] = true;
+            sl_gbnf_printf(&r, "%s\"%c\" %s", first ? "" : " | ", t[ch].ch, t[ch].name);
+            first = false;
+        }
+        sl_gbnf_range other[128];
+        size_t n_other = 0;
+        for (unsigned ch = 0; ch < 128; ch++)
+            if (key_char((unsigned char)ch) && !taken[ch]) {
+                if (n_other && other[n_other - 1].hi + 1 == ch)
+                    other[n_other - 1].hi = ch;
+                else
+                    other[n_other++] = (sl_gbnf_range){ch, ch};
+            }
+        if (n_other) {
+            if (!first)
+                sl_gbnf_puts(&r, " | ");
+            sl_gbnf_class(&r, other, n_other);
+            sl_gbnf_puts(&r, " [-0-9A-Za-z_]*");
+        }
+        add_rule(c, t[v].name, &r);
+        sl_gbnf_buf_fini(&r);
+    }
+    snprintf(name, JS_NAME_MAX + 16, "%s", t[0].name);
+    free(t);
+    return SL_OK;
+}
+
 static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
 {
     const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required"),
@@ -566,7 +655,7 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
         n++;
     }
     char extra[JS_NAME_MAX + 16] = "";
-    if (rc == SL_OK && json_is_object(addl))   /* compiled even when unused: its errors are the schema's */
+    if (rc == SL_OK && json_is_object(addl))
         rc = schema_rule_at(c, addl, "additionalProperties", NULL, extra);
     c->token_depth--;
     if (rc != SL_OK) {
@@ -606,13 +695,40 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
         free(p);
         return SL_OK;
     }
+    /* extras (additionalProperties a schema): after the declared members,
+     * `end ::= "," ws extra-member end | ""` */
+    char xmember[JS_NAME_MAX + 16] = "", end[JS_NAME_MAX + 16] = "";
+    if (json_is_object(addl)) {
+        char key[JS_NAME_MAX + 16];
+        if ((rc = key_rule(c, p, n, key)) != SL_OK) {
+            free(p);
+            return rc;
+        }
+        sl_gbnf_buf t = {0};
+        sl_gbnf_printf(&t, "\"\\\"\" %s \"\\\"\" ", key);
+        ws(c, &t);
+        sl_gbnf_puts(&t, " \":\" ");
+        ws(c, &t);
+        sl_gbnf_printf(&t, " %s ", extra);
+        ws(c, &t);
+        new_name(c, xmember);
+        add_rule(c, xmember, &t);
+        sl_gbnf_buf_fini(&t);
+        new_name(c, end);
+        sl_gbnf_puts(&t, "\",\" ");
+        ws(c, &t);
+        sl_gbnf_printf(&t, " %s %s | \"\"", xmember, end);
+        add_rule(c, end, &t);
+        sl_gbnf_buf_fini(&t);
+    }
     /* tails[i]: the members after i, each preceded by a comma, optional ones
      * optional; members keep the schema's order */
-    char (*tails)[JS_NAME_MAX + 16] = sl_calloc(n, sizeof *tails);
+    char (*tails)[JS_NAME_MAX + 16] = sl_calloc(n + 1, sizeof *tails);
     if (tails == NULL) {
         free(p);
         return c->rc = SL_ENOMEM;
     }
+    snprintf(tails[n], sizeof tails[n], "%s", end);   /* what follows the last member */
     for (size_t i = n; i-- > 1;) {
         /* `"," member next | next` rather than `("," member)? next`: the
          * grammar engine turns each group and each ? into a rule of its own */
@@ -621,10 +737,10 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
         ws(c, &t);
         sl_gbnf_puts(&t, " ");
         member(c, &t, &p[i]);
-        if (i + 1 < n)
+        if (tails[i + 1][0])
             sl_gbnf_printf(&t, " %s", tails[i + 1]);
         if (!p[i].required)
-            sl_gbnf_printf(&t, " | %s", i + 1 < n ? tails[i + 1] : "\"\"");
+            sl_gbnf_printf(&t, " | %s", tails[i + 1][0] ? tails[i + 1] : "\"\"");
         new_name(c, tails[i]);
         add_rule(c, tails[i], &t);
         sl_gbnf_buf_fini(&t);
@@ -640,9 +756,11 @@ static sl_status object_expr(js_ctx *c, const json_t *s, sl_gbnf_buf *b)
         if (j)
             sl_gbnf_puts(b, " | ");
         member(c, b, &p[j]);
-        if (j + 1 < n)
+        if (tails[j + 1][0])
             sl_gbnf_printf(b, " %s", tails[j + 1]);
     }
+    if (first_req == n && xmember[0])
+        sl_gbnf_printf(b, " | %s %s", xmember, end);
     sl_gbnf_puts(b, first_req == n ? ")? \"}\"" : ") \"}\"");
     free(tails);
     free(p);

@@ -157,8 +157,10 @@ static void cset_class_escape(cset *c, char e)
     free(t.r);
 }
 
-/* The set as one GBNF element (a literal, a class or a group of them). */
-static void cset_emit(re_parser *p, sl_gbnf_buf *b, cset *c)
+/* The set as one GBNF element (a literal, a class or a group of them).
+ * False when nothing is left to write: in JSON string mode U+0000 is
+ * dropped, because jansson refuses the \u0000 that would spell it. */
+static bool cset_emit(re_parser *p, sl_gbnf_buf *b, cset *c)
 {
     cset_norm(c);
     if (!p->json) {
@@ -173,7 +175,7 @@ static void cset_emit(re_parser *p, sl_gbnf_buf *b, cset *c)
         } else {
             sl_gbnf_class(b, c->r, c->n);
         }
-        return;
+        return true;
     }
     /* JSON string content: raw where allowed, one escape per other character. */
     static const sl_gbnf_range raw_ok[] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}};
@@ -188,7 +190,7 @@ static void cset_emit(re_parser *p, sl_gbnf_buf *b, cset *c)
                 cset_add(&raw, lo, hi);
         }
         for (uint32_t ch = c->r[i].lo; ch <= c->r[i].hi && ch <= 0x5C; ch++) {
-            if (ch >= 0x20 && ch != '"' && ch != '\\')
+            if ((ch >= 0x20 && ch != '"' && ch != '\\') || ch == 0)
                 continue;
             const char *s = ch == '"' ? "\\\"" : ch == '\\' ? "\\\\" : ch == '\b' ? "\\b" : ch == '\f' ? "\\f"
                           : ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : ch == '\t' ? "\\t" : NULL;
@@ -200,6 +202,10 @@ static void cset_emit(re_parser *p, sl_gbnf_buf *b, cset *c)
     }
     c->oom |= raw.oom;
     size_t alts = (raw.n > 0) + n_esc;
+    if (alts == 0) {
+        free(raw.r);
+        return false;
+    }
     if (alts > 1)
         sl_gbnf_puts(b, "(");
     bool first = true;
@@ -224,6 +230,7 @@ static void cset_emit(re_parser *p, sl_gbnf_buf *b, cset *c)
     if (alts > 1)
         sl_gbnf_puts(b, ")");
     free(raw.r);
+    return true;
 }
 
 /* ---- escapes and classes ----------------------------------------------------------- */
@@ -486,8 +493,8 @@ static bool parse_atom(re_parser *p, sl_gbnf_buf *b, int depth)
         p->rc = SL_ENOMEM;
         ok = false;
     }
-    if (ok)
-        cset_emit(p, b, &c);
+    if (ok && !cset_emit(p, b, &c))
+        ok = fail(p, at, "U+0000 cannot be written in a JSON string") == SL_OK;
     free(c.r);
     return ok;
 }

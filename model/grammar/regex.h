@@ -22,7 +22,8 @@
  * `root_name`, helper rules `root_name`-<something>. When json_string is
  * true the rules produce the match as the inside of a JSON string: '"' and
  * '\\' and control characters appear escaped (\" \\ \n \uXXXX), so a schema's
- * pattern constrains the decoded value. */
+ * pattern constrains the decoded value; U+0000 is left out (jansson refuses
+ * \u0000), and a regex that needs it is SL_EINVAL. */
 sl_status sl_regex_to_gbnf(const char *re, size_t len, const char *root_name, bool json_string, char **out,
                            char *err, size_t err_len);
 

@@ -115,6 +115,9 @@ SCHEMAS = {
     "object-additional-schema": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 9}},
     "object-additional-schema-with-props": {"type": "object", "properties": {"a": {"type": "string"}},
                                             "required": ["a"], "additionalProperties": {"type": "number"}},
+    "object-additional-schema-near-names": {"type": "object", "properties": {
+        "a": {"type": "null"}, "ab": {"type": "null"}, "x-y": {"type": "null"}, "h\u00e9": {"type": "null"}},
+        "additionalProperties": {"type": "boolean"}},
     "object-escaped-keys": {"type": "object", "properties": {"quo\"te": {"type": "null"}, "back\\slash": {"type": "null"},
                                                               "h\u00e9": {"type": "null"}},
                             "required": ["quo\"te", "back\\slash", "h\u00e9"]},
@@ -340,8 +343,10 @@ def random_schema(rng, depth=0):
     if kind == "object":
         props = {f"p{i}": random_schema(rng, depth + 1) for i in range(rng.randint(0, 5))}
         s = {"type": "object", "properties": props, "required": [p for p in props if rng.random() < .5]}
-        if rng.random() < .5:
+        if rng.random() < .3:
             s["additionalProperties"] = False
+        elif rng.random() < .3:
+            s["additionalProperties"] = random_schema(rng, depth + 1)
         return s
     if kind == "array":
         s = {"type": "array", "items": random_schema(rng, depth + 1)}

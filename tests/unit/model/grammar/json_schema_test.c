@@ -148,10 +148,20 @@ Test(json_schema, additional_properties)
     expect("{\"type\": \"object\", \"additionalProperties\": false}", L("{}", "{ }"), L("{\"x\": 1}"));
     expect("{\"type\": \"object\", \"additionalProperties\": {\"type\": \"integer\"}}", L("{}", "{\"x\": 1, \"y\": 2}"),
            L("{\"x\": \"s\"}"));
-    /* with properties: no other keys, whatever additionalProperties says */
+    /* with properties: no other keys when absent or true */
+    expect("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"null\"}}, \"additionalProperties\": true}",
+           L("{}", "{\"a\": null}"), L("{\"z\": 1}"));
+    /* a schema: extra keys after the declared ones, never a declared name */
     expect("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"null\"}}, \"additionalProperties\": {\"type\": "
            "\"integer\"}}",
-           L("{}", "{\"a\": null}"), L("{\"z\": 1}"));
+           L("{}", "{\"a\": null}", "{\"z\": 1}", "{\"a\": null, \"ab\": 2, \"b\": 3}", "{\"A\": 1}"),
+           L("{\"z\": \"s\"}", "{\"a\": 1}", "{\"z\": 1, \"a\": null}", "{\"\": 1}", "{\"a b\": 1}"));
+    expect("{\"type\": \"object\", \"properties\": {\"ab\": {\"type\": \"null\"}, \"a\": {\"type\": \"null\"}, "
+           "\"x-y\": {\"type\": \"null\"}, \"h\u00e9\": {\"type\": \"null\"}}, \"required\": [\"ab\"], "
+           "\"additionalProperties\": {\"type\": \"boolean\"}}",
+           L("{\"ab\": null, \"abc\": true}", "{\"ab\": null, \"x\": true, \"x-\": false, \"x-yz\": true, \"b\": true}"),
+           L("{\"ab\": null, \"ab\": true}", "{\"ab\": null, \"a\": true}", "{\"ab\": null, \"x-y\": true}",
+             "{\"abc\": true}"));
     expect("{\"type\": \"object\", \"properties\": {}}", L("{}"), L("{\"a\": 1}"));
 }
 

@@ -102,6 +102,11 @@ Test(grammar_mask, arith_matches_brute_force) { check_grammar(G_ARITH, 2); }
 Test(grammar_mask, list_matches_brute_force) { check_grammar(G_LIST, 3); }
 Test(grammar_mask, utf8_matches_brute_force) { check_grammar(G_UTF8, 4); }
 Test(grammar_mask, string_matches_brute_force) { check_grammar("root ::= \"\\\"\" [^\"]* \"\\\"\" \"!\"?", 5); }
+Test(grammar_mask, factored_enum_matches_brute_force)
+{
+    check_grammar("root ::= (\"ab\" | \"abc\" | \"a\" | \"true\" | \"tr\" | \"12\" | \"1\" | \"ab\" | \"cd\" "
+                  "| \"\xc3\xa9\" | \"\xc3\xa4\" | \"\xe2\x82\xac!\" | \"{\\\"\" | \"{\" | \"z\" | [a-c] [0-9])+", 6);
+}
 
 Test(grammar_mask, finished_matcher_allows_nothing)
 {

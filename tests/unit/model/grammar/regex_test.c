@@ -129,6 +129,13 @@ Test(regex, json_string_mode_spells_escapes)
     expect_mode(".", true, L("a", "\\\"", "\\\\", "\\t", "\\u001f", "\xc3\xa9"), L("\"", "\\", "\t", "\\n", "\\r"));
     expect_mode("[^a]", true, L("b", "\\n", "\\\""), L("a", "\n"));
     expect_mode("[\"a]", true, L("a", "\\\""), L("\""));
+    expect_mode(".", true, NULL, L("\\u0000"));   /* jansson refuses \u0000 */
+    char *text = (char *)1, err[SL_ERR_LEN] = "";
+    cr_expect_eq(sl_regex_to_gbnf("a\\x00", 5, "root", true, &text, err, sizeof err), SL_EINVAL);
+    cr_expect_null(text);
+    cr_expect(strstr(err, "U+0000 cannot be written in a JSON string at offset 1") != NULL, "%s", err);
+    cr_expect_eq(sl_regex_to_gbnf("a\\x00", 5, "root", false, &text, err, sizeof err), SL_OK, "%s", err);
+    free(text);
 }
 
 Test(regex, refused_constructs_name_construct_and_offset)
