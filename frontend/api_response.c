@@ -258,12 +258,20 @@ static char *build_response(const sl_api_result *r)
     json_t *o = envelope(r->id, chat ? "chat.completion" : "text_completion", r->created, r->model);
     json_t *text = sl_api_json_string_lossy(r->text ? r->text : "", r->text ? r->text_len : 0);
     json_t *choice;
-    if (chat)
-        choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:o}", "index", 0,
-                           "message", "role", "assistant", "content", text,
+    if (chat) {
+        if (r->content_null) {
+            json_decref(text);
+            text = json_null();
+        }
+        json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
+        if (msg && r->reasoning)
+            json_object_set_new(msg, "reasoning_content", sl_api_json_string_lossy(r->reasoning, r->reasoning_len));
+        if (msg && r->tool_calls)
+            json_object_set_new(msg, "tool_calls", json_deep_copy(r->tool_calls));
+        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "message", msg,
                            "logprobs", logprobs_ref(r->logprobs),
                            "finish_reason", finish_json(r->finish));
-    else
+    } else
         choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "text", text,
                            "logprobs", logprobs_ref(r->logprobs),
                            "finish_reason", finish_json(r->finish));
@@ -293,13 +301,18 @@ static char *build_chunk(const sl_api_chunk *c)
             case SL_API_CHUNK_TEXT:
                 delta = json_pack("{s:o}", "content", text);
                 break;
+            case SL_API_CHUNK_DELTA:
+                delta = c->delta ? json_deep_copy(c->delta) : json_object();
+                json_decref(text);
+                break;
             default:   /* FINISH: an empty delta unless trailing text rides along */
                 delta = c->text_len ? json_pack("{s:o}", "content", text) : json_object();
                 if (!c->text_len) json_decref(text);
                 break;
             }
             choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta,
-                               "logprobs", logprobs_ref(c->kind == SL_API_CHUNK_TEXT ? c->logprobs : NULL),
+                               "logprobs", logprobs_ref(c->kind == SL_API_CHUNK_TEXT || c->kind == SL_API_CHUNK_DELTA
+                                                            ? c->logprobs : NULL),
                                "finish_reason",
                                finish_json(c->kind == SL_API_CHUNK_FINISH ? c->finish : SL_API_FINISH_NONE));
         } else {

@@ -106,10 +106,16 @@ typedef struct {
     sl_api_usage usage;
     const sl_api_timings *timings;    /* NULL: no `timings` field */
     const sl_api_logprobs *logprobs;  /* NULL: "logprobs": null */
+    /* chat only, set by the tool call and reasoning parsers: */
+    bool content_null;                /* "content": null (the answer was only calls or thought) */
+    const char *reasoning;            /* message.reasoning_content; NULL: no such field */
+    size_t reasoning_len;
+    const json_t *tool_calls;         /* message.tool_calls (array, borrowed); NULL: no such field */
 } sl_api_result;
 
 /* chat.completion: {id, object, created, model, choices:[{index, message:
- * {role:"assistant", content}, logprobs, finish_reason}], usage, timings};
+ * {role:"assistant", content, reasoning_content?, tool_calls?}, logprobs,
+ * finish_reason}], usage, timings};
  * text_completion: choices:[{index, text, logprobs, finish_reason}]. */
 char *sl_api_response_build(const sl_api_result *r);
 
@@ -119,6 +125,8 @@ typedef enum {
     SL_API_CHUNK_TEXT,       /* delta {"content": text} / {"text": text} */
     SL_API_CHUNK_FINISH,     /* delta {} (chat) / text "" with finish_reason set */
     SL_API_CHUNK_USAGE,      /* choices [] and the usage object (include_usage) */
+    SL_API_CHUNK_DELTA,      /* chat only: the given delta object ({"content"}, {"reasoning_content"},
+                                {"tool_calls":[...]}), with this event's logprobs */
 } sl_api_chunk_kind;
 
 typedef struct {
@@ -134,6 +142,7 @@ typedef struct {
     bool include_usage;               /* "usage": null on every non-usage chunk */
     const sl_api_usage *usage;        /* USAGE */
     const sl_api_timings *timings;    /* FINISH or USAGE: added as `timings` */
+    const json_t *delta;              /* DELTA: the delta object (borrowed) */
 } sl_api_chunk;
 
 /* The chunk's JSON (without SSE framing; see api_sse.h). NULL on failure. */

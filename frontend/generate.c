@@ -17,7 +17,9 @@
 
 #include "frontend/api_json.h"
 #include "frontend/api_request.h"
+#include "frontend/reasoning.h"
 #include "frontend/server_internal.h"
+#include "frontend/tool_calls.h"
 #include "shared/alloc.h"
 
 static void reject(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, sl_api_err_kind kind, const char *param,
@@ -53,10 +55,13 @@ static int64_t tokenize_alloc(const sl_fe *fe, const char *text, size_t len, con
     return SL_ENOMEM;
 }
 
-/* The prompt's token ids for a parsed request. On failure *e is filled. */
-static int64_t build_prompt(const sl_fe *fe, const sl_api_request *r, int32_t **out, sl_api_error *e)
+/* The prompt's token ids for a parsed request; *think_open says whether the
+ * rendered prompt ends inside an open <think>. On failure *e is filled. */
+static int64_t build_prompt(const sl_fe *fe, const sl_api_request *r, int32_t **out, bool *think_open,
+                            sl_api_error *e)
 {
     *out = NULL;
+    *think_open = false;
     if (r->endpoint == SL_API_ENDPOINT_COMPLETIONS && r->prompt_tokens != NULL) {
         int32_t *p = sl_malloc((r->n_prompt_tokens ? r->n_prompt_tokens : 1) * sizeof *p);
         if (p == NULL)
@@ -76,7 +81,9 @@ static int64_t build_prompt(const sl_fe *fe, const sl_api_request *r, int32_t **
     char err[SL_ERR_LEN] = "";
     sl_chat_render_result rr;
     memset(&rr, 0, sizeof rr);
-    sl_status rc = sl_chat_template_render(fe->tmpl, r->messages, r->tools, true, fe->bos_text, fe->eos_text, NULL,
+    /* chat_template_kwargs are the template's extra variables (Qwen3's enable_thinking). */
+    sl_chat_render_opts opts = {.extra_vars = r->chat_template_kwargs};
+    sl_status rc = sl_chat_template_render(fe->tmpl, r->messages, r->tools, true, fe->bos_text, fe->eos_text, &opts,
                                            &rr, err);
     if (rc < 0) {
         if (rc == SL_ENOMEM)
@@ -90,6 +97,7 @@ static int64_t build_prompt(const sl_fe *fe, const sl_api_request *r, int32_t **
         sl_chat_render_result_fini(&rr);
         goto nomem;
     }
+    *think_open = fe->template_thinks && sl_reasoning_prompt_opens(rr.text, rr.len);
     for (size_t i = 0; i < rr.n_untrusted; i++)
         spans[i] = (sl_tok_span){rr.untrusted[i].start, rr.untrusted[i].end - rr.untrusted[i].start};
     /* The template writes BOS itself where the model wants it (as HF's
@@ -133,6 +141,7 @@ typedef struct {
     sl_api_request r;
     sl_api_error e;
     bool built;                      /* build_prompt ran: n_prompt, prompt and e hold its answer */
+    bool think_open;                 /* the prompt ends inside <think> */
     int64_t n_prompt;
     int32_t *prompt;
 } prompt_job;
@@ -151,7 +160,24 @@ static void prompt_work(const sl_fe *fe, sl_fe_job *job)
         return;
     if (j->r.logprobs && !j->logprobs_ok)
         return;
-    j->n_prompt = build_prompt(fe, &j->r, &j->prompt, &j->e);
+    if (ep == SL_API_ENDPOINT_CHAT && j->r.tools != NULL &&
+        (j->r.tool_choice_mode == SL_API_TOOL_CHOICE_REQUIRED || j->r.tool_choice_mode == SL_API_TOOL_CHOICE_NAMED)) {
+        /* A call is forced by a grammar in the template's format (the parse
+         * refused any other output constraint beside a forced call). */
+        char *g = NULL;
+        sl_status rc = sl_tool_calls_grammar(fe->tool_format, j->r.tools,
+                                             j->r.tool_choice_mode == SL_API_TOOL_CHOICE_NAMED ? j->r.tool_choice_name
+                                                                                               : NULL,
+                                             j->r.parallel_tool_calls, &g, &j->e);
+        if (rc < 0) {
+            j->parse_rc = rc;
+            return;
+        }
+        free(j->r.grammar);
+        j->r.grammar = g;
+        snprintf(j->r.grammar_from, sizeof j->r.grammar_from, "tool_choice");
+    }
+    j->n_prompt = build_prompt(fe, &j->r, &j->prompt, &j->think_open, &j->e);
     j->built = true;
 }
 
@@ -250,7 +276,7 @@ static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
         return;
     }
 
-    sl_fe_stream_start(fe, req, ri, rq, ticket, n_prompt);   /* owns the ticket from here */
+    sl_fe_stream_start(fe, req, ri, rq, ticket, n_prompt, j->think_open);   /* owns the ticket from here */
 }
 
 static void prompt_done(sl_fe *fe, sl_fe_job *job, h2o_req_t *req)

@@ -259,7 +259,7 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         "ttft_trace", "queue_depth", "max_body", "max_prompt_tokens", "default_max_tokens", "idle_timeout_ms",
         "write_timeout_ms", "drain_delay_s", "drain_timeout_s", "chat_template", "model_alias", "log_bodies",
         "heartbeat_timeout_ms", "admin_group", "max_response", "log_format", "log_health",
-        "tokenize_threads", "prefix_cache"};
+        "tokenize_threads", "prefix_cache", "grammar_bytes_max", "reasoning_format"};
     for (int i = 0; i < SL_CFG_COUNT; i++) {
         unsigned s = c->source[i];
         json_object_set_new(src, keys[i], json_string(s < 5 ? source_names[s] : "unknown"));
@@ -299,6 +299,8 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         json_object_set_new(front, "log_health", json_boolean(c->log_health != 0));
         json_object_set_new(front, "tokenize_threads", json_integer((json_int_t)c->tokenize_threads));
         json_object_set_new(front, "tokenize_jobs", json_integer((json_int_t)fe->n_jobs));
+        json_object_set_new(front, "reasoning_format", json_string(fe->reasoning_inline ? "inline" : "separate"));
+        json_object_set_new(front, "tool_format", json_string(sl_tool_format_name(fe->tool_format)));
     }
     if (front != NULL)
         json_object_set_new(front, "worker_info", winfo ? winfo : json_null());

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "frontend/reasoning.h"
 #include "frontend/server_internal.h"
 
 /* ================================================================ event sources */
@@ -255,6 +256,21 @@ static sl_status load_model(sl_fe *fe, char err[SL_ERR_LEN])
         }
     }
     rc = sl_chat_template_compile(src, len, &fe->tmpl, err);
+    /* What the template's model writes for calls and thoughts, read off its source once. */
+    fe->tool_format = sl_tool_format_detect(src, len);
+    /* The detokenizer hides control tokens, and these are how the format
+     * marks a call: a request with tools sees them as text (stream.c). */
+    static const char *const markers[][2] = {
+        [SL_TOOL_FORMAT_LLAMA3] = {"<|python_tag|>", NULL},
+        [SL_TOOL_FORMAT_MISTRAL] = {"[TOOL_CALLS]", "[ARGS]"},
+    };
+    for (int i = 0; i < 2; i++) {
+        const char *m = (size_t)fe->tool_format < sizeof markers / sizeof markers[0] ? markers[fe->tool_format][i]
+                                                                                    : NULL;
+        int32_t id = m ? sl_tokenizer_find(fe->tok, m, strlen(m)) : -1;
+        fe->tool_markers[i] = id >= 0 && sl_tokenizer_attr(fe->tok, id) == SL_TOKEN_ATTR_CONTROL ? id : -1;
+    }
+    fe->template_thinks = sl_reasoning_template_thinks(src, len) || sl_tokenizer_find(fe->tok, "<think>", 7) >= 0;
     free(owned);
     if (rc < 0)
         return rc;
@@ -353,6 +369,16 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
         return SL_FRONTEND_EXIT_CONFIG;
     }
     fe->log_json = strcmp(cfg->log_format, "json") == 0;
+    if (cfg->reasoning_format[0] != '\0' && strcmp(cfg->reasoning_format, "separate") != 0 &&
+        strcmp(cfg->reasoning_format, "inline") != 0) {
+        fprintf(stderr, "sluice-fe slot=%" PRIu32 ": --reasoning-format: '%s' is not separate or inline\n", slot,
+                cfg->reasoning_format);
+        h2o_config_init(&fe->config);
+        fe_dispose(fe, false);
+        close(sfd);
+        return SL_FRONTEND_EXIT_CONFIG;
+    }
+    fe->reasoning_inline = strcmp(cfg->reasoning_format, "inline") == 0;
 
     h2o_config_init(&fe->config);
     /* Above the configured limit, so that routes.c answers bodies just over

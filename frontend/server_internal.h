@@ -28,6 +28,7 @@
 
 #include "frontend/api_error.h"
 #include "frontend/api_request.h"
+#include "frontend/tool_calls.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -66,6 +67,11 @@ typedef struct {
     uint32_t max_prompt;             /* prompt tokens at most (<= n_ctx) */
     int32_t n_vocab;
     char model_name[128];            /* what /v1/models and responses report */
+    sl_tool_format tool_format;      /* how the template's model writes tool calls (tool_calls.h) */
+    int32_t tool_markers[2];         /* control tokens of that format ([TOOL_CALLS], [ARGS],
+                                        <|python_tag|>) shown as text to the call parser; -1 = none */
+    bool template_thinks;            /* the model writes <think> blocks (template or vocabulary) */
+    bool reasoning_inline;           /* --reasoning-format inline: <think> text stays in content */
     int64_t started;                 /* unix seconds, /v1/models "created" */
 
     /* h2o */
@@ -230,9 +236,10 @@ void sl_fe_jobs_destroy(sl_fe *fe);
  * it, and either starts the SSE response (headers plus the first event) or,
  * without "stream", waits for the whole answer. The stream owns `ticket` from
  * here, also on failure (an error response, the ticket cancelled). r is only
- * read during the call (the stop strings are copied). */
+ * read during the call (the stop strings and tool names are copied).
+ * think_open: the rendered prompt ends inside an open <think>. */
 void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_request *r,
-                        sl_shm_ticket ticket, int64_t n_prompt);
+                        sl_shm_ticket ticket, int64_t n_prompt, bool think_open);
 
 /* The wake eventfd fired: move every stream forward. */
 void sl_fe_streams_pump_all(sl_fe *fe);

@@ -34,8 +34,11 @@
 #include "shared/alloc.h"
 #include "frontend/api_response.h"
 #include "frontend/api_sse.h"
+#include "frontend/api_json.h"
 #include "frontend/api_stop.h"
+#include "frontend/reasoning.h"
 #include "frontend/server_internal.h"
+#include "frontend/tool_calls.h"
 
 #define READ_BATCH 64               /* tokens per sl_shm_read_tokens call */
 #define READ_MAX_PER_EVENT 4096     /* tokens per event at most, so one stream cannot hog the loop */
@@ -78,6 +81,21 @@ struct sl_fe_stream {
     size_t text_len, text_cap;
     char *out;                     /* bytes of the write in flight (stream) */
     size_t out_len, out_cap;
+
+    /* Chat answers that go through the reasoning splitter and/or the tool
+     * call parser ("filtered"): after the stop strings, text is split into
+     * content, reasoning and calls. A stream collects this event's deltas in
+     * order (`deltas`); a whole answer collects content in `text`, the
+     * reasoning in `reason` and the calls in `calls`. */
+    bool filtered;
+    bool reasoning_on;
+    sl_reasoning reasoning;
+    sl_tool_parser *tools;         /* NULL: no tool parsing */
+    json_t *deltas;                /* stream: this event's delta objects */
+    char *reason;                  /* whole answer: the reasoning text */
+    size_t reason_len, reason_cap;
+    json_t *calls;                 /* whole answer: message.tool_calls; NULL = none */
+    int32_t n_calls;
 };
 
 /* ================================================================ buffers */
@@ -337,6 +355,98 @@ static void fail_too_large(sl_fe_stream *st, size_t bytes)
 
 /* ================================================================ tokens -> text */
 
+/* ---- filtered answers: content, reasoning and calls ---- */
+
+/* Appends text to the last delta if it is of the same key, else a new one. */
+static sl_status delta_text(sl_fe_stream *st, const char *key, const char *s, size_t n)
+{
+    if (st->deltas == NULL && (st->deltas = json_array()) == NULL)
+        return SL_ENOMEM;
+    size_t k = json_array_size(st->deltas);
+    json_t *last = k ? json_array_get(st->deltas, k - 1) : NULL;
+    json_t *old = last && json_object_size(last) == 1 ? json_object_get(last, key) : NULL;
+    size_t ol = old ? json_string_length(old) : 0;
+    char *cat = sl_malloc(ol + n + 1);
+    if (cat == NULL)
+        return SL_ENOMEM;
+    if (ol)
+        memcpy(cat, json_string_value(old), ol);
+    memcpy(cat + ol, s, n);
+    json_t *v = sl_api_json_string_lossy(cat, ol + n);
+    free(cat);
+    if (v == NULL)
+        return SL_ENOMEM;
+    if (old)
+        return json_object_set_new(last, key, v) ? SL_ENOMEM : SL_OK;
+    json_t *d = json_object();
+    if (d == NULL || json_object_set_new(d, key, v) || json_array_append_new(st->deltas, d))
+        return SL_ENOMEM;
+    return SL_OK;
+}
+
+static sl_status on_tool_event(void *ctx, const sl_tool_event *ev)
+{
+    sl_fe_stream *st = ctx;
+    if (ev->kind == SL_TOOL_EVENT_CONTENT) {
+        if (st->stream)
+            return delta_text(st, "content", ev->text, ev->len);
+        return buf_append(&st->text, &st->text_len, &st->text_cap, ev->text, ev->len) ? SL_OK : SL_ENOMEM;
+    }
+    st->n_calls++;
+    if (!st->stream) {
+        if (st->calls == NULL && (st->calls = json_array()) == NULL)
+            return SL_ENOMEM;
+        json_t *o = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", ev->id, "type", "function", "function", "name",
+                              ev->name, "arguments", ev->arguments);
+        return o && json_array_append_new(st->calls, o) == 0 ? SL_OK : SL_ENOMEM;
+    }
+    /* OpenAI's shape: the first delta of a call names it, the next carry its arguments. */
+    if (st->deltas == NULL && (st->deltas = json_array()) == NULL)
+        return SL_ENOMEM;
+    json_t *head = json_pack("{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index", (int)ev->index, "id", ev->id,
+                             "type", "function", "function", "name", ev->name, "arguments", "");
+    json_t *args = json_pack("{s:[{s:i,s:{s:s}}]}", "tool_calls", "index", (int)ev->index, "function", "arguments",
+                             ev->arguments);
+    bool bad = head == NULL || args == NULL;
+    bad |= json_array_append_new(st->deltas, head) != 0;
+    bad |= json_array_append_new(st->deltas, args) != 0;
+    return bad ? SL_ENOMEM : SL_OK;
+}
+
+static sl_status on_reasoning_text(void *ctx, sl_reasoning_event_kind kind, const char *s, size_t n)
+{
+    sl_fe_stream *st = ctx;
+    if (kind == SL_REASONING_EVENT_REASONING) {
+        if (st->stream)
+            return delta_text(st, "reasoning_content", s, n);
+        return buf_append(&st->reason, &st->reason_len, &st->reason_cap, s, n) ? SL_OK : SL_ENOMEM;
+    }
+    if (st->tools)
+        return sl_tool_parser_feed(st->tools, s, n, false, on_tool_event, st);
+    sl_tool_event ev = {.kind = SL_TOOL_EVENT_CONTENT, .text = s, .len = n};
+    return on_tool_event(st, &ev);
+}
+
+/* Text past the stop strings: to the answer, or through the filters. final:
+ * the answer ends (held text is decided now). */
+static void out_text(sl_fe_stream *st, const char *s, size_t n, bool final)
+{
+    if (!st->filtered) {
+        if (n && !buf_append(&st->text, &st->text_len, &st->text_cap, s, n))
+            st->oom = true;
+        return;
+    }
+    sl_status rc = SL_OK;
+    if (st->reasoning_on)
+        rc = sl_reasoning_feed(&st->reasoning, s, n, final, on_reasoning_text, st);
+    else if (n)
+        rc = on_reasoning_text(st, SL_REASONING_EVENT_CONTENT, s, n);
+    if (rc == SL_OK && final && st->tools)
+        rc = sl_tool_parser_feed(st->tools, "", 0, true, on_tool_event, st);
+    if (rc < 0)
+        st->oom = true;
+}
+
 static void take_text(sl_fe_stream *st, const char *s, size_t n)
 {
     const char *emit = NULL;
@@ -345,8 +455,7 @@ static void take_text(sl_fe_stream *st, const char *s, size_t n)
         return;
     if (sl_api_stop_push(&st->stop, s, n, &emit, &emit_len) < 0)
         return;    /* out of memory: the matcher kept the text; it comes out with the next piece */
-    if (!buf_append(&st->text, &st->text_len, &st->text_cap, emit, emit_len))
-        st->oom = true;
+    out_text(st, emit, emit_len, false);
     if (st->stop.hit) {
         st->stop_hit = true;
         /* The client's answer is complete: stop the worker now, not at max_tokens. */
@@ -361,7 +470,8 @@ static void consume(sl_fe_stream *st, int32_t token, const sl_logprob_record *re
     if (st->stop_hit)
         return;     /* tokens the worker made before it saw the cancel: not the client's */
     st->n_generated++;
-    size_t n = sl_detok_push(&st->detok, fe->tok, token, false, st->piece, st->piece_cap);
+    bool marker = st->tools != NULL && token >= 0 && (token == fe->tool_markers[0] || token == fe->tool_markers[1]);
+    size_t n = sl_detok_push(&st->detok, fe->tok, token, marker, st->piece, st->piece_cap);
     take_text(st, st->piece, n);
     if (st->logprobs && rec != NULL && st->lp_live && !sl_tokenizer_is_eog(fe->tok, token)) {
         sl_api_token_logprob tl;
@@ -389,6 +499,43 @@ static void lp_reset(sl_fe_stream *st)
     st->lp_live = sl_api_logprobs_init(&st->lp, st->ep, off) == SL_OK;
     if (!st->lp_live)
         st->oom = true;
+}
+
+/* A filtered stream's deltas of this event as chunks onto st->out, the
+ * event's logprobs on the first; with none, the logprobs wait for the next
+ * event, or (last) ride on an empty content delta. */
+static bool out_deltas(sl_fe_stream *st, bool last)
+{
+    size_t n = json_array_size(st->deltas);
+    bool lp = lp_has_entries(st);
+    if (n == 0 && !(last && lp))
+        return true;
+    sl_api_chunk c = {.endpoint = st->ep, .kind = SL_API_CHUNK_DELTA, .id = st->id, .created = st->created,
+                      .model = st->fe->model_name, .include_usage = st->include_usage};
+    bool ok = true;
+    if (n == 0) {
+        json_t *d = json_pack("{s:s}", "content", "");
+        c.delta = d;
+        c.logprobs = &st->lp;
+        ok = d != NULL && out_event(st, sl_api_chunk_build(&c));
+        json_decref(d);
+    }
+    for (size_t i = 0; i < n && ok; i++) {
+        c.delta = json_array_get(st->deltas, i);
+        c.logprobs = i == 0 && lp ? &st->lp : NULL;
+        ok = out_event(st, sl_api_chunk_build(&c));
+    }
+    json_array_clear(st->deltas);
+    lp_reset(st);
+    return ok;
+}
+
+static bool blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\n' && s[i] != '\t' && s[i] != '\r')
+            return false;
+    return true;
 }
 
 /* ================================================================ finish */
@@ -424,9 +571,10 @@ static void finish(sl_fe_stream *st)
         const char *emit = NULL;
         size_t emit_len = 0;
         sl_api_stop_flush(&st->stop, &emit, &emit_len);
-        if (!buf_append(&st->text, &st->text_len, &st->text_cap, emit, emit_len))
-            st->oom = true;
+        out_text(st, emit, emit_len, false);
     }
+    if (st->filtered)
+        out_text(st, "", 0, true);   /* also after a stop string: what the filters held is decided */
     if (st->oom) {
         fail(st, SL_API_ERR_INTERNAL, "out of memory");
         return;
@@ -481,6 +629,8 @@ static void finish(sl_fe_stream *st)
         fin = info.finish_reason == SL_FINISH_REASON_LENGTH ? SL_API_FINISH_LENGTH : SL_API_FINISH_STOP;
         observe(fe, &info.timings, st->n_generated);
     }
+    if (st->n_calls > 0 && fin == SL_API_FINISH_STOP)
+        fin = SL_API_FINISH_TOOL_CALLS;
     drop_ticket(st, false);   /* released now, or after the worker saw the stop string's cancel */
 
     sl_api_usage usage = {st->n_prompt, st->n_generated, info.cached_tokens};
@@ -491,6 +641,12 @@ static void finish(sl_fe_stream *st)
             .text = st->text ? st->text : "", .text_len = st->text_len, .finish = fin, .usage = usage,
             .timings = &tm, .logprobs = st->lp_live ? &st->lp : NULL,
         };
+        if (st->filtered) {
+            r.content_null = blank(st->text, st->text_len);
+            r.reasoning = st->reasoning_on && st->reason_len > 0 ? st->reason : NULL;
+            r.reasoning_len = st->reason_len;
+            r.tool_calls = st->calls;
+        }
         char *body = sl_api_response_build(&r);
         if (body == NULL) {
             fail(st, SL_API_ERR_INTERNAL, "out of memory building the response");
@@ -514,7 +670,9 @@ static void finish(sl_fe_stream *st)
     sl_api_chunk c = {.endpoint = st->ep, .id = st->id, .created = st->created, .model = fe->model_name,
                       .include_usage = st->include_usage};
     bool ok = true;
-    if (st->text_len > 0 || lp_has_entries(st)) {
+    if (st->filtered) {
+        ok = out_deltas(st, true);
+    } else if (st->text_len > 0 || lp_has_entries(st)) {
         c.kind = SL_API_CHUNK_TEXT;
         c.text = st->text ? st->text : "";
         c.text_len = st->text_len;
@@ -559,7 +717,8 @@ static void pump(sl_fe_stream *st)
     bool want_recs = st->logprobs && sl_shm_get_limits(fe->shm)->logprobs;
     if (st->stream) {
         st->text_len = 0;
-        lp_reset(st);
+        if (!st->filtered)
+            lp_reset(st);   /* a filtered stream resets once its logprobs went out (out_deltas) */
     }
     bool terminal = false;
     uint32_t total = 0;
@@ -586,12 +745,23 @@ static void pump(sl_fe_stream *st)
         if (n < READ_BATCH)
             break;
     }
-    if (!st->stream && st->text_len > sl_fe_max_response(fe->cfg)) {
-        fail_too_large(st, st->text_len);
+    if (!st->stream && st->text_len + st->reason_len > sl_fe_max_response(fe->cfg)) {
+        fail_too_large(st, st->text_len + st->reason_len);
         return;
     }
     if (terminal || st->stop_hit) {
         finish(st);
+        return;
+    }
+    if (st->stream && st->filtered) {
+        if (json_array_size(st->deltas) == 0)
+            return;     /* all held back (a call or a tag being decided) */
+        out_reset(st);
+        if (!out_deltas(st, false)) {
+            fail(st, SL_API_ERR_INTERNAL, "out of memory building an event");
+            return;
+        }
+        send_out(st, H2O_SEND_STATE_IN_PROGRESS);
         return;
     }
     if (!st->stream || (st->text_len == 0 && !lp_has_entries(st)))
@@ -648,6 +818,11 @@ static void on_dispose(void *p)
     free(st->lp_scratch);
     free(st->text);
     free(st->out);
+    sl_reasoning_fini(&st->reasoning);
+    sl_tool_parser_destroy(st->tools);
+    json_decref(st->deltas);
+    free(st->reason);
+    json_decref(st->calls);
 }
 
 /* The client went away (probe) or stopped reading (write timeout) or the drain
@@ -749,7 +924,7 @@ void sl_fe_streams_abort_all(sl_fe *fe, const char *why)
 /* ================================================================ start */
 
 void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_request *r,
-                        sl_shm_ticket ticket, int64_t n_prompt)
+                        sl_shm_ticket ticket, int64_t n_prompt, bool think_open)
 {
     sl_fe_stream *st = h2o_mem_alloc_shared(&req->pool, sizeof *st, on_dispose);
     memset(st, 0, sizeof *st);
@@ -777,6 +952,22 @@ void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, cons
     sl_status rc = sl_api_stop_init(&st->stop, r->stop, r->stop_len, r->n_stop);
     if (st->logprobs)
         st->lp_live = sl_api_logprobs_init(&st->lp, st->ep, 0) == SL_OK;
+    if (st->ep == SL_API_ENDPOINT_CHAT) {
+        /* Reasoning: the request's reasoning_format, else the server's. */
+        bool inline_ = r->reasoning_format == SL_API_REASONING_INLINE ||
+                       (r->reasoning_format == SL_API_REASONING_SERVER && fe->reasoning_inline);
+        st->reasoning_on = fe->template_thinks && !inline_;
+        sl_reasoning_init(&st->reasoning, think_open);
+        /* Calls: parsed unless tool_choice is none; a forced call is parsed in
+         * the format its grammar wrote, also for a template without one. */
+        bool forced = r->tool_choice_mode == SL_API_TOOL_CHOICE_REQUIRED ||
+                      r->tool_choice_mode == SL_API_TOOL_CHOICE_NAMED;
+        sl_tool_format tf = fe->tool_format == SL_TOOL_FORMAT_NONE && forced ? SL_TOOL_FORMAT_HERMES : fe->tool_format;
+        if (r->tools != NULL && json_array_size(r->tools) > 0 && r->tool_choice_mode != SL_API_TOOL_CHOICE_NONE &&
+            tf != SL_TOOL_FORMAT_NONE && sl_tool_parser_create(tf, r->tools, &st->tools) < 0)
+            rc = SL_ENOMEM;
+        st->filtered = st->reasoning_on || st->tools != NULL;
+    }
     link_stream(fe, st);
     if (st->piece == NULL || rc != SL_OK || (st->logprobs && (st->lp_scratch == NULL || !st->lp_live))) {
         fail(st, SL_API_ERR_INTERNAL, "out of memory");

@@ -93,6 +93,8 @@ static const setting settings[] = {
      "log /health and /ready requests (0 leaves probes out of the access log)"},
     {SL_CFG_TOKENIZE_THREADS, "tokenize-threads", 0, "SLUICE_TOKENIZE_THREADS", NULL, T_U32, F(tokenize_threads), 0,
      16, "1", "threads per front end that render and tokenize bodies over 64 KiB (0 = on the event loop)"},
+    {SL_CFG_REASONING_FORMAT, "reasoning-format", 0, "SLUICE_REASONING_FORMAT", NULL, T_STR, F(reasoning_format), 0,
+     0, "separate", "a reasoning model's <think> text: separate (reasoning_content) or inline (left in content)"},
     {SL_CFG_PREFIX_CACHE, "prefix-cache", 0, "SLUICE_PREFIX_CACHE", NULL, T_BOOL, F(prefix_cache), 0, 1, "1",
      "reuse the KV blocks of a prompt prefix seen before (--no-prefix-cache: off)"},
     {SL_CFG_GRAMMAR_BYTES_MAX, "grammar-bytes-max", 0, "SLUICE_GRAMMAR_BYTES_MAX", NULL, T_BYTES,

@@ -11,7 +11,7 @@
 #        FUZZ_KEEP=1  keep the scratch corpora of an earlier run (grow them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets_all="request gguf tokenizer jinja admin shm grammar json_schema"
+targets_all="request gguf tokenizer jinja admin shm grammar json_schema tools"
 which=${1:-all}
 secs=${2:-60}
 jobs=${FUZZ_JOBS:-2}

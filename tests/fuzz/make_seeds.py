@@ -266,6 +266,25 @@ def grammar_seeds():
     put("grammar", "left-recursive", 'root ::= a\na ::= b "x"\nb ::= a | "y"')
 
 
+def tools_seeds():
+    """Byte 0: format (0 hermes, 1 llama3, 2 mistral; +0x80 starts inside
+    <think>), bytes 1-2: the split offset, then the answer."""
+    def seed(name, fmt, cut, text):
+        put("tools", name, bytes([fmt, cut & 0xff, cut >> 8]) + text.encode())
+    seed("hermes-one", 0, 5, '<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>')
+    seed("hermes-two-text", 0, 30, 'Sure.\n<tool_call>{"name": "add", "arguments": {}}</tool_call>\n'
+         '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call> done')
+    seed("hermes-bad", 0, 12, '<tool_call>{"name": "nope", "arguments": {}}</tool_call><tool_call>{"name"')
+    seed("llama3-tagged", 1, 3, '<|python_tag|>{"name": "add", "parameters": {}}; '
+         '{"name": "get_weather", "parameters": {"city": "x"}}')
+    seed("llama3-bare", 1, 1, '\n{"name": "add", "parameters": {"a": [1, 2]}}\n')
+    seed("mistral-array", 2, 7, '[TOOL_CALLS][{"name": "add", "arguments": {}}]')
+    seed("mistral-args", 2, 9, '[TOOL_CALLS]add[ARGS]{"a": 2}[TOOL_CALLS]get_weather[ARGS]{}')
+    seed("think-then-call", 0, 2, '<think>\nhmm</think>\n\nText <tool_call>{"name": "get_weather", '
+         '"arguments": {}}</tool_call>')
+    seed("think-open", 0x80, 4, "still thinking</think>answer")
+
+
 # ---- json_schema: schemas (byte 0 even), regexes (odd) ---------------------
 def json_schema_seeds():
     sys.path.insert(0, os.path.join(REPO, "tests"))
@@ -288,5 +307,6 @@ if __name__ == "__main__":
     admin_seeds()
     shm_seeds()
     grammar_seeds()
+    tools_seeds()
     json_schema_seeds()
     print("seeds written under", os.path.join(HERE, "corpus"), file=sys.stderr)

@@ -154,3 +154,78 @@ Test(alloc_sweep, response_and_chunk_build, .init = setup)
     }
     cr_assert(n > 1 && n <= MAX_N, "N=%d", n);
 }
+
+/* The tool call parser (each format, a whole answer with calls and text) and
+ * the forcing grammar: out of memory is SL_ENOMEM, never content or a crash. */
+#include "frontend/tool_calls.h"
+
+Test(alloc_sweep, tool_calls_parse, .init = setup)
+{
+    static const struct { sl_tool_format f; const char *text; } cases[] = {
+        {SL_TOOL_FORMAT_HERMES, "Hi <tool_call>{\"name\": \"add\", \"arguments\": {\"a\": [1, {\"b\": 2}]}}</tool_call> "
+                                "<tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call> bye"},
+        {SL_TOOL_FORMAT_LLAMA3, "<|python_tag|>{\"name\": \"add\", \"parameters\": {\"x\": 1}}; "
+                                "{\"name\": \"add\", \"parameters\": {}}"},
+        {SL_TOOL_FORMAT_MISTRAL, "[TOOL_CALLS]add[ARGS]{\"a\": 1}[TOOL_CALLS]add[ARGS]{}"},
+    };
+    json_t *tools = json_pack("[{s:s,s:{s:s}}]", "type", "function", "function", "name", "add");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int n;
+        for (n = 1; n <= MAX_N; n++) {
+            json_t *calls = NULL;
+            char *content = NULL;
+            sl_status rc;
+            bool fired;
+            ARMED(n, rc = sl_tool_calls_parse(cases[c].f, tools, cases[c].text, strlen(cases[c].text), &calls,
+                                              &content));
+            if (fired) {
+                cr_assert_eq(rc, SL_ENOMEM, "case %zu N=%d: rc %d", c, n, rc);
+                cr_assert_null(calls);
+                cr_assert_null(content);
+            } else {
+                cr_assert_eq(rc, SL_OK, "case %zu N=%d", c, n);
+                cr_assert_eq(json_array_size(calls), 2, "case %zu N=%d", c, n);
+            }
+            json_decref(calls);
+            free(content);
+            if (!fired)
+                break;
+        }
+        cr_assert_lt(n, MAX_N);
+    }
+    json_decref(tools);
+}
+
+Test(alloc_sweep, tool_calls_grammar, .init = setup)
+{
+    json_t *tools = json_pack("[{s:s,s:{s:s,s:{s:s}}},{s:s,s:{s:s}}]", "type", "function", "function", "name",
+                              "get_weather", "parameters", "type", "object", "type", "function", "function", "name",
+                              "add");
+    char *want = NULL;
+    sl_api_error e0;
+    cr_assert_eq(sl_tool_calls_grammar(SL_TOOL_FORMAT_HERMES, tools, NULL, true, &want, &e0), SL_OK);
+    int n;
+    for (n = 1; n <= MAX_N; n++) {
+        char *g = NULL;
+        sl_api_error e;
+        sl_status rc;
+        bool fired;
+        ARMED(n, rc = sl_tool_calls_grammar(SL_TOOL_FORMAT_HERMES, tools, NULL, true, &g, &e));
+        if (fired && rc == SL_OK) {
+            /* a failure the schema compiler absorbed (a cache it can do without): the text is whole */
+            cr_assert_str_eq(g, want, "N=%d", n);
+        } else if (fired) {
+            cr_assert_eq(rc, SL_ENOMEM, "N=%d: rc %d", n, rc);
+            cr_assert_eq(e.kind, SL_API_ERR_INTERNAL);
+            cr_assert_null(g);
+        } else {
+            cr_assert_eq(rc, SL_OK, "N=%d: %s", n, e.message);
+        }
+        free(g);
+        if (!fired)
+            break;
+    }
+    cr_assert_lt(n, MAX_N);
+    free(want);
+    json_decref(tools);
+}

@@ -386,3 +386,40 @@ Test(api_response, stream_flow_from_request_to_sse)
     sl_api_stop_fini(&stop);
     sl_api_request_fini(&req);
 }
+
+Test(api_response, chat_message_with_tool_calls_and_reasoning)
+{
+    json_t *calls = json_pack("[{s:s,s:s,s:{s:s,s:s}}]", "id", "call_abc", "type", "function", "function", "name",
+                              "add", "arguments", "{\"a\":1}");
+    sl_api_result r = {.endpoint = SL_API_ENDPOINT_CHAT, .id = "chatcmpl-x", .model = "m", .text = "",
+                       .finish = SL_API_FINISH_TOOL_CALLS, .content_null = true, .reasoning = "hmm",
+                       .reasoning_len = 3, .tool_calls = calls};
+    char *s = sl_api_response_build(&r);
+    json_t *o = json_expect_load(s);
+    json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+    json_t *msg = json_object_get(ch, "message");
+    json_expect_keys(msg, (const char *[]){"role", "content", "reasoning_content", "tool_calls", NULL});
+    cr_assert(json_is_null(json_object_get(msg, "content")));
+    cr_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "hmm");
+    cr_assert(json_equal(json_object_get(msg, "tool_calls"), calls));
+    cr_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "tool_calls");
+    json_decref(o);
+    free(s);
+    json_decref(calls);
+}
+
+Test(api_response, delta_chunk_carries_the_given_delta_and_logprobs)
+{
+    json_t *d = json_pack("{s:[{s:i,s:{s:s}}]}", "tool_calls", "index", 0, "function", "arguments", "{}");
+    sl_api_chunk c = {.endpoint = SL_API_ENDPOINT_CHAT, .kind = SL_API_CHUNK_DELTA, .id = "chatcmpl-x",
+                      .model = "m", .delta = d};
+    char *s = sl_api_chunk_build(&c);
+    json_t *o = json_expect_load(s);
+    json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+    cr_assert(json_equal(json_object_get(ch, "delta"), d));
+    cr_assert(json_is_null(json_object_get(ch, "finish_reason")));
+    cr_assert(json_is_null(json_object_get(ch, "logprobs")));
+    json_decref(o);
+    free(s);
+    json_decref(d);
+}
