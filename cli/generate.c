@@ -12,13 +12,16 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "gpu-worker/constraint.h"
 #include "gpu-worker/load_progress.h"
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
+#define SL_GRAMMAR_FILE_MAX (1u << 20)   /* --grammar files larger than this are refused */
+
 typedef struct {
-    const char *model, *prompt, *tokens, *device;
+    const char *model, *prompt, *tokens, *device, *grammar;
     int n_predict, threads, chunk;
     bool ignore_eos, show_special, print_ids;
     sl_sampling_params sp;
@@ -45,7 +48,9 @@ static void usage(FILE *f)
         "      --chunk N           prefill chunk size in tokens (default 512)\n"
         "      --ignore-eos        do not stop at end-of-generation tokens\n"
         "      --show-special      print control tokens as text\n"
-        "      --print-ids         print token ids instead of text\n");
+        "      --print-ids         print token ids instead of text\n"
+        "      --grammar FILE      constrain the output to the GBNF grammar in FILE (it stops when the grammar\n"
+        "                          is complete)\n");
 }
 
 static int parse_num(const char *opt, const char *v, double lo, double hi, double *out)
@@ -73,7 +78,8 @@ static int parse_options(int argc, char **argv, gen_options *o)
         {"seed", required_argument, 0, 9}, {"threads", required_argument, 0, 't'},
         {"chunk", required_argument, 0, 10}, {"ignore-eos", no_argument, 0, 11},
         {"show-special", no_argument, 0, 12}, {"print-ids", no_argument, 0, 13},
-        {"device", required_argument, 0, 14}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"device", required_argument, 0, 14}, {"grammar", required_argument, 0, 15},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     o->n_predict = 64;
@@ -115,6 +121,7 @@ static int parse_options(int argc, char **argv, gen_options *o)
         case 11: o->ignore_eos = true; break;
         case 12: o->show_special = true; break;
         case 13: o->print_ids = true; break;
+        case 15: o->grammar = optarg; break;
         case 14:
             if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
                 fprintf(stderr, "sluice generate: --device expects auto, cpu or cuda, got '%s'\n", optarg);
@@ -135,6 +142,41 @@ static int parse_options(int argc, char **argv, gen_options *o)
         return -1;
     }
     return 0;
+}
+
+/* The whole of `path` into a malloc'd buffer (*len bytes), or NULL with a
+ * message on stderr. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "sluice generate: --grammar %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (size_t k; buf && (k = fread(buf + n, 1, cap - n, f)) > 0;) {
+        n += k;
+        if (n == cap) {
+            char *nb = cap < SL_GRAMMAR_FILE_MAX ? realloc(buf, cap * 2) : NULL;
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                fprintf(stderr, "sluice generate: --grammar %s: larger than %u bytes\n", path, SL_GRAMMAR_FILE_MAX);
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (buf && ferror(f)) {
+        fprintf(stderr, "sluice generate: --grammar %s: %s\n", path, strerror(errno));
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
 }
 
 static double now_ms(void)
@@ -231,6 +273,36 @@ int sl_cli_generate(int argc, char **argv)
         fprintf(stderr, "sluice generate: invalid %s\n", why);
         return 2;
     }
+    /* --grammar: the same constraint the worker runs for a request with one */
+    sl_constraint_vocab *gv = NULL;
+    sl_constraint *con = NULL;
+    if (o.grammar) {
+        size_t glen;
+        char *text = tok ? read_file(o.grammar, &glen) : NULL;
+        int32_t *eog = text ? malloc((size_t)m->hp.n_vocab * sizeof *eog) : NULL;
+        int32_t n_eog = 0;
+        for (int32_t id = 0; eog && id < m->hp.n_vocab; id++)
+            if (sl_tokenizer_is_eog(tok, id))
+                eog[n_eog++] = id;
+        char gerr[SL_ERR_LEN] = "out of memory";
+        if (!tok)
+            snprintf(gerr, sizeof gerr, "--grammar needs the model's tokenizer");
+        sl_status grc = !eog ? SL_ENOMEM
+                             : sl_constraint_vocab_create(m->hp.n_vocab, eog, n_eog, sl_constraint_tokenizer_trie, tok,
+                                                          &gv);
+        if (grc == SL_OK)
+            grc = sl_constraint_create(gv, text, glen, &con, gerr, sizeof gerr);
+        bool had_text = text != NULL;   /* read_file said why it has none */
+        free(eog);
+        free(text);
+        if (grc < 0) {
+            sl_load_progress_abort(&lp);
+            if (had_text || !tok)
+                fprintf(stderr, "sluice generate: %s\n", gerr);
+            sl_constraint_vocab_destroy(gv);
+            return 2;
+        }
+    }
 
     int32_t n_blocks = (int32_t)((n_ctx + SL_KV_BLOCK_TOKENS - 1) / SL_KV_BLOCK_TOKENS);
     int chunk = o.chunk < n_prompt ? o.chunk : (int)n_prompt;
@@ -268,7 +340,8 @@ int sl_cli_generate(int argc, char **argv)
         sl_batch_seq s = {.tokens = prompt + done, .n_tokens = n, .pos = (int32_t)done, .blocks = blocks,
                           .n_blocks = n_blocks, .logits_all = false, .prompt = true};
         bool last = done + n == n_prompt && o.n_predict > 0;
-        sl_sample_req r = {.params = last ? &o.sp : NULL, .history = history, .n_history = (int32_t)n_prompt};
+        sl_sample_req r = {.params = last ? &o.sp : NULL, .history = history, .n_history = (int32_t)n_prompt,
+                           .allow = last && con ? sl_constraint_mask(con, !o.ignore_eos) : NULL};
         if (sl_backend_forward_sample(be, &s, 1, &r, &next) < 0) {
             fprintf(stderr, "sluice generate: forward pass failed\n");
             return 1;
@@ -285,7 +358,12 @@ int sl_cli_generate(int argc, char **argv)
     while (n_gen < o.n_predict) {
         int32_t id = next;
         if (id < 0) {
-            fprintf(stderr, "sluice generate: sampling failed\n");
+            fprintf(stderr, "sluice generate: %s\n", con ? sl_constraint_error(con) : "sampling failed");
+            rc = 1;
+            break;
+        }
+        if (con && sl_constraint_accept(con, id) < 0) {
+            fprintf(stderr, "sluice generate: grammar: the drawn token does not match\n");
             rc = 1;
             break;
         }
@@ -300,12 +378,14 @@ int sl_cli_generate(int argc, char **argv)
         fflush(stdout);
         if (!o.ignore_eos && tok && sl_tokenizer_is_eog(tok, id))
             break;
+        if (con && sl_constraint_finished(con))
+            break;   /* the grammar is complete: nothing more may follow */
         if (n_gen == o.n_predict)
             break;
         sl_batch_seq s = {.tokens = &id, .n_tokens = 1, .pos = (int32_t)(n_hist - 1), .blocks = blocks,
                           .n_blocks = n_blocks, .logits_all = false};
         sl_sample_req r = {.params = &o.sp, .history = history, .n_history = (int32_t)n_hist,
-                           .draw_index = (uint64_t)n_gen};
+                           .draw_index = (uint64_t)n_gen, .allow = con ? sl_constraint_mask(con, !o.ignore_eos) : NULL};
         if (sl_backend_forward_sample(be, &s, 1, &r, &next) < 0) {
             fprintf(stderr, "sluice generate: forward pass failed\n");
             rc = 1;
@@ -323,6 +403,8 @@ int sl_cli_generate(int argc, char **argv)
             "%d threads, %s\n", (long long)n_prompt, t_prompt, n_prompt * 1e3 / (t_prompt > 0 ? t_prompt : 1),
             (long long)n_gen, t_decode, n_gen > 1 ? (n_gen - 1) * 1e3 / (t_decode > 0 ? t_decode : 1) : 0.0,
             o.threads, sl_backend_describe(be));
+    sl_constraint_destroy(con);
+    sl_constraint_vocab_destroy(gv);
     free(piece);
     free(prompt);
     free(blocks);

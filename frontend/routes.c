@@ -175,6 +175,7 @@ static void on_metrics(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
         {SL_COUNTER_FRONTEND_RESTARTS, "sluice_frontend_restarts_total", "Front-end processes restarted after a death."},
         {SL_COUNTER_PREFIX_QUERY_TOKENS, "sluice_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache."},
         {SL_COUNTER_PREFIX_HIT_TOKENS, "sluice_prefix_cache_hits_total", "Prompt tokens found in the prefix cache (not recomputed)."},
+        {SL_COUNTER_GRAMMAR_REQUESTS, "sluice_grammar_requests_total", "Requests decoded under a grammar (JSON Schema, regex, GBNF)."},
     };
     static const struct { sl_histogram h; const char *name, *help; } hists[] = {
         {SL_HISTOGRAM_TTFT, "sluice_time_to_first_token_seconds", "Submission to first token."},
@@ -187,6 +188,8 @@ static void on_metrics(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
         sl_api_metrics_counter(&m, counters[i].name, counters[i].help, NULL, 0,
                                (double)sl_shm_counter_get(fe->shm, counters[i].c));
+    sl_api_metrics_counter(&m, "sluice_grammar_mask_seconds_total", "Worker time spent computing grammar token masks.",
+                           NULL, 0, (double)sl_shm_counter_get(fe->shm, SL_COUNTER_GRAMMAR_MASK_NS) / 1e9);
 
     sl_shm_census_info *cen = sl_malloc(sizeof *cen);
     if (cen != NULL) {

@@ -55,6 +55,7 @@ typedef struct {
     int32_t n_prefix_hit;   /* prompt tokens the cache gave at first admission */
     int32_t n_prefix_lookup;/* prompt tokens looked up then */
     sl_logprob_record rec;  /* record of the last sampled token */
+    sl_constraint *con;     /* the grammar matcher and allow bitmap; NULL: unconstrained */
     uint64_t seen_ns, admit_ns, prefill_ns, first_ns, last_ns;
     int32_t chunk;          /* tokens this step feeds (0: not in this step) */
 } seq;
@@ -211,6 +212,7 @@ void sl_sched_destroy(sl_sched *s)
         for (int32_t i = 0; i < s->n_slots; i++) {
             sl_prefix_cache_release(&s->pc, &s->kv, &s->slots[i].table);
             sl_kv_blocks_table_fini(&s->slots[i].table);
+            sl_constraint_destroy(s->slots[i].con);
         }
     }
     sl_prefix_cache_fini(&s->pc, &s->kv);
@@ -266,6 +268,8 @@ static void seq_end(sl_sched *s, int32_t slot, int reason, const char *error)
     else if (q->state == SEQ_PARKED)
         list_remove(s->parked, &s->n_parked, slot);
     sl_prefix_cache_release(&s->pc, &s->kv, &q->table);
+    sl_constraint_destroy(q->con);
+    q->con = NULL;
     if (!q->dropped) {
         sl_sched_timings t = {
             .queue_ms = q->admit_ns ? ms_between(q->req.submit_ns, q->admit_ns) : 0,
@@ -518,6 +522,14 @@ static void intake(sl_sched *s, uint64_t now)
         q->admit_ns = q->prefill_ns = q->first_ns = q->last_ns = 0;
         q->chunk = 0;
         s->waiting[s->n_waiting++] = slot;
+        if (!why && q->req.grammar_len > 0) {
+            if (!s->cfg.grammar_vocab)
+                why = "grammar: constrained decoding is not available in this worker";
+            else if (sl_constraint_create(s->cfg.grammar_vocab, q->req.grammar, q->req.grammar_len, &q->con, buf,
+                                          sizeof buf) < 0)
+                why = buf;
+        }
+        q->req.grammar = NULL;   /* compiled: the text is not read again */
         if (why) {
             q->n_hist = q->req.n_prompt > 0 ? q->req.n_prompt : 0;   /* keeps invariant 5 for the checker */
             seq_end(s, slot, SL_SCHED_FINISH_ERROR, why);
@@ -564,6 +576,8 @@ static void stats_refresh(sl_sched *s)
     sl_prefix_cache_stats_get(&s->pc, &s->kv, &s->stats.prefix);
     s->stats.kv_blocks_free = sl_kv_blocks_free_count(&s->kv) + s->stats.prefix.n_evictable;   /* as free */
     s->stats.kv_blocks_touched = sl_kv_blocks_touched(&s->kv);
+    s->stats.grammar_mask_ns = sl_constraint_vocab_mask_ns(s->cfg.grammar_vocab);
+    s->stats.n_constrained = sl_constraint_vocab_n_created(s->cfg.grammar_vocab);
 }
 
 /* Fails every live and waiting request and rebuilds the batch state from
@@ -611,6 +625,8 @@ static bool deliver(sl_sched *s, int32_t slot, uint64_t now)
     q->last_ns = now;
     if (!q->req.ignore_eos && is_eog(s, tok))
         seq_end(s, slot, SL_SCHED_FINISH_STOP, NULL);
+    else if (q->con && sl_constraint_finished(q->con))
+        seq_end(s, slot, SL_SCHED_FINISH_STOP, NULL);   /* the grammar is complete: even with ignore_eos */
     else if (q->n_gen >= q->req.max_tokens || q->n_hist >= s->n_ctx)
         seq_end(s, slot, SL_SCHED_FINISH_LENGTH, NULL);
     else
@@ -644,7 +660,8 @@ static sl_sample_req sample_req(sl_sched *s, seq *q)
     bool ban = holds_back_eog(q);
     return (sl_sample_req){.params = &q->req.params, .history = q->hist, .n_history = q->n_hist,
                            .draw_index = (uint64_t)q->n_gen, .ban = ban ? s->eog : NULL,
-                           .n_ban = ban ? s->n_eog : 0, .record = &q->rec};
+                           .n_ban = ban ? s->n_eog : 0, .record = &q->rec,
+                           .allow = q->con ? sl_constraint_mask(q->con, !q->req.ignore_eos) : NULL};
 }
 
 /* Takes the drawn token into the sequence and delivers it. Per-request
@@ -653,7 +670,11 @@ static void take_sample(sl_sched *s, int32_t slot, int32_t tok, uint64_t now)
 {
     seq *q = &s->slots[slot];
     if (tok < 0) {
-        seq_end(s, slot, SL_SCHED_FINISH_ERROR, "sampling failed");
+        seq_end(s, slot, SL_SCHED_FINISH_ERROR, q->con ? sl_constraint_error(q->con) : "sampling failed");
+        return;
+    }
+    if (q->con && sl_constraint_accept(q->con, tok) < 0) {
+        seq_end(s, slot, SL_SCHED_FINISH_ERROR, "grammar: the drawn token does not match");
         return;
     }
     if (q->req.params.n_logprobs >= 0 && q->rec.token != tok) {

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "gpu-worker/constraint.h"
 #include "gpu-worker/prefix_cache.h"
 #include "kernels/backend.h"
 #include "shared/sampling.h"
@@ -60,6 +61,8 @@ typedef struct {
     uint32_t kv_block_size;    /* token positions per KV block; must equal the backend's */
     uint32_t n_kv_blocks;      /* blocks in the pool; at most the backend's */
     bool prefix_cache;         /* reuse cached full KV blocks of equal prefixes (gpu-worker/prefix_cache.h) */
+    sl_constraint_vocab *grammar_vocab; /* the model's tokens for constrained decoding (not owned; outlives the
+                                           scheduler); NULL: a request with a grammar fails at admission */
     struct {                   /* an sl_sched_source for each knob above */
         uint8_t max_seqs, token_budget, prefill_chunk, window_ms;
         uint8_t staggered_prefill, ttft_trace, kv_block_size, n_kv_blocks;
@@ -83,6 +86,9 @@ typedef struct {
     int32_t min_tokens;          /* 0 <= min_tokens <= max_tokens: EOG ids banned until reached */
     bool ignore_eos;             /* EOG ids do not stop (and are not banned) */
     uint64_t submit_ns;          /* submission time on the io clock (CLOCK_MONOTONIC) */
+    const char *grammar;         /* GBNF text every drawn token must follow (grammar_len bytes, compiled at
+                                    intake; need not outlive poll); NULL = unconstrained */
+    uint32_t grammar_len;
 } sl_sched_request;
 
 /* What finish() reports for every request, measured on the io clock. A
@@ -118,6 +124,8 @@ typedef struct {
     uint64_t n_park_drops;       /* total so far: a parked sequence's blocks were freed for others */
     bool prefix_cache;           /* the prefix cache is on */
     sl_prefix_cache_stats prefix;/* its figures (lookups count every admission, recomputes too) */
+    uint64_t grammar_mask_ns;    /* total so far: time computing grammar masks (gpu-worker/constraint.h) */
+    uint64_t n_constrained;      /* total so far: requests that ran with a grammar */
 } sl_sched_stats;
 
 /* The outside world. All slots required but step_begin and admitted. */

@@ -63,6 +63,8 @@ typedef struct {
     const sl_model *model;
     const char *backend_name;
     uint64_t kv_bytes;
+    uint64_t grammar_mask_ns;    /* the scheduler's totals already added to the segment's counters */
+    uint64_t n_constrained;
 } worker;
 
 static held *held_of(worker *w, uint64_t id)
@@ -96,7 +98,10 @@ static sl_status io_poll(void *ctx, sl_sched_request *out)
                                 &request_id, &n_prompt);
         const sl_mailbox_shm *mb = sl_shm_mailbox(w->shm, t);
         held *h = &w->held[slot];
-        if (rc == SL_OK && mb && n_prompt >= 1 && n_prompt <= (uint32_t)w->model->hp.n_ctx_train &&
+        const char *grammar;
+        uint32_t grammar_len;
+        /* a grammar that cannot be read fails the request: it must never run unconstrained */
+        if (rc == SL_OK && sl_shm_grammar_get(w->shm, t, &grammar, &grammar_len) == SL_OK && mb && n_prompt >= 1 && n_prompt <= (uint32_t)w->model->hp.n_ctx_train &&
             (h->prompt = sl_malloc(n_prompt * sizeof(int32_t))) != NULL &&
             sl_shm_prompt_copy(w->shm, t, 0, n_prompt, h->prompt) == SL_OK) {
             h->ticket = t;
@@ -106,6 +111,8 @@ static sl_status io_poll(void *ctx, sl_sched_request *out)
             out->prompt = h->prompt;
             out->n_prompt = (int32_t)n_prompt;
             out->ignore_eos = ignore_eos != 0;
+            out->grammar = grammar;   /* compiled by the scheduler's intake, inside this poll's caller */
+            out->grammar_len = grammar_len;
             sl_shm_result_info info;
             out->submit_ns = sl_shm_result(w->shm, t, &info) == SL_OK && info.timings.queued_ns
                                  ? info.timings.queued_ns : sl_shm_now_ns();
@@ -237,6 +244,12 @@ static void io_step_done(void *ctx, const sl_sched_stats *st)
 {
     worker *w = ctx;
     sl_step_bound_record(&w->bound, st->step_ns, st->step_tokens);
+    if (st->grammar_mask_ns > w->grammar_mask_ns || st->n_constrained > w->n_constrained) {
+        sl_shm_counter_add(w->shm, SL_COUNTER_GRAMMAR_MASK_NS, st->grammar_mask_ns - w->grammar_mask_ns);
+        sl_shm_counter_add(w->shm, SL_COUNTER_GRAMMAR_REQUESTS, st->n_constrained - w->n_constrained);
+        w->grammar_mask_ns = st->grammar_mask_ns;
+        w->n_constrained = st->n_constrained;
+    }
     sl_shm_heartbeat(w->shm, sl_shm_now_ns(), step_bound(w));
     sl_shm_worker_flush_wakeups(w->shm);
     uint64_t now = sl_shm_now_ns();
@@ -445,6 +458,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     sl_backend *be = NULL;
     sl_sched *sched = NULL;
     int32_t *eog = NULL;
+    sl_constraint_vocab *gv = NULL;
     worker w = {.shm = shm, .cfg = cfg};
     sl_load_progress lp;
     sl_load_progress_init(&lp, stderr, isatty(STDERR_FILENO), "sluice worker");
@@ -470,6 +484,13 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     for (int32_t id = 0; id < m->hp.n_vocab; id++)
         if (sl_tokenizer_is_eog(tok, id))
             eog[n_eog++] = id;
+    /* constrained decoding's token trie: built at the first request with a grammar */
+    if (sl_constraint_vocab_create(m->hp.n_vocab, eog, n_eog, sl_constraint_tokenizer_trie, tok, &gv) < 0) {
+        sl_load_progress_abort(&lp);
+        fprintf(stderr, "sluice worker: out of memory for the grammar vocabulary\n");
+        exit_code = SL_WORKER_EXIT_FAILED;
+        goto out;
+    }
 
     sl_sched_config sc;
     sl_sched_config_default(&sc);
@@ -483,6 +504,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     KNOB(ttft_trace, SL_CFG_TTFT_TRACE, cfg->ttft_trace != 0);
     KNOB(prefix_cache, SL_CFG_PREFIX_CACHE, cfg->prefix_cache != 0);
 #undef KNOB
+    sc.grammar_vocab = gv;
     sc.kv_block_size = SL_KV_BLOCK_TOKENS;
     uint64_t block_bytes = sl_backend_kv_block_bytes(m, SL_KV_BLOCK_TOKENS);
     uint64_t blocks = kv_budget(cfg) / block_bytes;
@@ -553,6 +575,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     exit_code = SL_WORKER_EXIT_OK;
 out:
     sl_sched_destroy(sched);
+    sl_constraint_vocab_destroy(gv);
     for (uint32_t i = 0; w.held && i < w.n_held; i++)
         free(w.held[i].prompt);
     free(w.held);

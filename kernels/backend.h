@@ -65,8 +65,9 @@ typedef struct sl_backend sl_backend;
 
 /* What one sequence of a step asks of sl_backend_forward_sample: the next
  * token drawn from the sequence's last logits row by the steps of
- * kernels/cpu/sampler.h, after the `ban` tokens are set to -inf (the worker
- * holds end-of-generation back until min_tokens). */
+ * kernels/cpu/sampler.h, after the tokens `allow` leaves out (a grammar's
+ * mask) and the `ban` tokens are set to -inf (the worker holds
+ * end-of-generation back until min_tokens). */
 typedef struct {
     const sl_sampling_params *params; /* validated (sl_sampling_validate); NULL: no token wanted */
     const int32_t *history;           /* the sequence's tokens so far (penalties read its window) */
@@ -74,6 +75,10 @@ typedef struct {
     uint64_t draw_index;              /* index of the output token drawn (the seed's counter) */
     const int32_t *ban;               /* may be NULL when n_ban is 0 */
     int32_t n_ban;
+    const uint32_t *allow;            /* NULL = every token; else bit t of allow[t/32] set = token t may be
+                                         drawn ((n_vocab + 31) / 32 words). Applied first, like ban:
+                                         disallowed logits become -inf before logprobs, bias, penalties and
+                                         the draw; a row with no allowed token left draws -1 */
     sl_logprob_record *record;        /* OUT when params->n_logprobs >= 0, else unused */
 } sl_sample_req;
 

@@ -95,6 +95,9 @@ static const setting settings[] = {
      16, "1", "threads per front end that render and tokenize bodies over 64 KiB (0 = on the event loop)"},
     {SL_CFG_PREFIX_CACHE, "prefix-cache", 0, "SLUICE_PREFIX_CACHE", NULL, T_BOOL, F(prefix_cache), 0, 1, "1",
      "reuse the KV blocks of a prompt prefix seen before (--no-prefix-cache: off)"},
+    {SL_CFG_GRAMMAR_BYTES_MAX, "grammar-bytes-max", 0, "SLUICE_GRAMMAR_BYTES_MAX", NULL, T_BYTES,
+     F(grammar_bytes_max), 0, 256u * 1024u, "64K",
+     "grammar text bytes a request may carry, after JSON Schema or regex conversion (0 = constrained decoding off)"},
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

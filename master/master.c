@@ -390,6 +390,7 @@ static int setup(sl_master *m)
     uint64_t mailboxes = 2 * held;
     lim.n_mailboxes = (uint32_t)(mailboxes < 1024 ? 1024 : mailboxes > 65535 ? 65535 : mailboxes);
     lim.prompt_tokens_max = m->n_ctx;
+    lim.grammar_bytes_max = (uint32_t)m->cfg.grammar_bytes_max;
     m->shm = sl_shm_create(m->cfg.shm_name, &lim, err);
     if (!m->shm) {
         log_line("%s", err);

@@ -32,7 +32,7 @@ typedef enum {
     SL_CFG_DEFAULT_MAX_TOKENS, SL_CFG_IDLE_TIMEOUT_MS, SL_CFG_WRITE_TIMEOUT_MS, SL_CFG_DRAIN_DELAY_S,
     SL_CFG_DRAIN_TIMEOUT_S, SL_CFG_CHAT_TEMPLATE, SL_CFG_MODEL_ALIAS, SL_CFG_LOG_BODIES,
     SL_CFG_HEARTBEAT_TIMEOUT_MS, SL_CFG_ADMIN_GROUP, SL_CFG_MAX_RESPONSE, SL_CFG_LOG_FORMAT,
-    SL_CFG_LOG_HEALTH, SL_CFG_TOKENIZE_THREADS, SL_CFG_PREFIX_CACHE, SL_CFG_COUNT
+    SL_CFG_LOG_HEALTH, SL_CFG_TOKENIZE_THREADS, SL_CFG_PREFIX_CACHE, SL_CFG_GRAMMAR_BYTES_MAX, SL_CFG_COUNT
 } sl_config_key;
 
 typedef struct {
@@ -70,6 +70,7 @@ typedef struct {
     uint32_t log_health;                    /* 1 = log /health and /ready requests too */
     uint32_t tokenize_threads;              /* per front end: render/tokenize threads for large bodies; 0 = on the loop */
     uint32_t prefix_cache;                  /* 1 = reuse the KV of cached prompt prefixes (worker's prefix cache) */
+    uint64_t grammar_bytes_max;             /* longest grammar text a request may carry (shm slice); 0 = no grammars */
     char shm_name[64];                      /* the segment's name, derived from the pid */
     uint8_t source[SL_CFG_COUNT];           /* sl_config_source of each field */
 } sl_config;

@@ -12,6 +12,7 @@
  * Invariants and the state diagram are in docs/SHARED_MEMORY.md. */
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <linux/futex.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -161,12 +162,37 @@ static sl_status frontend_word(const sl_shm_t *fe, sl_shm_ticket t, uint64_t *w)
     return SL_OK;
 }
 
+/* Copies a grammar text into mailbox i's slice with pwrite, not a store: the
+ * region is not reserved (shm_layout.h), and a store into a page that a full
+ * /dev/shm cannot back is SIGBUS where pwrite answers ENOSPC. Returns SL_OK or
+ * SL_ENOMEM (the errno logged). */
+static sl_status grammar_write(sl_shm_t *fe, uint32_t i, const char *text, uint32_t len)
+{
+    if (fe->grammar == NULL || fe->fd < 0)
+        return SL_ENOMEM;
+    off_t at = (off_t)(fe->off_grammar + (uint64_t)i * fe->limits.grammar_bytes_max);
+    for (uint32_t done = 0; done < len;) {
+        ssize_t n = pwrite(fe->fd, text + done, len - done, at + (off_t)done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            fprintf(stderr, "sluice: pwrite(grammar text, %u bytes): %s\n", len, n < 0 ? strerror(errno) : "short write");
+            return SL_ENOMEM;
+        }
+        done += (uint32_t)n;
+    }
+    return SL_OK;
+}
+
 sl_status sl_shm_submit(sl_shm_t *fe, const sl_shm_request *req, sl_shm_ticket *ticket)
 {
     ticket->index = UINT32_MAX;
     ticket->incarnation = 0;
     if (fe->role != SL_SHM_ROLE_FRONTEND || req->n_prompt == 0 || req->n_prompt > fe->limits.prompt_tokens_max ||
         req->prompt == NULL)
+        return SL_EINVAL;
+    if (req->grammar_len > 0 && (req->grammar == NULL || req->grammar_len > fe->limits.grammar_bytes_max ||
+                                 memchr(req->grammar, 0, req->grammar_len) != NULL))
         return SL_EINVAL;
     if (!frontend_current(fe))
         return SL_ESTALE;
@@ -218,6 +244,13 @@ sl_status sl_shm_submit(sl_shm_t *fe, const sl_shm_request *req, sl_shm_ticket *
         return SL_AGAIN;
     }
     SL_CRASH_POINT(SL_CRASH_SUBMIT_BLOCKS_DONE);
+    if (req->grammar_len > 0 && grammar_write(fe, i, req->grammar, req->grammar_len) < 0) {
+        sl_shm_blocks_free_table(fe, i, inc);
+        uint64_t w = sl_word_make(SL_MAILBOX_STATE_CLAIMED, fe->slot, inc);
+        atomic_compare_exchange_strong_explicit(&mb->word, &w, sl_word_make(SL_MAILBOX_STATE_FREE, SL_SHM_OWNER_NONE, inc),
+                                                memory_order_release, memory_order_relaxed);
+        return SL_ENOMEM;
+    }
 
     const uint32_t *table = &fe->block_tables[(size_t)i * fe->blocks_per_mailbox];
     for (uint32_t k = 0; k < nb; k++) {
@@ -230,6 +263,7 @@ sl_status sl_shm_submit(sl_shm_t *fe, const sl_shm_request *req, sl_shm_ticket *
     mb->ignore_eos = req->ignore_eos;
     mb->request_id = req->request_id;
     mb->n_prompt = req->n_prompt;
+    mb->grammar_len = req->grammar_len;
     mb->finish_reason = SL_FINISH_REASON_NONE;
     mb->worker_generation = 0;
     mb->error[0] = 0;
@@ -470,6 +504,27 @@ sl_status sl_shm_request_get(const sl_shm_t *h, sl_shm_ticket t, sl_sampling_par
         *request_id = mb->request_id;
     if (n_prompt)
         *n_prompt = mb->n_prompt;
+    return SL_OK;
+}
+
+sl_status sl_shm_grammar_get(const sl_shm_t *w, sl_shm_ticket t, const char **text, uint32_t *len)
+{
+    *text = NULL;
+    *len = 0;
+    if (t.index >= w->limits.n_mailboxes)
+        return SL_ERANGE;
+    const struct sl_mailbox_shm *mb = sl_shm_mailbox(w, t);
+    if (mb == NULL)
+        return SL_ESTALE;
+    if (sl_word_state(atomic_load_explicit(&mb->word, memory_order_acquire)) != SL_MAILBOX_STATE_RUNNING)
+        return SL_ESTATE;
+    uint32_t n = mb->grammar_len;
+    if (n == 0)
+        return SL_OK;
+    if (n > w->limits.grammar_bytes_max || w->grammar == NULL)
+        return SL_ERANGE;
+    *text = w->grammar + (size_t)t.index * w->limits.grammar_bytes_max;
+    *len = n;
     return SL_OK;
 }
 

@@ -176,6 +176,8 @@ sl_status sl_shm_check(const sl_shm_t *h, int quiescent, char err[SL_ERR_LEN])
                          atomic_load_explicit(&mb->tok_head, memory_order_acquire) >
                      l->token_ring_entries)
             why = "token ring over capacity";
+        else if (st >= SL_MAILBOX_STATE_SUBMITTED && mb->grammar_len > l->grammar_bytes_max)
+            why = "grammar text longer than its slice";
         if (why) {
             snprintf(err, SL_ERR_LEN, "mailbox %u (word %016llx): %s", i, (unsigned long long)w, why);
             return SL_EFORMAT;

@@ -31,6 +31,7 @@ void sl_shm_limits_default(sl_shm_limits *l)
     l->prompt_arena_blocks = 4096;
     l->logprobs = 1;
     l->submit_queue_depth = 0;
+    l->grammar_bytes_max = 65536;
 }
 
 static int is_pow2(uint32_t v) { return v != 0 && (v & (v - 1)) == 0; }
@@ -40,7 +41,8 @@ static uint64_t align64(uint64_t v) { return (v + 63) & ~(uint64_t)63; }
 /* Offsets of every region, in header order, and the total size. */
 typedef struct {
     uint64_t off_slots, off_ring, off_mailboxes, off_block_tables, off_tokens, off_records,
-        off_block_owners, off_arena, size;
+        off_block_owners, off_arena, off_grammar, size;
+    uint64_t reserved;       /* bytes posix_fallocate backs: all but the grammar region */
     uint32_t blocks_per_mailbox;
 } shm_layout;
 
@@ -63,6 +65,8 @@ static sl_status shm_layout_compute(const sl_shm_limits *l, shm_layout *out, cha
         why = "logprobs must be 0 or 1";
     else if (l->submit_queue_depth > l->submit_ring_entries)
         why = "submit_queue_depth must be at most submit_ring_entries";
+    else if (l->grammar_bytes_max > SL_SHM_GRAMMAR_BYTES_MAX)
+        why = "grammar_bytes_max must be at most 262144";
     if (why == NULL) {
         uint32_t bpm = (l->prompt_tokens_max + l->prompt_block_tokens - 1) / l->prompt_block_tokens;
         if (l->prompt_arena_blocks < bpm || l->prompt_arena_blocks > (1u << 24))
@@ -92,6 +96,10 @@ static sl_status shm_layout_compute(const sl_shm_limits *l, shm_layout *out, cha
     off = align64(off + (uint64_t)l->prompt_arena_blocks * 8);
     out->off_arena = off;
     off = align64(off + (uint64_t)l->prompt_arena_blocks * l->prompt_block_tokens * 4);
+    out->reserved = off;
+    out->off_grammar = l->grammar_bytes_max ? off : 0;
+    if (l->grammar_bytes_max)
+        off = align64(off + (uint64_t)l->n_mailboxes * l->grammar_bytes_max);
     out->size = off;
     return SL_OK;
 }
@@ -108,6 +116,8 @@ static void handle_point(sl_shm_t *h, const shm_layout *lay)
     h->records = lay->off_records ? (sl_logprob_record *)(b + lay->off_records) : NULL;
     h->block_owners = (_Atomic uint64_t *)(b + lay->off_block_owners);
     h->arena = (int32_t *)(b + lay->off_arena);
+    h->grammar = lay->off_grammar ? b + lay->off_grammar : NULL;
+    h->off_grammar = lay->off_grammar;
     for (int i = 0; i < SL_SHM_SLOTS_MAX; i++)
         h->eventfds[i] = -1;
 }
@@ -177,7 +187,10 @@ sl_shm_t *sl_shm_create(const char *name, const sl_shm_limits *limits, char err[
         return NULL;
     }
     (void)fchmod(fd, 0600); /* O_CREAT's mode is already masked; this only tightens */
-    int rc = posix_fallocate(fd, 0, (off_t)lay.size);
+    /* The grammar region stays a hole (shm_layout.h): reserve up to it, then extend. */
+    int rc = posix_fallocate(fd, 0, (off_t)lay.reserved);
+    if (rc == 0 && lay.size > lay.reserved && ftruncate(fd, (off_t)lay.size) != 0)
+        rc = errno;
     if (rc != 0) {
         snprintf(err, SL_ERR_LEN,
                  "posix_fallocate(%s, %llu bytes): %s (the segment needs %.1f MiB of /dev/shm; "
@@ -188,9 +201,9 @@ sl_shm_t *sl_shm_create(const char *name, const sl_shm_limits *limits, char err[
         return NULL;
     }
     void *p = mmap(NULL, lay.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (p == MAP_FAILED) {
         snprintf(err, SL_ERR_LEN, "mmap(%s, %llu bytes): %s", name, (unsigned long long)lay.size, strerror(errno));
+        close(fd);
         shm_unlink(name);
         return NULL;
     }
@@ -198,9 +211,11 @@ sl_shm_t *sl_shm_create(const char *name, const sl_shm_limits *limits, char err[
     if (h == NULL) {
         snprintf(err, SL_ERR_LEN, "out of memory for the shm handle");
         munmap(p, lay.size);
+        close(fd);
         shm_unlink(name);
         return NULL;
     }
+    h->fd = fd;
     h->hdr = p;
     h->size = lay.size;
     h->owns_mapping = 1;
@@ -226,6 +241,7 @@ sl_shm_t *sl_shm_create(const char *name, const sl_shm_limits *limits, char err[
     hdr->off_records = lay.off_records;
     hdr->off_block_owners = lay.off_block_owners;
     hdr->off_arena = lay.off_arena;
+    hdr->off_grammar = lay.off_grammar;
     atomic_store(&hdr->master_pid, (int32_t)getpid());
     atomic_store(&hdr->worker_generation, 1);
     atomic_store(&hdr->worker_state, SL_WORKER_STATE_STARTING);
@@ -266,9 +282,9 @@ sl_shm_t *sl_shm_attach(const char *name, sl_shm_role role, uint32_t slot, char 
         return NULL;
     }
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (p == MAP_FAILED) {
         snprintf(err, SL_ERR_LEN, "mmap(%s): %s", name, strerror(errno));
+        close(fd);
         return NULL;
     }
     sl_header_shm *hdr = p;
@@ -291,7 +307,7 @@ sl_shm_t *sl_shm_attach(const char *name, sl_shm_role role, uint32_t slot, char 
              lay.off_ring != hdr->off_ring || lay.off_mailboxes != hdr->off_mailboxes ||
              lay.off_block_tables != hdr->off_block_tables || lay.off_tokens != hdr->off_tokens ||
              lay.off_records != hdr->off_records || lay.off_block_owners != hdr->off_block_owners ||
-             lay.off_arena != hdr->off_arena)
+             lay.off_arena != hdr->off_arena || lay.off_grammar != hdr->off_grammar)
         snprintf(why, sizeof(why), "sizes or offsets disagree with the limits (segment %lld bytes, expected %llu)",
                  (long long)st.st_size, (unsigned long long)lay.size);
     else if (role == SL_SHM_ROLE_FRONTEND && slot >= hdr->limits.n_slots)
@@ -299,14 +315,17 @@ sl_shm_t *sl_shm_attach(const char *name, sl_shm_role role, uint32_t slot, char 
     if (why[0]) {
         snprintf(err, SL_ERR_LEN, "shm attach %.40s: %.200s", name, why);
         munmap(p, (size_t)st.st_size);
+        close(fd);
         return NULL;
     }
     sl_shm_t *h = calloc(1, sizeof(*h));
     if (h == NULL) {
         snprintf(err, SL_ERR_LEN, "out of memory for the shm handle");
         munmap(p, (size_t)st.st_size);
+        close(fd);
         return NULL;
     }
+    h->fd = fd;
     h->hdr = hdr;
     h->size = (size_t)st.st_size;
     h->owns_mapping = 1;
@@ -362,8 +381,11 @@ void sl_shm_detach(sl_shm_t *h)
 {
     if (h == NULL)
         return;
-    if (h->owns_mapping)
+    if (h->owns_mapping) {
         munmap(h->hdr, h->size);
+        if (h->fd >= 0)
+            close(h->fd);
+    }
     free(h);
 }
 

@@ -30,6 +30,7 @@
 #define SL_SHM_ERROR_LEN 128        /* a mailbox's error text, NUL included */
 #define SL_SHM_CONFIG_MAX 8192      /* the worker's effective-config snapshot, bytes */
 #define SL_SHM_MODEL_ID_LEN 64      /* model identity string in the header, NUL included */
+#define SL_SHM_GRAMMAR_BYTES_MAX (256u * 1024u) /* grammar_bytes_max bound (SL_GRAMMAR_TEXT_MAX) */
 
 /* Sizes of everything, fixed at creation and stored in the header. Every field is
  * checked by sl_shm_create and again by every attach. */
@@ -45,11 +46,14 @@ typedef struct {
     uint32_t submit_queue_depth;   /* per front-end slot: requests that may wait in its ring at
                                       once (the user's queue depth, any value), 1..submit_ring_entries;
                                       0 = submit_ring_entries */
+    uint32_t grammar_bytes_max;    /* longest GBNF text one mailbox may carry, 0..SL_SHM_GRAMMAR_BYTES_MAX;
+                                      0 = constrained decoding off (a request with a grammar is SL_EINVAL) */
 } sl_shm_limits;
 
 /* Fills `l` with serving defaults: 8 slots, 1024 mailboxes, 256 ring entries,
  * 256 token entries, prompts up to 32768 tokens in 256-token blocks, an arena of
- * 4096 blocks (1 Mi tokens, 4 MiB), logprobs on, queue depth = ring entries. */
+ * 4096 blocks (1 Mi tokens, 4 MiB), logprobs on, queue depth = ring entries,
+ * grammar texts up to 65536 bytes (backed only when written: shm_layout.h). */
 void sl_shm_limits_default(sl_shm_limits *l);
 
 /* Mailbox states. The transitions and the party allowed to make each one are in
@@ -173,7 +177,10 @@ const sl_shm_limits *sl_shm_get_limits(const sl_shm_t *h);
  * Returns SL_OK with *ticket set; SL_AGAIN when no mailbox or prompt block is
  * free or submit_queue_depth requests already wait in this slot's ring (answer
  * 429; nothing was taken); SL_EINVAL for a prompt of 0 or more than
- * prompt_tokens_max tokens; SL_ESTALE if this slot was reclaimed.
+ * prompt_tokens_max tokens, or a grammar (grammar_len > 0) longer than
+ * grammar_bytes_max, holding a NUL byte, or sent while grammar_bytes_max is 0;
+ * SL_ENOMEM when /dev/shm has no room left to back the grammar text (nothing
+ * was taken); SL_ESTALE if this slot was reclaimed.
  * On failure *ticket is {UINT32_MAX, 0}. One thread per slot may call this. */
 sl_status sl_shm_submit(sl_shm_t *fe, const sl_shm_request *req, sl_shm_ticket *ticket /* OUT */);
 
@@ -225,6 +232,14 @@ sl_status sl_shm_request_get(const sl_shm_t *h, sl_shm_ticket t, sl_sampling_par
                              int32_t *max_tokens /* OUT */, int32_t *min_tokens /* OUT */,
                              uint32_t *ignore_eos /* OUT */, uint64_t *request_id /* OUT */,
                              uint32_t *n_prompt /* OUT */);
+
+/* The GBNF text of a RUNNING mailbox, in place (not NUL-terminated): *text and
+ * *len (0 and NULL for an unconstrained request). The bytes stay valid until the
+ * worker finishes the request. Returns SL_OK; SL_ERANGE (bad index, or a stored
+ * length past grammar_bytes_max); SL_ESTALE (recycled); SL_ESTATE (not RUNNING).
+ * On failure *text is NULL and *len 0. */
+sl_status sl_shm_grammar_get(const sl_shm_t *w, sl_shm_ticket t, const char **text /* OUT */,
+                             uint32_t *len /* OUT */);
 
 /* Copies prompt tokens [from, from + n) into dst. Returns SL_OK, SL_ERANGE. */
 sl_status sl_shm_prompt_copy(const sl_shm_t *h, sl_shm_ticket t, uint32_t from, uint32_t n, int32_t *dst);
@@ -324,6 +339,8 @@ typedef enum {
     SL_COUNTER_FRONTEND_RESTARTS,          /* likewise */
     SL_COUNTER_PREFIX_QUERY_TOKENS,        /* worker: prompt tokens looked up in the prefix cache */
     SL_COUNTER_PREFIX_HIT_TOKENS,          /* worker: of those, found cached */
+    SL_COUNTER_GRAMMAR_REQUESTS,           /* worker: requests that ran with a grammar (compiled) */
+    SL_COUNTER_GRAMMAR_MASK_NS,            /* worker: ns spent computing grammar token masks */
     SL_COUNTER_COUNT
 } sl_counter;
 #define SL_SHM_COUNTERS_MAX 64             /* room reserved in the header */

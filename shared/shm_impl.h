@@ -32,6 +32,10 @@ struct sl_shm {
     sl_logprob_record *records;       /* (n_mailboxes, token_ring_entries) or NULL */
     _Atomic uint64_t *block_owners;   /* (prompt_arena_blocks) */
     int32_t *arena;                   /* (prompt_arena_blocks, prompt_block_tokens) */
+    char *grammar;                    /* (n_mailboxes, grammar_bytes_max) or NULL */
+    uint64_t off_grammar;             /* byte offset of `grammar` in the segment file */
+    int fd;                           /* the segment's fd, for pwrite into the grammar region
+                                         (kept by the handle that owns the mapping; -1 = none) */
     int eventfds[SL_SHM_SLOTS_MAX];   /* -1 = none; the master's numbers, inherited */
     uint64_t dirty[SL_SHM_SLOTS_MAX / 64]; /* worker: front ends owed a wakeup */
     char name[64];

@@ -18,9 +18,19 @@
  *   off_records         sl_logprob_record[n_mailboxes][token_ring_entries] (if logprobs)
  *   off_block_owners    u64[prompt_arena_blocks]    0 = free, else owner ticket word
  *   off_arena           i32[prompt_arena_blocks][prompt_block_tokens]
+ *   off_grammar         char[n_mailboxes][grammar_bytes_max]  GBNF text (0 = none: the
+ *                                           region is absent and off_grammar is 0)
  *
  * Every region starts on a 64-byte line. blocks_per_mailbox =
  * ceil(prompt_tokens_max / prompt_block_tokens).
+ *
+ * The grammar region is the one part not reserved by posix_fallocate: it is last,
+ * past the fallocated length, so its pages are backed only when first written and
+ * an untouched slice costs nothing (1024 mailboxes x 64 KiB would otherwise
+ * reserve 64 MiB for texts few requests carry). A store into an unbacked page of
+ * a full /dev/shm would be SIGBUS, so sl_shm_submit writes the text with pwrite on
+ * the segment's fd, which answers ENOSPC instead (SL_ENOMEM); the worker only
+ * reads bytes that a pwrite backed.
  *
  * What survives a crash: everything here is the state itself, so a dead process
  * leaves no private half of any transition. After a worker death the master's
@@ -39,8 +49,9 @@
 #include "shared/shm.h"
 
 #define SL_SHM_MAGIC 0x314d48534543554cULL /* "LUCESHM1" little-endian: 'L','U','C','E','S','H','M','1' */
-#define SL_SHM_LAYOUT_VERSION 3u   /* 2: limits.submit_queue_depth, the pause flag;
-                                      3: mailbox n_cached_tokens, the prefix-cache counters */
+#define SL_SHM_LAYOUT_VERSION 4u   /* 2: limits.submit_queue_depth, the pause flag;
+                                      3: mailbox n_cached_tokens, the prefix-cache counters;
+                                      4: limits.grammar_bytes_max, off_grammar, mailbox grammar_len */
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free to work across processes");
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "32-bit atomics must be lock-free to work across processes");
@@ -71,10 +82,9 @@ typedef struct {
     uint32_t layout_version;                /*    8 */
     uint32_t header_size;                   /*   12 sizeof(sl_header_shm) */
     uint64_t segment_size;                  /*   16 */
-    sl_shm_limits limits;                   /*   24 (36 bytes) */
-    uint32_t slot_size;                     /*   60 sizeof(sl_slot_shm) */
-    uint32_t mailbox_size;                  /*   64 sizeof(sl_mailbox_shm) */
-    uint32_t _pad_ids;                      /*   68 */
+    sl_shm_limits limits;                   /*   24 (40 bytes) */
+    uint32_t slot_size;                     /*   64 sizeof(sl_slot_shm) */
+    uint32_t mailbox_size;                  /*   68 sizeof(sl_mailbox_shm) */
     uint64_t off_slots;                     /*   72 */
     uint64_t off_ring;                      /*   80 */
     uint64_t off_mailboxes;                 /*   88 */
@@ -109,11 +119,13 @@ typedef struct {
     _Atomic uint64_t counters[SL_SHM_COUNTERS_MAX];      /* 8528 */
     _Atomic uint64_t hist_buckets[SL_HISTOGRAM_COUNT][SL_SHM_HISTOGRAM_BUCKETS + 1]; /* 9040 non-cumulative */
     _Atomic uint64_t hist_sum[SL_HISTOGRAM_COUNT];       /* 9712 */
-    char _pad2[16];                                      /* 9744 */
+    uint64_t off_grammar;                                /* 9744 (0 when grammar_bytes_max is 0) */
+    char _pad2[8];                                       /* 9752 */
 } sl_header_shm;                                         /* 9760 */
 
-_Static_assert(sizeof(sl_shm_limits) == 36, "limits changed: bump SL_SHM_LAYOUT_VERSION");
+_Static_assert(sizeof(sl_shm_limits) == 40, "limits changed: bump SL_SHM_LAYOUT_VERSION");
 _Static_assert(offsetof(sl_header_shm, limits) == 24, "header layout");
+_Static_assert(offsetof(sl_header_shm, slot_size) == 64, "header layout");
 _Static_assert(offsetof(sl_header_shm, off_slots) == 72, "header layout");
 _Static_assert(offsetof(sl_header_shm, master_pid) == 136, "header layout");
 _Static_assert(offsetof(sl_header_shm, model_id) == 184, "header layout");
@@ -124,6 +136,7 @@ _Static_assert(offsetof(sl_header_shm, config_words) == 336, "header layout");
 _Static_assert(offsetof(sl_header_shm, counters) == 8528, "header layout");
 _Static_assert(offsetof(sl_header_shm, hist_buckets) == 9040, "header layout");
 _Static_assert(offsetof(sl_header_shm, hist_sum) == 9712, "header layout");
+_Static_assert(offsetof(sl_header_shm, off_grammar) == 9744, "header layout");
 _Static_assert(sizeof(sl_header_shm) == 9760, "header layout");
 
 /* One front end's submission ring: single producer (the slot's front end),
@@ -160,7 +173,9 @@ struct sl_mailbox_shm {
                                                     at admission, before any token (readable while RUNNING) */
     sl_shm_timings timings;                 /*   56 (40 bytes) */
     char error[SL_SHM_ERROR_LEN];           /*   96 */
-    char _pad1[32];                         /*  224 */
+    uint32_t grammar_len;                   /*  224 bytes of GBNF text in this mailbox's grammar
+                                                    slice; 0 = unconstrained */
+    char _pad1[28];                         /*  228 */
     _Atomic uint64_t tok_tail;              /*  256 worker: tokens produced */
     char _pad2[56];                         /*  264 */
     _Atomic uint64_t tok_head;              /*  320 front end: tokens consumed */
@@ -172,6 +187,7 @@ struct sl_mailbox_shm {
 _Static_assert(offsetof(struct sl_mailbox_shm, n_cached_tokens) == 52, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, timings) == 56, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, error) == 96, "mailbox layout");
+_Static_assert(offsetof(struct sl_mailbox_shm, grammar_len) == 224, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, tok_tail) == 256, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, tok_head) == 320, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, params) == 384, "mailbox layout");

@@ -77,6 +77,30 @@ float *sl_sample_batch_rows(sl_sample_batch *sb)
     return sb->rows;
 }
 
+/* Sets every logit the allow bitmap leaves out to -inf (the grammar mask, as
+ * ban does for single ids); a word of all ones costs one compare. */
+static void apply_allow(float *row, int32_t n_vocab, const uint32_t *allow)
+{
+    for (int32_t w = 0; w * 32 < n_vocab; w++) {
+        uint32_t bits = allow[w];
+        if (bits == UINT32_MAX)
+            continue;
+        int32_t end = w * 32 + 32 < n_vocab ? w * 32 + 32 : n_vocab;
+        for (int32_t t = w * 32; t < end; t++)
+            if (!(bits >> (t & 31) & 1u))
+                row[t] = -INFINITY;
+    }
+}
+
+/* 1 when some logit of the row can still be drawn (NaN counts as -inf). */
+static bool any_drawable(const float *row, int32_t n_vocab)
+{
+    for (int32_t t = 0; t < n_vocab; t++)
+        if (row[t] > -INFINITY)
+            return true;
+    return false;
+}
+
 /* Draws row sb->todo[k] with thread's scratch: writes only that row, its
  * request's record and its token, so rows may be drawn on any threads. */
 static void draw_row(void *ctx, int64_t k, int thread)
@@ -85,11 +109,19 @@ static void draw_row(void *ctx, int64_t k, int thread)
     int32_t i = sb->todo[k];
     const sl_sample_req *r = &sb->reqs[i];
     float *row = sb->rows + (size_t)i * (size_t)sb->n_vocab;
+    if (r->allow)
+        apply_allow(row, sb->n_vocab, r->allow);
     for (int32_t j = 0; j < r->n_ban; j++)
         row[r->ban[j]] = -INFINITY;
     bool want = r->params->n_logprobs >= 0;
     if (want)
         r->record->token = -1;
+    /* the sampler's all -inf fallback (argmax, token 0) would pick a token the
+     * mask forbids: a constrained row with nothing left draws -1 instead */
+    if (r->allow && !any_drawable(row, sb->n_vocab)) {
+        sb->tokens[i] = -1;
+        return;
+    }
     int32_t tok = -1;
     sl_status rc = sl_sampler_sample(r->params, row, sb->n_vocab, r->history, r->n_history, r->draw_index,
                                      sb->scratch[thread], &tok, want ? r->record : NULL);

@@ -37,9 +37,9 @@ void sl_sample_batch_destroy(sl_sample_batch *sb);
 float *sl_sample_batch_rows(sl_sample_batch *sb);
 
 /* Draws one token per reqs[i] with params (rows [0, n_rows)), in the steps of
- * sampler.h after the req's ban ids are set to -inf in its row; the rows are
- * modified. tokens[i] OUT: the id, or -1 where none was asked or the sampler
- * failed. reqs[i].record OUT where params->n_logprobs >= 0 (its token is -1
+ * sampler.h after the tokens the req's allow bitmap leaves out and its ban ids
+ * are set to -inf in its row; the rows are modified. tokens[i] OUT: the id, or
+ * -1 where none was asked, the sampler failed or an allow bitmap left nothing. reqs[i].record OUT where params->n_logprobs >= 0 (its token is -1
  * when the draw failed). The requests are validated by the caller
  * (sl_backend_forward_sample). Blocks until every row is drawn. */
 void sl_sample_batch_draw(sl_sample_batch *sb, const sl_sample_req *reqs, int32_t n_rows, int32_t *tokens);

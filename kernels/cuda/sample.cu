@@ -33,6 +33,7 @@ typedef struct {
     int32_t n_bias, n_pen;    /* edits [edit_off, +n_bias) add biases, the next n_pen are penalties */
     int32_t n_ban;
     int64_t edit_off, ban_off;
+    int64_t allow_off;        /* first word of the row's allow bitmap; -1: every token allowed */
     double u;                 /* sl_sampling_uniform(seed, draw_index) */
 } sample_row;
 
@@ -53,13 +54,13 @@ struct sl_cuda_sampler {
     int32_t seq_cap;
 
     /* staging, same layout on host (pinned) and device:
-     * [rows row_cap][edits edit_cap][bans ban_cap][tokens row_cap][records row_cap] */
+     * [rows row_cap][edits edit_cap][bans ban_cap][allow allow_cap words][tokens row_cap][records row_cap] */
     uint8_t *h, *d;
     size_t bytes;
-    int64_t row_cap, edit_cap, ban_cap;
+    int64_t row_cap, edit_cap, ban_cap, allow_cap;
     int32_t n_rows;           /* staged this step */
     uint64_t generation;      /* bumped when the staging is reallocated */
-    int64_t n_edits, n_bans;
+    int64_t n_edits, n_bans, n_allow;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -462,14 +463,29 @@ static __device__ float logprob_of(float v, double log_z)
 
 static __global__ void __launch_bounds__(SB)
 sample_rows(float *__restrict__ logits, int64_t V, int32_t row0, const sample_row *__restrict__ rows,
-            logit_edit *__restrict__ edits, const int32_t *__restrict__ bans, int32_t *__restrict__ out_tok,
-            sl_logprob_record *__restrict__ out_rec)
+            logit_edit *__restrict__ edits, const int32_t *__restrict__ bans, const uint32_t *__restrict__ allow,
+            int32_t *__restrict__ out_tok, sl_logprob_record *__restrict__ out_rec)
 {
     __shared__ block_smem sm;
     const sample_row R = rows[blockIdx.x];
     float *l = logits + (int64_t)(R.row - row0) * V;
 
-    /* 1. the banned tokens (NaN reads as -inf everywhere: lv) */
+    /* 1. the allow bitmap (the grammar mask), then the banned tokens (NaN
+     *    reads as -inf everywhere: lv). A thread owns whole words, so a word
+     *    of all ones costs one load. */
+    if (R.allow_off >= 0) {
+        const uint32_t *A = allow + R.allow_off;
+        for (int64_t w = threadIdx.x; w * 32 < V; w += SB) {
+            uint32_t bits = A[w];
+            if (bits == 0xffffffffu)
+                continue;
+            int64_t end = w * 32 + 32 < V ? w * 32 + 32 : V;
+            for (int64_t t = w * 32; t < end; t++)
+                if (!(bits >> (t & 31) & 1u))
+                    l[t] = -INFINITY;
+        }
+        __syncthreads();
+    }
     for (int j = threadIdx.x; j < R.n_ban; j += SB) {
         int32_t t = bans[R.ban_off + j];
         if (t >= 0 && t < V)
@@ -554,12 +570,16 @@ sample_rows(float *__restrict__ logits, int64_t V, int32_t row0, const sample_ro
     int32_t imax;
     block_best(l, V, 0.0f, -1, sm, &lmax, &imax);
     int32_t tok = imax;
-    if (R.temperature > 0.0f && isfinite(R.temperature) && isfinite(lmax))
+    if (R.allow_off >= 0 && lmax == -INFINITY)
+        tok = -1;   /* nothing allowed is left: the all -inf fallback (lowest id) would break the mask */
+    else if (R.temperature > 0.0f && isfinite(R.temperature) && isfinite(lmax))
         tok = draw_tempered(R, l, V, lmax, imax, sm);
 
     if (threadIdx.x == 0) {
         out_tok[blockIdx.x] = tok;
-        if (want_lp) {
+        if (want_lp && tok < 0) {
+            rec->token = -1;
+        } else if (want_lp) {
             float raw = lv(l, tok);
             for (int j = 0; j < n_edit; j++)
                 if (E[j].token == tok) {
@@ -617,20 +637,24 @@ static size_t off_bans(const sl_cuda_sampler *s)
 {
     return off_edits(s) + (size_t)s->edit_cap * sizeof(logit_edit);
 }
-static size_t off_tokens(const sl_cuda_sampler *s)
+static size_t off_allow(const sl_cuda_sampler *s)
 {
     return align8(off_bans(s) + (size_t)s->ban_cap * sizeof(int32_t));
+}
+static size_t off_tokens(const sl_cuda_sampler *s)
+{
+    return align8(off_allow(s) + (size_t)s->allow_cap * sizeof(uint32_t));
 }
 static size_t off_records(const sl_cuda_sampler *s)
 {
     return align8(off_tokens(s) + (size_t)s->row_cap * sizeof(int32_t));
 }
 
-/* Room for rows, edits and bans; nothing may be in flight (a step's results
- * are read before the next is staged). */
-static sl_status reserve(sl_cuda_sampler *s, int64_t rows, int64_t edits, int64_t bans)
+/* Room for rows, edits, bans and allow words; nothing may be in flight (a
+ * step's results are read before the next is staged). */
+static sl_status reserve(sl_cuda_sampler *s, int64_t rows, int64_t edits, int64_t bans, int64_t allow)
 {
-    if (rows <= s->row_cap && edits <= s->edit_cap && bans <= s->ban_cap)
+    if (rows <= s->row_cap && edits <= s->edit_cap && bans <= s->ban_cap && allow <= s->allow_cap)
         return SL_OK;
     cudaFree(s->d);
     cudaFreeHost(s->h);
@@ -640,6 +664,7 @@ static sl_status reserve(sl_cuda_sampler *s, int64_t rows, int64_t edits, int64_
     s->row_cap = rows > 2 * s->row_cap ? rows : 2 * s->row_cap;
     s->edit_cap = edits > 2 * s->edit_cap ? edits : 2 * s->edit_cap;
     s->ban_cap = bans > 2 * s->ban_cap ? bans : 2 * s->ban_cap;
+    s->allow_cap = allow > 2 * s->allow_cap ? allow : 2 * s->allow_cap;
     s->bytes = off_records(s) + (size_t)s->row_cap * sizeof(sl_logprob_record);
     if (cudaMalloc((void **)&s->d, s->bytes) != cudaSuccess ||
         cudaHostAlloc((void **)&s->h, s->bytes, cudaHostAllocDefault) != cudaSuccess) {
@@ -647,7 +672,7 @@ static sl_status reserve(sl_cuda_sampler *s, int64_t rows, int64_t edits, int64_
         cudaFree(s->d);
         s->d = NULL;
         s->h = NULL;
-        s->row_cap = s->edit_cap = s->ban_cap = 0;
+        s->row_cap = s->edit_cap = s->ban_cap = s->allow_cap = 0;
         return SL_ENOMEM;
     }
     return SL_OK;
@@ -679,7 +704,8 @@ sl_status sl_cuda_sampler_stage(sl_cuda_sampler *s, const sl_sample_req *reqs, i
         s->seq_staged = m;
         s->seq_cap = n;
     }
-    int64_t rows = 0, edits = 0, bans = 0;
+    int64_t rows = 0, edits = 0, bans = 0, allow = 0;
+    int64_t words = ((int64_t)s->n_vocab + 31) / 32;   /* one allow bitmap */
     for (int32_t i = 0; i < n; i++) {
         if (!reqs[i].params)
             continue;
@@ -687,16 +713,18 @@ sl_status sl_cuda_sampler_stage(sl_cuda_sampler *s, const sl_sample_req *reqs, i
         rows++;
         edits += reqs[i].params->n_logit_bias + penalty_window(&reqs[i], &start);
         bans += reqs[i].n_ban;
+        allow += reqs[i].allow ? words : 0;
     }
-    sl_status rc = reserve(s, rows, edits, bans);
+    sl_status rc = reserve(s, rows, edits, bans, allow);
     if (rc < 0)
         return rc;
     sample_row *R = (sample_row *)s->h;
     logit_edit *E = (logit_edit *)(s->h + off_edits(s));
     int32_t *B = (int32_t *)(s->h + off_bans(s));
+    uint32_t *A = (uint32_t *)(s->h + off_allow(s));
     int32_t V = s->n_vocab;
     s->n_rows = 0;
-    s->n_edits = s->n_bans = 0;
+    s->n_edits = s->n_bans = s->n_allow = 0;
     for (int32_t i = 0; i < n; i++) {
         const sl_sample_req *r = &reqs[i];
         s->seq_staged[i] = -1;
@@ -706,7 +734,7 @@ sl_status sl_cuda_sampler_stage(sl_cuda_sampler *s, const sl_sample_req *reqs, i
         sample_row *o = &R[s->n_rows];
         s->seq_staged[i] = s->n_rows++;
         *o = (sample_row){p->temperature, p->top_p, p->min_p, p->repetition_penalty, p->presence_penalty,
-                          p->frequency_penalty, p->top_k, p->n_logprobs, i, 0, 0, 0, s->n_edits, s->n_bans,
+                          p->frequency_penalty, p->top_k, p->n_logprobs, i, 0, 0, 0, s->n_edits, s->n_bans, -1,
                           sl_sampling_uniform(p->seed, r->draw_index)};
         int32_t nb = p->n_logit_bias < SL_LOGIT_BIAS_MAX ? p->n_logit_bias : SL_LOGIT_BIAS_MAX;
         for (int32_t j = 0; j < nb; j++)
@@ -729,11 +757,18 @@ sl_status sl_cuda_sampler_stage(sl_cuda_sampler *s, const sl_sample_req *reqs, i
         for (int32_t j = 0; j < r->n_ban; j++)
             B[s->n_bans++] = r->ban[j];
         o->n_ban = r->n_ban;
+        if (r->allow) {
+            o->allow_off = s->n_allow;
+            memcpy(A + s->n_allow, r->allow, (size_t)words * sizeof(uint32_t));
+            s->n_allow += words;
+        }
     }
     if (s->n_rows == 0)
         return SL_OK;
-    /* rows, then edits and bans: the copy ends where the bans do */
-    size_t bytes = off_bans(s) + (size_t)s->n_bans * sizeof(int32_t);
+    /* rows, edits, bans, then the allow bitmaps: the copy ends where the last
+     * bitmap does (or where the bans do, without one) */
+    size_t bytes = s->n_allow ? off_allow(s) + (size_t)s->n_allow * sizeof(uint32_t)
+                              : off_bans(s) + (size_t)s->n_bans * sizeof(int32_t);
     SL_CUDA_CHECK(cudaMemcpyAsync(s->d, s->h, bytes, cudaMemcpyHostToDevice, st));
     return SL_OK;
 }
@@ -752,7 +787,8 @@ sl_status sl_cuda_sampler_launch(sl_cuda_sampler *s, float *logits, int32_t row0
         return SL_OK;
     sample_rows<<<(unsigned)(b - a), SB, 0, st>>>(
         logits, s->n_vocab, row0, (const sample_row *)s->d + a, (logit_edit *)(s->d + off_edits(s)),
-        (const int32_t *)(s->d + off_bans(s)), (int32_t *)(s->d + off_tokens(s)) + a,
+        (const int32_t *)(s->d + off_bans(s)), (const uint32_t *)(s->d + off_allow(s)),
+        (int32_t *)(s->d + off_tokens(s)) + a,
         (sl_logprob_record *)(s->d + off_records(s)) + a);
     SL_CUDA_CHECK_LAUNCH();
     return SL_OK;

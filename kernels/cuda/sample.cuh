@@ -4,7 +4,8 @@
  * Where:     libsluice_cuda.so; the backend's forward_sample (forward.cu)
  *            and the exported check entry sl_cuda_sample_host (tools/cudacheck).
  * Who:       the thread that drives the backend.
- * Semantics: the steps and order of kernels/cpu/sampler.h, row by row: ban,
+ * Semantics: the steps and order of kernels/cpu/sampler.h, row by row: the
+ *            allow bitmap (a row with no allowed token left draws -1), ban,
  *            NaN -> -inf, logprobs of the raw row, bias, penalties, greedy or
  *            top-k / top-p / min-p and one draw in id order with the same
  *            counter-based uniform (sl_sampling_uniform). The two samplers

@@ -13,7 +13,13 @@
  *     add in different orders, so a draw whose uniform lands within
  *     rounding of a boundary may go either way; expected ~1e-7 per draw);
  *   - logprob records agree: same ids, values within 1e-5;
- *   - a row drawn alone gives the token it got in a batch.
+ *   - a row drawn alone gives the token it got in a batch;
+ *   - with allow bitmaps (grammar masks) on two rows of three, mixed with
+ *     unmasked rows in one launch (greedy, seeded, top-k, top-p with
+ *     logprobs, a +100 bias on a masked-out token; masks of many tokens, of
+ *     three, and of none): no masked row draws a token outside its mask, a
+ *     row with nothing allowed draws -1, and tokens and records agree with
+ *     the reference as above.
  * It also prints the kernel's time for 1, 64 and 256 rows of 128,256 at the
  * default parameters (temperature 1). */
 #include <dlfcn.h>
@@ -143,6 +149,91 @@ static int records_agree(const sl_logprob_record *a, const sl_logprob_record *b)
     return 1;
 }
 
+static int bit_set(const uint32_t *a, int32_t t) { return (int)(a[t / 32] >> (t % 32) & 1u); }
+
+/* The allow-bitmap cases (the header's last point) on vocabulary V: rows,
+ * work, reqs, rec_g and tok have room for `draws` rows. Returns failures. */
+static int check_masks(sample_rows_fn sample_rows, int32_t V, int draws, float *base, float *rows, float *work,
+                       sl_sample_req *reqs, sl_logprob_record *rec_g, int32_t *tok, sl_sampler_scratch *scr)
+{
+    int32_t words = (V + 31) / 32;
+    uint32_t *masks = calloc((size_t)3 * (size_t)words, sizeof *masks);
+    if (!masks)
+        return 1;
+    uint32_t *many = masks, *three = masks + words, *none = masks + 2 * words;
+    for (int32_t t = 0; t < V; t += 7)
+        many[t / 32] |= 1u << (t % 32);
+    many[(V - 1) / 32] |= 1u << ((V - 1) % 32);
+    const int32_t three_ids[3] = {5, V / 2, V - 2};
+    for (int k = 0; k < 3; k++)
+        three[three_ids[k] / 32] |= 1u << (three_ids[k] % 32);
+    enum { N_MCASES = 5 };
+    sl_sampling_params mp[N_MCASES];
+    const char *mname[N_MCASES] = {"greedy", "temperature 1", "temperature 0.7, top-k 40",
+                                   "+100 bias on a masked-out token", "top-p 0.9, logprobs 3"};
+    for (int i = 0; i < N_MCASES; i++) {
+        sl_sampling_params_default(&mp[i]);
+        mp[i].seed = 77 + (uint64_t)i;
+    }
+    mp[0].temperature = 0.0f;
+    mp[2].temperature = 0.7f;
+    mp[2].top_k = 40;
+    mp[3].n_logit_bias = 1;
+    mp[3].logit_bias[0] = (sl_logit_bias){1, 100.0f};   /* 1 is in no mask */
+    mp[4].top_p = 0.9f;
+    mp[4].n_logprobs = 3;
+    const uint32_t *mask_of[3] = {many, three, none};
+    const char *mask_name[3] = {"every 7th", "three", "none"};
+    int fails = 0;
+    make_row(base, V, SHAPE_FLAT, 41);
+    for (int mi = 0; mi < 3; mi++)
+        for (int ci = 0; ci < N_MCASES; ci++) {
+            for (int d = 0; d < draws; d++) {
+                memcpy(rows + (size_t)d * V, base, (size_t)V * sizeof *rows);
+                reqs[d] = (sl_sample_req){.params = &mp[ci], .draw_index = (uint64_t)d,
+                                          .allow = d % 3 ? mask_of[mi] : NULL, .record = &rec_g[d]};
+            }
+            double ms = 0.0;
+            if (sample_rows(rows, draws, V, reqs, tok, &ms) < 0) {
+                free(masks);
+                return -1000;
+            }
+            int differ = 0, rec_bad = 0, outside = 0;
+            for (int d = 0; d < draws; d++) {
+                memcpy(work, base, (size_t)V * sizeof *work);
+                int32_t t = -1;
+                sl_logprob_record rec_c;
+                int any = 1;
+                if (reqs[d].allow) {
+                    any = 0;
+                    for (int32_t v = 0; v < V; v++) {
+                        if (!bit_set(reqs[d].allow, v))
+                            work[v] = -INFINITY;
+                        any |= work[v] > -INFINITY;
+                    }
+                }
+                if (any)
+                    sl_sampler_sample(&mp[ci], work, V, NULL, 0, (uint64_t)d, scr, &t, &rec_c);
+                if (reqs[d].allow)
+                    outside += mi == 2 ? tok[d] != -1 : tok[d] < 0 || tok[d] >= V || !bit_set(reqs[d].allow, tok[d]);
+                else
+                    outside += tok[d] < 0 || tok[d] >= V;
+                differ += tok[d] != t;
+                if (mp[ci].n_logprobs >= 0 && tok[d] == t && t >= 0)
+                    rec_bad += !records_agree(&rec_g[d], &rec_c);
+            }
+            int greedy = mp[ci].temperature == 0.0f;
+            int bad = outside || rec_bad || (greedy ? differ > 0 : differ > 1);
+            fails += bad;
+            if (bad || differ)
+                printf("  V %6d mask %-9s %-34s: %d outside, %d/%d tokens differ, %d records differ  %s\n", V,
+                       mask_name[mi], mname[ci], outside, differ, draws, rec_bad, bad ? "FAIL" : "ok");
+        }
+    printf("  V %6d allow bitmaps: %d cases checked\n", V, 3 * N_MCASES);
+    free(masks);
+    return fails;
+}
+
 int cudacheck_sampling(int draws)
 {
     void *h = cudacheck_load_lib();
@@ -217,6 +308,15 @@ int cudacheck_sampling(int draws)
             }
             printf("  V %6d %-9s %d cases checked\n", V, shape_name[shape], n_cases);
         }
+    }
+
+    for (int vi = 0; vi < 2; vi++) {
+        int f = check_masks(sample_rows, vocabs[vi], draws, base, rows, work, reqs, rec_g, tok, scr);
+        if (f < 0) {
+            fails = -1;
+            goto done;
+        }
+        fails += f;
     }
 
     /* alone == batched, and the kernel's time at the default parameters */

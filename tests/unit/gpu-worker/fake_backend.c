@@ -2,6 +2,7 @@
 #include "fake_backend.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,8 +67,8 @@ static void fake_destroy(sl_backend *b)
 
 static const sl_backend_ops fake_ops = {.name = "fake", .forward = fake_forward, .destroy = fake_destroy};
 
-/* What a device sampler does, with the reference sampler: ban, then one
- * draw per asked sequence from its row. */
+/* What a device sampler does, with the reference sampler: the allow bitmap
+ * and the ban, then one draw per asked sequence from its row. */
 static sl_status fake_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
                                      const sl_sample_req *reqs, int32_t *tokens)
 {
@@ -82,8 +83,16 @@ static sl_status fake_forward_sample(sl_backend *b, const sl_batch_seq *seqs, in
         if (!r->params)
             continue;
         float *row = f->rows + (size_t)i * (size_t)V;
+        bool any = !r->allow;
+        for (int32_t v = 0; r->allow && v < V; v++)
+            if (!(r->allow[v / 32] >> (v % 32) & 1u))
+                row[v] = -INFINITY;
         for (int32_t j = 0; j < r->n_ban; j++)
             row[r->ban[j]] = -INFINITY;
+        for (int32_t v = 0; !any && v < V; v++)
+            any = row[v] > -INFINITY;
+        if (!any)
+            continue;   /* nothing allowed: -1, as the device sampler */
         rc = sl_sampler_sample(r->params, row, V, r->history, r->n_history, r->draw_index, f->scratch, &tokens[i],
                                r->params->n_logprobs >= 0 ? r->record : NULL);
         if (rc < 0)

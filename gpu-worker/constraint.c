@@ -1,0 +1,196 @@
+/* gpu-worker/constraint.c: see constraint.h. Runs on the worker's scheduler
+ * thread (and in `sluice generate`).
+ * Trade-off: the vocabulary trie is built at the first constrained request,
+ * not at startup: a server that never sees a grammar never pays for it (a
+ * 128k-token vocabulary), and the first such request pays once, inside its
+ * own admission. */
+#include "gpu-worker/constraint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model/tokenizer.h"
+#include "shared/alloc.h"
+
+struct sl_constraint_vocab {
+    int32_t n_vocab;
+    int32_t n_words;              /* (n_vocab + 31) / 32 */
+    int32_t *eog;                 /* (n_eog) */
+    int32_t n_eog;
+    sl_constraint_build_fn build_fn;
+    void *ctx;
+    sl_grammar_vocab *trie;       /* NULL until the first constraint */
+    uint64_t mask_ns;
+    uint64_t n_created;
+};
+
+struct sl_constraint {
+    sl_constraint_vocab *v;
+    sl_grammar *g;
+    sl_grammar_matcher *m;
+    uint32_t *allow;              /* (n_words) */
+    const char *error;            /* why the last mask is empty */
+};
+
+sl_status sl_constraint_tokenizer_trie(void *ctx, sl_grammar_vocab **out)
+{
+    return sl_grammar_vocab_from_tokenizer((const sl_tokenizer *)ctx, out);
+}
+
+sl_status sl_constraint_vocab_create(int32_t n_vocab, const int32_t *eog, int32_t n_eog,
+                                     sl_constraint_build_fn build_fn, void *ctx, sl_constraint_vocab **out)
+{
+    *out = NULL;
+    if (n_vocab < 1 || !build_fn || n_eog < 0 || (n_eog > 0 && !eog))
+        return SL_EINVAL;
+    sl_constraint_vocab *v = sl_calloc(1, sizeof *v);
+    if (!v)
+        return SL_ENOMEM;
+    v->eog = sl_malloc((size_t)(n_eog ? n_eog : 1) * sizeof *v->eog);
+    if (!v->eog) {
+        free(v);
+        return SL_ENOMEM;
+    }
+    for (int32_t i = 0; i < n_eog; i++)
+        if (eog[i] >= 0 && eog[i] < n_vocab)
+            v->eog[v->n_eog++] = eog[i];
+    v->n_vocab = n_vocab;
+    v->n_words = (n_vocab + 31) / 32;
+    v->build_fn = build_fn;
+    v->ctx = ctx;
+    *out = v;
+    return SL_OK;
+}
+
+void sl_constraint_vocab_destroy(sl_constraint_vocab *v)
+{
+    if (!v)
+        return;
+    sl_grammar_vocab_destroy(v->trie);
+    free(v->eog);
+    free(v);
+}
+
+uint64_t sl_constraint_vocab_mask_ns(const sl_constraint_vocab *v) { return v ? v->mask_ns : 0; }
+uint64_t sl_constraint_vocab_n_created(const sl_constraint_vocab *v) { return v ? v->n_created : 0; }
+
+static bool is_eog(const sl_constraint_vocab *v, int32_t t)
+{
+    for (int32_t i = 0; i < v->n_eog; i++)
+        if (v->eog[i] == t)
+            return true;
+    return false;
+}
+
+static sl_status vocab_build(sl_constraint_vocab *v)
+{
+    if (v->trie)
+        return SL_OK;
+    sl_grammar_vocab *trie = NULL;
+    sl_status rc = v->build_fn(v->ctx, &trie);
+    if (rc == SL_OK && sl_grammar_vocab_size(trie) != v->n_vocab)
+        rc = SL_EINVAL;   /* a bitmap sized for n_vocab must cover every id the trie can set */
+    if (rc < 0) {
+        sl_grammar_vocab_destroy(trie);
+        return rc;
+    }
+    v->trie = trie;
+    return SL_OK;
+}
+
+sl_status sl_constraint_create(sl_constraint_vocab *v, const char *text, size_t len, sl_constraint **out,
+                               char *err, size_t err_len)
+{
+    *out = NULL;
+    if (err_len)
+        err[0] = 0;
+    sl_status rc = vocab_build(v);
+    if (rc < 0) {
+        snprintf(err, err_len, "grammar: %s", rc == SL_ENOMEM ? "out of memory building the token trie"
+                                                              : "the token trie does not match the vocabulary");
+        return rc;
+    }
+    sl_constraint *c = sl_calloc(1, sizeof *c);
+    if (c)
+        c->allow = sl_calloc((size_t)v->n_words, sizeof *c->allow);
+    if (!c || !c->allow) {
+        sl_constraint_destroy(c);
+        snprintf(err, err_len, "grammar: out of memory");
+        return SL_ENOMEM;
+    }
+    c->v = v;
+    char why[200];
+    why[0] = 0;
+    rc = sl_grammar_create(text, len, &c->g, why, sizeof why);
+    if (rc < 0) {
+        sl_constraint_destroy(c);
+        snprintf(err, err_len, "grammar: %s", why[0] ? why : rc == SL_ENOMEM ? "out of memory" : "invalid");
+        return rc;
+    }
+    rc = sl_grammar_matcher_create(c->g, &c->m);
+    if (rc < 0) {
+        sl_constraint_destroy(c);
+        snprintf(err, err_len, "grammar: %s", rc == SL_ENOMEM ? "out of memory" : "cannot start the matcher");
+        return rc;
+    }
+    c->error = "grammar: no allowed token";
+    v->n_created++;
+    *out = c;
+    return SL_OK;
+}
+
+void sl_constraint_destroy(sl_constraint *c)
+{
+    if (!c)
+        return;
+    sl_grammar_matcher_destroy(c->m);
+    sl_grammar_destroy(c->g);
+    free(c->allow);
+    free(c);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+const uint32_t *sl_constraint_mask(sl_constraint *c, bool allow_eog)
+{
+    uint64_t t0 = now_ns();
+    sl_status rc = sl_grammar_matcher_mask(c->m, c->v->trie, c->allow);
+    if (rc < 0) {
+        memset(c->allow, 0, (size_t)c->v->n_words * sizeof *c->allow);
+        c->error = rc == SL_ERANGE ? "grammar: the matcher's ambiguity bound was reached"
+                                   : "grammar: out of memory computing the token mask";
+    } else {
+        c->error = "grammar: no allowed token";
+        if (allow_eog && sl_grammar_matcher_accepting(c->m))
+            for (int32_t i = 0; i < c->v->n_eog; i++)
+                c->allow[c->v->eog[i] / 32] |= 1u << (c->v->eog[i] % 32);
+    }
+    c->v->mask_ns += now_ns() - t0;
+    return c->allow;
+}
+
+sl_status sl_constraint_accept(sl_constraint *c, int32_t t)
+{
+    if (t < 0 || t >= c->v->n_vocab)
+        return SL_EINVAL;
+    if (is_eog(c->v, t))
+        return sl_grammar_matcher_accepting(c->m) ? SL_OK : SL_EINVAL;
+    return sl_grammar_matcher_accept_token(c->m, c->v->trie, t);
+}
+
+bool sl_constraint_finished(const sl_constraint *c)
+{
+    return sl_grammar_matcher_accepting(c->m) && !sl_grammar_matcher_can_continue(c->m);
+}
+
+const char *sl_constraint_error(const sl_constraint *c)
+{
+    return c->error;
+}
