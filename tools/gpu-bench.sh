@@ -28,6 +28,9 @@
 #   BENCH_DURATION     seconds per level (default 20; requests then run to completion)
 #   BENCH_LG_THREADS   loadgen threads (default 4)
 #   BENCH_SERVE_ARGS   extra flags for sluice serve
+#   BENCH_EXTRA_JSON   members added to every request body (loadgen --extra-json),
+#                      e.g. a response_format; results are then named with BENCH_TAG
+#   BENCH_TAG          suffix of the served results' names (default none)
 #   BENCH_TOKENIZER_DIR  llama3 tokenizer.json.xz + tokenizer_config.json
 #                      (default tests/data/tokenizers/llama3)
 #   BENCH_TINY=1       CPU dry run of this script: tiny-llama3 / tiny-llama stand
@@ -164,12 +167,14 @@ sys.exit(1)
 EOF
   local lg=("$build/tools/loadgen" --url "127.0.0.1:$port" --endpoint chat --prompt-words 100 --max-tokens 128
             --ignore-eos --threads "$lg_threads" --timeout 300)
+  [ -n "${BENCH_EXTRA_JSON:-}" ] && lg+=(--extra-json "$BENCH_EXTRA_JSON")
+  local tag=${BENCH_TAG:+-$BENCH_TAG}
   "${lg[@]}" --concurrency 8 --requests 16 > "$state/warmup-$1-$2.log" 2>&1   # first requests pay one-time costs
-  "${lg[@]}" --concurrency "$levels" --duration "$duration" --json "$state/served-$1-$2.json" \
-    > "$state/served-$1-$2.log" 2>&1
+  "${lg[@]}" --concurrency "$levels" --duration "$duration" --json "$state/served-$1-$2$tag.json" \
+    > "$state/served-$1-$2$tag.log" 2>&1
   local rc=$?
-  say "served $1 $2: loadgen rc=$rc"
-  sed -n '2,$p' "$state/served-$1-$2.log" | tee -a "$log"
+  say "served $1 $2${BENCH_TAG:+ ($BENCH_TAG)}: loadgen rc=$rc"
+  sed -n '2,$p' "$state/served-$1-$2$tag.log" | tee -a "$log"
   stop_server
   [ $rc -eq 0 ]
 }
