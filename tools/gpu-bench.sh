@@ -175,6 +175,8 @@ EOF
   local rc=$?
   say "served $1 $2${BENCH_TAG:+ ($BENCH_TAG)}: loadgen rc=$rc"
   sed -n '2,$p' "$state/served-$1-$2$tag.log" | tee -a "$log"
+  python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+    "http://127.0.0.1:$port/metrics" > "$state/metrics-$1-$2$tag.txt" 2>&1   # the worker's counters after the load
   stop_server
   [ $rc -eq 0 ]
 }
