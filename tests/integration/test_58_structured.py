@@ -2,7 +2,9 @@
 (models/default), through the official openai client: every constraint form
 (response_format json_object and json_schema, grammar, guided_regex,
 guided_choice) shapes what the real worker generates, whole and streamed, and
-what the front end cannot enforce or does not know is a 400 naming it.
+what the front end cannot enforce or does not know is a 400 naming it; the
+schema compiler's whole reference table and forced tool calls hold through the
+server too.
 
 The model is small and knows nothing of JSON; the grammar alone makes the
 output valid, which is the point. Schemas here bound every value (enums,
@@ -163,3 +165,83 @@ def test_grammar_past_the_worker_limit_is_400(client):
     # text a mailbox carries (64 KiB by default): refused before queueing.
     e = bad_request(lambda: chat(client, extra_body={"grammar": 'root ::= "' + "a" * 70000 + '"'}))
     assert e["param"] == "grammar" and "does not accept" in e["message"], e
+
+
+def _schema_table():
+    """The schema compiler's reference table (tests/reference/test_json_schema.py):
+    the same 60-odd schemas, here through the server and the real worker."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("json_schema_table", REPO / "tests/reference/test_json_schema.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.SCHEMAS
+
+
+TABLE = _schema_table()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_schema_table_every_finished_response_validates(client, stream):
+    """Each table schema once, sampled (seeded): a response that ended by itself
+    parses and validates; one cut by max_tokens is a prefix of a valid document
+    (documented), and such cuts stay rare on this table."""
+    cut = []
+    for name, schema in TABLE.items():
+        rf = {"type": "json_schema", "json_schema": {"name": "t", "schema": schema, "strict": True}}
+        kw = dict(response_format=rf, max_tokens=300, temperature=1.0, seed=7)
+        if not stream:
+            r = client.chat.completions.create(model="m", messages=MSG, **kw)
+            text, fin = r.choices[0].message.content, r.choices[0].finish_reason
+        else:
+            chunks = list(client.chat.completions.create(model="m", messages=MSG, stream=True, **kw))
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            fin = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason][-1]
+        if fin == "length":
+            cut.append(name)
+            continue
+        assert fin == "stop", (name, fin)
+        jsonschema.validate(json.loads(text), schema if schema is not True else {})
+    print(f"{len(TABLE)} schemas, {len(cut)} cut by max_tokens: {cut}")
+    assert len(cut) <= len(TABLE) // 10, f"cut by max_tokens: {cut}"
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                         "unit": {"enum": ["c", "f"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "minimum": 0}},
+        "required": ["a", "b"]}}},
+    {"type": "function", "function": {"name": "noop"}},
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_required_tool_choice_always_gives_a_valid_call(client, stream):
+    """tool_choice required on a model that knows nothing of tools: every
+    sampled answer is a call of a declared tool whose arguments validate."""
+    params = {t["function"]["name"]: t["function"].get("parameters", {"type": "object"}) for t in TOOLS}
+    for seed in range(8):
+        kw = dict(model="m", messages=MSG, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
+                  max_tokens=300, temperature=1.0, seed=seed)
+        if not stream:
+            r = client.chat.completions.create(**kw)
+            fin, calls = r.choices[0].finish_reason, [(c.function.name, c.function.arguments)
+                                                      for c in r.choices[0].message.tool_calls or []]
+        else:
+            parts = {}
+            fin = None
+            for c in client.chat.completions.create(stream=True, **kw):
+                if not c.choices:
+                    continue
+                fin = c.choices[0].finish_reason or fin
+                for d in c.choices[0].delta.tool_calls or []:
+                    p = parts.setdefault(d.index, ["", ""])
+                    p[0] += (d.function.name or "") if d.function else ""
+                    p[1] += (d.function.arguments or "") if d.function else ""
+            calls = [tuple(parts[i]) for i in sorted(parts)]
+        assert fin == "tool_calls" and len(calls) == 1, (seed, fin, calls)
+        name, args = calls[0]
+        assert name in params, (seed, name)
+        jsonschema.validate(json.loads(args), params[name])
