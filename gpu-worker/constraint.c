@@ -6,11 +6,14 @@
  * own admission. */
 #include "gpu-worker/constraint.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "kernels/cpu/threadpool.h"
 #include "model/tokenizer.h"
 #include "shared/alloc.h"
 
@@ -22,7 +25,14 @@ struct sl_constraint_vocab {
     sl_constraint_build_fn build_fn;
     void *ctx;
     sl_grammar_vocab *trie;       /* NULL until the first constraint */
-    uint64_t mask_ns;
+    _Atomic uint64_t mask_ns;     /* summed by the pool's threads */
+    sl_threadpool *pool;          /* sl_constraint_mask_batch's; NULL until needed (or if it failed) */
+    bool pool_tried;
+    struct {                      /* the batch being masked (one at a time: the caller's thread) */
+        sl_constraint *const *cs;
+        const bool *allow_eog;
+        const uint32_t **out;
+    } job;
     uint64_t n_created;
 };
 
@@ -68,12 +78,13 @@ void sl_constraint_vocab_destroy(sl_constraint_vocab *v)
 {
     if (!v)
         return;
+    sl_threadpool_destroy(v->pool);
     sl_grammar_vocab_destroy(v->trie);
     free(v->eog);
     free(v);
 }
 
-uint64_t sl_constraint_vocab_mask_ns(const sl_constraint_vocab *v) { return v ? v->mask_ns : 0; }
+uint64_t sl_constraint_vocab_mask_ns(const sl_constraint_vocab *v) { return v ? atomic_load(&v->mask_ns) : 0; }
 uint64_t sl_constraint_vocab_n_created(const sl_constraint_vocab *v) { return v ? v->n_created : 0; }
 
 static bool is_eog(const sl_constraint_vocab *v, int32_t t)
@@ -172,8 +183,36 @@ const uint32_t *sl_constraint_mask(sl_constraint *c, bool allow_eog)
             for (int32_t i = 0; i < c->v->n_eog; i++)
                 c->allow[c->v->eog[i] / 32] |= 1u << (c->v->eog[i] % 32);
     }
-    c->v->mask_ns += now_ns() - t0;
+    atomic_fetch_add_explicit(&c->v->mask_ns, now_ns() - t0, memory_order_relaxed);
     return c->allow;
+}
+
+static void mask_task(void *ctx, int64_t i, int thread)
+{
+    (void)thread;
+    sl_constraint_vocab *v = ctx;
+    v->job.out[i] = sl_constraint_mask(v->job.cs[i], v->job.allow_eog[i]);
+}
+
+void sl_constraint_mask_batch(sl_constraint_vocab *v, sl_constraint *const *cs, const bool *allow_eog, int32_t n,
+                              const uint32_t **out)
+{
+    if (n > 1 && !v->pool_tried) {
+        v->pool_tried = true;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int threads = cores < 1 ? 1 : cores > SL_CONSTRAINT_MASK_THREADS ? SL_CONSTRAINT_MASK_THREADS : (int)cores;
+        if (threads > 1 && sl_threadpool_create(threads, &v->pool) < 0)
+            v->pool = NULL;
+    }
+    if (n <= 1 || !v->pool) {
+        for (int32_t i = 0; i < n; i++)
+            out[i] = sl_constraint_mask(cs[i], allow_eog[i]);
+        return;
+    }
+    v->job.cs = cs;
+    v->job.allow_eog = allow_eog;
+    v->job.out = out;
+    sl_threadpool_run(v->pool, mask_task, v, n);
 }
 
 sl_status sl_constraint_accept(sl_constraint *c, int32_t t)

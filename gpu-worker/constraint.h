@@ -6,7 +6,8 @@
  *            each sequence compiles its own grammar text and keeps a matcher
  *            and an allow bitmap (sl_sample_req.allow) sized at creation.
  * Who:       one thread: a vocabulary and its constraints are not shared
- *            between threads.
+ *            between threads (sl_constraint_mask_batch spreads one call's
+ *            masks over its own pool and returns when they are done).
  * Model:     the matcher follows the generated tokens, never the KV cache, so
  *            preemption, recompute and prefix caching leave it valid.
  *            End-of-generation tokens add no text (their bytes are never in
@@ -74,6 +75,18 @@ void sl_constraint_destroy(sl_constraint *c);
  * matcher failure every bit is 0 (the draw then finds nothing) and
  * sl_constraint_error says why. Never NULL. */
 const uint32_t *sl_constraint_mask(sl_constraint *c, bool allow_eog);
+
+/* sl_constraint_mask for n constraints of v at once: out[i] = the mask of
+ * cs[i] with allow_eog[i]. The masks are independent (each matcher owns its
+ * state and cache; the trie is read only), so they are computed on a pool
+ * of up to SL_CONSTRAINT_MASK_THREADS threads (the caller included), made at
+ * the first call with more than one constraint: a step of 64 constrained
+ * sequences costs the slowest few masks, not their sum. Blocks until all
+ * are done. A pool that cannot be made leaves the masks serial. */
+void sl_constraint_mask_batch(sl_constraint_vocab *v, sl_constraint *const *cs, const bool *allow_eog, int32_t n,
+                              const uint32_t **out);
+
+#define SL_CONSTRAINT_MASK_THREADS 8
 
 /* Advances over drawn token t. An end-of-generation id leaves the state as
  * it is. Returns SL_OK; SL_EINVAL when the grammar does not allow t (nothing

@@ -85,6 +85,10 @@ struct sl_sched {
     int32_t *batch_slot;    /* (max_seqs) slot of each batch entry */
     sl_sample_req *reqs;    /* (max_seqs) this step's draw by batch entry; params NULL: none */
     int32_t *drawn;         /* (max_seqs) their tokens by batch entry, -1 on failure */
+    sl_constraint **mask_con;     /* (max_seqs) this step's constrained draws: constraint, */
+    bool *mask_eog;               /* end of generation allowed, */
+    int32_t *mask_entry;          /* batch entry, */
+    const uint32_t **mask_out;    /* and mask */
 
     /* window state */
     int32_t last_step_seqs;     /* sequences in the previous step's batch */
@@ -179,8 +183,12 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
     s->batch_slot = sl_malloc((size_t)M * sizeof *s->batch_slot);
     s->reqs = sl_calloc((size_t)M, sizeof *s->reqs);
     s->drawn = sl_malloc((size_t)M * sizeof *s->drawn);
+    s->mask_con = sl_calloc((size_t)M, sizeof *s->mask_con);
+    s->mask_eog = sl_calloc((size_t)M, sizeof *s->mask_eog);
+    s->mask_entry = sl_calloc((size_t)M, sizeof *s->mask_entry);
+    s->mask_out = sl_calloc((size_t)M, sizeof *s->mask_out);
     if (!s->eog || !s->slots || !s->hist_mem || !s->live || !s->waiting || !s->parked || !s->batch || !s->batch_slot ||
-        !s->reqs || !s->drawn)
+        !s->reqs || !s->drawn || !s->mask_con || !s->mask_eog || !s->mask_entry || !s->mask_out)
         goto nomem;
     for (int32_t i = 0; i < n_eog; i++)   /* ids outside the vocabulary can never be drawn */
         if (eog[i] >= 0 && eog[i] < n_vocab)
@@ -227,6 +235,10 @@ void sl_sched_destroy(sl_sched *s)
     free(s->batch_slot);
     free(s->reqs);
     free(s->drawn);
+    free(s->mask_con);
+    free(s->mask_eog);
+    free(s->mask_entry);
+    free(s->mask_out);
     free(s);
 }
 
@@ -660,8 +672,7 @@ static sl_sample_req sample_req(sl_sched *s, seq *q)
     bool ban = holds_back_eog(q);
     return (sl_sample_req){.params = &q->req.params, .history = q->hist, .n_history = q->n_hist,
                            .draw_index = (uint64_t)q->n_gen, .ban = ban ? s->eog : NULL,
-                           .n_ban = ban ? s->n_eog : 0, .record = &q->rec,
-                           .allow = q->con ? sl_constraint_mask(q->con, !q->req.ignore_eos) : NULL};
+                           .n_ban = ban ? s->n_eog : 0, .record = &q->rec};
 }
 
 /* Takes the drawn token into the sequence and delivers it. Per-request
@@ -860,9 +871,20 @@ sl_status sl_sched_step(sl_sched *s)
             trace(s, q, "first_prefill_chunk", t0);
         }
     }
+    int32_t n_masks = 0;
     for (int32_t b = 0; b < n_batch; b++) {
         seq *q = &s->slots[s->batch_slot[b]];
         s->reqs[b] = draws_this_step(q) ? sample_req(s, q) : (sl_sample_req){0};
+        if (s->reqs[b].params && q->con) {
+            s->mask_con[n_masks] = q->con;
+            s->mask_eog[n_masks] = !q->req.ignore_eos;
+            s->mask_entry[n_masks++] = b;
+        }
+    }
+    if (n_masks > 0) {   /* the grammar masks, in parallel: the step waits for them */
+        sl_constraint_mask_batch(s->cfg.grammar_vocab, s->mask_con, s->mask_eog, n_masks, s->mask_out);
+        for (int32_t i = 0; i < n_masks; i++)
+            s->reqs[s->mask_entry[i]].allow = s->mask_out[i];
     }
     sl_status rc = sl_backend_forward_sample(s->be, s->batch, n_batch, s->reqs, s->drawn);
     uint64_t t1 = s->io.now_ns(s->io.ctx);

@@ -141,3 +141,41 @@ Test(constraint, a_trie_of_another_size_is_refused)
     sl_constraint_vocab_destroy(NULL);
     sl_constraint_destroy(NULL);
 }
+
+Test(constraint, batch_masks_equal_the_masks_one_by_one)
+{
+    sl_constraint_vocab *v = vocab();
+    static const char *const g[4] = {"root ::= \"a\" \"b\"?", "root ::= [abc]+ \"1\"", "root ::= \"\\\"\" [ab]* \"\\\"\"",
+                                     "root ::= \"c\" | \"ab\""};
+    enum { N = 24 };
+    sl_constraint *cs[N], *one[N];
+    bool eog[N];
+    const uint32_t *out[N];
+    char err[128];
+    for (int i = 0; i < N; i++) {
+        const char *t = g[i % 4];
+        cr_assert_eq(sl_constraint_create(v, t, strlen(t), &cs[i], err, sizeof err), SL_OK, "%s", err);
+        cr_assert_eq(sl_constraint_create(v, t, strlen(t), &one[i], err, sizeof err), SL_OK, "%s", err);
+        eog[i] = i % 3 != 0;
+    }
+    for (int step = 0; step < 3; step++) {
+        sl_constraint_mask_batch(v, cs, eog, N, out);
+        for (int i = 0; i < N; i++) {
+            const uint32_t *m = sl_constraint_mask(one[i], eog[i]);
+            cr_assert_eq(out[i][0], m[0], "constraint %d step %d: batch %#x, alone %#x", i, step, out[i][0], m[0]);
+            int32_t pick = -1;   /* advance both by the lowest allowed text token */
+            for (int32_t t = 0; t < V && pick < 0; t++)
+                if (t != EOG && bit(m, t))
+                    pick = t;
+            if (pick >= 0) {
+                cr_assert_eq(sl_constraint_accept(cs[i], pick), SL_OK);
+                cr_assert_eq(sl_constraint_accept(one[i], pick), SL_OK);
+            }
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        sl_constraint_destroy(cs[i]);
+        sl_constraint_destroy(one[i]);
+    }
+    sl_constraint_vocab_destroy(v);
+}
