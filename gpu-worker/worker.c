@@ -506,7 +506,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
 #undef KNOB
     sc.grammar_vocab = gv;
     sc.kv_block_size = SL_KV_BLOCK_TOKENS;
-    uint64_t block_bytes = sl_backend_kv_block_bytes(m, SL_KV_BLOCK_TOKENS);
+    uint64_t block_bytes = sl_backend_kv_block_bytes(m, SL_KV_BLOCK_TOKENS, SL_KV_TYPE_F32);
     uint64_t blocks = kv_budget(cfg) / block_bytes;
     uint64_t min_blocks = ((uint64_t)n_ctx + SL_KV_BLOCK_TOKENS - 1) / SL_KV_BLOCK_TOKENS;
     if (blocks < min_blocks) {

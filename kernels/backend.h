@@ -48,6 +48,21 @@ typedef struct {
                                * the prompt is chunked, also a chunk of one token */
 } sl_batch_seq;
 
+/* How the KV cache stores K and V. */
+typedef enum {
+    SL_KV_TYPE_AUTO = 0,      /* the backend's default (create resolves it: cfg.kv_type says which) */
+    SL_KV_TYPE_F32,           /* float32: the CPU backend's only type */
+    SL_KV_TYPE_F16,           /* IEEE half */
+    SL_KV_TYPE_Q8_0,          /* ggml's q8_0 along head_dim: per 32 values one half scale and 32 int8;
+                               * needs head_dim % 32 == 0 */
+} sl_kv_type;
+
+/* "auto", "f32", "f16", "q8_0"; "?" for a value outside the enum. */
+const char *sl_kv_type_name(sl_kv_type t);
+
+/* Parses a name of sl_kv_type_name. Returns SL_OK, or SL_EINVAL with *out unchanged. */
+sl_status sl_kv_type_parse(const char *name, sl_kv_type *out);
+
 typedef struct {
     const char *device;       /* "cpu", "cuda" or "auto" */
     int n_threads;            /* CPU threads (>= 1) */
@@ -59,6 +74,8 @@ typedef struct {
     int32_t max_ctx;          /* longest sequence (positions) a call may reach */
     int32_t max_batch_seqs;   /* most sequences in one call, in [0, max_batch_tokens]; 0: max_batch_tokens.
                                * Sizes the host sampling rows (one logits row per sequence) */
+    sl_kv_type kv_type;       /* AUTO: the backend's default. A type the backend does not store is
+                               * SL_EINVAL at create, err naming it */
 } sl_backend_config;
 
 typedef struct sl_backend sl_backend;
@@ -114,9 +131,10 @@ struct sl_backend {
                                              * and scratch, made by its first call; NULL before */
 };
 
-/* Bytes one KV block takes for this model (K and V, every layer) on the CPU
- * backend (float32 entries; the CUDA backend uses the same layout). */
-uint64_t sl_backend_kv_block_bytes(const sl_model *m, uint32_t block_size);
+/* Bytes one KV block takes for this model (K and V, every layer) when stored
+ * as `type` (AUTO counts as F32, the widest). The layout is the CPU
+ * backend's; the CUDA backend uses the same one for every type. */
+uint64_t sl_backend_kv_block_bytes(const sl_model *m, uint32_t block_size, sl_kv_type type);
 
 /* Creates the backend named by cfg->device. The model must outlive it. On
  * failure *out is NULL and err says what did not fit or is missing.

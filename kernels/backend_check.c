@@ -4,13 +4,41 @@
  * compares), so a backend may trust what reaches it and index without
  * bounds checks of its own. */
 #include <stdio.h>
+#include <string.h>
 
 #include "kernels/backend_check.h"
 
-uint64_t sl_backend_kv_block_bytes(const sl_model *m, uint32_t block_size)
+uint64_t sl_backend_kv_block_bytes(const sl_model *m, uint32_t block_size, sl_kv_type type)
 {
     const sl_hparams *hp = &m->hp;
-    return 2ull * hp->n_layer * hp->n_head_kv * hp->head_dim * block_size * sizeof(float);
+    uint64_t values = 2ull * hp->n_layer * hp->n_head_kv * hp->head_dim * block_size;
+    switch (type) {
+    case SL_KV_TYPE_F16: return values * 2;
+    case SL_KV_TYPE_Q8_0: return values / 32 * 34;   /* 2-byte scale + 32 int8 per 32 values */
+    default: return values * sizeof(float);
+    }
+}
+
+const char *sl_kv_type_name(sl_kv_type t)
+{
+    switch (t) {
+    case SL_KV_TYPE_AUTO: return "auto";
+    case SL_KV_TYPE_F32: return "f32";
+    case SL_KV_TYPE_F16: return "f16";
+    case SL_KV_TYPE_Q8_0: return "q8_0";
+    }
+    return "?";
+}
+
+sl_status sl_kv_type_parse(const char *name, sl_kv_type *out)
+{
+    static const sl_kv_type all[] = {SL_KV_TYPE_AUTO, SL_KV_TYPE_F32, SL_KV_TYPE_F16, SL_KV_TYPE_Q8_0};
+    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, sl_kv_type_name(all[i])) == 0) {
+            *out = all[i];
+            return SL_OK;
+        }
+    return SL_EINVAL;
 }
 
 int64_t sl_batch_logit_rows(const sl_batch_seq *seqs, int32_t n_seqs)

@@ -458,6 +458,10 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
 {
     *out = NULL;
     const sl_hparams *hp = &m->hp;
+    if (cfg->kv_type != SL_KV_TYPE_AUTO && cfg->kv_type != SL_KV_TYPE_F32) {
+        snprintf(err, SL_ERR_LEN, "cpu backend: K/V are stored as f32 only, not %s", sl_kv_type_name(cfg->kv_type));
+        return SL_EINVAL;
+    }
     cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb) {
         snprintf(err, SL_ERR_LEN, "cpu backend: out of memory");
@@ -467,10 +471,11 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
     cb->base.model = m;
     cb->base.cfg = *cfg;
     cb->base.cfg.device = "cpu";
+    cb->base.cfg.kv_type = SL_KV_TYPE_F32;
     cb->base.description = sl_vec_dot_isa();
     cb->n_threads = cfg->n_threads;
     cb->block_floats = (int64_t)hp->n_head_kv * cfg->kv_block_size * hp->head_dim;
-    cb->base.kv_bytes = (uint64_t)cfg->n_kv_blocks * sl_backend_kv_block_bytes(m, cfg->kv_block_size);
+    cb->base.kv_bytes = (uint64_t)cfg->n_kv_blocks * sl_backend_kv_block_bytes(m, cfg->kv_block_size, SL_KV_TYPE_F32);
 
     int64_t T = cfg->max_batch_tokens, E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
     int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim, half = hp->n_rot / 2;

@@ -256,6 +256,11 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         snprintf(err, SL_ERR_LEN, "cuda backend: invalid configuration");
         return SL_EINVAL;
     }
+    if (cfg->kv_type != SL_KV_TYPE_AUTO && cfg->kv_type != SL_KV_TYPE_F32) {
+        snprintf(err, SL_ERR_LEN, "cuda backend: K/V type %s is not stored", cfg->kv_type == SL_KV_TYPE_F16 ? "f16"
+                 : cfg->kv_type == SL_KV_TYPE_Q8_0 ? "q8_0" : "?");
+        return SL_EINVAL;
+    }
 
     const char *fault = getenv("SLUICE_CUDA_FAIL_ALLOC");
     sl_cuda_alloc_fail_after(fault ? atoi(fault) : 0);
@@ -275,6 +280,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
     cb->base.model = m;
     cb->base.cfg = *cfg;
     cb->base.cfg.device = "cuda";
+    cb->base.cfg.kv_type = SL_KV_TYPE_F32;
     sl_status rc = SL_EBACKEND;
     size_t free_b = 0, total_b = 0;
 
