@@ -66,25 +66,63 @@ static __host__ __device__ __forceinline__ int64_t smem_floats(int hd)
     return 2 * (int64_t)TILE * (hd + 4) + 2 * (int64_t)TILE * hd + (int64_t)HB * hd;
 }
 
-/* Queues the async copy of positions [pt, pt + np) of kv head kvh into one
- * K/V buffer pair; kp[] gets each position's K row first. */
-template <int HD>
+/* Bytes of a stored row of hd values of type KT (a compile-time sl_kv_type). */
+template <int KT>
+static __device__ __forceinline__ int64_t row_bytes(int hd)
+{
+    return KT == SL_KV_TYPE_F32 ? (int64_t)hd * 4 : KT == SL_KV_TYPE_F16 ? (int64_t)hd * 2
+                                                                          : (int64_t)hd / 32 * SL_KV_Q8_0_BYTES;
+}
+
+/* Four values [d, d + 4) of a stored row, as floats (exact for f16; d * q
+ * rounded once for q8_0, as model/quant.c dequantizes). d is a multiple of
+ * 4, so the four share one q8_0 group. */
+template <int KT>
+static __device__ __forceinline__ float4 load4(const uint8_t *row, int d)
+{
+    if (KT == SL_KV_TYPE_F16) {
+        /* hd % 4 == 0: a row is 8-byte aligned, and so is every 4th value */
+        uint2 w = *(const uint2 *)(row + 2 * d);
+        float2 a = __half22float2(*(const __half2 *)&w.x), b = __half22float2(*(const __half2 *)&w.y);
+        return make_float4(a.x, a.y, b.x, b.y);
+    }
+    const uint8_t *blk = row + (d / 32) * SL_KV_Q8_0_BYTES;
+    float sc = __half2float(*(const __half *)blk);
+    const int8_t *qs = (const int8_t *)blk + 2 + d % 32;   /* 2-byte aligned only */
+    return make_float4(__fmul_rn(sc, (float)qs[0]), __fmul_rn(sc, (float)qs[1]), __fmul_rn(sc, (float)qs[2]),
+                       __fmul_rn(sc, (float)qs[3]));
+}
+
+/* Stages positions [pt, pt + np) of kv head kvh into one K/V buffer pair of
+ * float32 tiles; kp[] gets each position's K row first. F32 rows are copied
+ * asynchronously (cp.async, waited for by the caller); F16 and Q8_0 rows
+ * are loaded and converted to float32 here, so the compute loop below is
+ * the same for every type and reads the dequantized values, each converted
+ * the same way whatever the batch. */
+template <int HD, int KT>
 static __device__ __forceinline__ void stage_tile(const sl_cuda_kv &kv, const sl_cuda_batch &b, int layer,
                                                   int32_t table, int kvh, int32_t pt, int np, float *sK, float *sV,
-                                                  const float **kp)
+                                                  const uint8_t **kp)
 {
     const int hd = HD ? HD : kv.head_dim, q4 = hd / 4;
+    const int64_t rb = row_bytes<KT>(hd);
     if (threadIdx.x < np)
-        kp[threadIdx.x] = sl_kv_slot(kv, b, layer, 0, table, pt + (int32_t)threadIdx.x, kvh);
+        kp[threadIdx.x] = sl_kv_slot(kv, b, layer, 0, table, pt + (int32_t)threadIdx.x, kvh, rb);
     __syncthreads();
-    int64_t v_off = kv.n_blocks * kv.block_floats;
+    int64_t v_off = sl_kv_v_offset(kv, rb);
     for (int c = threadIdx.x; c < np * q4; c += AT) {
         int pl = c / q4, d = (c - pl * q4) * 4;
-        const float *src = kp[pl] + d;
-        __pipeline_memcpy_async(sK + pl * (hd + 4) + d, src, 16);
-        __pipeline_memcpy_async(sV + pl * hd + d, src + v_off, 16);
+        const uint8_t *src = kp[pl];
+        if (KT == SL_KV_TYPE_F32) {
+            __pipeline_memcpy_async(sK + pl * (hd + 4) + d, (const float *)src + d, 16);
+            __pipeline_memcpy_async(sV + pl * hd + d, (const float *)(src + v_off) + d, 16);
+        } else {
+            *(float4 *)(sK + pl * (hd + 4) + d) = load4<KT>(src, d);
+            *(float4 *)(sV + pl * hd + d) = load4<KT>(src + v_off, d);
+        }
     }
-    __pipeline_commit();
+    if (KT == SL_KV_TYPE_F32)
+        __pipeline_commit();
 }
 
 /* SPLIT false: the plain launch (gridDim.y 1, part unused). SPLIT true:
@@ -96,14 +134,14 @@ static __device__ __forceinline__ void stage_tile(const sl_cuda_kv &kv, const sl
  * overhead, which is most of a lone decode row's time (ncu at HD 0,
  * head_dim 64: the SMs issuing for the whole kernel, 21.9 of 31.2 active
  * lanes not predicated off). */
-template <bool SPLIT, int HD>
+template <bool SPLIT, int HD, int KT>
 static __device__ __forceinline__ void attention_rows(float *__restrict__ out, const float *__restrict__ q,
                                                       int n_head, const sl_cuda_kv &kv, const sl_cuda_batch &b,
                                                       int layer, float scale, float softcap, int32_t window,
                                                       float *__restrict__ part, int hb, int n_hgroups)
 {
     extern __shared__ float4 smem4[];
-    __shared__ const float *kp[2][TILE];
+    __shared__ const uint8_t *kp[2][TILE];
     __shared__ float sE[AW][TILE];   /* each warp's softmax weights of the tile */
     float *smem = (float *)smem4;
     constexpr int PL = HD ? HD / SL_WARP : PER_LANE;   /* head elements per lane */
@@ -149,16 +187,17 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
         for (int i = 0; i < PL; i++)
             o[j][i] = 0.0f;
     }
-    stage_tile<HD>(kv, b, layer, table, kvh, p0, p1 - p0 < TILE ? p1 - p0 : TILE, smem, sV0, kp[0]);
+    stage_tile<HD, KT>(kv, b, layer, table, kvh, p0, p1 - p0 < TILE ? p1 - p0 : TILE, smem, sV0, kp[0]);
     int buf = 0;
     for (int32_t pt = p0; pt < p1; pt += TILE, buf ^= 1) {
         int np = p1 - pt < TILE ? p1 - pt : TILE;
         int32_t nxt = pt + TILE;
         if (nxt < p1) {
-            stage_tile<HD>(kv, b, layer, table, kvh, nxt, p1 - nxt < TILE ? p1 - nxt : TILE, smem + (buf ^ 1) * TILE * ldk,
+            stage_tile<HD, KT>(kv, b, layer, table, kvh, nxt, p1 - nxt < TILE ? p1 - nxt : TILE, smem + (buf ^ 1) * TILE * ldk,
                        sV0 + (buf ^ 1) * TILE * hd, kp[buf ^ 1]);
-            __pipeline_wait_prior(1);   /* this tile's copies are done, the next one's may fly */
-        } else {
+            if (KT == SL_KV_TYPE_F32)
+                __pipeline_wait_prior(1);   /* this tile's copies are done, the next one's may fly */
+        } else if (KT == SL_KV_TYPE_F32) {
             __pipeline_wait_prior(0);
         }
         __syncthreads();
@@ -247,21 +286,21 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
     }
 }
 
-template <int HD>
+template <int HD, int KT>
 static __global__ void __launch_bounds__(AT)
 attention_gqa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
                     sl_cuda_batch b, int layer, float scale, float softcap, int32_t window, int hb, int n_hgroups)
 {
-    attention_rows<false, HD>(out, q, n_head, kv, b, layer, scale, softcap, window, NULL, hb, n_hgroups);
+    attention_rows<false, HD, KT>(out, q, n_head, kv, b, layer, scale, softcap, window, NULL, hb, n_hgroups);
 }
 
-template <int HD>
+template <int HD, int KT>
 static __global__ void __launch_bounds__(AT)
 attention_gqa_tiles_split(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
                           sl_cuda_batch b, int layer, float scale, float softcap, int32_t window,
                           float *__restrict__ part, int hb, int n_hgroups)
 {
-    attention_rows<true, HD>(out, q, n_head, kv, b, layer, scale, softcap, window, part, hb, n_hgroups);
+    attention_rows<true, HD, KT>(out, q, n_head, kv, b, layer, scale, softcap, window, part, hb, n_hgroups);
 }
 
 #define MERGE_THREADS 128
@@ -317,14 +356,21 @@ sl_status sl_cuda_attention_prepare(void)
         return SL_OK;
     int bytes = (int)(smem_floats(SL_CUDA_ATTN_MAX_HEAD_DIM) * sizeof(float));
 #define ALLOW(K) SL_CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
-    ALLOW(attention_gqa_tiles<0>);
-    ALLOW(attention_gqa_tiles<64>);
-    ALLOW(attention_gqa_tiles<128>);
-    ALLOW(attention_gqa_tiles<256>);
-    ALLOW(attention_gqa_tiles_split<0>);
-    ALLOW(attention_gqa_tiles_split<64>);
-    ALLOW(attention_gqa_tiles_split<128>);
-    ALLOW(attention_gqa_tiles_split<256>);
+#define ALLOW_TYPE(KT)                              \
+    do {                                            \
+        ALLOW((attention_gqa_tiles<0, KT>));        \
+        ALLOW((attention_gqa_tiles<64, KT>));       \
+        ALLOW((attention_gqa_tiles<128, KT>));      \
+        ALLOW((attention_gqa_tiles<256, KT>));      \
+        ALLOW((attention_gqa_tiles_split<0, KT>));  \
+        ALLOW((attention_gqa_tiles_split<64, KT>)); \
+        ALLOW((attention_gqa_tiles_split<128, KT>));\
+        ALLOW((attention_gqa_tiles_split<256, KT>));\
+    } while (0)
+    ALLOW_TYPE(SL_KV_TYPE_F32);
+    ALLOW_TYPE(SL_KV_TYPE_F16);
+    ALLOW_TYPE(SL_KV_TYPE_Q8_0);
+#undef ALLOW_TYPE
 #undef ALLOW
     prepared = true;
     return SL_OK;
@@ -352,7 +398,8 @@ sl_status sl_cuda_attention_layer(float *out, const float *q, int64_t T, int n_h
         return SL_OK;
     int hd = kv->head_dim;
     if (hd > SL_CUDA_ATTN_MAX_HEAD_DIM || hd % 4 != 0 || kv->n_head_kv < 1 || n_head % kv->n_head_kv != 0 ||
-        T * n_head > 0x7fffffff || opts->window < 0 || !(opts->softcap >= 0.0f))
+        T * n_head > 0x7fffffff || opts->window < 0 || !(opts->softcap >= 0.0f) ||
+        sl_kv_row_bytes(kv->type, hd) == 0)
         return SL_EINVAL;
     /* a windowed layer's rows walk at most `window` positions: its splits follow that span */
     if (opts->window > 0 && n_ctx > opts->window)
@@ -368,21 +415,31 @@ sl_status sl_cuda_attention_layer(float *out, const float *q, int64_t T, int n_h
     if (S > 1 && (!scratch || scratch_floats / S / (hd + 2) < T * n_head))
         return SL_EINVAL;
     dim3 grid((unsigned)blocks, (unsigned)S);
-#define LAUNCH(HD)                                                                                                \
+#define LAUNCH(HD, KT)                                                                                            \
     do {                                                                                                          \
         if (S == 1)   /* no row splits: the plain launch */                                                      \
-            attention_gqa_tiles<HD><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale,        \
-                                                                 softcap, window, hb, n_hgroups);                 \
+            attention_gqa_tiles<HD, KT><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale,    \
+                                                                     softcap, window, hb, n_hgroups);             \
         else                                                                                                      \
-            attention_gqa_tiles_split<HD><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale,  \
-                                                                       softcap, window, scratch, hb, n_hgroups);  \
+            attention_gqa_tiles_split<HD, KT><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer,     \
+                                                                           scale, softcap, window, scratch, hb,   \
+                                                                           n_hgroups);                            \
     } while (0)
-    switch (hd) {
-    case 64: LAUNCH(64); break;
-    case 128: LAUNCH(128); break;
-    case 256: LAUNCH(256); break;
-    default: LAUNCH(0); break;
+#define LAUNCH_HD(KT)                          \
+    do {                                       \
+        switch (hd) {                          \
+        case 64: LAUNCH(64, KT); break;        \
+        case 128: LAUNCH(128, KT); break;      \
+        case 256: LAUNCH(256, KT); break;      \
+        default: LAUNCH(0, KT); break;         \
+        }                                      \
+    } while (0)
+    switch (kv->type) {
+    case SL_KV_TYPE_F16: LAUNCH_HD(SL_KV_TYPE_F16); break;
+    case SL_KV_TYPE_Q8_0: LAUNCH_HD(SL_KV_TYPE_Q8_0); break;
+    default: LAUNCH_HD(SL_KV_TYPE_F32); break;
     }
+#undef LAUNCH_HD
 #undef LAUNCH
     SL_CUDA_CHECK_LAUNCH();
     if (S == 1)

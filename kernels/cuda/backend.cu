@@ -256,9 +256,16 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         snprintf(err, SL_ERR_LEN, "cuda backend: invalid configuration");
         return SL_EINVAL;
     }
-    if (cfg->kv_type != SL_KV_TYPE_AUTO && cfg->kv_type != SL_KV_TYPE_F32) {
-        snprintf(err, SL_ERR_LEN, "cuda backend: K/V type %s is not stored", cfg->kv_type == SL_KV_TYPE_F16 ? "f16"
-                 : cfg->kv_type == SL_KV_TYPE_Q8_0 ? "q8_0" : "?");
+    /* K/V storage (paged.cuh): float16 unless asked otherwise, half of
+     * float32's bytes at ~1e-3 relative error per value (docs/CUDA.md) */
+    sl_kv_type kv_type = cfg->kv_type == SL_KV_TYPE_AUTO ? SL_KV_TYPE_F16 : cfg->kv_type;
+    if (kv_type != SL_KV_TYPE_F32 && kv_type != SL_KV_TYPE_F16 && kv_type != SL_KV_TYPE_Q8_0) {
+        snprintf(err, SL_ERR_LEN, "cuda backend: K/V type %d is not one of f32, f16, q8_0", (int)kv_type);
+        return SL_EINVAL;
+    }
+    if (sl_kv_row_bytes(kv_type, hp->head_dim) == 0) {
+        snprintf(err, SL_ERR_LEN, "cuda backend: K/V type q8_0 needs head_dim a multiple of %d; the model's head_dim "
+                 "is %d", SL_KV_Q8_0_GROUP, hp->head_dim);
         return SL_EINVAL;
     }
 
@@ -280,7 +287,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
     cb->base.model = m;
     cb->base.cfg = *cfg;
     cb->base.cfg.device = "cuda";
-    cb->base.cfg.kv_type = SL_KV_TYPE_F32;
+    cb->base.cfg.kv_type = kv_type;
     sl_status rc = SL_EBACKEND;
     size_t free_b = 0, total_b = 0;
 
@@ -381,7 +388,8 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         /* KV cache: as asked, or from what is free now */
         /* sl_backend_kv_block_bytes()'s figure; computed here because the
          * library links nothing of the host binary */
-        uint64_t block_bytes = 2ull * hp->n_layer * hp->n_head_kv * hp->head_dim * cfg->kv_block_size * sizeof(float);
+        uint64_t block_bytes = 2ull * hp->n_layer * hp->n_head_kv * cfg->kv_block_size *
+                               (uint64_t)sl_kv_row_bytes(kv_type, hp->head_dim);
         uint64_t n_blocks = cfg->n_kv_blocks;
         CUDA_OR_FAIL(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
         if (n_blocks == 0) {
@@ -403,10 +411,10 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         CUDA_OR_FAIL(cudaMemsetAsync(cb->kv.kv, 0, kv_bytes, cb->stream), "clearing the KV cache");
         CUDA_OR_FAIL(cudaStreamSynchronize(cb->stream), "clearing the KV cache");
         cb->kv.n_blocks = (int64_t)n_blocks;
-        cb->kv.block_floats = (int64_t)hp->n_head_kv * cfg->kv_block_size * hp->head_dim;
         cb->kv.block_size = (int32_t)cfg->kv_block_size;
         cb->kv.n_head_kv = hp->n_head_kv;
         cb->kv.head_dim = hp->head_dim;
+        cb->kv.type = kv_type;
         cb->base.cfg.n_kv_blocks = (uint32_t)n_blocks;
         cb->base.kv_bytes = kv_bytes;
     }

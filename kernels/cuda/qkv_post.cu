@@ -3,7 +3,10 @@
  * ("qkv_post_head_per_warp"). The rope angle is computed in double from the
  * position, like the CPU's table, then rounded to float sin/cos. Lanes own
  * elements lane, lane+32, ... for the bias and the norm; the rope mixes
- * elements of other lanes, hence the __syncwarp() fences. */
+ * elements of other lanes, hence the __syncwarp() fences. K and V are
+ * stored as the cache's type (paged.cuh): float32 as is, float16 rounded to
+ * nearest even, q8_0 per group of 32 values of the row by one warp-wide
+ * maximum, so a row's stored bytes depend on its values alone. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/qkv_post.cuh"
 
@@ -54,9 +57,32 @@ qkv_post_head_per_warp(float *q, float *k, float *v, sl_cuda_qkv_params p, sl_cu
     }
     if (kind != 0) {
         __syncwarp();
-        float *dst = sl_kv_slot(kv, b, layer, kind == 2, b.tok_table[t], pos, h);
-        for (int i = lane; i < hd; i += SL_WARP)
-            dst[i] = vec[i];
+        uint8_t *dst = sl_kv_slot(kv, b, layer, kind == 2, b.tok_table[t], pos, h, sl_kv_row_bytes(kv.type, hd));
+        if (kv.type == SL_KV_TYPE_F32) {
+            for (int i = lane; i < hd; i += SL_WARP)
+                ((float *)dst)[i] = vec[i];
+        } else if (kv.type == SL_KV_TYPE_F16) {
+            for (int i = lane; i < hd; i += SL_WARP)
+                ((__half *)dst)[i] = __float2half_rn(vec[i]);
+        } else {
+            /* q8_0: a group of 32 values per pass, lane i holding value i
+             * (the lane's own element: no fence needed); model/quant.c's
+             * arithmetic step for step, so the bytes equal the host's */
+            for (int g = 0; g < hd / SL_KV_Q8_0_GROUP; g++) {
+                float x = vec[g * SL_KV_Q8_0_GROUP + lane], amax = fabsf(x);
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1)
+                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+                float d = __fdiv_rn(amax, 127.0f);
+                float id = d != 0.0f ? __frcp_rn(d) : 0.0f;
+                float r = __fmul_rn(x, id);
+                int qv = !(r >= -127.0f) ? -127 : r >= 127.0f ? 127 : __float2int_rn(r);
+                uint8_t *blk = dst + (int64_t)g * SL_KV_Q8_0_BYTES;
+                if (lane == 0)
+                    *(__half *)blk = __float2half_rn(d);
+                ((int8_t *)blk)[2 + lane] = (int8_t)qv;
+            }
+        }
     }
 }
 
@@ -65,7 +91,8 @@ sl_status sl_cuda_qkv_post(float *q, float *k, float *v, int64_t T, const sl_cud
 {
     if (T < 1)
         return SL_OK;
-    if (kv->head_dim > 1024 || p->n_rot > kv->head_dim || T > 0x7fffffff)
+    if (kv->head_dim > 1024 || p->n_rot > kv->head_dim || T > 0x7fffffff ||
+        sl_kv_row_bytes(kv->type, kv->head_dim) == 0)
         return SL_EINVAL;
     dim3 grid((unsigned)T, (unsigned)(p->n_head + 2 * kv->n_head_kv));
     qkv_post_head_per_warp<<<grid, SL_WARP, 0, stream>>>(q, k, v, *p, *kv, *batch, layer);

@@ -25,8 +25,10 @@ typedef struct {
 
 /* For each of T rows: q (T, n_head*head_dim) and k, v (T, n_head_kv*head_dim)
  * are finished in place, then k and v are written to layer `layer` of the
- * cache at tok_pos[t]. Preconditions: head_dim <= 1024. Async; SL_OK,
- * SL_EINVAL, or SL_EBACKEND (launch failed, logged). */
+ * cache at tok_pos[t], converted to the cache's type (paged.cuh).
+ * Preconditions: head_dim <= 1024. Async; SL_OK, SL_EINVAL (also a type
+ * the cache does not store, or q8_0 with head_dim not a multiple of 32), or
+ * SL_EBACKEND (launch failed, logged). */
 sl_status sl_cuda_qkv_post(float *q, float *k, float *v, int64_t T, const sl_cuda_qkv_params *p,
                            const sl_cuda_kv *kv, const sl_cuda_batch *batch, int layer, cudaStream_t stream);
 

@@ -20,7 +20,10 @@
  *             and rows computed alone bitwise equal to the same rows batched
  *   rmsnorm   vs float64 (tol 1e-6)
  *   attention paged, shuffled block table, causal rows of one sequence and a
- *             decode row of another, vs float64 softmax (tol 1e-5)
+ *             decode row of another, vs float64 softmax (tol 1e-5); this
+ *             and the split-K check for each K/V type (f32, f16, q8_0), the
+ *             reference computed from the dequantized stored values
+ *             (selftest_kv.cuh), so the tolerance is float32's for all
  *   attention split-K, head_dim 64 and 128, GQA: rows at 5, 70, 1023 (one
  *   split)    split) and 1024, 1025, 3000, 9000, 17000 (2..16 splits, a
  *             partial last one) of a long and a short sequence, vs float64
@@ -40,6 +43,7 @@
 #include "kernels/cuda/mmv.cuh"
 #include "kernels/cuda/random_blocks.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/selftest_kv.cuh"
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -398,28 +402,35 @@ done:
  * 0..PA-1 (a prefill chunk, causal), B one decode row at position PB-1.
  * NH query heads over NKV kv heads: groups of 2, 4, and 18 (two blocks of
  * 9 heads, spread unevenly over the warps). */
-static int check_attention(FILE *out, cudaStream_t st, int HD, int NH, int NKV)
+static int check_attention(FILE *out, cudaStream_t st, sl_kv_type kt, int HD, int NH, int NKV)
 {
     enum { BS = 16, NB = 12, PA = 37, PB = 70 };
     const int T = PA + 1, bpa = (PA + BS - 1) / BS, bpb = (PB + BS - 1) / BS;
     uint64_t seed = 99;
     int64_t block_floats = (int64_t)NKV * BS * HD, kv_n = 2 * NB * block_floats;   /* one layer */
+    size_t kv_bytes = (size_t)(kv_n / HD * sl_kv_row_bytes(kt, HD));
     float *kv = (float *)malloc((size_t)kv_n * 4), *q = (float *)malloc((size_t)T * NH * HD * 4);
     float *o = (float *)malloc((size_t)T * NH * HD * 4);
+    uint8_t *kvb = (uint8_t *)malloc(kv_bytes);
     double *ref = (double *)malloc((size_t)T * NH * HD * sizeof(double));
     int32_t meta[3 * (PA + 1) + NB];
     int bad = 0;
     dev_bufs d = {};
-    float *dkv = (float *)d.alloc((size_t)kv_n * 4), *dq = (float *)d.alloc((size_t)T * NH * HD * 4);
+    uint8_t *dkv = (uint8_t *)d.alloc(kv_bytes);
+    float *dq = (float *)d.alloc((size_t)T * NH * HD * 4);
     float *dout = (float *)d.alloc((size_t)T * NH * HD * 4);
     int32_t *dmeta = (int32_t *)d.alloc(sizeof meta);
-    if (!kv || !q || !o || !ref || !dkv || !dq || !dout || !dmeta) {
+    if (!kv || !q || !o || !kvb || !ref || !dkv || !dq || !dout || !dmeta) {
         bad = 1;
         goto done;
     }
     {
         for (int64_t i = 0; i < kv_n; i++)
             kv[i] = uniform(&seed);
+        if (st_kv_store(kt, kv, kv_n / HD, HD, kvb) < 0) {   /* kv: the values the kernel will read */
+            bad = 1;
+            goto done;
+        }
         for (int64_t i = 0; i < (int64_t)T * NH * HD; i++)
             q[i] = uniform(&seed) * 2;
         /* tables: A uses blocks 11, 3, 7; B uses 0, 5, 9, 2, 8 (shuffled, disjoint) */
@@ -455,10 +466,10 @@ static int check_attention(FILE *out, cudaStream_t st, int HD, int NH, int NKV)
                 }
             }
         (void)bpb;
-        CK(cudaMemcpy(dkv, kv, (size_t)kv_n * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dkv, kvb, kv_bytes, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dq, q, (size_t)T * NH * HD * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dmeta, meta, sizeof meta, cudaMemcpyHostToDevice));
-        sl_cuda_kv ckv = {dkv, NB, block_floats, BS, NKV, HD};
+        sl_cuda_kv ckv = {dkv, NB, BS, NKV, HD, kt};
         sl_cuda_batch cb = {dmeta, dmeta + T, dmeta + 2 * T};
         if (sl_cuda_attention(dout, dq, T, NH, &ckv, &cb, 0, PB, NULL, 0, st) < 0) {
             bad = 1;
@@ -468,11 +479,12 @@ static int check_attention(FILE *out, cudaStream_t st, int HD, int NH, int NKV)
         CK(cudaStreamSynchronize(st));
         double e = rel_l2(o, ref, (int64_t)T * NH * HD);
         bad = e > 1e-5;
-        fprintf(out, "  attention head_dim %d, %d/%d heads, %d prefill rows + 1 decode row at %d: rel L2 %.2e  %s\n",
-                HD, NH, NKV, PA, PB - 1, e, bad ? "FAIL" : "ok");
+        fprintf(out, "  attention %s K/V, head_dim %d, %d/%d heads, %d prefill rows + 1 decode row at %d: rel L2 %.2e  "
+                "%s\n", st_kv_name(kt), HD, NH, NKV, PA, PB - 1, e, bad ? "FAIL" : "ok");
     }
 done:
     free(kv);
+    free(kvb);
     free(q);
     free(o);
     free(ref);
@@ -484,7 +496,7 @@ done:
  * 0..NS-1 form a batch of their own):
  *   B@5, B@70, A@1023 (1 split), A@1024, A@1025 (2), A@3000 (3), A@9000 (9),
  *   A@17000 (16: capped). */
-static int check_attention_split(FILE *out, cudaStream_t st, int HD)
+static int check_attention_split(FILE *out, cudaStream_t st, sl_kv_type kt, int HD)
 {
     enum { NH = 4, NKV = 2, BS = 16, T = 8, NS = 3, CA = 17001, CB = 71 };
     static const int32_t row_pos[T] = {5, 70, 1023, 1024, 1025, 3000, 9000, 17000};
@@ -494,26 +506,33 @@ static int check_attention_split(FILE *out, cudaStream_t st, int HD)
     const int64_t kv_n = 2 * (int64_t)NB * block_floats;   /* one layer */
     const int64_t part_n = (int64_t)T * NH * SL_CUDA_ATTN_SPLIT_MAX * (HD + 2);
     const int64_t meta_n = 2 * T + NB;
+    const size_t kv_bytes = (size_t)(kv_n / HD * sl_kv_row_bytes(kt, HD));
     uint64_t seed = 1234 + (uint64_t)HD;
     float *kv = (float *)malloc((size_t)kv_n * 4), *q = (float *)malloc((size_t)qn * 4);
+    uint8_t *kvb = (uint8_t *)malloc(kv_bytes);
     float *o = (float *)malloc((size_t)qn * 4), *o1 = (float *)malloc((size_t)qn * 4);
     double *ref = (double *)malloc((size_t)qn * sizeof(double)), *sc = (double *)malloc((size_t)CA * sizeof(double));
     int32_t *meta = (int32_t *)malloc((size_t)meta_n * 4);
     int bad = 0, diff_alone = 0, diff_plain = 0;
     double e = 0;
     dev_bufs d = {};
-    float *dkv = (float *)d.alloc((size_t)kv_n * 4), *dq = (float *)d.alloc((size_t)qn * 4);
+    uint8_t *dkv = (uint8_t *)d.alloc(kv_bytes);
+    float *dq = (float *)d.alloc((size_t)qn * 4);
     float *dout = (float *)d.alloc((size_t)qn * 4), *dout1 = (float *)d.alloc((size_t)qn * 4);
     float *dpart = (float *)d.alloc((size_t)part_n * 4);
     int32_t *dmeta = (int32_t *)d.alloc((size_t)meta_n * 4);
-    if (!kv || !q || !o || !o1 || !ref || !sc || !meta || !dkv || !dq || !dout || !dout1 || !dpart || !dmeta) {
-        fprintf(out, "  attention split-K head_dim %d: setup failed\n", HD);
+    if (!kv || !kvb || !q || !o || !o1 || !ref || !sc || !meta || !dkv || !dq || !dout || !dout1 || !dpart || !dmeta) {
+        fprintf(out, "  attention split-K %s K/V, head_dim %d: setup failed\n", st_kv_name(kt), HD);
         bad = 1;
         goto done;
     }
     {
         for (int64_t i = 0; i < kv_n; i++)
             kv[i] = uniform(&seed);
+        if (st_kv_store(kt, kv, kv_n / HD, HD, kvb) < 0) {   /* kv: the values the kernel will read */
+            bad = 1;
+            goto done;
+        }
         for (int64_t i = 0; i < qn; i++)
             q[i] = uniform(&seed) * 2;
         /* tables: a random permutation of the NB blocks, A's first */
@@ -556,10 +575,10 @@ static int check_attention_split(FILE *out, cudaStream_t st, int HD)
                         r[i] += w * v[i];
                 }
             }
-        CK(cudaMemcpy(dkv, kv, (size_t)kv_n * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dkv, kvb, kv_bytes, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dq, q, (size_t)qn * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dmeta, meta, (size_t)meta_n * 4, cudaMemcpyHostToDevice));
-        sl_cuda_kv ckv = {dkv, NB, block_floats, BS, NKV, HD};
+        sl_cuda_kv ckv = {dkv, NB, BS, NKV, HD, kt};
         const int64_t rq = (int64_t)NH * HD;   /* floats of one row */
 
         /* (a) the whole batch through the split launch, vs float64 */
@@ -607,11 +626,12 @@ static int check_attention_split(FILE *out, cudaStream_t st, int HD)
             bad = 1;
     }
     bad |= !(e <= 1e-5) || diff_alone != 0 || diff_plain != 0;
-    fprintf(out, "  attention split-K head_dim %d, %d/%d heads, rows at 5..17000 (1..16 splits): rel L2 %.2e, "
-            "alone == batched: %s, plain == split launch: %s  %s\n",
+    fprintf(out, "  attention split-K %s K/V, head_dim %d, %d/%d heads, rows at 5..17000 (1..16 splits): rel L2 %.2e, "
+            "alone == batched: %s, plain == split launch: %s  %s\n", st_kv_name(kt),
             HD, NH, NKV, e, diff_alone ? "NO" : "yes", diff_plain ? "NO" : "yes", bad ? "FAIL" : "ok");
 done:
     free(kv);
+    free(kvb);
     free(q);
     free(o);
     free(o1);
@@ -655,12 +675,15 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out
         fails += check_gemm(out, st, type);
     fails += check_rmsnorm(out, st, 1000);
     fails += check_rmsnorm(out, st, 5000);
-    fails += check_attention(out, st, 64, 4, 2);
-    fails += check_attention(out, st, 128, 32, 8);
-    fails += check_attention(out, st, 64, 36, 2);
-    fails += check_attention(out, st, 256, 8, 8);
-    fails += check_attention_split(out, st, 64);
-    fails += check_attention_split(out, st, 128);
+    for (sl_kv_type kt : {SL_KV_TYPE_F32, SL_KV_TYPE_F16, SL_KV_TYPE_Q8_0}) {
+        fails += check_attention(out, st, kt, 64, 4, 2);
+        fails += check_attention(out, st, kt, 128, 32, 8);
+        fails += check_attention(out, st, kt, 64, 36, 2);
+        fails += check_attention(out, st, kt, 256, 8, 8);
+        fails += check_attention(out, st, kt, 96, 4, 2);   /* no fixed-HD kernel; q8_0 rows 2-byte aligned */
+        fails += check_attention_split(out, st, kt, 64);
+        fails += check_attention_split(out, st, kt, 128);
+    }
     cudaStreamDestroy(st);
     return fails;
 }

@@ -4,7 +4,8 @@
  * sl_cuda_selftest): sliding windows (a row sees (p - window, p]), score
  * soft caps and a non-default scale, at head_dim 256 and 128, over a
  * block table in reversed order, with rows whose windowed span is split
- * (window 1,500, rows to position 2,099) and rows whose window is not.
+ * (window 1,500, rows to position 2,099) and rows whose window is not;
+ * each for every K/V type, against the dequantized stored values.
  * Kept apart from selftest.cu so each file has one subject; the trade-off is
  * a second small device set-up per --ops run. */
 #include <math.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/selftest_kv.cuh"
 
 enum { BS = 16, CTX = 2100, NB = (CTX + BS - 1) / BS };
 
@@ -71,19 +73,21 @@ static sl_cuda_attn_opts opts(float scale, float softcap, int32_t window)
     return o;
 }
 
-static int check_case(FILE *out, cudaStream_t st, int HD, int NH, int NKV, sl_cuda_attn_opts o)
+static int check_case(FILE *out, cudaStream_t st, sl_kv_type kt, int HD, int NH, int NKV, sl_cuda_attn_opts o)
 {
     int64_t block_floats = (int64_t)NKV * BS * HD, kv_n = 2 * (int64_t)NB * block_floats;
+    size_t kv_bytes = (size_t)(kv_n / HD * sl_kv_row_bytes(kt, HD));
     int64_t qn = (int64_t)T * NH * HD;
     int64_t part_n = sl_cuda_attention_scratch_floats(T, NH, HD, CTX);
     int32_t meta[2 * T + NB];
     float *kv = (float *)malloc((size_t)kv_n * 4), *q = (float *)malloc((size_t)qn * 4);
     float *res = (float *)malloc((size_t)qn * 4);
+    uint8_t *kvb = (uint8_t *)malloc(kv_bytes), *dkv = NULL;
     double *ref = (double *)malloc((size_t)qn * sizeof(double)), *sc = (double *)malloc(CTX * sizeof(double));
-    float *dkv = NULL, *dq = NULL, *dout = NULL, *dpart = NULL;
+    float *dq = NULL, *dout = NULL, *dpart = NULL;
     int32_t *dmeta = NULL;
     int bad = 1;
-    if (!kv || !q || !res || !ref || !sc || cudaMalloc((void **)&dkv, (size_t)kv_n * 4) != cudaSuccess ||
+    if (!kv || !q || !res || !kvb || !ref || !sc || cudaMalloc((void **)&dkv, kv_bytes) != cudaSuccess ||
         cudaMalloc((void **)&dq, (size_t)qn * 4) != cudaSuccess ||
         cudaMalloc((void **)&dout, (size_t)qn * 4) != cudaSuccess ||
         cudaMalloc((void **)&dmeta, sizeof meta) != cudaSuccess ||
@@ -96,6 +100,10 @@ static int check_case(FILE *out, cudaStream_t st, int HD, int NH, int NKV, sl_cu
         uint64_t seed = 7;
         for (int64_t i = 0; i < kv_n; i++)
             kv[i] = uniform(&seed);
+        if (st_kv_store(kt, kv, kv_n / HD, HD, kvb) < 0) {   /* kv: the values the kernel will read */
+            fprintf(out, "  attention window check: %s K/V at head_dim %d refused  FAIL\n", st_kv_name(kt), HD);
+            goto done;
+        }
         for (int64_t i = 0; i < qn; i++)
             q[i] = uniform(&seed) * 8;   /* peaked scores: the cap and the window both matter */
         int32_t *pos = meta, *tab = meta + T, *blocks = meta + 2 * T;
@@ -108,13 +116,13 @@ static int check_case(FILE *out, cudaStream_t st, int HD, int NH, int NKV, sl_cu
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++)
                 reference_row(kv, q, HD, NH, NKV, &o, blocks, t, h, ref + ((int64_t)t * NH + h) * HD, sc);
-        if (cudaMemcpy(dkv, kv, (size_t)kv_n * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+        if (cudaMemcpy(dkv, kvb, kv_bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemcpy(dq, q, (size_t)qn * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemcpy(dmeta, meta, sizeof meta, cudaMemcpyHostToDevice) != cudaSuccess) {
             fprintf(out, "  attention window check: upload failed  FAIL\n");
             goto done;
         }
-        sl_cuda_kv ckv = {dkv, NB, block_floats, BS, NKV, HD};
+        sl_cuda_kv ckv = {dkv, NB, BS, NKV, HD, kt};
         sl_cuda_batch cb = {dmeta, dmeta + T, dmeta + 2 * T};
         if (sl_cuda_attention_layer(dout, dq, T, NH, &ckv, &cb, 0, CTX, &o, dpart, part_n, st) < 0 ||
             cudaMemcpyAsync(res, dout, (size_t)qn * 4, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
@@ -124,8 +132,9 @@ static int check_case(FILE *out, cudaStream_t st, int HD, int NH, int NKV, sl_cu
         }
         double e = rel_l2(res, ref, qn);
         bad = !(e < 1e-5);
-        fprintf(out, "  attention head_dim %d, %d/%d heads, window %d, cap %g, scale %g, %d rows to %d: rel L2 %.2e  %s\n",
-                HD, NH, NKV, o.window, o.softcap, o.scale, T, CTX - 1, e, bad ? "FAIL" : "ok");
+        fprintf(out, "  attention %s K/V, head_dim %d, %d/%d heads, window %d, cap %g, scale %g, %d rows to %d: rel L2 "
+                "%.2e  %s\n", st_kv_name(kt), HD, NH, NKV, o.window, o.softcap, o.scale, T, CTX - 1, e,
+                bad ? "FAIL" : "ok");
     }
 done:
     cudaFree(dkv);
@@ -134,6 +143,7 @@ done:
     cudaFree(dpart);
     cudaFree(dmeta);
     free(kv);
+    free(kvb);
     free(q);
     free(res);
     free(ref);
@@ -151,13 +161,15 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest_window(FI
         cudaStreamCreate(&st) != cudaSuccess)
         return -1;
     int bad = 0;
-    /* gemma3-like: one kv head, head_dim 256, a window far below the context */
-    bad += check_case(out, st, 256, 4, 1, opts(0.0625f, 0.0f, 40));
-    /* gemma2-like: soft cap, and a window past the split size (windowed rows split, offset by their start) */
-    bad += check_case(out, st, 256, 4, 1, opts(1.0f / 16.0f, 50.0f, 1500));
-    bad += check_case(out, st, 128, 8, 2, opts(0.1f, 30.0f, 1500));
-    /* no window, capped: the whole history, split */
-    bad += check_case(out, st, 128, 8, 2, opts(1.0f / sqrtf(128.0f), 30.0f, 0));
+    for (sl_kv_type kt : {SL_KV_TYPE_F32, SL_KV_TYPE_F16, SL_KV_TYPE_Q8_0}) {
+        /* gemma3-like: one kv head, head_dim 256, a window far below the context */
+        bad += check_case(out, st, kt, 256, 4, 1, opts(0.0625f, 0.0f, 40));
+        /* gemma2-like: soft cap, and a window past the split size (windowed rows split, offset by their start) */
+        bad += check_case(out, st, kt, 256, 4, 1, opts(1.0f / 16.0f, 50.0f, 1500));
+        bad += check_case(out, st, kt, 128, 8, 2, opts(0.1f, 30.0f, 1500));
+        /* no window, capped: the whole history, split */
+        bad += check_case(out, st, kt, 128, 8, 2, opts(1.0f / sqrtf(128.0f), 30.0f, 0));
+    }
     cudaStreamDestroy(st);
     return bad;
 }
