@@ -6,7 +6,9 @@
 # sampler check (--sampling: against the reference sampler), then cudacheck
 # on the models (CUDA vs CPU logits, greedy agreement, batched == alone
 # bitwise or, where the tensor-core path ran, within tolerance with the same
-# greedy tokens; decode tok/s), then compute-sanitizer memcheck and racecheck on a
+# greedy tokens; decode tok/s) with the backend's default K/V storage (f16),
+# again with f32 and with q8_0 K/V on a few tiny models (and the 1B shape),
+# then compute-sanitizer memcheck and racecheck on a
 # short cudacheck run and on a short serving run of `sluice serve`.
 # Logs go to $OUT (or /tmp/sluice-gpu-check); exit 0 only if everything passed.
 #
@@ -76,6 +78,18 @@ grep -E '^result|^cudacheck' "$out/cudacheck-tiny.log" | tee -a "$summary"
 SLUICE_CUDA_GEMM=0 "$check" --no-bench "${tiny[@]}" > "$out/cudacheck-tiny-strict.log" 2>&1
 rc=$?; say "cudacheck tiny models, small-batch kernels only, batched == alone bitwise: rc=$rc ($(grep -c PASS "$out/cudacheck-tiny-strict.log") PASS)"
 [ $rc -eq 0 ] || status=1
+# the other K/V storage types (the passes above store the default, f16):
+# float32 and q8_0 on a few tiny models of each attention kind, a few seconds
+# (ones whose greedy tokens were measured to agree under q8_0: a random tiny
+# model's near-tied logits can flip under its error, cudacheck's default_tol)
+kvm=("$models/tiny-llama3-Q4_K_M.gguf" "$models/tiny-qwen2-Q8_0.gguf" "$models/tiny-qwen3-Q4_K_M.gguf"
+     "$models/tiny-gemma2-Q4_K_M.gguf" "$models/tiny-gemma3-Q8_0.gguf")
+for kv in f32 q8_0; do
+  "$check" --kv-type $kv --no-bench "${kvm[@]}" > "$out/cudacheck-kv-$kv.log" 2>&1
+  rc=$?; say "cudacheck K/V $kv on ${#kvm[@]} tiny models: rc=$rc ($(grep -c '^result.* PASS' "$out/cudacheck-kv-$kv.log") PASS)"
+  [ $rc -eq 0 ] || status=1
+  grep -E '^result' "$out/cudacheck-kv-$kv.log" | tee -a "$summary"
+done
 # long prompts: attention splits (contexts past 1,024 positions), in graphs too
 "$check" --prompt 1100 --chunk 256 --gen 8 --seqs 3 --no-bench "$models/tiny-llama3-Q4_K_M.gguf" \
   "$models/tiny-qwen3-Q8_0.gguf" > "$out/cudacheck-long.log" 2>&1
@@ -96,6 +110,11 @@ if [ -s "$big" ]; then
   "$check" --prompt 64 --gen 16 --seqs 3 --bench 128 --batches 1,8,64 "$big" > "$out/cudacheck-1b.log" 2>&1
   rc=$?; say "cudacheck 1b Q4_K_M: rc=$rc"; [ $rc -eq 0 ] || status=1
   grep -E '^result|^cudacheck|timing' "$out/cudacheck-1b.log" | tee -a "$summary"
+  for kv in f32 q8_0; do
+    "$check" --kv-type $kv --prompt 64 --gen 16 --seqs 3 --bench 128 --batches 1,64 "$big" > "$out/cudacheck-1b-$kv.log" 2>&1
+    rc=$?; say "cudacheck 1b Q4_K_M, K/V $kv: rc=$rc"; [ $rc -eq 0 ] || status=1
+    grep -E '^result|timing' "$out/cudacheck-1b-$kv.log" | tee -a "$summary"
+  done
 fi
 
 # 3. compute-sanitizer on a short run (memcheck with leak check, racecheck):

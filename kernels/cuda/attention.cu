@@ -22,6 +22,18 @@
  * row costs at most w positions whatever the context. Scores are
  * soft-capped (cap * tanh(s / cap)) when the launch has a cap.
  *
+ * K/V types (paged.cuh): the kernels are instantiated per stored type.
+ * f32 rows are copied straight into the float tiles. f16 and q8_0 rows'
+ * stored bytes are copied the same way (cp.async, two buffers) into raw
+ * buffers, then converted once per tile into one pair of float32 tiles
+ * (exact for f16, d * q for q8_0) that the same compute loop reads (f16:
+ * each thread converts the chunks it copied, so no barrier is added; q8_0:
+ * after a second barrier, a group's scale coming in another thread's
+ * chunk), and after the conversion the f32 kernel's
+ * arithmetic, so every type is batch invariant the same way and accumulates
+ * in float32. The raw buffers take fewer bytes than f32's second pair of
+ * float tiles, so no type needs more shared memory than f32.
+ *
  * Split-K: a launch with gridDim.y = S > 1 cuts a row of context ctx into
  * n = min(splits(ctx), S) ranges of ceil(ctx / n) positions rounded up to a
  * multiple of the tile (the last one shorter; every range is non-empty, see
@@ -58,20 +70,32 @@
 #define HB (AW * HPW)            /* query heads per block, at most (larger groups take several blocks) */
 #define PER_LANE (SL_CUDA_ATTN_MAX_HEAD_DIM / SL_WARP)
 
-/* Shared memory of a block, in floats: two K tiles (rows padded by 4 so a
- * lane per position reads float4s without bank conflicts), two V tiles,
- * and the group's q rows. */
-static __host__ __device__ __forceinline__ int64_t smem_floats(int hd)
+/* Bytes of a stored row of hd values of type kt (paged.cuh). */
+static __host__ __device__ __forceinline__ int64_t row_bytes_of(int kt, int hd)
 {
-    return 2 * (int64_t)TILE * (hd + 4) + 2 * (int64_t)TILE * hd + (int64_t)HB * hd;
+    return kt == SL_KV_TYPE_F32 ? (int64_t)hd * 4 : kt == SL_KV_TYPE_F16 ? (int64_t)hd * 2
+                                                                          : (int64_t)hd / 32 * SL_KV_Q8_0_BYTES;
 }
 
-/* Bytes of a stored row of hd values of type KT (a compile-time sl_kv_type). */
+/* Shared memory of a block, in bytes, for K/V of type kt. f32: two K
+ * tiles (rows padded by 4 so a lane per position reads float4s without
+ * bank conflicts), two V tiles, and the group's q rows. f16/q8_0: one
+ * float32 K tile and one V tile (what the compute loop reads), two
+ * buffers of the stored bytes of a K and a V tile (the copies in flight),
+ * then the q rows. The q rows come last so a launch can trim the unused
+ * heads' rows off the end. */
+static __host__ __device__ __forceinline__ int64_t smem_bytes(int kt, int hd)
+{
+    int64_t q = (int64_t)HB * hd * 4;
+    if (kt == SL_KV_TYPE_F32)
+        return (2 * (int64_t)TILE * (hd + 4) + 2 * (int64_t)TILE * hd) * 4 + q;
+    return ((int64_t)TILE * (hd + 4) + (int64_t)TILE * hd) * 4 + 4 * (int64_t)TILE * row_bytes_of(kt, hd) + q;
+}
+
 template <int KT>
 static __device__ __forceinline__ int64_t row_bytes(int hd)
 {
-    return KT == SL_KV_TYPE_F32 ? (int64_t)hd * 4 : KT == SL_KV_TYPE_F16 ? (int64_t)hd * 2
-                                                                          : (int64_t)hd / 32 * SL_KV_Q8_0_BYTES;
+    return row_bytes_of(KT, hd);
 }
 
 /* Four values [d, d + 4) of a stored row, as floats (exact for f16; d * q
@@ -93,16 +117,18 @@ static __device__ __forceinline__ float4 load4(const uint8_t *row, int d)
                        __fmul_rn(sc, (float)qs[3]));
 }
 
-/* Stages positions [pt, pt + np) of kv head kvh into one K/V buffer pair of
- * float32 tiles; kp[] gets each position's K row first. F32 rows are copied
- * asynchronously (cp.async, waited for by the caller); F16 and Q8_0 rows
- * are loaded and converted to float32 here, so the compute loop below is
- * the same for every type and reads the dequantized values, each converted
- * the same way whatever the batch. */
+/* Queues the copy of positions [pt, pt + np) of kv head kvh; kp[] gets
+ * each position's K row first. f32: straight into a K/V pair of float32
+ * tiles (sK, sV), asynchronously (cp.async). f16/q8_0: the stored bytes
+ * into a raw pair (raw: K rows, then V rows, row_bytes apart),
+ * asynchronously in the widest chunks the rows' alignment allows (16 bytes
+ * for f16 at head_dim % 8 == 0; q8_0 rows are 4-byte aligned when
+ * head_dim % 64 == 0), else (q8_0 at head_dim 96, 160, ...: rows 2-byte
+ * aligned) by plain 2-byte copies; convert_tile() turns them into floats. */
 template <int HD, int KT>
 static __device__ __forceinline__ void stage_tile(const sl_cuda_kv &kv, const sl_cuda_batch &b, int layer,
                                                   int32_t table, int kvh, int32_t pt, int np, float *sK, float *sV,
-                                                  const uint8_t **kp)
+                                                  uint8_t *raw, const uint8_t **kp)
 {
     const int hd = HD ? HD : kv.head_dim, q4 = hd / 4;
     const int64_t rb = row_bytes<KT>(hd);
@@ -110,19 +136,78 @@ static __device__ __forceinline__ void stage_tile(const sl_cuda_kv &kv, const sl
         kp[threadIdx.x] = sl_kv_slot(kv, b, layer, 0, table, pt + (int32_t)threadIdx.x, kvh, rb);
     __syncthreads();
     int64_t v_off = sl_kv_v_offset(kv, rb);
-    for (int c = threadIdx.x; c < np * q4; c += AT) {
-        int pl = c / q4, d = (c - pl * q4) * 4;
-        const uint8_t *src = kp[pl];
-        if (KT == SL_KV_TYPE_F32) {
-            __pipeline_memcpy_async(sK + pl * (hd + 4) + d, (const float *)src + d, 16);
-            __pipeline_memcpy_async(sV + pl * hd + d, (const float *)(src + v_off) + d, 16);
-        } else {
-            *(float4 *)(sK + pl * (hd + 4) + d) = load4<KT>(src, d);
-            *(float4 *)(sV + pl * hd + d) = load4<KT>(src + v_off, d);
+    if (KT == SL_KV_TYPE_F32) {
+        for (int c = threadIdx.x; c < np * q4; c += AT) {
+            int pl = c / q4, d = (c - pl * q4) * 4;
+            const float *src = (const float *)kp[pl] + d;
+            __pipeline_memcpy_async(sK + pl * (hd + 4) + d, src, 16);
+            __pipeline_memcpy_async(sV + pl * hd + d, (const float *)((const uint8_t *)src + v_off), 16);
+        }
+        __pipeline_commit();
+        return;
+    }
+    uint8_t *rawV = raw + TILE * rb;
+#define RAW_COPY(CH)                                                                          \
+    do {                                                                                      \
+        const int nc = (int)(rb / (CH));                                                      \
+        for (int c = threadIdx.x; c < np * nc; c += AT) {                                     \
+            int pl = c / nc, off = (c - pl * nc) * (CH);                                      \
+            __pipeline_memcpy_async(raw + pl * rb + off, kp[pl] + off, CH);                   \
+            __pipeline_memcpy_async(rawV + pl * rb + off, kp[pl] + v_off + off, CH);          \
+        }                                                                                     \
+        __pipeline_commit();                                                                  \
+    } while (0)
+    if (rb % 16 == 0) {
+        RAW_COPY(16);
+    } else if (rb % 8 == 0) {
+        RAW_COPY(8);
+    } else if (rb % 4 == 0) {
+        RAW_COPY(4);
+    } else {
+        const int nc = (int)(rb / 2);
+        for (int c = threadIdx.x; c < np * nc; c += AT) {
+            int pl = c / nc, off = (c - pl * nc) * 2;
+            *(uint16_t *)(raw + pl * rb + off) = *(const uint16_t *)(kp[pl] + off);
+            *(uint16_t *)(rawV + pl * rb + off) = *(const uint16_t *)(kp[pl] + v_off + off);
         }
     }
-    if (KT == SL_KV_TYPE_F32)
-        __pipeline_commit();
+#undef RAW_COPY
+}
+
+/* q8_0: the np staged rows of a raw K/V pair, converted to the float32
+ * tiles the compute loop reads, once all of the block's copies have landed
+ * (a value's scale may have come in another thread's chunk). Each value
+ * converts the same way whatever the batch, so rows stay batch invariant. */
+template <int HD, int KT>
+static __device__ __forceinline__ void convert_tile(int hd, int np, const uint8_t *raw, float *sK, float *sV)
+{
+    const int q4 = hd / 4;
+    const int64_t rb = row_bytes<KT>(hd);
+    const uint8_t *rawV = raw + TILE * rb;
+    for (int c = threadIdx.x; c < np * q4; c += AT) {
+        int pl = c / q4, d = (c - pl * q4) * 4;
+        *(float4 *)(sK + pl * (hd + 4) + d) = load4<KT>(raw + pl * rb, d);
+        *(float4 *)(sV + pl * hd + d) = load4<KT>(rawV + pl * rb, d);
+    }
+}
+
+/* f16: each thread converts the chunks it copied itself (stage_tile's
+ * mapping of chunks to threads, 16 or 8 bytes), which its own wait makes
+ * visible to it: no barrier between the copies landing and the conversion,
+ * so an f16 tile costs the f32 tile's barriers. */
+template <int HD>
+static __device__ __forceinline__ void convert_own_f16(int hd, int np, const uint8_t *raw, float *sK, float *sV)
+{
+    const int64_t rb = (int64_t)hd * 2;
+    const uint8_t *rawV = raw + TILE * rb;
+    const int ch = rb % 16 == 0 ? 16 : 8, nc = (int)(rb / ch);
+    for (int c = threadIdx.x; c < np * nc; c += AT) {
+        int pl = c / nc, off = (c - pl * nc) * ch, d = off / 2;
+        for (int j = 0; j < ch / 8; j++) {
+            *(float4 *)(sK + pl * (hd + 4) + d + 4 * j) = load4<SL_KV_TYPE_F16>(raw + pl * rb, d + 4 * j);
+            *(float4 *)(sV + pl * hd + d + 4 * j) = load4<SL_KV_TYPE_F16>(rawV + pl * rb, d + 4 * j);
+        }
+    }
 }
 
 /* SPLIT false: the plain launch (gridDim.y 1, part unused). SPLIT true:
@@ -146,9 +231,14 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
     float *smem = (float *)smem4;
     constexpr int PL = HD ? HD / SL_WARP : PER_LANE;   /* head elements per lane */
     const int hd = HD ? HD : kv.head_dim, ldk = hd + 4;
-    /* buffer i: K at smem + i * TILE * ldk, V at sV0 + i * TILE * hd */
-    float *sV0 = smem + 2 * TILE * ldk;
-    float *sQ = sV0 + 2 * TILE * hd;
+    /* f32: buffer i: K at smem + i * TILE * ldk, V at sV0 + i * TILE * hd.
+     * f16/q8_0: one float K tile at smem, V at sV0; raw buffer i at raw + i * 2 * TILE * rb */
+    constexpr bool CONV = KT != SL_KV_TYPE_F32;
+    constexpr int NBUF = CONV ? 1 : 2;   /* float tile pairs */
+    const int64_t rb = row_bytes<KT>(hd);
+    float *sV0 = smem + NBUF * TILE * ldk;
+    uint8_t *raw = (uint8_t *)(sV0 + NBUF * TILE * hd);
+    float *sQ = CONV ? (float *)(raw + 4 * TILE * rb) : (float *)raw;
 
     int64_t blk = blockIdx.x;
     int hg = (int)(blk % n_hgroups);
@@ -187,21 +277,27 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
         for (int i = 0; i < PL; i++)
             o[j][i] = 0.0f;
     }
-    stage_tile<HD, KT>(kv, b, layer, table, kvh, p0, p1 - p0 < TILE ? p1 - p0 : TILE, smem, sV0, kp[0]);
+    stage_tile<HD, KT>(kv, b, layer, table, kvh, p0, p1 - p0 < TILE ? p1 - p0 : TILE, smem, sV0, raw, kp[0]);
     int buf = 0;
     for (int32_t pt = p0; pt < p1; pt += TILE, buf ^= 1) {
         int np = p1 - pt < TILE ? p1 - pt : TILE;
         int32_t nxt = pt + TILE;
         if (nxt < p1) {
-            stage_tile<HD, KT>(kv, b, layer, table, kvh, nxt, p1 - nxt < TILE ? p1 - nxt : TILE, smem + (buf ^ 1) * TILE * ldk,
-                       sV0 + (buf ^ 1) * TILE * hd, kp[buf ^ 1]);
-            if (KT == SL_KV_TYPE_F32)
-                __pipeline_wait_prior(1);   /* this tile's copies are done, the next one's may fly */
-        } else if (KT == SL_KV_TYPE_F32) {
+            stage_tile<HD, KT>(kv, b, layer, table, kvh, nxt, p1 - nxt < TILE ? p1 - nxt : TILE,
+                               smem + (CONV ? 0 : buf ^ 1) * TILE * ldk, sV0 + (CONV ? 0 : buf ^ 1) * TILE * hd,
+                               raw + (buf ^ 1) * 2 * TILE * rb, kp[buf ^ 1]);
+            __pipeline_wait_prior(1);   /* this tile's copies are done, the next one's may fly */
+        } else {
             __pipeline_wait_prior(0);
         }
+        if (KT == SL_KV_TYPE_F16)   /* the float tiles were last read before the previous barrier */
+            convert_own_f16<HD>(hd, np, raw + buf * 2 * TILE * rb, smem, sV0);
         __syncthreads();
-        const float *K = smem + buf * TILE * ldk, *Vt = sV0 + buf * TILE * hd;
+        if (KT == SL_KV_TYPE_Q8_0) {
+            convert_tile<HD, KT>(hd, np, raw + buf * 2 * TILE * rb, smem, sV0);
+            __syncthreads();
+        }
+        const float *K = smem + (CONV ? 0 : buf) * TILE * ldk, *Vt = sV0 + (CONV ? 0 : buf) * TILE * hd;
 #pragma unroll
         for (int j = 0; j < HPW; j++) {
             int g = warp + AW * j;
@@ -252,7 +348,7 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
             __syncwarp();   /* sE is rewritten for the next head */
             m[j] = m_new;
         }
-        __syncthreads();   /* the buffer is refilled two tiles on */
+        __syncthreads();   /* the buffer is refilled two tiles on (f16/q8_0: the float tiles at the next) */
     }
 #pragma unroll
     for (int j = 0; j < HPW; j++) {
@@ -354,7 +450,7 @@ sl_status sl_cuda_attention_prepare(void)
 {
     if (prepared)
         return SL_OK;
-    int bytes = (int)(smem_floats(SL_CUDA_ATTN_MAX_HEAD_DIM) * sizeof(float));
+    int bytes = (int)smem_bytes(SL_KV_TYPE_F32, SL_CUDA_ATTN_MAX_HEAD_DIM);   /* the most of any type */
 #define ALLOW(K) SL_CUDA_CHECK(cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))
 #define ALLOW_TYPE(KT)                              \
     do {                                            \
@@ -407,7 +503,7 @@ sl_status sl_cuda_attention_layer(float *out, const float *q, int64_t T, int n_h
     /* a group of G query heads takes ceil(G / HB) blocks of at most HB heads each */
     int G = n_head / kv->n_head_kv, n_hgroups = (G + HB - 1) / HB, hb = (G + n_hgroups - 1) / n_hgroups;
     int64_t blocks = T * kv->n_head_kv * n_hgroups;
-    size_t smem = (size_t)(smem_floats(hd) - (int64_t)(HB - hb) * hd) * sizeof(float);   /* q rows: hb of HB */
+    size_t smem = (size_t)(smem_bytes(kv->type, hd) - (int64_t)(HB - hb) * hd * 4);   /* q rows: hb of HB */
     TRY_PREPARE();
     float scale = opts->scale, softcap = opts->softcap;
     int32_t window = opts->window;

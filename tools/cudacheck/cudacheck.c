@@ -65,20 +65,22 @@ typedef struct {
 } options;
 
 /* The relative L2 allowed against the CPU backend (float32 K/V) when the
- * backend under test stores K/V as `t`. f32: 5e-3, as before K/V types
- * existed: the small-batch kernels keep activations in float32, so only
- * summation order differs; the tensor-core path rounds them to float16
- * (~1e-3 measured). f16 K/V rounds each stored value by up to 2^-11
- * relative (~3e-4 rms); q8_0 by up to half a step of amax/127 per group of
- * 32 (~2e-3 rms of the group's largest value, more relative to small ones),
- * and the error grows through the layers: the defaults sit above what the
- * tiny models and the 1B shape measure (docs/CUDA.md, "K/V storage"), with
- * margin for the random prompts. */
+ * backend under test stores K/V as `t`. f32: 5e-3: the small-batch kernels
+ * keep activations in float32, so only summation order differs; the
+ * tensor-core path rounds them to float16 (~1e-3 measured). f16 K/V rounds
+ * each stored value by up to 2^-11 relative, which adds little to that:
+ * measured on an H200 (docs/CUDA.md, "K/V storage"), the worst row of the
+ * tiny models went from 1.07e-3 to 1.18e-3 and of the 1B shape (4,000-token
+ * prompt) from 1.93e-3 to 1.97e-3, so f16 keeps f32's 5e-3. q8_0 rounds by
+ * up to half a step of amax/127 per group of 32, ~10x f16's error on the
+ * logits: 1.08e-2 worst on the tiny models, 1.48e-2 on the 1B shape, so
+ * 4e-2. Greedy agreement stays required for every type; a random tiny
+ * model's near-tied logits can flip under q8_0 (tiny-llama Q4_K_M did at
+ * token 24), so gpu-check runs q8_0 on models measured to agree. */
 static double default_tol(sl_kv_type t)
 {
     switch (t) {
-    case SL_KV_TYPE_F16: return 1e-2;
-    case SL_KV_TYPE_Q8_0: return 5e-2;
+    case SL_KV_TYPE_Q8_0: return 4e-2;
     default: return 5e-3;
     }
 }
