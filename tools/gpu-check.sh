@@ -90,6 +90,21 @@ for kv in f32 q8_0; do
   [ $rc -eq 0 ] || status=1
   grep -E '^result' "$out/cudacheck-kv-$kv.log" | tee -a "$summary"
 done
+# head_dim 48 (the kernels' generic head_dim path): f16 K/V checked in full,
+# and q8_0, which needs head_dim % 32 == 0, refused at create naming it
+h48=$models/tiny-llama-hd48-F16.gguf
+[ -s "$h48" ] || "$mk" -o "$h48" --preset tiny-llama --head-dim 48 --type F16 --n-vocab 1024 --peak 8 >/dev/null \
+  || { say "mkmodel failed: tiny-llama head_dim 48"; status=1; }
+"$check" --no-bench "$h48" > "$out/cudacheck-hd48.log" 2>&1
+rc=$?; say "cudacheck head_dim 48, f16 K/V: rc=$rc"; [ $rc -eq 0 ] || status=1
+grep -E '^result' "$out/cudacheck-hd48.log" | tee -a "$summary"
+"$check" --kv-type q8_0 --no-bench "$h48" > "$out/cudacheck-hd48-q8_0.log" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q 'q8_0 needs head_dim a multiple of 32.* 48' "$out/cudacheck-hd48-q8_0.log"; then
+  say "cudacheck head_dim 48, q8_0 K/V: refused at create, the message naming head_dim 48 (as it should be)"
+else
+  say "cudacheck head_dim 48, q8_0 K/V: rc=$rc, NOT refused with a message naming head_dim 48"; status=1
+fi
 # long prompts: attention splits (contexts past 1,024 positions), in graphs too
 "$check" --prompt 1100 --chunk 256 --gen 8 --seqs 3 --no-bench "$models/tiny-llama3-Q4_K_M.gguf" \
   "$models/tiny-qwen3-Q8_0.gguf" > "$out/cudacheck-long.log" 2>&1
