@@ -49,7 +49,7 @@ typedef struct {
     double *inv_freq_swa;        /* (n_rot/2) at rope_freq_base_swa, right after inv_freq */
     sl_cuda_qkv_params qkv;      /* per-layer fields filled at each layer */
 
-    sl_cuda_kv kv;               /* kv.kv: (n_layer, 2, n_kv_blocks, n_head_kv, block_size, head_dim) */
+    sl_cuda_kv kv;               /* kv.kv: (n_layer, 2, n_kv_blocks, n_head_kv, block_size) rows of kv.type (paged.cuh) */
 
     /* scratch for T = max_batch_tokens rows */
     float *x;                    /* (T, n_embd) residual stream */
