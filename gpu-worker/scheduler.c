@@ -761,10 +761,10 @@ sl_status sl_sched_step(sl_sched *s)
         };
         s->batch_slot[n_batch++] = slot;
     }
-    s->planned = true;
+    s->planned = true;   /* until the forward returns: a step_begin hook may check invariant 12 */
     assert(sl_sched_check(s));
-    s->planned = false;
     if (n_batch == 0) {
+        s->planned = false;
         if (!(deadline && now < deadline))
             s->wait_ns = s->n_live > 0 || s->n_parked > 0 ? PAUSED_RETRY_NS : IDLE_WAIT_NS;
         stats_refresh(s);
@@ -799,6 +799,7 @@ sl_status sl_sched_step(sl_sched *s)
             s->reqs[s->mask_entry[i]].allow = s->mask_out[i];
     }
     sl_status rc = sl_backend_forward_sample(s->be, s->batch, n_batch, s->reqs, s->drawn);
+    s->planned = false;
     uint64_t t1 = s->io.now_ns(s->io.ctx);
     s->stats.steps++;
     s->stats.step_seqs = n_batch;
