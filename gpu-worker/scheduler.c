@@ -323,9 +323,10 @@ static bool seq_take_blocks(sl_sched *s, seq *q)
  * covers it). What l computed so far is cached, so q admitted now would map
  * it and then compute the very block l is computing; admitted once l has
  * computed the shared blocks, q maps them all. "Cached" is read from l's
- * progress, not looked up: a lookup maps blocks and counts a query, and
- * blocks another sequence cached past l's progress can only make q wait
- * until l catches up, never wait for nothing.
+ * progress, not looked up: a lookup maps blocks and counts a query. Where
+ * that reading is wrong (another sequence cached blocks past l's progress,
+ * or l's blocks could not be inserted) q waits needlessly, but only until
+ * l's prefill passes the block: l is live and advances (invariant 12).
  * Cost: per live prefill one block compared, the run before it only when
  * that block is equal (then q usually waits). Nothing is allocated. */
 static int32_t defer_leader(const sl_sched *s, const seq *q)
