@@ -273,3 +273,54 @@ Test(scheduler_share, staggered_prefill_still_admits_one_per_step)
         assert_cold(&r[i]);
     sched_harness_close(&h);
 }
+
+/* Random arrivals of prompts built from three shared prefixes and private
+ * tails, cancels, a pool small enough to preempt, with and without
+ * staggered prefill: every invariant after every step, every request ends,
+ * and every one that was not cancelled has its cold run's tokens. */
+Test(scheduler_share, random_loads_over_shared_prefixes_match_cold_runs)
+{
+    enum { N = 20 };
+    static int32_t texts[N][400];
+    uint64_t deferrals = 0, preemptions = 0, hits = 0;
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        fill_prompts();
+        uint64_t x = seed * 0x9e3779b97f4a7c15ull;
+#define RND(n) ((x = x * 6364136223846793005ull + 1442695040888963407ull), (int)((x >> 33) % (uint64_t)(n)))
+        sl_sched_config c = config(true);
+        c.n_kv_blocks = 24;
+        c.prefill_chunk = 8 + RND(40);
+        c.staggered_prefill = seed % 2 == 0;
+        fake_req r[N];
+        uint64_t t = 0;
+        for (int i = 0; i < N; i++) {
+            int p = RND(3), n_pre = 20 + RND(180), n_tail = RND(60);
+            memcpy(texts[i], prompts[p], (size_t)n_pre * sizeof **texts);
+            for (int j = 0; j < n_tail; j++)
+                texts[i][n_pre + j] = RND(N_VOCAB);
+            t += (uint64_t)RND(3) * 300000;   /* often together, sometimes apart */
+            r[i] = mkreq(texts[i], n_pre + n_tail, 4 + RND(30), t, seed * 100 + (uint64_t)i);
+            if (RND(8) == 0)
+                r[i].cancel_at_ns = t + (uint64_t)RND(4) * 500000 + 1;
+        }
+#undef RND
+        sched_harness h;
+        h_open(&h, r, N, &c);
+        sched_harness_run(&h);
+        sl_sched_stats st = last_stats(&h);
+        deferrals += st.n_deferrals;
+        preemptions += st.n_preemptions;
+        hits += st.prefix.hit_tokens;
+        for (int i = 0; i < N; i++) {
+            if (r[i].reason == SL_SCHED_FINISH_CANCELLED)
+                continue;
+            cr_assert_eq(r[i].reason, SL_SCHED_FINISH_LENGTH, "seed %llu request %d: %s", (unsigned long long)seed, i,
+                         r[i].error);
+            assert_cold(&r[i]);
+        }
+        sched_harness_close(&h);
+    }
+    cr_assert_gt(deferrals, 0, "requests waited for leaders");
+    cr_assert_gt(preemptions, 0, "the pool preempted");
+    cr_assert_gt(hits, 0);
+}
