@@ -51,7 +51,7 @@ stage=${1:-}
 size_sel=${2:-all}
 type_sel=${3:-all}
 case "$stage" in models|check|engine|served|prefix|calibrate|report|all) ;; *)
-  sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
 [ "$stage" = prefix ] && [ $# -lt 2 ] && size_sel=8b
 [ "$stage" = prefix ] && [ $# -lt 3 ] && type_sel=q4
