@@ -324,3 +324,40 @@ Test(scheduler_share, random_loads_over_shared_prefixes_match_cold_runs)
     cr_assert_gt(preemptions, 0, "the pool preempted");
     cr_assert_gt(hits, 0);
 }
+
+/* TTFT_TRACE writes one `deferred` line per follower, between `queued` and
+ * `admitted`; the leader has none. */
+Test(scheduler_share, a_deferral_is_traced_once)
+{
+    FILE *tr = tmpfile();
+    cr_assert_not_null(tr);
+    sl_sched_config c = config(true);
+    c.ttft_trace = true;
+    c.trace = tr;
+    fake_req r[3];
+    for (int i = 0; i < 3; i++)
+        r[i] = mkreq(prompts[0], 150, 4, 0, 1 + (uint64_t)i);
+    sched_harness h;
+    h_open(&h, r, 3, &c);
+    sched_harness_run(&h);
+    sched_harness_close(&h);
+    rewind(tr);
+    char line[256];
+    int deferred[3] = {0}, admitted_after[3] = {0};
+    while (fgets(line, sizeof line, tr)) {
+        unsigned id;
+        char stage[64];
+        if (sscanf(line, "TTFT_TRACE id=%u stage=%63s", &id, stage) != 2 || id >= 3)
+            continue;
+        if (!strcmp(stage, "deferred"))
+            deferred[id]++;
+        if (!strcmp(stage, "admitted") && deferred[id])
+            admitted_after[id] = 1;
+    }
+    fclose(tr);
+    cr_assert_eq(deferred[0], 0);
+    for (int i = 1; i < 3; i++) {
+        cr_assert_eq(deferred[i], 1, "request %d: one deferred line", i);
+        cr_assert(admitted_after[i], "request %d: admitted after it", i);
+    }
+}
