@@ -41,8 +41,11 @@ def serve_fails(args, env_extra=None):
                            "--drain-delay", "0", *args], capture_output=True, text=True, timeout=60, env=env)
 
 
-def test_cpu_pool_is_the_workload_need_without_a_flag(tmp_path):
-    s = Server(DEFAULT, tmp_path, frontends=1, extra=UNSIZED)
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_cpu_pool_is_the_workload_need_without_a_flag(tmp_path, device):
+    if device == "auto" and (BUILD / "libsluice_cuda.so").exists():
+        pytest.skip("auto may pick the CUDA backend")
+    s = Server(DEFAULT, tmp_path, frontends=1, extra=[*UNSIZED, "--device", device])
     try:
         w = worker_config(s)
         k, line = w["kv_sizing"], ready_line(s)
