@@ -270,10 +270,10 @@ static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
         else if (getrandom(&sr.params.seed, sizeof sr.params.seed, GRND_NONBLOCK) != sizeof sr.params.seed)
             sr.params.seed = sl_shm_now_ns() + k;
         rc = sl_shm_submit(fe->shm, &sr, &tickets[k]);
-        if (rc < 0)
-            break;
+        if (rc != SL_OK)
+            break;   /* SL_AGAIN (full) is positive: not an error, but not a mailbox either */
     }
-    if (rc < 0) {
+    if (rc != SL_OK) {
         for (uint32_t i = 0; i < k; i++) {
             /* the worker may have taken it already: it lets go once it sees the cancel */
             sl_shm_cancel(fe->shm, tickets[i]);
