@@ -8,6 +8,8 @@ n is a 400 naming the limit; a submission that does not fit the queue is a
 sequences."""
 import http.client
 import json
+import os
+import signal
 import socket
 import threading
 import time
@@ -232,6 +234,37 @@ def test_stop_string_ends_its_choice_only(client, model, stream):
             assert got[i] == (c.text, c.finish_reason), i
 
 
+CITY = {"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+                                          "required": ["city"], "additionalProperties": False}}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_tool_call_in_every_choice(client, model, stream):
+    """Each choice runs its own call parser: a forced call comes back in
+    every choice, whole or assembled from that index's deltas."""
+    kw = dict(model=model, messages=[{"role": "user", "content": "Weather in Paris?"}], n=2, max_tokens=80,
+              seed=1, tools=[CITY], tool_choice="required", parallel_tool_calls=False)
+    if not stream:
+        calls = [[{"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments}
+                  for tc in c.message.tool_calls or []] for c in client.chat.completions.create(**kw).choices]
+    else:
+        calls = [[], []]
+        for ch in client.chat.completions.create(stream=True, **kw):
+            for c in ch.choices:
+                for tc in c.delta.tool_calls or []:
+                    if tc.id:   # the first delta of a call names it
+                        calls[c.index].append({"id": tc.id, "name": tc.function.name, "arguments": ""})
+                    if tc.function and tc.function.arguments:
+                        calls[c.index][-1]["arguments"] += tc.function.arguments
+    assert len(calls) == 2
+    for cs in calls:
+        assert len(cs) == 1, calls
+        assert cs[0]["name"] == "get_weather"
+        assert json.loads(cs[0]["arguments"])["city"] in ("Paris", "Rome")
+    assert calls[0][0]["id"] != calls[1][0]["id"]
+
+
 # ---------------------------------------------------------------- bad n
 
 
@@ -339,3 +372,51 @@ def test_client_gone_mid_stream_ends_all_choices(server):
     assert st == 200 and len(json.loads(data)["choices"]) == 2
     log = server.log_path.read_text()
     assert "status=499" in log and "client_closed" in log
+
+
+# ---------------------------------------------------------------- worker death
+
+
+def test_worker_death_fails_the_whole_request(tmp_path):
+    """A worker death fails every choice: a whole answer gets the 503
+    worker_lost a proxy may replay (nothing was sent), a stream already
+    under way its final error event; no mailbox stays taken."""
+    s = Server(DEFAULT, tmp_path, frontends=1)
+    try:
+        out = {}
+        whole = {"prompt": PROMPT, "n": 3, "max_tokens": 400, "ignore_eos": True}
+
+        def run_whole():
+            out["whole"] = raw_post(s.port, "/v1/completions", whole)
+
+        t = threading.Thread(target=run_whole, daemon=True)
+        t.start()
+        assert wait_for(lambda: in_flight(s) == 3, 10), s.admin("effective-config")["worker"]
+        # a stream that has sent tokens: its headers are out
+        d = json.dumps({**whole, "stream": True}).encode()
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(d)).encode() + b"\r\n\r\n" + d)
+        got = b""
+        while got.count(b"data: ") < 4:
+            got += sock.recv(4096)
+        assert s.admin("pause") == {"paused": True}   # both surely still running when the worker dies
+        worker, _ = s.pids()
+        os.kill(worker, signal.SIGKILL)
+        t.join(30)
+        st, hd, body = out["whole"]
+        assert st == 503 and hd.get("retry-after") == "1", body
+        assert json.loads(body)["error"]["code"] == "worker_lost"
+        while not got.endswith(b"\r\n0\r\n\r\n") and (chunk := sock.recv(65536)):
+            got += chunk
+        sock.close()
+        events = [e for e in sse(got.split(b"\r\n\r\n", 1)[1].replace(b"\r\n", b"\n")) if e.startswith("{")]
+        last = json.loads(events[-1])
+        assert last.get("error", {}).get("code") == "worker_lost", events[-3:]
+        s.wait_ready(60)
+        assert s.admin("resume") == {"paused": False}   # the pause outlives the worker (the master holds it)
+        assert wait_for(lambda: mailboxes_idle(s), 10), s.admin("stats")
+        st, _, data = raw_post(s.port, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2, "n": 2})
+        assert st == 200 and len(json.loads(data)["choices"]) == 2
+    finally:
+        s.stop()
