@@ -295,6 +295,23 @@ def test_sixteen_choices(client, model):
     assert [c.index for c in r.choices] == list(range(16))
 
 
+def test_response_limit_counts_all_choices(tmp_path):
+    """--max-response bounds the whole body: one choice fits, sixteen of the
+    same length do not (400 response_too_large), and nothing stays taken."""
+    s = Server(DEFAULT, tmp_path, frontends=1, extra=["--max-response", "4096", "--ctx-size", "256"])
+    try:
+        body = {"prompt": PROMPT, "max_tokens": 60, "ignore_eos": True, "temperature": 1.0, "seed": 1}
+        st, _, data = raw_post(s.port, "/v1/completions", body)
+        assert st == 200 and len(data) < 4096, data
+        st, _, data = raw_post(s.port, "/v1/completions", {**body, "n": 16})
+        assert st == 400, data[:300]
+        assert json.loads(data)["error"]["code"] == "response_too_large"
+        assert wait_for(lambda: mailboxes_idle(s), 10), s.admin("stats")
+        assert wait_for(lambda: in_flight(s) == 0, 10)
+    finally:
+        s.stop()
+
+
 # ---------------------------------------------------------------- queue accounting
 
 
