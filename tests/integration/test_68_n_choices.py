@@ -98,6 +98,25 @@ def test_completions_three_choices_whole(client, model):
     assert r.usage.prompt_tokens == client.completions.create(model=model, prompt=PROMPT, max_tokens=1).usage.prompt_tokens
 
 
+def metric(s, name):
+    _, body = s.get("/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not on /metrics")
+
+
+def test_log_sums_tokens_and_metrics_observe_each_choice(server, client, model):
+    """The access log line counts the choices' tokens together; the latency
+    histograms get one observation per choice."""
+    ttft0 = metric(server, "sluice_time_to_first_token_seconds_count")
+    r = client.completions.create(model=model, prompt=PROMPT, n=4, max_tokens=5, extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 20
+    assert wait_for(lambda: metric(server, "sluice_time_to_first_token_seconds_count") == ttft0 + 4, 5)
+    assert wait_for(lambda: f"prompt_tokens={r.usage.prompt_tokens} completion_tokens=20 finish=length"
+                    in server.log_path.read_text(), 5)
+
+
 # ---------------------------------------------------------------- streams
 
 
