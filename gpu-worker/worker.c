@@ -435,6 +435,8 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
         json_object_set_new(o, "prefix_cache_query_tokens", json_integer((json_int_t)st->prefix.query_tokens));
         json_object_set_new(o, "prefix_cache_hit_tokens", json_integer((json_int_t)st->prefix.hit_tokens));
         json_object_set_new(o, "prefix_cache_evictions", json_integer((json_int_t)st->prefix.n_evicted));
+        json_object_set_new(o, "prefix_deferred", json_integer(st->n_deferred));
+        json_object_set_new(o, "prefix_deferrals", json_integer((json_int_t)st->n_deferrals));
     }
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     if (text)

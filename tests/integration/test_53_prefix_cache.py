@@ -178,6 +178,25 @@ def test_identical_prompts_sent_together_compute_the_prompt_once(chat_model, tmp
         s.stop()
 
 
+def test_n_choices_share_the_prompt_blocks(chat_model, tmp_path):
+    """n = 3 is three sequences with one prompt: the first prefills it, the
+    other two map its blocks (they wait for them when they arrive during its
+    prefill, as they normally do: all three are submitted together), and each choice with seed s + i equals an n = 1 request with that
+    seed."""
+    s = Server(chat_model, tmp_path, frontends=1)
+    try:
+        p = prompt_ids(300, salt=9)
+        r = complete(s, p, n=3, temperature=1.0, seed=40)
+        assert [c["index"] for c in r["choices"]] == [0, 1, 2]
+        assert metric(s, "sluice_prefix_cache_hits_total") == 2 * 288
+        assert 0 <= worker_snapshot(s)["prefix_deferrals"] <= 2
+        for i, c in enumerate(r["choices"]):
+            one = complete(s, p, temperature=1.0, seed=40 + i)["choices"][0]
+            assert (c["text"], c["logprobs"]["token_logprobs"]) == (one["text"], one["logprobs"]["token_logprobs"])
+    finally:
+        s.stop()
+
+
 def load_replay():
     spec = importlib.util.spec_from_file_location("prefix_replay", REPO / "tools/prefix-replay.py")
     mod = importlib.util.module_from_spec(spec)
