@@ -463,9 +463,9 @@ static bool parse_fields(sl_api_request *r, int32_t n_vocab, sl_api_error *err)
         return sl_api_req_value_error(err, "min_tokens", "'min_tokens' (%lld) must not exceed max_tokens (%lld)",
                            (long long)r->min_tokens, (long long)r->max_tokens);
 
-    if (!get_int(o, "n", 1, 128, &x, &has, err)) return false;
-    if (has && x != 1)
-        return sl_api_req_unsupported(err, "n", "only n=1 is supported, got %lld", (long long)x);
+    /* Each choice takes a mailbox of its own (queue and --max-seqs count n). */
+    if (!get_int(o, "n", 1, SL_API_N_MAX, &x, &has, err)) return false;
+    if (has) r->n = (int32_t)x;
 
     if (!get_bool(o, "stream", &r->stream, NULL, err)) return false;
     if (!parse_stream_options(r, err)) return false;

@@ -15,7 +15,7 @@
  *            filled as a 500). The body size limit is the server's, not ours.
  * Limits:    JSON nesting depth <= SL_API_JSON_DEPTH_MAX; up to
  *            SL_API_STOP_MAX stop strings of 1..SL_API_STOP_LEN_MAX bytes;
- *            n must be 1 (n > 1 is not implemented: 400, param "n");
+ *            n from 1 to SL_API_N_MAX (else 400, param "n");
  *            up to SL_API_TOOLS_MAX tools; chat_template_kwargs up to
  *            SL_API_TEMPLATE_KWARGS_BYTES_MAX bytes of compact JSON; at most
  *            one output constraint (response_format or an extension). */
@@ -36,6 +36,7 @@
 #define SL_API_JSON_DEPTH_MAX 64    /* nesting refused before parsing (tool schemas nest deep) */
 #define SL_API_MAX_TOKENS_MAX 1048576  /* max_tokens above this is refused as nonsense */
 #define SL_API_PENALTY_LAST_N_MAX 1048576
+#define SL_API_N_MAX 16             /* `n`: choices per request at most */
 #define SL_API_TOOLS_MAX 128        /* OpenAI's limit on `tools` */
 #define SL_API_TEMPLATE_KWARGS_BYTES_MAX 65536  /* chat_template_kwargs, compact JSON */
 
@@ -82,7 +83,7 @@ typedef struct {
 
     int64_t max_tokens;             /* -1 = not given (until the context ends) */
     int64_t min_tokens;             /* 0 = off (vLLM extension: EOS/stop ignored before) */
-    int32_t n;                      /* always 1 after a successful parse */
+    int32_t n;                      /* choices, 1..SL_API_N_MAX (default 1) */
     bool stream;
     bool include_usage;             /* stream_options.include_usage */
     bool ignore_eos;                /* vLLM extension */

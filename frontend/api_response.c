@@ -227,7 +227,7 @@ static char *dump_and_free(json_t *o)
     return s;
 }
 
-static char *build_response(const sl_api_result *r);
+static char *build_response(const sl_api_result *r, size_t n);
 static char *build_chunk(const sl_api_chunk *c);
 
 /* A builder's body, or NULL when any allocation failed while it ran. */
@@ -242,8 +242,14 @@ static char *checked(char *body, unsigned nulls)
 
 char *sl_api_response_build(const sl_api_result *r)
 {
+    return sl_api_response_build_n(r, 1);
+}
+
+char *sl_api_response_build_n(const sl_api_result *r, size_t n)
+{
+    if (n == 0) return NULL;
     unsigned nulls = sl_alloc_nulls();
-    return checked(build_response(r), nulls);
+    return checked(build_response(r, n), nulls);
 }
 
 char *sl_api_chunk_build(const sl_api_chunk *c)
@@ -252,31 +258,41 @@ char *sl_api_chunk_build(const sl_api_chunk *c)
     return checked(build_chunk(c), nulls);
 }
 
-static char *build_response(const sl_api_result *r)
+static json_t *choice_json(const sl_api_result *r, int32_t index)
+{
+    bool chat = r->endpoint == SL_API_ENDPOINT_CHAT;
+    json_t *text = sl_api_json_string_lossy(r->text ? r->text : "", r->text ? r->text_len : 0);
+    if (!chat)
+        return json_pack("{s:i,s:o,s:o,s:o}", "index", (int)index, "text", text,
+                         "logprobs", logprobs_ref(r->logprobs), "finish_reason", finish_json(r->finish));
+    if (r->content_null) {
+        json_decref(text);
+        text = json_null();
+    }
+    json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
+    if (msg && r->reasoning)
+        json_object_set_new(msg, "reasoning_content", sl_api_json_string_lossy(r->reasoning, r->reasoning_len));
+    if (msg && r->tool_calls)
+        json_object_set_new(msg, "tool_calls", json_deep_copy(r->tool_calls));
+    return json_pack("{s:i,s:o,s:o,s:o}", "index", (int)index, "message", msg,
+                     "logprobs", logprobs_ref(r->logprobs), "finish_reason", finish_json(r->finish));
+}
+
+static char *build_response(const sl_api_result *r, size_t n)
 {
     bool chat = r->endpoint == SL_API_ENDPOINT_CHAT;
     json_t *o = envelope(r->id, chat ? "chat.completion" : "text_completion", r->created, r->model);
-    json_t *text = sl_api_json_string_lossy(r->text ? r->text : "", r->text ? r->text_len : 0);
-    json_t *choice;
-    if (chat) {
-        if (r->content_null) {
-            json_decref(text);
-            text = json_null();
+    json_t *choices = json_array();
+    if (!o || !choices) { json_decref(o); json_decref(choices); return NULL; }
+    for (size_t i = 0; i < n; i++) {
+        json_t *choice = choice_json(&r[i], (int32_t)i);
+        if (!choice || json_array_append_new(choices, choice)) {
+            json_decref(o);
+            json_decref(choices);
+            return NULL;
         }
-        json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content", text);
-        if (msg && r->reasoning)
-            json_object_set_new(msg, "reasoning_content", sl_api_json_string_lossy(r->reasoning, r->reasoning_len));
-        if (msg && r->tool_calls)
-            json_object_set_new(msg, "tool_calls", json_deep_copy(r->tool_calls));
-        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "message", msg,
-                           "logprobs", logprobs_ref(r->logprobs),
-                           "finish_reason", finish_json(r->finish));
-    } else
-        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "text", text,
-                           "logprobs", logprobs_ref(r->logprobs),
-                           "finish_reason", finish_json(r->finish));
-    if (!o || !choice) { json_decref(o); json_decref(choice); return NULL; }
-    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    }
+    json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", usage_json(&r->usage));
     if (r->timings) json_object_set_new(o, "timings", timings_json(r->timings));
     return dump_and_free(o);
@@ -310,13 +326,13 @@ static char *build_chunk(const sl_api_chunk *c)
                 if (!c->text_len) json_decref(text);
                 break;
             }
-            choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta,
+            choice = json_pack("{s:i,s:o,s:o,s:o}", "index", (int)c->index, "delta", delta,
                                "logprobs", logprobs_ref(c->kind == SL_API_CHUNK_TEXT || c->kind == SL_API_CHUNK_DELTA
                                                             ? c->logprobs : NULL),
                                "finish_reason",
                                finish_json(c->kind == SL_API_CHUNK_FINISH ? c->finish : SL_API_FINISH_NONE));
         } else {
-            choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "text", text,
+            choice = json_pack("{s:i,s:o,s:o,s:o}", "index", (int)c->index, "text", text,
                                "logprobs", logprobs_ref(c->kind == SL_API_CHUNK_FINISH ? NULL : c->logprobs),
                                "finish_reason",
                                finish_json(c->kind == SL_API_CHUNK_FINISH ? c->finish : SL_API_FINISH_NONE));

@@ -119,6 +119,13 @@ typedef struct {
  * text_completion: choices:[{index, text, logprobs, finish_reason}]. */
 char *sl_api_response_build(const sl_api_result *r);
 
+/* The same with n >= 1 choices: r[i] is choice i (its text, finish,
+ * logprobs, reasoning and calls; "index": i). The envelope (endpoint, id,
+ * created, model), usage and timings are r[0]'s, which the caller fills
+ * with the request's totals (usage.completion_tokens summed over the
+ * choices). NULL for n == 0 or on failure. */
+char *sl_api_response_build_n(const sl_api_result *r, size_t n);
+
 /* ---- streamed chunks ---- */
 typedef enum {
     SL_API_CHUNK_ROLE = 0,   /* chat only: delta {"role":"assistant","content":""} */
@@ -132,6 +139,7 @@ typedef enum {
 typedef struct {
     sl_api_endpoint endpoint;
     sl_api_chunk_kind kind;
+    int32_t index;                    /* the choice this chunk belongs to (n > 1); not USAGE */
     const char *id;                   /* the same id for every chunk of a response */
     int64_t created;
     const char *model;

@@ -1,7 +1,8 @@
 /* frontend/generate.c: admission of a generation request (POST
  * /v1/chat/completions and /v1/completions): parse the body, check the model
  * name and the worker, render the template, tokenize, apply the context
- * limits and submit to the worker's ring; then stream.c takes the request.
+ * limits and submit to the worker's ring, one mailbox per choice (`n`); then
+ * stream.c takes the request.
  * Runs on each front-end process's event loop, called by routes.c; the pure
  * middle (parse, render, tokenize: prompt_work) runs as a job (jobs.c), on a
  * tokenize-pool thread when the body is large.
@@ -17,6 +18,7 @@
 
 #include "frontend/api_json.h"
 #include "frontend/api_request.h"
+#include "frontend/choice.h"
 #include "frontend/reasoning.h"
 #include "frontend/server_internal.h"
 #include "frontend/tool_calls.h"
@@ -246,8 +248,6 @@ static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
     sl_shm_request sr;
     memset(&sr, 0, sizeof sr);
     sr.params = rq->sampling;
-    if (!rq->has_seed && getrandom(&sr.params.seed, sizeof sr.params.seed, GRND_NONBLOCK) != sizeof sr.params.seed)
-        sr.params.seed = sl_shm_now_ns();
     sr.max_tokens = (int32_t)max_tokens;
     sr.min_tokens = (int32_t)(rq->min_tokens > max_tokens ? max_tokens : rq->min_tokens);
     sr.ignore_eos = rq->ignore_eos;
@@ -256,8 +256,30 @@ static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
     sr.n_prompt = (uint32_t)n_prompt;
     sr.grammar = rq->grammar;
     sr.grammar_len = rq->grammar ? (uint32_t)strlen(rq->grammar) : 0;
-    sl_shm_ticket ticket;
-    sl_status rc = sl_shm_submit(fe->shm, &sr, &ticket);
+    /* n choices are n mailboxes of the same prompt and grammar, submitted
+     * all or nothing: each counts against the queue and --max-seqs. */
+    uint32_t n = rq->n >= 1 && rq->n <= SL_API_N_MAX ? (uint32_t)rq->n : 1;
+    sl_shm_ticket tickets[SL_API_N_MAX];
+    sl_status rc = SL_OK;
+    uint32_t k = 0;
+    for (; k < n; k++) {
+        /* Choice i with seed s samples as an n=1 request with seed s + i
+         * (wrapping); without a seed, each draws its own. */
+        if (rq->has_seed)
+            sr.params.seed = rq->sampling.seed + k;
+        else if (getrandom(&sr.params.seed, sizeof sr.params.seed, GRND_NONBLOCK) != sizeof sr.params.seed)
+            sr.params.seed = sl_shm_now_ns() + k;
+        rc = sl_shm_submit(fe->shm, &sr, &tickets[k]);
+        if (rc != SL_OK)
+            break;   /* SL_AGAIN (full) is positive: not an error, but not a mailbox either */
+    }
+    if (rc != SL_OK) {
+        for (uint32_t i = 0; i < k; i++) {
+            /* the worker may have taken it already: it lets go once it sees the cancel */
+            sl_shm_cancel(fe->shm, tickets[i]);
+            sl_fe_release_later(fe, tickets[i]);
+        }
+    }
     if (rc == SL_AGAIN) {
         reject(fe, req, ri, SL_API_ERR_QUEUE_FULL, NULL, NULL, "The server is at capacity (queue full); retry shortly.");
         return;
@@ -276,7 +298,7 @@ static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
         return;
     }
 
-    sl_fe_stream_start(fe, req, ri, rq, ticket, n_prompt, j->think_open);   /* owns the ticket from here */
+    sl_fe_stream_start(fe, req, ri, rq, tickets, n, n_prompt, j->think_open);   /* owns the tickets from here */
 }
 
 static void prompt_done(sl_fe *fe, sl_fe_job *job, h2o_req_t *req)

@@ -1,8 +1,10 @@
 /* frontend/server_internal.h: what the server files (server.c, routes.c,
- * generate.c, stream.c, respond.c) share inside one front-end process. Not a
- * public contract: only these files include it.
+ * generate.c, stream.c, choice.c, respond.c) share inside one front-end
+ * process. Not a public contract: only these files include it.
  * Layering: calls point one way, server.c -> routes.c -> generate.c ->
- *            stream.c -> respond.c; server.c also calls stream.c (wake, tick,
+ *            stream.c -> respond.c; stream.c and generate.c also call
+ *            choice.c (choice.h: one choice of a request; it calls nothing
+ *            above it); server.c also calls stream.c (wake, tick,
  *            drain), jobs.c (pool, drain) and conn.c (accept, rearm),
  *            routes.c calls conn.c (each request), routes.c and generate.c
  *            call jobs.c (which calls back through each job's done), and
@@ -230,16 +232,17 @@ void sl_fe_jobs_abort_all(sl_fe *fe, const char *why);
  * left to its done with req NULL, closes the eventfd. Safe with fe->jobs NULL. */
 void sl_fe_jobs_destroy(sl_fe *fe);
 
-/* ---- stream.c (calls respond.c) ---- */
+/* ---- stream.c (calls choice.c and respond.c) ---- */
 
-/* Takes over a submitted request: allocates its stream in req's pool, links
- * it, and either starts the SSE response (headers plus the first event) or,
- * without "stream", waits for the whole answer. The stream owns `ticket` from
- * here, also on failure (an error response, the ticket cancelled). r is only
- * read during the call (the stop strings and tool names are copied).
+/* Takes over a submitted request of n choices (1..SL_API_N_MAX), tickets[i]
+ * being choice i's mailbox: allocates its stream in req's pool, links it,
+ * and either starts the SSE response (headers plus the first events) or,
+ * without "stream", waits for the whole answer. The stream owns every ticket
+ * from here, also on failure (an error response, the tickets cancelled). r
+ * is only read during the call (the stop strings and tool names are copied).
  * think_open: the rendered prompt ends inside an open <think>. */
 void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_request *r,
-                        sl_shm_ticket ticket, int64_t n_prompt, bool think_open);
+                        const sl_shm_ticket *tickets, uint32_t n, int64_t n_prompt, bool think_open);
 
 /* The wake eventfd fired: move every stream forward. */
 void sl_fe_streams_pump_all(sl_fe *fe);

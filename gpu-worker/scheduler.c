@@ -21,6 +21,7 @@
 
 #include "gpu-worker/kv_blocks.h"
 #include "gpu-worker/prefix_cache.h"
+#include "gpu-worker/scheduler_impl.h"
 
 #define NS_PER_MS 1000000ull
 #define ADAPTIVE_PEERS_WAIT_NS (3 * NS_PER_MS)  /* seed: stragglers when arrivals found peers */
@@ -28,75 +29,6 @@
 #define PAUSED_RETRY_NS (1 * NS_PER_MS)         /* emit retry interval while every sequence is paused */
 #define IDLE_WAIT_NS (100 * NS_PER_MS)          /* doorbell sleep bound when idle (heartbeat cadence) */
 
-/* A slot's state (docs/SCHEDULER.md, state diagram). */
-enum seq_state {
-    SEQ_FREE = 0,   /* unused */
-    SEQ_WAITING,    /* polled, not admitted (or preempted): holds no KV blocks */
-    SEQ_PREFILL,    /* admitted: n_cached < prefill_target(), blocks cover the target */
-    SEQ_DECODE,     /* admitted: n_cached == n_hist - 1; the last token is fed next */
-    SEQ_PARKED,     /* out of the live set since its consumer was full: n_cached is n_hist - 1
-                       (blocks kept) or 0 (blocks dropped under pressure: recompute on return) */
-};
-
-typedef struct {
-    sl_sched_request req;
-    enum seq_state state;
-    bool paused;            /* hist[n_hist-1] was sampled but not yet emitted (consumer full); only PARKED */
-    bool prefill_started;
-    bool dropped;           /* emit said SL_ESTALE: free without finish */
-    int32_t *hist;          /* (n_ctx) prompt, then generated tokens */
-    int32_t n_hist;         /* n_prompt + n_gen */
-    int32_t n_gen;          /* tokens sampled */
-    int32_t n_emitted;      /* tokens the client has */
-    int32_t n_cached;       /* positions whose KV the backend holds */
-    int32_t n_preempted;
-    sl_kv_table table;
-    sl_prefix_chain chain;  /* how far the table's blocks are in the prefix cache */
-    int32_t n_prefix_hit;   /* prompt tokens the cache gave at first admission */
-    int32_t n_prefix_lookup;/* prompt tokens looked up then */
-    sl_logprob_record rec;  /* record of the last sampled token */
-    sl_constraint *con;     /* the grammar matcher and allow bitmap; NULL: unconstrained */
-    uint64_t seen_ns, admit_ns, prefill_ns, first_ns, last_ns;
-    int32_t chunk;          /* tokens this step feeds (0: not in this step) */
-} seq;
-
-struct sl_sched {
-    sl_backend *be;
-    sl_sched_io io;
-    sl_sched_config cfg;
-    int32_t n_vocab, n_ctx;
-    int32_t *eog;           /* (n_eog) */
-    int32_t n_eog;
-    FILE *trace;
-
-    sl_kv_blocks kv;
-    sl_prefix_cache pc;     /* holds full blocks past their sequences (empty when off) */
-    int32_t n_slots;        /* max_seqs live + max_seqs waiting + max_seqs parked */
-    seq *slots;             /* (n_slots) */
-    int32_t *hist_mem;      /* (n_slots, n_ctx) */
-    int32_t *live;          /* (max_seqs) admitted slots, oldest admission first */
-    int32_t n_live;
-    int32_t *waiting;       /* (n_slots) waiting slots, admission order (preempted first) */
-    int32_t n_waiting;
-    int32_t *parked;        /* (n_slots) parked slots, oldest parking first */
-    int32_t n_parked;
-
-    sl_batch_seq *batch;    /* (max_seqs) this step's forward */
-    int32_t *batch_slot;    /* (max_seqs) slot of each batch entry */
-    sl_sample_req *reqs;    /* (max_seqs) this step's draw by batch entry; params NULL: none */
-    int32_t *drawn;         /* (max_seqs) their tokens by batch entry, -1 on failure */
-    sl_constraint **mask_con;     /* (max_seqs) this step's constrained draws: constraint, */
-    bool *mask_eog;               /* end of generation allowed, */
-    int32_t *mask_entry;          /* batch entry, */
-    const uint32_t **mask_out;    /* and mask */
-
-    /* window state */
-    int32_t last_step_seqs;     /* sequences in the previous step's batch */
-    int32_t last_round_n;       /* requests admitted by the previous admission round from idle */
-    uint64_t wait_ns;           /* what sl_sched_wait_ns reports */
-
-    sl_sched_stats stats;
-};
 
 /* ------------------------------------------------------------------------ */
 /* config, create, destroy                                                   */
@@ -299,17 +231,6 @@ static void seq_end(sl_sched *s, int32_t slot, int reason, const char *error)
     q->state = SEQ_FREE;
 }
 
-/* Positions a prefill must fill. A fresh request: the whole prompt, and its
- * last row gives the first token. A recompute after preemption: all but the
- * last generated token, landing exactly in the decode state it left (that
- * token is fed by the next decode, as it would have been). So recompute never
- * samples anything itself, and a token still owed to the client (paused) is
- * never joined by a second one. */
-static int32_t prefill_target(const seq *q)
-{
-    return q->n_gen > 0 ? q->n_hist - 1 : q->n_hist;
-}
-
 static bool is_eog(const sl_sched *s, int32_t tok)
 {
     for (int32_t i = 0; i < s->n_eog; i++)
@@ -394,6 +315,42 @@ static bool seq_take_blocks(sl_sched *s, seq *q)
     return true;
 }
 
+/* The live prefill a waiting sequence should wait for, or -1 (docs/
+ * SCHEDULER.md §5a, "Sharing an in-flight prompt"): a live PREFILL sequence
+ * l whose target and q's agree on l's next uncomputed full block and every
+ * block before it, where that block is one q's lookup could map (it stops
+ * (target - 1) / bs blocks in) and one l's prefill completes (its target
+ * covers it). What l computed so far is cached, so q admitted now would map
+ * it and then compute the very block l is computing; admitted once l has
+ * computed the shared blocks, q maps them all. "Cached" is read from l's
+ * progress, not looked up: a lookup maps blocks and counts a query. Where
+ * that reading is wrong (another sequence cached blocks past l's progress,
+ * or l's blocks could not be inserted) q waits needlessly, but only until
+ * l's prefill passes the block: l is live and advances (invariant 12).
+ * Cost: per live prefill one block compared, the run before it only when
+ * that block is equal (then q usually waits). Nothing is allocated. */
+static int32_t defer_leader(const sl_sched *s, const seq *q)
+{
+    if (!s->pc.enabled)
+        return -1;   /* nothing would be shared */
+    uint32_t bs = s->kv.block_size;
+    size_t block_bytes = (size_t)bs * sizeof *q->hist;
+    uint32_t q_blocks = ((uint32_t)prefill_target(q) - 1) / bs;
+    for (int32_t i = 0; i < s->n_live; i++) {
+        const seq *l = &s->slots[s->live[i]];
+        if (l->state != SEQ_PREFILL)
+            continue;
+        uint32_t done = (uint32_t)l->n_cached / bs;
+        if (done >= q_blocks || done >= (uint32_t)prefill_target(l) / bs)
+            continue;
+        if (memcmp(q->hist + (size_t)done * bs, l->hist + (size_t)done * bs, block_bytes) != 0 ||
+            memcmp(q->hist, l->hist, done * block_bytes) != 0)
+            continue;
+        return s->live[i];
+    }
+    return -1;
+}
+
 /* Puts a parked sequence whose owed token was delivered back into the live
  * set, as its newest member: DECODE where it left when it kept its blocks,
  * else PREFILL of hist[0, n_hist-1) (its blocks taken by the caller's
@@ -405,67 +362,6 @@ static void seq_unpark(sl_sched *s, int32_t slot)
     s->live[s->n_live++] = slot;
     q->chunk = 0;
     q->state = q->table.n_used > 0 && q->n_cached == q->n_hist - 1 ? SEQ_DECODE : SEQ_PREFILL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* accounting checker                                                        */
-
-int sl_sched_check(const sl_sched *s)
-{
-    const sl_kv_table *tables[8192];
-    uint32_t n_tables = 0;
-    int32_t n_live = 0, n_waiting = 0, n_parked = 0;
-    for (int32_t i = 0; i < s->n_slots; i++) {
-        const seq *q = &s->slots[i];
-        uint32_t bs = s->kv.block_size;
-        switch (q->state) {
-        case SEQ_FREE:
-            if (q->table.n_used)
-                return 0;                                   /* 1 */
-            break;
-        case SEQ_WAITING:
-            n_waiting++;
-            if (q->table.n_used || q->n_cached)
-                return 0;                                   /* 2 */
-            break;
-        case SEQ_PREFILL:
-        case SEQ_DECODE:
-            n_live++;
-            if (q->state == SEQ_PREFILL && q->n_cached >= prefill_target(q))
-                return 0;                                   /* 3 */
-            if (q->state == SEQ_DECODE && q->n_cached != q->n_hist - 1)
-                return 0;                                   /* 3 */
-            if ((uint64_t)q->table.n_used * bs < (uint64_t)q->n_cached)
-                return 0;                                   /* 4 */
-            break;
-        case SEQ_PARKED:
-            n_parked++;
-            if (q->n_gen < 1 || (q->n_cached != 0 && q->n_cached != q->n_hist - 1))
-                return 0;                                   /* 10 */
-            if (q->n_cached == 0 ? q->table.n_used != 0 : (uint64_t)q->table.n_used * bs < (uint64_t)q->n_cached)
-                return 0;                                   /* 10 */
-            break;
-        }
-        if (q->state != SEQ_FREE) {
-            if (q->n_hist != q->req.n_prompt + q->n_gen)
-                return 0;                                   /* 5 */
-            if (q->n_emitted > q->n_gen || q->n_emitted < q->n_gen - 1 || (q->paused != (q->n_emitted < q->n_gen)) ||
-                (q->paused && q->state != SEQ_PARKED))
-                return 0;                                   /* 6 */
-            if (q->n_gen > q->req.max_tokens || q->n_hist > s->n_ctx)
-                return 0;                                   /* 7 */
-        }
-        if (q->table.n_used && n_tables < sizeof tables / sizeof *tables)
-            tables[n_tables++] = &q->table;
-    }
-    if (n_live != s->n_live || n_waiting != s->n_waiting || n_parked != s->n_parked ||
-        s->n_live > s->cfg.max_seqs || s->n_live + s->n_waiting > 2 * s->cfg.max_seqs)
-        return 0;                                           /* 8 */
-    const sl_kv_table *held = sl_prefix_cache_held(&s->pc);
-    if (held && held->n_used && n_tables < sizeof tables / sizeof *tables)
-        tables[n_tables++] = held;
-    return sl_kv_blocks_check(&s->kv, tables, n_tables) && /* 9 */
-           sl_prefix_cache_check(&s->pc, &s->kv);          /* 11 */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -527,7 +423,7 @@ static void intake(sl_sched *s, uint64_t now)
         char buf[160];
         const char *why = validate(s, &q->req, buf, sizeof buf);
         q->state = SEQ_WAITING;
-        q->paused = q->prefill_started = q->dropped = false;
+        q->paused = q->prefill_started = q->dropped = q->deferred = false;
         q->n_gen = q->n_emitted = q->n_cached = q->n_preempted = 0;
         q->n_prefix_hit = q->n_prefix_lookup = 0;
         q->seen_ns = now;
@@ -782,21 +678,35 @@ sl_status sl_sched_step(sl_sched *s)
     /* 6. admission (joins): waiting requests in order, after the returns,
      *    while slots, blocks and the window allow; staggered prefill admits
      *    one per step. Parked sequences' blocks are dropped to make room;
-     *    live ones are never preempted for an admission. */
+     *    live ones are never preempted for an admission. A request whose
+     *    prefix a live prefill is computing waits for it in its place, and
+     *    the ones behind it may go: it waits for blocks to be cached, not
+     *    for room. */
     uint64_t deadline = window_deadline(s);
     bool was_idle = s->n_live == 0;
+    s->n_deferred_now = 0;
     if (deadline && now < deadline) {
         s->wait_ns = deadline - now;
     } else {
-        while (!return_blocked && s->n_waiting > 0 && s->n_live < s->cfg.max_seqs) {
+        for (int32_t i = 0; !return_blocked && i < s->n_waiting && s->n_live < s->cfg.max_seqs;) {
             if (s->cfg.staggered_prefill && admitted >= 1)
                 break;
-            int32_t slot = s->waiting[0];
+            int32_t slot = s->waiting[i];
             seq *q = &s->slots[slot];
+            if (defer_leader(s, q) >= 0) {
+                if (!q->deferred) {
+                    q->deferred = true;
+                    s->stats.n_deferrals++;
+                    trace(s, q, "deferred", now);
+                }
+                s->n_deferred_now++;
+                i++;
+                continue;
+            }
             /* blocks for the prefill plus the first decode position */
             if (!seq_take_blocks(s, q))
-                break;   /* FIFO: nobody overtakes the head */
-            list_remove(s->waiting, &s->n_waiting, slot);
+                break;   /* FIFO: nobody overtakes a request that does not fit */
+            list_remove(s->waiting, &s->n_waiting, slot);   /* same index is the next one */
             s->live[s->n_live++] = slot;
             q->state = SEQ_PREFILL;
             q->chunk = 0;
@@ -834,6 +744,7 @@ sl_status sl_sched_step(sl_sched *s)
         s->stats.peak_in_flight = s->n_live;
     s->stats.n_waiting = s->n_waiting;
     s->stats.n_parked = s->n_parked;
+    s->stats.n_deferred = s->n_deferred_now;
 
     for (int32_t i = 0; i < s->n_live; i++) {
         int32_t slot = s->live[i];
@@ -851,8 +762,10 @@ sl_status sl_sched_step(sl_sched *s)
         };
         s->batch_slot[n_batch++] = slot;
     }
+    s->planned = true;   /* until the forward returns: a step_begin hook may check invariant 12 */
     assert(sl_sched_check(s));
     if (n_batch == 0) {
+        s->planned = false;
         if (!(deadline && now < deadline))
             s->wait_ns = s->n_live > 0 || s->n_parked > 0 ? PAUSED_RETRY_NS : IDLE_WAIT_NS;
         stats_refresh(s);
@@ -887,6 +800,7 @@ sl_status sl_sched_step(sl_sched *s)
             s->reqs[s->mask_entry[i]].allow = s->mask_out[i];
     }
     sl_status rc = sl_backend_forward_sample(s->be, s->batch, n_batch, s->reqs, s->drawn);
+    s->planned = false;
     uint64_t t1 = s->io.now_ns(s->io.ctx);
     s->stats.steps++;
     s->stats.step_seqs = n_batch;

@@ -126,6 +126,8 @@ typedef struct {
     sl_prefix_cache_stats prefix;/* its figures (lookups count every admission, recomputes too) */
     uint64_t grammar_mask_ns;    /* total so far: time computing grammar masks (gpu-worker/constraint.h) */
     uint64_t n_constrained;      /* total so far: requests that ran with a grammar */
+    int32_t n_deferred;          /* waiting now for a live prefill computing their prefix's blocks */
+    uint64_t n_deferrals;        /* total so far: requests that waited so at least once */
 } sl_sched_stats;
 
 /* The outside world. All slots required but step_begin and admitted. */
@@ -243,7 +245,7 @@ void sl_sched_stats_get(const sl_sched *s, sl_sched_stats *out);
 /* Fills the effective-config snapshot from the config, backend and counters. */
 void sl_sched_snapshot_fill(const sl_sched *s, sl_sched_snapshot *out);
 
-/* The accounting checker (docs/SCHEDULER.md invariants 1-11), for
+/* The accounting checker (docs/SCHEDULER.md invariants 1-12), for
  * `assert(sl_sched_check(s))` in debug builds and for tests. Returns 1 if
  * every invariant holds, else 0. O(slots + KV blocks). */
 int sl_sched_check(const sl_sched *s);

@@ -3,7 +3,7 @@
  * The scheduler talks to the world through sl_sched_io; here each callback
  * maps onto one shm call (pop, push, finish, cancel flag, doorbell), so the
  * scheduler stays testable with fakes and this file holds no policy of its
- * own beyond sizing (KV blocks from the memory budget) and publishing
+ * own beyond sizing (the KV pool per backend, size_and_create) and publishing
  * (heartbeat every step, the effective-config snapshot). The shm library
  * keeps the request and token counters itself. */
 #include <errno.h>
@@ -18,6 +18,7 @@
 
 #include "shared/alloc.h"
 #include "gpu-worker/cpu_quota.h"
+#include "gpu-worker/kv_sizing.h"
 #include "gpu-worker/load_progress.h"
 #include "gpu-worker/scheduler.h"
 #include "gpu-worker/step_bound.h"
@@ -62,7 +63,15 @@ typedef struct {
     sl_sched *sched;
     const sl_model *model;
     const char *backend_name;
-    uint64_t kv_bytes;
+    struct {                     /* how the KV pool was sized, for effective-config and the ready line */
+        sl_kv_sizing_in in;      /* the host sizing's inputs (read on every backend) */
+        sl_kv_bound bound;       /* what chose the size (SL_KV_BOUND_DEVICE: the CUDA backend did) */
+        uint32_t n_blocks;       /* the scheduler's pool */
+        uint64_t bytes;          /* the backend's pool (be->kv_bytes) */
+        sl_kv_type type;         /* as the backend resolved it */
+        bool max_seqs_computed;  /* max-seqs unset: derived from the blocks */
+        int exit_code;           /* size_and_create failed: the worker's exit code */
+    } kv;
     uint64_t grammar_mask_ns;    /* the scheduler's totals already added to the segment's counters */
     uint64_t n_constrained;
 } worker;
@@ -322,6 +331,43 @@ static const char *source_name(uint32_t s)
     return "default";
 }
 
+/* Where the max-seqs the scheduler runs with came from: the setting's
+ * source, or "computed" when it was derived from the KV blocks. */
+static const char *max_seqs_source(const worker *w)
+{
+    return w->kv.max_seqs_computed ? "computed" : source_name(w->cfg->source[SL_CFG_MAX_SEQS]);
+}
+
+/* A byte figure, or null for one that could not be read. */
+static json_t *bytes_or_null(uint64_t v)
+{
+    return v == SL_KV_UNKNOWN ? json_null() : json_integer((json_int_t)v);
+}
+
+/* effective-config's kv_sizing: the pool, the bound that chose it, and
+ * every input of the choice (docs/OPERATIONS.md, "The KV cache"). */
+static json_t *kv_sizing_json(const worker *w)
+{
+    const sl_kv_sizing_in *in = &w->kv.in;
+    const sl_config *c = w->cfg;
+    uint64_t headroom = sl_kv_cgroup_headroom(in->cgroup_limit, in->cgroup_usage);
+    json_t *inputs = json_pack("{s:I, s:I, s:I, s:I, s:o, s:o, s:I, s:o, s:f, s:{s:f, s:s}}",
+                               "kv_memory", (json_int_t)in->flag_bytes,
+                               "block_bytes", (json_int_t)in->block_bytes,
+                               "need_bytes", (json_int_t)(in->need_blocks * in->block_bytes),
+                               "min_bytes", (json_int_t)(in->min_blocks * in->block_bytes),
+                               "mem_available", bytes_or_null(in->mem_available),
+                               "cgroup_limit", bytes_or_null(in->cgroup_limit),
+                               "cgroup_usage", (json_int_t)in->cgroup_usage,
+                               "cgroup_headroom", bytes_or_null(headroom),
+                               "host_fraction", in->fraction,
+                               "gpu_memory_fraction", "value", c->gpu_memory_fraction,
+                               "source", source_name(c->source[SL_CFG_GPU_MEMORY_FRACTION]));
+    return json_pack("{s:I, s:i, s:I, s:s, s:o}", "bytes", (json_int_t)w->kv.bytes, "blocks", (int)w->kv.n_blocks,
+                     "block_bytes", (json_int_t)(w->kv.n_blocks ? w->kv.bytes / w->kv.n_blocks : 0),
+                     "bound", sl_kv_bound_name(w->kv.bound), "inputs", inputs);
+}
+
 /* A knob's value as the scheduler uses it, with the source of the setting
  * that gave it (the config knows file vs env, the scheduler does not). */
 static json_t *knob_of(const worker *w, const sl_sched_knob *k, int key)
@@ -356,6 +402,15 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
                           source_name(c->source[SL_CFG_KV_MEMORY]));
     if (o) {
         json_object_set_new(o, "prefix_cache", knob(&snap.prefix_cache, SL_CFG_PREFIX_CACHE));
+        /* max_in_flight's source is the setting's unless the worker derived it */
+        json_object_set_new(o, "max_seqs", json_pack("{s:i, s:s}", "value", (int)snap.max_in_flight.value,
+                                                     "source", max_seqs_source(w)));
+        if (w->kv.max_seqs_computed)
+            json_object_set_new(o, "max_in_flight", json_pack("{s:i, s:s}", "value", (int)snap.max_in_flight.value,
+                                                              "source", "computed"));
+        json_object_set_new(o, "kv_type", json_pack("{s:s, s:s}", "value", sl_kv_type_name(w->kv.type), "source",
+                                                    source_name(w->cfg->source[SL_CFG_KV_TYPE])));
+        json_object_set_new(o, "kv_sizing", kv_sizing_json(w));
         json_object_set_new(o, "paused", json_boolean(w->paused));
         /* what the master allows the next step, before --heartbeat-timeout-ms */
         json_object_set_new(o, "step_bound_ms", json_integer((json_int_t)(step_bound(w) / 1000000)));
@@ -380,6 +435,8 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
         json_object_set_new(o, "prefix_cache_query_tokens", json_integer((json_int_t)st->prefix.query_tokens));
         json_object_set_new(o, "prefix_cache_hit_tokens", json_integer((json_int_t)st->prefix.hit_tokens));
         json_object_set_new(o, "prefix_cache_evictions", json_integer((json_int_t)st->prefix.n_evicted));
+        json_object_set_new(o, "prefix_deferred", json_integer(st->n_deferred));
+        json_object_set_new(o, "prefix_deferrals", json_integer((json_int_t)st->n_deferrals));
     }
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     if (text)
@@ -390,16 +447,6 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
 
 /* ------------------------------------------------------------------------ */
 /* startup                                                                   */
-
-/* KV budget: the configured bytes, else a quarter of available memory. */
-static uint64_t kv_budget(const sl_config *cfg)
-{
-    if (cfg->kv_memory)
-        return cfg->kv_memory;
-    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    uint64_t avail = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : (1ull << 30);
-    return avail / 4;
-}
 
 /* The default --max-seqs: as many sequences as the KV pool holds at
  * TYPICAL_SEQ_TOKENS each (the context, if shorter), within
@@ -426,6 +473,102 @@ static uint8_t sched_source(uint8_t s)
     case SL_CONFIG_SOURCE_SEED_ALIAS: return SL_SCHED_SOURCE_SEED_ALIAS;
     }
     return SL_SCHED_SOURCE_DEFAULT;
+}
+
+/* Sizes the KV pool and creates the backend (docs/OPERATIONS.md, "The KV
+ * cache"). --kv-memory gives the bytes on every backend. Otherwise the CPU
+ * pool is sized here, before create (it needs n_kv_blocks), from the
+ * workload and the memory available to this process (kv_sizing.h); the
+ * CUDA backend sizes its own from the device when given 0 blocks
+ * (--gpu-memory-fraction), and the count it chose is read back from
+ * be->cfg. "auto" says which backend it is only once create returns, so
+ * it tries CUDA first with 0 blocks: without a usable GPU,
+ * sl_backend_create falls back to the CPU, which refuses 0 blocks with
+ * SL_EINVAL, and then the host pool is sized and the CPU backend created
+ * here. A config CUDA itself refuses (SL_EINVAL: a K/V type it does not
+ * store) meets the same CPU attempt, which refuses it as well (the CPU
+ * stores a subset of CUDA's types), so it still stops startup.
+ * The backend is created for the most sequences the scheduler may run (a
+ * set max-seqs; else its ceiling, within the token budget); an unset
+ * max-seqs is derived from the blocks afterwards. On failure *be is NULL,
+ * err says why and w->kv.exit_code is the exit code. */
+static sl_status size_and_create(worker *w, const sl_model *m, int32_t n_ctx, sl_sched_config *sc,
+                                 sl_load_progress *lp, sl_backend **be, char err[SL_ERR_LEN])
+{
+    const sl_config *cfg = w->cfg;
+    *be = NULL;
+    w->kv.exit_code = SL_WORKER_EXIT_CONFIG;
+    sl_kv_type type = SL_KV_TYPE_AUTO;
+    (void)sl_kv_type_parse(cfg->kv_type, &type);   /* the master validated it; "" stays auto */
+    bool seqs_set = cfg->source[SL_CFG_MAX_SEQS] != SL_CONFIG_SOURCE_DEFAULT;
+    int32_t seq_cap = sc->max_seqs;   /* unset: the setting's default, its ceiling */
+    if (!seqs_set && seq_cap > sc->token_budget)
+        seq_cap = sc->token_budget;   /* a set budget wins over a computed default */
+    if (seq_cap < 1)
+        seq_cap = 1;
+    if (sc->token_budget < seq_cap)
+        sc->token_budget = seq_cap;
+    uint64_t min_blocks = ((uint64_t)n_ctx + SL_KV_BLOCK_TOKENS - 1) / SL_KV_BLOCK_TOKENS;
+    sl_kv_sizing_in *in = &w->kv.in;
+    *in = (sl_kv_sizing_in){.block_bytes = sl_backend_kv_block_bytes(m, SL_KV_BLOCK_TOKENS, type),
+                            .flag_bytes = cfg->kv_memory, .need_blocks = (uint64_t)seq_cap * min_blocks,
+                            .min_blocks = min_blocks, .fraction = SL_KV_HOST_FRACTION};
+    sl_kv_host_memory(&in->mem_available, &in->cgroup_limit, &in->cgroup_usage);
+
+    const char *dev = cfg->device[0] ? cfg->device : "auto";
+    sl_backend_config bc = {.device = dev, .n_threads = (int)(cfg->threads ? cfg->threads : 1),
+                            .kv_block_size = SL_KV_BLOCK_TOKENS, .n_kv_blocks = 0,
+                            .max_batch_tokens = sc->token_budget, .max_ctx = n_ctx, .max_batch_seqs = seq_cap,
+                            .kv_type = type, .gpu_memory_fraction = cfg->gpu_memory_fraction};
+    sl_status rc = SL_EINVAL;
+    bool host = cfg->kv_memory || !strcmp(dev, "cpu");
+    if (!host) {
+        /* The CUDA backend uploads the weights inside this call (no finer
+         * progress crosses the backend interface): the stage names the wait. */
+        sl_load_progress_stage(lp, !strcmp(dev, "auto") ? "looking for a CUDA device (KV blocks from its memory)"
+                                                          : "creating the cuda backend (KV blocks from device memory)");
+        rc = sl_backend_create(m, &bc, be, err);
+        if (rc == SL_EINVAL && !strcmp(dev, "auto")) {
+            host = true;
+            bc.device = "cpu";
+        }
+    }
+    sl_kv_sizing hs = {0};
+    if (host) {
+        if (sl_kv_size_host(in, &hs, err) < 0)
+            return SL_EINVAL;
+        bc.n_kv_blocks = (uint32_t)hs.n_blocks;
+        sl_load_progress_stage(lp, "creating the %s backend (%u KV blocks)", bc.device, bc.n_kv_blocks);
+        rc = sl_backend_create(m, &bc, be, err);
+    }
+    if (rc < 0) {
+        *be = NULL;
+        w->kv.exit_code = rc == SL_ENOMEM ? SL_WORKER_EXIT_FAILED : SL_WORKER_EXIT_CONFIG;
+        return rc;
+    }
+    uint64_t blocks = (*be)->cfg.n_kv_blocks;
+    if (blocks < min_blocks) {   /* the device's choice: a host pool always holds one sequence */
+        snprintf(err, SL_ERR_LEN, "the %s backend's KV pool (%llu blocks, %llu MiB at --gpu-memory-fraction %.2f) "
+                 "cannot hold one sequence of %d tokens (%llu blocks); raise --gpu-memory-fraction, set "
+                 "--kv-memory or lower --ctx-size", (*be)->ops->name, (unsigned long long)blocks,
+                 (unsigned long long)((*be)->kv_bytes >> 20), cfg->gpu_memory_fraction, n_ctx,
+                 (unsigned long long)min_blocks);
+        sl_backend_destroy(*be);
+        *be = NULL;
+        return SL_EINVAL;
+    }
+    if (blocks > SL_KV_BLOCKS_MAX)
+        blocks = SL_KV_BLOCKS_MAX;   /* the scheduler may use fewer blocks than the backend has */
+    sc->n_kv_blocks = (uint32_t)blocks;
+    sc->source.n_kv_blocks = cfg->kv_memory ? sched_source(cfg->source[SL_CFG_KV_MEMORY]) : SL_SCHED_SOURCE_DEFAULT;
+    if (!seqs_set)
+        sc->max_seqs = default_max_seqs(blocks, n_ctx, (uint32_t)seq_cap);
+    w->kv.bound = host ? hs.bound : SL_KV_BOUND_DEVICE;
+    w->kv.n_blocks = sc->n_kv_blocks;
+    w->kv.bytes = (*be)->kv_bytes;
+    w->kv.type = (*be)->cfg.kv_type;
+    w->kv.max_seqs_computed = !seqs_set;
+    return SL_OK;
 }
 
 uint32_t sl_worker_default_threads(void)
@@ -506,53 +649,16 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
 #undef KNOB
     sc.grammar_vocab = gv;
     sc.kv_block_size = SL_KV_BLOCK_TOKENS;
-    uint64_t block_bytes = sl_backend_kv_block_bytes(m, SL_KV_BLOCK_TOKENS, SL_KV_TYPE_F32);
-    uint64_t blocks = kv_budget(cfg) / block_bytes;
-    uint64_t min_blocks = ((uint64_t)n_ctx + SL_KV_BLOCK_TOKENS - 1) / SL_KV_BLOCK_TOKENS;
-    if (blocks < min_blocks) {
-        /* at least one sequence of the full context must fit */
-        if (cfg->kv_memory) {
-            sl_load_progress_abort(&lp);
-            fprintf(stderr, "sluice worker: --kv-memory %llu bytes holds %llu KV blocks, but one sequence of "
-                    "%d tokens needs %llu (%llu bytes); raise --kv-memory or lower --ctx-size\n",
-                    (unsigned long long)cfg->kv_memory, (unsigned long long)blocks, n_ctx,
-                    (unsigned long long)min_blocks, (unsigned long long)(min_blocks * block_bytes));
-            goto out;
-        }
-        blocks = min_blocks;
-    }
-    if (blocks > (1u << 30))
-        blocks = 1u << 30;
-    sc.n_kv_blocks = (uint32_t)blocks;
-    sc.source.n_kv_blocks = cfg->kv_memory ? sched_source(cfg->source[SL_CFG_KV_MEMORY]) : SL_SCHED_SOURCE_DEFAULT;
-    if (cfg->source[SL_CFG_MAX_SEQS] == SL_CONFIG_SOURCE_DEFAULT) {
-        sc.max_seqs = default_max_seqs(blocks, n_ctx, cfg->max_seqs);
-        if (sc.max_seqs > sc.token_budget)
-            sc.max_seqs = sc.token_budget;   /* a set budget wins over a computed default */
-    }
-    if (sc.token_budget < sc.max_seqs)
-        sc.token_budget = sc.max_seqs;
-
-    sl_backend_config bc = {.device = cfg->device, .n_threads = (int)(cfg->threads ? cfg->threads : 1),
-                            .kv_block_size = SL_KV_BLOCK_TOKENS, .n_kv_blocks = sc.n_kv_blocks,
-                            .max_batch_tokens = sc.token_budget, .max_ctx = n_ctx,
-                            .max_batch_seqs = sc.max_seqs};
-    /* The CUDA backend uploads the weights inside this call (no finer progress
-     * crosses the backend interface): the stage line names the wait. */
-    sl_load_progress_stage(&lp, "creating the %s backend (%u KV blocks)", bc.device ? bc.device : "auto",
-                           sc.n_kv_blocks);
-    sl_status rc = sl_backend_create(m, &bc, &be, err);
-    if (rc < 0) {
+    if (size_and_create(&w, m, n_ctx, &sc, &lp, &be, err) < 0) {
         sl_load_progress_abort(&lp);
         fprintf(stderr, "sluice worker: %s\n", err);
-        exit_code = rc == SL_ENOMEM ? SL_WORKER_EXIT_FAILED : SL_WORKER_EXIT_CONFIG;
+        exit_code = w.kv.exit_code;
         goto out;
     }
     sl_load_progress_done(&lp, "loaded %s (%.0f MiB of weights) on %s", m->name,
                           (double)m->weight_bytes / (1024.0 * 1024.0), be->ops->name);
     w.backend_name = be->ops->name;
-    sl_step_bound_init(&w.bound, first_step_bound(&m->hp, sc.token_budget, bc.n_threads));
-    w.kv_bytes = be->kv_bytes;
+    sl_step_bound_init(&w.bound, first_step_bound(&m->hp, sc.token_budget, be->cfg.n_threads));
     /* the scheduler holds what it can run, as many waiting again, and as
      * many parked (their consumers full) */
     w.n_held = (uint32_t)sc.max_seqs * 3;
@@ -568,9 +674,10 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     publish_snapshot(&w, NULL);
     sl_shm_set_worker_state(shm, SL_WORKER_STATE_READY, m->name);
     sl_shm_heartbeat(shm, sl_shm_now_ns(), 0);
-    fprintf(stderr, "sluice worker: ready: %s on %s, %u KV blocks (%llu MiB), %d threads, up to %d sequences\n",
-            m->name, be->ops->name, sc.n_kv_blocks, (unsigned long long)(be->kv_bytes >> 20), bc.n_threads,
-            sc.max_seqs);
+    fprintf(stderr, "sluice worker: ready: %s on %s, %u KV blocks (%llu MiB of %s, bound: %s), %d threads, "
+            "up to %d sequences (%s)\n", m->name, be->ops->name, sc.n_kv_blocks,
+            (unsigned long long)(be->kv_bytes >> 20), sl_kv_type_name(w.kv.type), sl_kv_bound_name(w.kv.bound),
+            be->cfg.n_threads, sc.max_seqs, max_seqs_source(&w));
     run(&w);
     exit_code = SL_WORKER_EXIT_OK;
 out:

@@ -76,6 +76,9 @@ typedef struct {
                                * Sizes the host sampling rows (one logits row per sequence) */
     sl_kv_type kv_type;       /* AUTO: the backend's default. A type the backend does not store is
                                * SL_EINVAL at create, err naming it */
+    double gpu_memory_fraction; /* CUDA with n_kv_blocks 0: the share of the device's total memory that
+                                 * weights, scratch and the KV cache may take together, in (0, 1];
+                                 * 0 (or out of range) = 0.90. The pool is also bounded by what is free */
 } sl_backend_config;
 
 typedef struct sl_backend sl_backend;

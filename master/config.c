@@ -9,9 +9,10 @@
 #include <unistd.h>
 
 #include "gpu-worker/worker.h"
+#include "kernels/backend.h"
 #include "master/config.h"
 
-typedef enum { T_STR, T_U32, T_BYTES, T_BOOL } vtype;
+typedef enum { T_STR, T_U32, T_BYTES, T_BOOL, T_FRACTION } vtype;   /* T_FRACTION: a double in (0, 1] */
 
 typedef struct {
     sl_config_key key;
@@ -47,7 +48,13 @@ static const setting settings[] = {
     {SL_CFG_THREADS, "threads", 't', "SLUICE_THREADS", NULL, T_U32, F(threads), 1, 1024, "",
      "worker compute threads on the CPU backend (default: the CPUs the affinity mask and cgroup quota allow)"},
     {SL_CFG_KV_MEMORY, "kv-memory", 0, "SLUICE_KV_MEMORY", NULL, T_BYTES, F(kv_memory), 0, UINT64_MAX, "0",
-     "KV-cache bytes, suffix K/M/G allowed (0 = a quarter of free memory)"},
+     "KV-cache bytes, suffix K/M/G allowed (0 = sized per backend: the CPU takes what max-seqs sequences "
+     "of the full context need, at most half the memory available; CUDA --gpu-memory-fraction of the device)"},
+    {SL_CFG_KV_TYPE, "kv-type", 0, "SLUICE_KV_TYPE", NULL, T_STR, F(kv_type), 0, 0, "auto",
+     "how the KV cache stores K and V: auto (the backend's default), f32, f16, q8_0"},
+    {SL_CFG_GPU_MEMORY_FRACTION, "gpu-memory-fraction", 0, "SLUICE_GPU_MEMORY_FRACTION", NULL, T_FRACTION,
+     F(gpu_memory_fraction), 0, 0, "0.90",
+     "CUDA: share of the device's memory that weights, scratch and the KV cache may take, in (0, 1]"},
     {SL_CFG_CTX_SIZE, "ctx-size", 'c', "SLUICE_CTX_SIZE", NULL, T_U32, F(ctx_size), 0, 1u << 24, "0",
      "longest sequence, prompt + output (0 = the model's context)"},
     {SL_CFG_MAX_SEQS, "max-seqs", 0, "SLUICE_MAX_SEQS", "CUDA_MAX_BATCH", T_U32, F(max_seqs), 1, 4096, "256",
@@ -137,6 +144,18 @@ static sl_status set_value(sl_config *cfg, const setting *s, const char *text, c
             return SL_EINVAL;
         }
         memcpy(field, text, strlen(text) + 1);
+        return SL_OK;
+    }
+    if (s->type == T_FRACTION) {
+        char *end;
+        errno = 0;
+        double d = strtod(text, &end);
+        /* "nan" fails both comparisons: refused too */
+        if (errno || end == text || *end || !(d > 0.0 && d <= 1.0)) {
+            snprintf(err, SL_ERR_LEN, "%s: '%s' is not a fraction in (0, 1] (e.g. 0.9)", what, text);
+            return SL_EINVAL;
+        }
+        *(double *)field = d;
         return SL_OK;
     }
     uint64_t v;
@@ -369,6 +388,11 @@ sl_status sl_config_parse(int argc, char **argv, sl_config *cfg, char err[SL_ERR
         snprintf(err, SL_ERR_LEN, "--device: '%s' is not one of auto, cpu, cuda", cfg->device);
         return SL_EINVAL;
     }
+    sl_kv_type kt;
+    if (sl_kv_type_parse(cfg->kv_type, &kt) < 0) {
+        snprintf(err, SL_ERR_LEN, "--kv-type: '%s' is not one of auto, f32, f16, q8_0", cfg->kv_type);
+        return SL_EINVAL;
+    }
     if (!cfg->admin_socket[0])
         snprintf(cfg->admin_socket, sizeof cfg->admin_socket, "/tmp/sluice-%u.sock", cfg->port);
     return SL_OK;
@@ -385,6 +409,8 @@ void sl_config_value_text(const sl_config *cfg, sl_config_key k, char *buf, size
             snprintf(buf, cap, "%s", field[0] ? "(set)" : "");
         else if (s->type == T_STR)
             snprintf(buf, cap, "%s", field);
+        else if (s->type == T_FRACTION)
+            snprintf(buf, cap, "%g", *(const double *)field);
         else if (s->size == 8)
             snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)field);
         else

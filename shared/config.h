@@ -33,7 +33,7 @@ typedef enum {
     SL_CFG_DRAIN_TIMEOUT_S, SL_CFG_CHAT_TEMPLATE, SL_CFG_MODEL_ALIAS, SL_CFG_LOG_BODIES,
     SL_CFG_HEARTBEAT_TIMEOUT_MS, SL_CFG_ADMIN_GROUP, SL_CFG_MAX_RESPONSE, SL_CFG_LOG_FORMAT,
     SL_CFG_LOG_HEALTH, SL_CFG_TOKENIZE_THREADS, SL_CFG_PREFIX_CACHE, SL_CFG_GRAMMAR_BYTES_MAX,
-    SL_CFG_REASONING_FORMAT, SL_CFG_COUNT
+    SL_CFG_REASONING_FORMAT, SL_CFG_KV_TYPE, SL_CFG_GPU_MEMORY_FRACTION, SL_CFG_COUNT
 } sl_config_key;
 
 typedef struct {
@@ -47,7 +47,9 @@ typedef struct {
     char admin_group[64];                   /* group given access to the socket (0660); empty = 0600 */
     char device[16];                        /* auto | cpu | cuda */
     uint32_t threads;                       /* CPU compute threads of the worker */
-    uint64_t kv_memory;                     /* bytes for the KV cache; 0 = a fraction of free memory */
+    uint64_t kv_memory;                     /* bytes for the KV cache; 0 = sized per backend (docs/OPERATIONS.md) */
+    char kv_type[8];                        /* how K/V are stored: auto | f32 | f16 | q8_0 (sl_kv_type_name) */
+    double gpu_memory_fraction;             /* CUDA: share of the device's memory for weights, scratch and KV, (0, 1] */
     uint32_t ctx_size;                      /* longest sequence (prompt + output); 0 = the model's */
     uint32_t max_seqs;                      /* live sequences at most (seed: CUDA_MAX_BATCH) */
     uint32_t token_budget;                  /* tokens per scheduler step (decode + prefill chunks) */

@@ -10,6 +10,11 @@
 #          check   cudacheck on each model (CUDA vs CPU logits, greedy agreement)
 #          engine  engine batch-1 decode tok/s (enginebench --device cuda)
 #          served  sluice serve --device cuda + loadgen at each concurrency level
+#          prefix  prefix caching served (docs/PERF.md, "Prefix cache"): 64
+#                  clients, one ~4096-token shared prefix + ~100-token
+#                  distinct questions, max_tokens 32, run with the cache and
+#                  with --no-prefix-cache: TTFT p50/p99 of both, their
+#                  ratio, the hit rate from /metrics (SIZE default 8b, Q4)
 #          calibrate  loadgen against tools/stubserver (no model, no GPU): the
 #                  generator's own ceiling and CPU use at the served levels
 #          report  rebuild report.md from the results so far
@@ -33,6 +38,8 @@
 #   BENCH_TAG          suffix of the served results' names (default none)
 #   BENCH_TOKENIZER_DIR  llama3 tokenizer.json.xz + tokenizer_config.json
 #                      (default tests/data/tokenizers/llama3)
+#   BENCH_PREFIX_WORDS    prefix: shared words (default 4000, ~4100 tokens; tiny 400)
+#   BENCH_PREFIX_CLIENTS  prefix: concurrent clients (default 64; tiny 8)
 #   BENCH_TINY=1       CPU dry run of this script: tiny-llama3 / tiny-llama stand
 #                      in for 1b / 8b, --device cpu, levels 1,4,8, 3 s per level
 # The load: --prompt-words 100 --max-tokens 128 --ignore-eos, streaming chat
@@ -43,9 +50,11 @@ cd "$(dirname "$0")/.." || exit 2
 stage=${1:-}
 size_sel=${2:-all}
 type_sel=${3:-all}
-case "$stage" in models|check|engine|served|calibrate|report|all) ;; *)
-  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+case "$stage" in models|check|engine|served|prefix|calibrate|report|all) ;; *)
+  sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
+[ "$stage" = prefix ] && [ $# -lt 2 ] && size_sel=8b
+[ "$stage" = prefix ] && [ $# -lt 3 ] && type_sel=q4
 case "$size_sel" in 1b|8b|all) ;; *) echo "gpu-bench: SIZE is 1b, 8b or all" >&2; exit 2 ;; esac
 case "$type_sel" in q4|q8|all) ;; *) echo "gpu-bench: TYPE is q4, q8 or all" >&2; exit 2 ;; esac
 
@@ -54,10 +63,12 @@ if [ "$tiny" = 1 ]; then
   build=${SLUICE_BUILD_DIR:-build}; device=cpu
   levels=${BENCH_LEVELS:-1,4,8}; duration=${BENCH_DURATION:-3}
   serve_extra=(--threads 2 --frontends 2 --kv-memory 256M)
+  prefix_words=${BENCH_PREFIX_WORDS:-400}; prefix_clients=${BENCH_PREFIX_CLIENTS:-8}; prefix_ctx=2048
 else
   build=${SLUICE_BUILD_DIR:-build-gpu}; device=cuda
   levels=${BENCH_LEVELS:-1,64,256}; duration=${BENCH_DURATION:-20}
   serve_extra=()
+  prefix_words=${BENCH_PREFIX_WORDS:-4000}; prefix_clients=${BENCH_PREFIX_CLIENTS:-64}; prefix_ctx=8192
 fi
 root=/tmp/sluice-gpu-bench
 out=${OUT:-$root/out}
@@ -139,22 +150,23 @@ stop_server() {
   serve_pid=
 }
 trap stop_server EXIT
-run_served() {
-  local f; f=$(model_path "$1" "$2")
-  local slog=$state/serve-$1-$2.log
+start_server() {   # what size type log [serve flags...]: sets port and serve_pid
+  local what=$1 f; f=$(model_path "$2" "$3")
+  local slog=$4
+  shift 4
   setsid "$build/sluice" serve -m "$f" --device "$device" --host 127.0.0.1 --port 0 --max-seqs 256 \
-    --ctx-size 2048 --admin-socket "$state/admin-$$.sock" --drain-delay 0 --drain-timeout 5 \
-    "${serve_extra[@]}" ${BENCH_SERVE_ARGS:-} > "$slog" 2>&1 &
+    --admin-socket "$state/admin-$$.sock" --drain-delay 0 --drain-timeout 5 \
+    "${serve_extra[@]}" "$@" ${BENCH_SERVE_ARGS:-} > "$slog" 2>&1 &
   serve_pid=$!
-  local port=""
+  port=""
   for _ in $(seq 1200); do   # model load + CUDA start: up to 2 minutes
     port=$(grep -m1 -o 'listening on http://[^ ]*' "$slog" | sed 's/.*://')
     [ -n "$port" ] && break
     kill -0 "$serve_pid" 2>/dev/null || break
     sleep 0.1
   done
-  if [ -z "$port" ]; then say "served $1 $2: sluice serve did not start (see serve-$1-$2.log)"; stop_server; return 1; fi
-  python3 - "$port" <<'EOF' || { say "served $1 $2: not ready"; stop_server; return 1; }
+  if [ -z "$port" ]; then say "$what: sluice serve did not start (see $(basename "$slog"))"; stop_server; return 1; fi
+  python3 - "$port" <<'EOF' || { say "$what: not ready"; stop_server; return 1; }
 import sys, time, urllib.request
 for _ in range(1200):
     try:
@@ -165,6 +177,13 @@ for _ in range(1200):
     time.sleep(0.1)
 sys.exit(1)
 EOF
+}
+metrics() {   # port file: the server's /metrics
+  python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+    "http://127.0.0.1:$1/metrics" > "$2" 2>&1
+}
+run_served() {
+  start_server "served $1 $2" "$1" "$2" "$state/serve-$1-$2.log" --ctx-size 2048 || return 1
   local lg=("$build/tools/loadgen" --url "127.0.0.1:$port" --endpoint chat --prompt-words 100 --max-tokens 128
             --ignore-eos --threads "$lg_threads" --timeout 300)
   [ -n "${BENCH_EXTRA_JSON:-}" ] && lg+=(--extra-json "$BENCH_EXTRA_JSON")
@@ -175,10 +194,61 @@ EOF
   local rc=$?
   say "served $1 $2${BENCH_TAG:+ ($BENCH_TAG)}: loadgen rc=$rc"
   sed -n '2,$p' "$state/served-$1-$2$tag.log" | tee -a "$log"
-  python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
-    "http://127.0.0.1:$port/metrics" > "$state/metrics-$1-$2$tag.txt" 2>&1   # the worker's counters after the load
+  metrics "$port" "$state/metrics-$1-$2$tag.txt"   # the worker's counters after the load
   stop_server
   [ $rc -eq 0 ]
+}
+
+# ---- prefix: every client's prompt opens with the same long text (a system
+# prompt, a document); the distinct question follows. Run with the cache on
+# (the default) and off. The warm-up's prompts share nothing, so the measured
+# load starts on an empty cache: the first arrivals find the prefix in flight
+# and wait for its blocks (docs/SCHEDULER.md §5a). The hit rate is the
+# /metrics counters' growth over the measured load.
+run_prefix() {   # size type
+  local mode rc=0
+  for mode in cache nocache; do
+    local name=prefix-$1-$2-$mode flags=(--ctx-size "$prefix_ctx")
+    [ "$mode" = nocache ] && flags+=(--no-prefix-cache)
+    start_server "prefix $1 $2 $mode" "$1" "$2" "$state/serve-$name.log" "${flags[@]}" || { rc=1; continue; }
+    local lg=("$build/tools/loadgen" --url "127.0.0.1:$port" --endpoint chat --max-tokens 32 --ignore-eos
+              --threads "$lg_threads" --timeout 600)
+    "${lg[@]}" --prompt-words 100 --concurrency 8 --requests 16 > "$state/warmup-$name.log" 2>&1
+    metrics "$port" "$state/metrics-$name-before.txt"
+    "${lg[@]}" --shared-prefix-words "$prefix_words" --prompt-words 100 --concurrency "$prefix_clients" \
+      --duration "$duration" --json "$state/$name.json" > "$state/$name.log" 2>&1
+    local lrc=$?
+    metrics "$port" "$state/metrics-$name-after.txt"
+    stop_server
+    say "prefix $1 $2 $mode: loadgen rc=$lrc"
+    sed -n '2,$p' "$state/$name.log" | tee -a "$log"
+    [ $lrc -eq 0 ] || rc=1
+  done
+  python3 - "$state" "$1-$2" <<'EOF' | tee -a "$log" > "$state/prefix-$1-$2.txt"
+import json, re, sys
+state, tag = sys.argv[1], sys.argv[2]
+def counter(path, name):
+    m = re.search(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+]+)$", open(path).read(), re.M)
+    return float(m.group(1)) if m else 0.0
+res = {}
+for mode in ("cache", "nocache"):
+    try:
+        lv = json.load(open(f"{state}/prefix-{tag}-{mode}.json"))["levels"][0]
+        d = {k: counter(f"{state}/metrics-prefix-{tag}-{mode}-after.txt", k) -
+                counter(f"{state}/metrics-prefix-{tag}-{mode}-before.txt", k)
+             for k in ("sluice_prefix_cache_hits_total", "sluice_prefix_cache_queries_total")}
+    except (OSError, ValueError, IndexError, KeyError):
+        continue
+    q = d["sluice_prefix_cache_queries_total"]
+    res[mode] = (lv, d["sluice_prefix_cache_hits_total"] / q if q else 0.0)
+    print(f"prefix {tag} {mode}: TTFT p50 {lv['ttft_ms']['p50']:.1f} ms p99 {lv['ttft_ms']['p99']:.1f} ms, "
+          f"{lv['requests_ok']} requests, {lv['errors_total']} errors, prompt tokens {lv['prompt_tokens']}, "
+          f"hit rate {res[mode][1]:.3f}")
+if len(res) == 2:
+    a, b = res["cache"][0]["ttft_ms"], res["nocache"][0]["ttft_ms"]
+    print(f"prefix {tag}: TTFT with the cache / without: p50 {a['p50'] / b['p50']:.3f}, p99 {a['p99'] / b['p99']:.3f}")
+EOF
+  return $rc
 }
 
 # ---- calibrate: the load generator against the stub server. Unpaced (tokens
@@ -285,6 +355,13 @@ for name in ("unpaced", "paced-c1", "paced-c256"):
         cal.append(f"| {name} | {x['concurrency']} | {x['output_tok_s']:,.0f} | {x['errors_total']} | "
                    f"{x['ttft_ms']['p50']:.2f} / {x['ttft_ms']['p99']:.2f} | {x['itl_ms']['p50']:.2f} / {x['itl_ms']['p99']:.2f} | "
                    f"{x['cpu']['percent_of_one_core']:.0f} / {x['cpu']['busiest_thread_percent']:.0f} |")
+for tag in ("1b-Q4_K_M", "1b-Q8_0", "8b-Q4_K_M", "8b-Q8_0"):
+    try:
+        lines = open(f"{state}/prefix-{tag}.txt").read().strip()
+    except OSError:
+        continue
+    print(f"\nPrefix cache, {tag}: one shared prefix + 100-word questions, max_tokens 32, with and without the cache:\n")
+    print("\n".join("    " + l for l in lines.splitlines()))
 if cal:
     print("\nLoad generator calibration against tools/stubserver (unpaced; paced 400 us/token at c=1, 2000 us/token at c=256):\n")
     print("| stub | c | out tok/s | errors | TTFT p50 / p99 ms | ITL p50 / p99 ms | loadgen CPU % (all / busiest thread) |")
@@ -310,6 +387,7 @@ elif [ "$stage" != report ]; then
         check)  run_check "$size" "$type" || status=1 ;;
         engine) run_engine "$size" "$type" || status=1 ;;
         served) run_served "$size" "$type" || status=1 ;;
+        prefix) run_prefix "$size" "$type" || status=1 ;;
         all)    run_check "$size" "$type" || status=1
                 run_engine "$size" "$type" || status=1
                 run_served "$size" "$type" || status=1 ;;

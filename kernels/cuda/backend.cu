@@ -393,13 +393,25 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         uint64_t n_blocks = cfg->n_kv_blocks;
         CUDA_OR_FAIL(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
         if (n_blocks == 0) {
+            /* vLLM's gpu_memory_utilization: weights, scratch and the pool
+             * together take at most `frac` of the card, so two instances
+             * can share one at 0.45 each; and never more than is free now
+             * (another process's memory is not ours to take), less a
+             * reserve for what CUDA allocates later (graphs, cuBLAS
+             * workspaces) */
+            double frac = cfg->gpu_memory_fraction > 0.0 && cfg->gpu_memory_fraction <= 1.0
+                              ? cfg->gpu_memory_fraction : 0.90;
+            uint64_t cap = (uint64_t)(frac * (double)total_b), ours = (uint64_t)wbytes + sbytes;
+            uint64_t by_frac = cap > ours ? cap - ours : 0;
             uint64_t reserve = total_b / RESERVE_DIV > RESERVE_MIN ? total_b / RESERVE_DIV : RESERVE_MIN;
-            n_blocks = free_b > reserve ? (free_b - reserve) / block_bytes : 0;
+            uint64_t by_free = free_b > reserve ? free_b - reserve : 0;
+            n_blocks = (by_frac < by_free ? by_frac : by_free) / block_bytes;
             if (n_blocks > 0x7fffffff)
                 n_blocks = 0x7fffffff;
             if (n_blocks < 1)
-                FAIL(SL_ENOMEM, "cuda backend: no room for a KV cache: %llu MiB free after weights (%llu MiB) "
-                     "and scratch (%llu MiB), %llu MiB kept in reserve", MIB(free_b), MIB(wbytes), MIB(sbytes),
+                FAIL(SL_ENOMEM, "cuda backend: no room for a KV cache: --gpu-memory-fraction %.2f of %llu MiB "
+                     "leaves %llu MiB after weights (%llu MiB) and scratch (%llu MiB); %llu MiB free, %llu MiB "
+                     "kept in reserve", frac, MIB(total_b), MIB(by_frac), MIB(wbytes), MIB(sbytes), MIB(free_b),
                      MIB(reserve));
         }
         uint64_t kv_bytes = n_blocks * block_bytes;

@@ -103,7 +103,7 @@ BAD = [
     (CHAT, {"messages": MSG, "max_tokens": 0}, 400, "max_tokens"),
     (CHAT, {"messages": MSG, "max_tokens": -1}, 400, "max_tokens"),
     (CHAT, {"messages": MSG, "max_tokens": 1.5}, 400, "max_tokens"),
-    (CHAT, {"messages": MSG, "n": 2}, 400, "n"),
+    (CHAT, {"messages": MSG, "n": 17}, 400, "n"),
     (CHAT, {"messages": MSG, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
     (CHAT, {"messages": MSG, "stop": [""]}, 400, None),
     (CHAT, {"messages": MSG, "stop": 7}, 400, "stop"),
@@ -175,18 +175,25 @@ def test_bad_requests_on_one_connection_never_reach_the_worker(srv):
     assert srv.wait_mailboxes_free(free)["free"] == free
 
 
-def test_n_is_one(srv):
-    # n=1 (or absent, or null) works; n>1 is a 400 naming `n` (docs/API.md).
+def test_n_choices(srv):
+    # n=1 (or absent, or null) is one choice; n up to 16 is that many, each
+    # its own mailbox (the echo worker answers each alike); past 16 is a 400
+    # naming `n` and the limit (docs/API.md).
     for extra in ({}, {"n": 1}, {"n": None}):
         s, _, b = srv.post(CHAT, {"messages": MSG, **extra})
         r = json.loads(b)
         assert s == 200 and len(r["choices"]) == 1 and r["choices"][0]["index"] == 0, b
     s, _, b = srv.post(COMP, {"prompt": "hi", "n": 1})
     assert s == 200 and [c["index"] for c in json.loads(b)["choices"]] == [0]
-    for route, body in ((CHAT, {"messages": MSG, "n": 3}), (COMP, {"prompt": "hi", "n": 2})):
+    s, _, b = srv.post(COMP, {"prompt": "hi", "n": 3})
+    r = json.loads(b)
+    assert s == 200 and [c["index"] for c in r["choices"]] == [0, 1, 2], b
+    assert len({c["text"] for c in r["choices"]}) == 1
+    assert r["usage"]["completion_tokens"] == 3 * (r["usage"]["prompt_tokens"] + 1)   # echo + EOS, each
+    for route, body in ((CHAT, {"messages": MSG, "n": 17}), (COMP, {"prompt": "hi", "n": 0})):
         s, _, b = srv.post(route, body)
         e = error_of(b)
-        assert s == 400 and e["param"] == "n" and "n=1" in e["message"]
+        assert s == 400 and e["param"] == "n" and "16" in e["message"]
 
 
 def test_context_check_message(srv):

@@ -127,7 +127,7 @@ def test_errors_map_to_client_exceptions(client, srv):
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="tiny", messages=MSG, n=3)
+        client.chat.completions.create(model="tiny", messages=MSG, n=17)
     assert e.value.param == "n"
 
 

@@ -2,7 +2,11 @@
 prompt sent again reuses the KV of its full blocks, reports them as
 usage.prompt_tokens_details.cached_tokens, and answers bitwise as it did cold
 (same tokens, same logprobs); --no-prefix-cache reports 0; a second turn
-that resends the first is computed only past what was resent."""
+that resends the first is computed only past what was resent; one prompt
+sent by several clients at once is computed once; and a chat replayed turn
+by turn (tools/prefix-replay.py) computes only its new tokens."""
+import concurrent.futures
+import importlib.util
 import json
 import os
 import signal
@@ -10,7 +14,10 @@ import urllib.request
 
 import pytest
 
+from paths import REPO
 from serve import Server, wait_for
+
+DEFAULT = REPO / "models/default/sluice-default-q8_0.gguf"
 
 BLOCK = 16   # SL_KV_BLOCK_TOKENS
 
@@ -148,3 +155,67 @@ def test_no_prefix_cache_reports_zero(chat_model, tmp_path, how):
         assert w["prefix_cache_blocks"] == 0
     finally:
         s.stop()
+
+
+def test_identical_prompts_sent_together_compute_the_prompt_once(chat_model, tmp_path):
+    """Four clients send one prompt at the same moment: the worker prefills it
+    once and the others wait for its blocks (or, if they came later, find
+    them cached); every answer is the cold one, bitwise."""
+    s = Server(chat_model, tmp_path, frontends=2)
+    try:
+        p = prompt_ids(300, salt=5)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            rs = list(pool.map(lambda _: complete(s, p), range(4)))
+        assert sorted(cached(r) for r in rs) == [0, 288, 288, 288]
+        assert metric(s, "sluice_prefix_cache_hits_total") == 3 * 288
+        assert all(answer(r) == answer(rs[0]) for r in rs)
+    finally:
+        s.stop()
+    s = Server(chat_model, tmp_path, frontends=1, extra=["--no-prefix-cache"])
+    try:
+        assert answer(complete(s, p)) == answer(rs[0]), "the cold run"
+    finally:
+        s.stop()
+
+
+def test_n_choices_share_the_prompt_blocks(chat_model, tmp_path):
+    """n = 3 is three sequences with one prompt: the first prefills it, the
+    other two map its blocks (they wait for them when they arrive during its
+    prefill, as they normally do: all three are submitted together), and each choice with seed s + i equals an n = 1 request with that
+    seed."""
+    s = Server(chat_model, tmp_path, frontends=1)
+    try:
+        p = prompt_ids(300, salt=9)
+        r = complete(s, p, n=3, temperature=1.0, seed=40)
+        assert [c["index"] for c in r["choices"]] == [0, 1, 2]
+        assert metric(s, "sluice_prefix_cache_hits_total") == 2 * 288
+        assert 0 <= worker_snapshot(s)["prefix_deferrals"] <= 2
+        for i, c in enumerate(r["choices"]):
+            one = complete(s, p, temperature=1.0, seed=40 + i)["choices"][0]
+            assert (c["text"], c["logprobs"]["token_logprobs"]) == (one["text"], one["logprobs"]["token_logprobs"])
+    finally:
+        s.stop()
+
+
+def load_replay():
+    spec = importlib.util.spec_from_file_location("prefix_replay", REPO / "tools/prefix-replay.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not DEFAULT.exists(), reason="models/default is not there")
+def test_chat_replay_computes_only_the_new_tokens(tmp_path):
+    """tools/prefix-replay.py on the shipped 12M model, greedy: from the
+    second turn on, each request computes at most the tokens the previous
+    request did not have plus one block (the partial block of the cached
+    part, and the previous turn's last token, which was never fed)."""
+    s = Server(DEFAULT, tmp_path, frontends=1)
+    try:
+        rows = load_replay().replay(s.base, turns=5, max_tokens=24, system_words=60, user_words=20)
+    finally:
+        s.stop()
+    assert rows[0]["cached"] == 0 and rows[0]["computed"] == rows[0]["prompt"]
+    for r in rows[1:]:
+        assert r["cached"] > 0 and r["cached"] % BLOCK == 0, r
+        assert r["computed"] <= r["new"] + BLOCK, rows

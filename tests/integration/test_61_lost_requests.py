@@ -79,9 +79,11 @@ def test_non_streamed_requests_lost_to_a_worker_death_get_503(server):
 
 
 def test_stream_lost_before_its_first_token_gets_503(server):
-    prompt = " ".join(f"w{i}" for i in range(700))   # ~2000 tokens: seconds of 8-token prefill steps
-    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 10, "stream": True}
-    out = run_and_kill(server, [body] * 2)
+    # ~2000 tokens: seconds of 8-token prefill steps. Two different prompts: the same one twice would
+    # have the second wait for the first one's blocks (docs/SCHEDULER.md §5a), not prefill beside it
+    bodies = [{"messages": [{"role": "user", "content": f"v{k} " + " ".join(f"w{i}" for i in range(700))}],
+               "max_tokens": 10, "stream": True} for k in range(2)]
+    out = run_and_kill(server, bodies)
     for i in range(2):
         assert_retryable(out[i])
     server.wait_ready(30)

@@ -146,7 +146,7 @@ def test_short_request_is_served_beside_slow_and_long_streams(model, tmp_path, m
     try:
         w = worker_snapshot(s)
         if max_seqs is None:
-            assert w["max_in_flight"]["source"] == "default"
+            assert w["max_in_flight"]["source"] == "computed"
         run_case(s)
     finally:
         s.stop()

@@ -126,3 +126,33 @@ def test_real_server_usage_totals(chat_model, tmp_path):
                 assert lv["ttft_ms"]["n"] == 8
     finally:
         s.stop()
+
+
+def show(*args):
+    r = subprocess.run([tool("loadgen"), *args], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_shared_prefix_words(endpoint):
+    """--shared-prefix-words P: every prompt opens with the same P words (the
+    same text every run), then its own --prompt-words words."""
+    def words(i, p, w):
+        body = show("--show-request", str(i), "--endpoint", endpoint, "--shared-prefix-words", str(p),
+                    "--prompt-words", str(w))
+        text = body["messages"][0]["content"] if endpoint == "chat" else body["prompt"]
+        return text.split(" ")
+    a, b = words(0, 300, 40), words(1, 300, 40)
+    assert len(a) == len(b) == 340
+    assert a[:300] == b[:300] == words(7, 300, 0)
+    assert a[300:] != b[300:], "the distinct part differs per request"
+    assert a[300:] == words(0, 0, 40), "and is the part --prompt-words alone gives"
+    assert words(0, 0, 40) != words(1, 0, 40)
+
+
+@pytest.mark.parametrize("bad", ["-1", "1000001"])
+def test_shared_prefix_words_refused(bad):
+    r = subprocess.run([tool("loadgen"), "--show-request", "0", "--shared-prefix-words", bad],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "usage" in r.stderr

@@ -2,7 +2,8 @@
  * server (sluice serve, or tools/stubserver for calibration).
  *
  *   loadgen --url HOST:PORT [--concurrency 1,64,256] [--requests N | --duration S]
- *           [--endpoint chat|completions] [--prompt-words W] [--max-tokens M]
+ *           [--endpoint chat|completions] [--prompt-words W] [--shared-prefix-words P]
+ *           [--max-tokens M]
  *           [--ignore-eos] [--threads T] [--timeout S] [--json FILE] ...
  *
  * For each concurrency level C in turn, C connections each run requests back
@@ -58,6 +59,8 @@ typedef struct {
     long requests;            /* per level; 0 = --duration */
     double duration, timeout; /* seconds */
     int chat, prompt_words, max_tokens, ignore_eos, threads, read_size;
+    int shared_prefix_words;  /* the same words open every prompt (the prefix cache's load) */
+    int show_request;         /* --show-request: print that request's body and exit; -1 off */
     const char *model, *json_path, *api_key;
     const char *extra;        /* --extra-json: members added to every body, or NULL */
 } options;
@@ -192,7 +195,8 @@ static const char *words[] = {
 static int build_request(conn *c, long id)
 {
     size_t nw = sizeof words / sizeof words[0];
-    size_t cap = HEAD_MAX + 1024 + (size_t)opt.prompt_words * 12 + (opt.extra ? strlen(opt.extra) : 0);
+    size_t cap = HEAD_MAX + 1024 + ((size_t)opt.prompt_words + (size_t)opt.shared_prefix_words) * 12 +
+                 (opt.extra ? strlen(opt.extra) : 0);
     if (c->req_cap < cap) {
         free(c->req);
         if (!(c->req = malloc(cap)))
@@ -202,10 +206,15 @@ static int build_request(conn *c, long id)
     char *body = c->req + HEAD_MAX, *p = body, *end = c->req + cap;
     p += sprintf(p, "{%s%s%s%s", opt.model ? "\"model\":\"" : "", opt.model ? opt.model : "", opt.model ? "\"," : "",
                  opt.chat ? "\"messages\":[{\"role\":\"user\",\"content\":\"" : "\"prompt\":\"");
-    uint64_t s = (uint64_t)id * 0x9e3779b97f4a7c15ull + 1;
+    uint64_t s = 0x243f6a8885a308d3ull;   /* a fixed seed: every request's prefix is the same text */
+    for (int i = 0; i < opt.shared_prefix_words; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        p += sprintf(p, "%s%s", i ? " " : "", words[s % nw]);
+    }
+    s = (uint64_t)id * 0x9e3779b97f4a7c15ull + 1;
     for (int i = 0; i < opt.prompt_words; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;   /* xorshift: different words per request */
-        p += sprintf(p, "%s%s", i ? " " : "", words[s % nw]);
+        p += sprintf(p, "%s%s", i || opt.shared_prefix_words ? " " : "", words[s % nw]);
     }
     p += snprintf(p, (size_t)(end - p), "\"%s,\"max_tokens\":%d,\"stream\":true,"
                   "\"stream_options\":{\"include_usage\":true}%s%s%s}",
@@ -639,7 +648,8 @@ static void usage(FILE *f)
         "  --requests N            requests per level (default 100)\n"
         "  --duration S            instead: start requests for S seconds per level, then let them finish\n"
         "  --endpoint chat|completions  (default chat)\n"
-        "  --prompt-words W        prompt length in words (default 100)\n"
+        "  --prompt-words W        prompt length in words (default 100), different words per request\n"
+        "  --shared-prefix-words P every prompt starts with the same P words, then its own W (default 0)\n"
         "  --max-tokens M          max_tokens (default 128)\n"
         "  --ignore-eos            send ignore_eos: true (every request then makes M tokens)\n"
         "  --model NAME            model field (default: none, the server's model)\n"
@@ -648,7 +658,8 @@ static void usage(FILE *f)
         "  --threads T             event-loop threads (default: cores, at most the concurrency)\n"
         "  --timeout S             per-request limit (default 120)\n"
         "  --read-size B           bytes per recv() (default 65536; small values test the parser)\n"
-        "  --json FILE             also write the results as JSON\n");
+        "  --json FILE             also write the results as JSON\n"
+        "  --show-request ID       print the body of request ID (0, 1, ...) and exit (no server needed)\n");
 }
 
 static int parse_url(const char *url)
@@ -677,7 +688,7 @@ int main(int argc, char **argv)
     const char *url = NULL;
     opt = (options){.levels = {1}, .n_levels = 1, .requests = 100, .timeout = 120, .chat = 1, .prompt_words = 100,
                     .max_tokens = 128, .threads = (int)sysconf(_SC_NPROCESSORS_ONLN), .read_size = 65536,
-                    .model = NULL};
+                    .model = NULL, .show_request = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -715,6 +726,8 @@ int main(int argc, char **argv)
             opt.chat = !strcmp(v, "chat");
         }
         else if (!strcmp(a, "--prompt-words")) opt.prompt_words = atoi(v);
+        else if (!strcmp(a, "--shared-prefix-words")) opt.shared_prefix_words = atoi(v);
+        else if (!strcmp(a, "--show-request")) opt.show_request = atoi(v);
         else if (!strcmp(a, "--max-tokens")) opt.max_tokens = atoi(v);
         else if (!strcmp(a, "--model")) opt.model = v;
         else if (!strcmp(a, "--extra-json")) opt.extra = v;
@@ -729,20 +742,35 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!url || opt.n_levels == 0 || (opt.requests < 1 && !(opt.duration > 0)) || opt.prompt_words < 0 ||
-        opt.prompt_words > 1000000 || opt.max_tokens < 1 || opt.threads < 1 || opt.threads > 1024 ||
+    if ((!url && opt.show_request < 0) || opt.n_levels == 0 || (opt.requests < 1 && !(opt.duration > 0)) ||
+        opt.prompt_words < 0 || opt.prompt_words > 1000000 || opt.shared_prefix_words < 0 ||
+        opt.shared_prefix_words > 1000000 || opt.max_tokens < 1 || opt.threads < 1 || opt.threads > 1024 ||
         !(opt.timeout > 0) || opt.read_size < 1 || (opt.model && (strlen(opt.model) > 200 || strpbrk(opt.model, "\"\\"))) ||
         (opt.api_key && (strlen(opt.api_key) > 200 || strpbrk(opt.api_key, "\r\n")))) {
         usage(stderr);
         return 2;
+    }
+    if (opt.show_request >= 0) {   /* what the load sends, for the tests and the curious */
+        conn c = {0};
+        snprintf(opt.host, sizeof opt.host, "localhost");
+        snprintf(opt.port, sizeof opt.port, "0");
+        if (build_request(&c, opt.show_request) < 0) {
+            fprintf(stderr, "loadgen: cannot build request %d\n", opt.show_request);
+            return 1;
+        }
+        const char *body = strstr(c.req, "\r\n\r\n");
+        printf("%.*s\n", (int)(c.req + c.req_len - body - 4), body + 4);
+        free(c.req);
+        return 0;
     }
     if (parse_url(url) < 0) {
         fprintf(stderr, "loadgen: --url wants HOST:PORT, got '%s'\n", url);
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    printf("loadgen: %s:%s %s, %d prompt words, max_tokens %d%s, %s %s, up to %d threads\n", opt.host, opt.port,
-           opt.chat ? "/v1/chat/completions" : "/v1/completions", opt.prompt_words, opt.max_tokens,
+    printf("loadgen: %s:%s %s, %d prompt words (after %d shared), max_tokens %d%s, %s %s, up to %d threads\n",
+           opt.host, opt.port, opt.chat ? "/v1/chat/completions" : "/v1/completions", opt.prompt_words,
+           opt.shared_prefix_words, opt.max_tokens,
            opt.ignore_eos ? " (ignore_eos)" : "", opt.requests ? "requests per level" : "seconds per level",
            opt.requests ? "" : "", opt.threads);
     print_header();
@@ -756,8 +784,9 @@ int main(int argc, char **argv)
         errors += n_errors(&r.st);
     }
     if (opt.json_path) {
-        json_t *doc = json_pack("{s:s,s:s,s:s,s:i,s:i,s:b,s:I,s:f,s:i,s:o}", "host", opt.host, "port", opt.port,
+        json_t *doc = json_pack("{s:s,s:s,s:s,s:i,s:i,s:i,s:b,s:I,s:f,s:i,s:o}", "host", opt.host, "port", opt.port,
                                 "endpoint", opt.chat ? "chat" : "completions", "prompt_words", opt.prompt_words,
+                                "shared_prefix_words", opt.shared_prefix_words,
                                 "max_tokens", opt.max_tokens, "ignore_eos", opt.ignore_eos, "requests_per_level",
                                 (json_int_t)opt.requests, "duration_s", opt.duration, "threads", opt.threads,
                                 "levels", levels);

@@ -5,6 +5,7 @@
  * parser, NULL for a builder) and leak nothing (LSan, at exit), until an N
  * past the last allocation succeeds. */
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/api_json.h"
@@ -228,4 +229,29 @@ Test(alloc_sweep, tool_calls_grammar, .init = setup)
     cr_assert_lt(n, MAX_N);
     free(want);
     json_decref(tools);
+}
+
+/* A whole answer of three choices (n = 3): every choice's allocation too. */
+Test(alloc_sweep, multi_choice_response_build, .init = setup)
+{
+    int n;
+    for (n = 1; n <= MAX_N; n++) {
+        sl_api_timings tm = {1, 2.0, 9, 4.0};
+        sl_api_result r[3] = {
+            {.endpoint = SL_API_ENDPOINT_COMPLETIONS, .id = "cmpl-1", .created = 1, .model = "m", .text = "a",
+             .text_len = 1, .finish = SL_API_FINISH_STOP, .usage = {1, 9}, .timings = &tm},
+            {.endpoint = SL_API_ENDPOINT_COMPLETIONS, .text = "bb", .text_len = 2, .finish = SL_API_FINISH_LENGTH},
+            {.endpoint = SL_API_ENDPOINT_COMPLETIONS, .text = "ccc", .text_len = 3, .finish = SL_API_FINISH_STOP},
+        };
+        bool fired;
+        char *whole = NULL;
+        ARMED(n, whole = sl_api_response_build_n(r, 3));
+        cr_assert_eq(whole == NULL, fired, "N=%d", n);
+        if (!fired)
+            cr_assert_not_null(strstr(whole, "\"index\":2"));
+        free(whole);
+        if (!fired)
+            break;
+    }
+    cr_assert(n > 1 && n <= MAX_N, "N=%d", n);
 }

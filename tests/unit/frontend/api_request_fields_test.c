@@ -62,7 +62,8 @@ static const refusal refused[] = {
     {CHAT, "{" M ",\"prompt_cache_retention\":\"1y\"}", "prompt_cache_retention", "in_memory or 24h", NULL},
     {CHAT, "{" M ",\"safety_identifier\":5}", "safety_identifier", "string", "invalid_type"},
     {CHAT, "{" M ",\"prompt_cache_key\":[]}", "prompt_cache_key", "string", "invalid_type"},
-    {CHAT, "{" M ",\"n\":2}", "n", "n=1", "unsupported"},
+    {CHAT, "{" M ",\"n\":17}", "n", "between 1 and 16", "invalid_value"},
+    {CHAT, "{" M ",\"n\":\"2\"}", "n", "integer", "invalid_type"},
     /* limits */
     {CHAT, "{" M ",\"max_tokens\":10,\"max_completion_tokens\":20}", "max_completion_tokens", "same limit",
      "invalid_value"},

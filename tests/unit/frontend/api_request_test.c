@@ -97,7 +97,10 @@ static const bad_case bad[] = {
     {CHAT, "{" M ",\"max_completion_tokens\":0}", 0, "max_completion_tokens"},
     {CHAT, "{" M ",\"max_tokens\":5,\"min_tokens\":10}", 0, "min_tokens"},
     {CHAT, "{" M ",\"min_tokens\":-1}", 0, "min_tokens"},
-    {CHAT, "{" M ",\"n\":2}", 0, "n"},
+    {CHAT, "{" M ",\"n\":17}", 0, "n"},
+    {CHAT, "{" M ",\"n\":-1}", 0, "n"},
+    {CHAT, "{" M ",\"n\":1.5}", 0, "n"},
+    {CHAT, "{" M ",\"n\":\"2\"}", 0, "n"},
     {CHAT, "{" M ",\"n\":0}", 0, "n"},
     {CHAT, "{" M ",\"seed\":\"x\"}", 0, "seed"},
     {CHAT, "{" M ",\"seed\":1.5}", 0, "seed"},
@@ -148,7 +151,7 @@ static const bad_case bad[] = {
     {CMPL, "{\"prompt\":[[1,2]]}", 0, "prompt"},
     {CMPL, "{\"prompt\":\"x\",\"logprobs\":6}", 0, "logprobs"},
     {CMPL, "{\"prompt\":\"x\",\"logprobs\":true}", 0, "logprobs"},
-    {CMPL, "{\"prompt\":\"x\",\"n\":3}", 0, "n"},
+    {CMPL, "{\"prompt\":\"x\",\"n\":17}", 0, "n"},
     {CMPL, "{\"prompt\":\"x\",\"max_tokens\":0}", 0, "max_tokens"},
     {CMPL, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 0, "stop"},
 };
@@ -477,4 +480,26 @@ Test(api_request, tiny_value_past_open_bound_is_kept_positive)
     cr_expect_gt(r.sampling.top_p, 0.0f);
     cr_expect_gt(r.sampling.repetition_penalty, 0.0f);
     sl_api_request_fini(&r);
+}
+
+Test(api_request, n_takes_one_to_sixteen_choices)
+{
+    static const char *const ok[] = {"{" M ",\"n\":1}", "{" M ",\"n\":16}", "{" M ",\"n\":3.0}"};
+    static const int32_t want[] = {1, 16, 3};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        sl_api_request r;
+        parse_ok(&r, CHAT, ok[i]);
+        cr_expect_eq(r.n, want[i], "%s", ok[i]);
+        sl_api_request_fini(&r);
+    }
+    sl_api_request r;
+    parse_ok(&r, CMPL, "{\"prompt\":\"x\",\"n\":5,\"stream\":true}");
+    cr_expect_eq(r.n, 5);
+    sl_api_request_fini(&r);
+    /* the message names the limit */
+    sl_api_error e;
+    const char *body = "{" M ",\"n\":17}";
+    cr_assert_eq(sl_api_request_parse(&r, CHAT, body, strlen(body), N_VOCAB, &e), SL_EINVAL);
+    cr_expect_str_eq(e.param, "n");
+    cr_expect(strstr(e.message, "16") != NULL, "%s", e.message);
 }

@@ -423,3 +423,119 @@ Test(api_response, delta_chunk_carries_the_given_delta_and_logprobs)
     free(s);
     json_decref(d);
 }
+
+/* ----------------------------------------------------------- n choices */
+
+Test(api_response, whole_response_with_three_choices_in_index_order)
+{
+    sl_api_timings t = {.prompt_n = 5, .prompt_ms = 10.0, .predicted_n = 9, .predicted_ms = 9.0};
+    sl_api_logprobs lp;
+    cr_assert_eq(sl_api_logprobs_init(&lp, SL_API_ENDPOINT_CHAT, 0), SL_OK);
+    sl_api_token_logprob tl = {.chosen = {"b", 1, -0.5f}};
+    cr_assert_eq(sl_api_logprobs_push(&lp, &tl), SL_OK);
+    json_t *calls = json_pack("[{s:s,s:s,s:{s:s,s:s}}]", "id", "call_1", "type", "function", "function", "name",
+                              "f", "arguments", "{}");
+    sl_api_result r[3] = {
+        {.endpoint = SL_API_ENDPOINT_CHAT, .id = "chatcmpl-n", .created = 7, .model = "tiny", .text = "a",
+         .text_len = 1, .finish = SL_API_FINISH_STOP, .timings = &t,
+         .usage = {.prompt_tokens = 5, .completion_tokens = 9, .cached_tokens = 4}},
+        {.text = "b", .text_len = 1, .finish = SL_API_FINISH_LENGTH, .logprobs = &lp, .reasoning = "hm",
+         .reasoning_len = 2},
+        {.content_null = true, .finish = SL_API_FINISH_TOOL_CALLS, .tool_calls = calls},
+    };
+    for (int i = 1; i < 3; i++)
+        r[i].endpoint = SL_API_ENDPOINT_CHAT;   /* every choice's shape is its endpoint's */
+    char *s = sl_api_response_build_n(r, 3);
+    json_t *o = json_expect_load(s);
+    json_t *ch = json_object_get(o, "choices");
+    cr_assert_eq(json_array_size(ch), 3);
+    static const char *const fin[] = {"stop", "length", "tool_calls"};
+    for (int i = 0; i < 3; i++) {
+        json_t *c = json_array_get(ch, (size_t)i);
+        json_expect_keys(c, (const char *[]){"index", "message", "logprobs", "finish_reason", NULL});
+        cr_expect_eq(json_integer_value(json_object_get(c, "index")), i);
+        cr_expect_str_eq(json_string_value(json_object_get(c, "finish_reason")), fin[i]);
+    }
+    json_t *m0 = json_object_get(json_array_get(ch, 0), "message");
+    json_t *m1 = json_object_get(json_array_get(ch, 1), "message");
+    json_t *m2 = json_object_get(json_array_get(ch, 2), "message");
+    cr_expect_str_eq(json_string_value(json_object_get(m0, "content")), "a");
+    cr_expect(json_is_null(json_object_get(json_array_get(ch, 0), "logprobs")));
+    cr_expect_str_eq(json_string_value(json_object_get(m1, "reasoning_content")), "hm");
+    json_t *lc = json_object_get(json_object_get(json_array_get(ch, 1), "logprobs"), "content");
+    cr_expect_eq(json_array_size(lc), 1);
+    cr_expect(json_is_null(json_object_get(m2, "content")));
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(m2, "tool_calls"), 0), "id")),
+                     "call_1");
+    /* usage and timings are the request's, once */
+    json_t *u = json_object_get(o, "usage");
+    cr_expect_eq(json_integer_value(json_object_get(u, "prompt_tokens")), 5);
+    cr_expect_eq(json_integer_value(json_object_get(u, "completion_tokens")), 9);
+    cr_expect_eq(json_integer_value(json_object_get(u, "total_tokens")), 14);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")), 4);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(o, "timings"), "predicted_n")), 9);
+    json_decref(o);
+    free(s);
+    json_decref(calls);
+    sl_api_logprobs_fini(&lp);
+    cr_expect_null(sl_api_response_build_n(r, 0));
+}
+
+Test(api_response, completion_with_two_choices)
+{
+    sl_api_result r[2] = {
+        {.endpoint = SL_API_ENDPOINT_COMPLETIONS, .id = "cmpl-n", .created = 7, .model = "tiny", .text = "x",
+         .text_len = 1, .finish = SL_API_FINISH_STOP, .usage = {.prompt_tokens = 2, .completion_tokens = 6}},
+        {.endpoint = SL_API_ENDPOINT_COMPLETIONS, .text = "yz", .text_len = 2, .finish = SL_API_FINISH_LENGTH},
+    };
+    char *s = sl_api_response_build_n(r, 2);
+    json_t *o = json_expect_load(s);
+    cr_expect_str_eq(json_string_value(json_object_get(o, "object")), "text_completion");
+    cr_expect_str_eq(json_string_value(json_object_get(o, "id")), "cmpl-n");
+    json_t *ch = json_object_get(o, "choices");
+    cr_assert_eq(json_array_size(ch), 2);
+    json_t *c1 = json_array_get(ch, 1);
+    json_expect_keys(c1, (const char *[]){"index", "text", "logprobs", "finish_reason", NULL});
+    cr_expect_eq(json_integer_value(json_object_get(c1, "index")), 1);
+    cr_expect_str_eq(json_string_value(json_object_get(c1, "text")), "yz");
+    cr_expect_str_eq(json_string_value(json_object_get(c1, "finish_reason")), "length");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 6);
+    cr_expect_null(json_object_get(o, "timings"));
+    json_decref(o);
+    free(s);
+}
+
+Test(api_response, chunks_carry_their_choice_index)
+{
+    sl_api_usage u = {.prompt_tokens = 3, .completion_tokens = 7, .cached_tokens = 2};
+    json_t *d = json_pack("{s:s}", "reasoning_content", "r");
+    for (int ep = 0; ep < 2; ep++) {
+        sl_api_chunk c = {.endpoint = ep ? SL_API_ENDPOINT_COMPLETIONS : SL_API_ENDPOINT_CHAT, .id = "x",
+                          .model = "m", .include_usage = true};
+        sl_api_chunk_kind kinds[] = {SL_API_CHUNK_ROLE, SL_API_CHUNK_TEXT, SL_API_CHUNK_DELTA, SL_API_CHUNK_FINISH};
+        for (int k = ep ? 1 : 0; k < 4; k++) {
+            if (ep && kinds[k] == SL_API_CHUNK_DELTA)
+                continue;   /* chat only */
+            c.kind = kinds[k];
+            c.index = 2 + k;
+            c.text = "t";
+            c.text_len = 1;
+            c.delta = d;
+            c.finish = SL_API_FINISH_LENGTH;
+            json_t *o = chunk(&c);
+            json_t *ch = json_object_get(o, "choices");
+            cr_assert_eq(json_array_size(ch), 1, "one choice per chunk");
+            cr_expect_eq(json_integer_value(json_object_get(json_array_get(ch, 0), "index")), 2 + k);
+            json_decref(o);
+        }
+        /* the usage chunk has no choice: the request's sums */
+        c.kind = SL_API_CHUNK_USAGE;
+        c.index = 5;
+        c.usage = &u;
+        json_t *o = chunk(&c);
+        cr_expect_eq(json_array_size(json_object_get(o, "choices")), 0);
+        cr_expect_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 7);
+        json_decref(o);
+    }
+    json_decref(d);
+}

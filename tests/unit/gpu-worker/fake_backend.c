@@ -38,8 +38,10 @@ static sl_status fake_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n
     fake_backend *f = (fake_backend *)b;
     uint32_t bs = b->cfg.kv_block_size;
     int64_t tokens = 0;
-    for (int32_t i = 0; i < n_seqs; i++)
+    for (int32_t i = 0; i < n_seqs; i++) {
         tokens += seqs[i].n_tokens;
+        f->prompt_tokens += seqs[i].prompt ? seqs[i].n_tokens : 0;
+    }
     *f->clock += f->cost_fixed_ns + f->cost_token_ns * (uint64_t)tokens;
     if (f->calls++ == f->fail_at)
         return SL_EBACKEND;

@@ -20,6 +20,7 @@ typedef struct {
     uint64_t cost_token_ns;   /* per new token */
     int64_t fail_at;          /* index of the forward call that returns SL_EBACKEND; -1 none */
     int64_t calls;            /* forward calls so far */
+    int64_t prompt_tokens;    /* tokens fed as prompt rows so far (prefill and recompute) */
     /* fake_backend_sample_on_device: forward_sample draws with the reference
      * sampler from the rows forward makes, as a device would */
     struct sl_sampler_scratch *scratch;

@@ -41,6 +41,10 @@ static sl_status io_emit(void *ctx, uint64_t id, int32_t token, const sl_logprob
     if (r->n_tokens < FAKE_MAX_TOKENS) {
         r->token_ns[r->n_tokens] = f->clock;
         r->tokens[r->n_tokens] = token;
+        if (rec) {
+            r->logprob[r->n_tokens] = rec->logprob;
+            r->top_logprob[r->n_tokens] = rec->n_top > 0 ? rec->top[0].logprob : 0.0f;
+        }
     }
     r->n_tokens++;
     if (r->cancel_after > 0 && r->n_tokens >= r->cancel_after && !r->cancel) {

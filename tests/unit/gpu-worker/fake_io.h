@@ -25,6 +25,8 @@ typedef struct {
     /* results */
     int32_t tokens[FAKE_MAX_TOKENS];
     uint64_t token_ns[FAKE_MAX_TOKENS];
+    float logprob[FAKE_MAX_TOKENS];   /* each token's record (params.n_logprobs >= 0), else 0 */
+    float top_logprob[FAKE_MAX_TOKENS];   /* and its first alternative's */
     int32_t n_tokens;
     bool polled, cancel, finished, rec_missing;
     int reason;

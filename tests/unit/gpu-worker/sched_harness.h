@@ -16,8 +16,8 @@ typedef struct {
     sl_sched *s;
 } sched_harness;
 
-/* Runs until the fake io stops; asserts sl_sched_check and that every
- * scripted request finished. */
+/* Runs until the fake io stops, as sl_sched_run does; asserts sl_sched_check
+ * after every step and that every scripted request finished. */
 void sched_harness_run(sched_harness *h);
 
 /* Asserts no block is held, then destroys the scheduler, the backend and

@@ -2,8 +2,10 @@
  * backend with a model written by mkmodel at test time: 16 concurrent
  * requests of different lengths give exactly the tokens each gives alone,
  * greedy and seeded-sampled, whatever the backend's thread count (which
- * also draws the tokens); and blocks shared as the prefix cache shares them
- * give a cold prefill's logits bitwise. Skips (with a message) when mkmodel is not
+ * also draws the tokens); blocks shared as the prefix cache shares them
+ * give a cold prefill's logits bitwise; and requests polled together with
+ * one prompt, the followers waiting for the first one's blocks, get a cold
+ * run's tokens and logprobs bitwise. Skips (with a message) when mkmodel is not
  * built in $SLUICE_BUILD_DIR/tools. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -199,6 +201,56 @@ Test(scheduler_cpu, cached_blocks_hold_what_a_cold_prefill_writes)
     cr_assert_eq(memcmp(lb, lc, (size_t)n_vocab * sizeof *lb), 0, "logits over shared blocks differ from cold");
     free(lb);
     free(lc);
+    engine_close(&e);
+    remove_model();
+}
+
+/* n identical prompts polled in one step (n > 1 choices): the first
+ * prefills, the others wait for its blocks and compute only the last
+ * partial block; each gets, bitwise, the tokens and logprobs it gets alone
+ * with the cache off. */
+Test(scheduler_cpu, followers_of_an_in_flight_prompt_match_a_cold_run_bitwise)
+{
+    if (!make_model()) {
+        cr_skip_test("mkmodel not built in $SLUICE_BUILD_DIR/tools: skipping the CPU backend test");
+    }
+    engine e;
+    engine_open(&e, 2);
+    enum { N = 4, N_PROMPT = 100 };
+    int32_t prompt[N_PROMPT];
+    for (int j = 0; j < N_PROMPT; j++)
+        prompt[j] = (int32_t)(3 + (j * 53 + 5) % 500);
+    fake_req *reqs = calloc(2 * N, sizeof *reqs);
+    cr_assert_not_null(reqs);
+    for (int i = 0; i < N; i++) {
+        fake_req *r = &reqs[i];
+        r->req.prompt = prompt;
+        r->req.n_prompt = N_PROMPT;
+        sl_sampling_params_default(&r->req.params);
+        r->req.params.temperature = i == 0 ? 0.0f : 0.9f;
+        r->req.params.seed = 40 + (uint64_t)i;
+        r->req.params.n_logprobs = 2;
+        r->req.max_tokens = 12;
+        r->req.ignore_eos = true;
+    }
+    run(&e, reqs, N);
+    for (int i = 1; i < N; i++)
+        cr_assert_eq(reqs[i].t.n_cached_tokens, 96, "request %d mapped the first one's 6 blocks", i);
+    e.cfg.prefix_cache = false;
+    for (int i = 0; i < N; i++) {
+        fake_req *solo = &reqs[N + i];
+        solo->req = reqs[i].req;
+        run(&e, solo, 1);
+        cr_assert_eq(reqs[i].n_tokens, solo->n_tokens);
+        cr_assert_arr_eq(reqs[i].tokens, solo->tokens, (size_t)solo->n_tokens * sizeof(int32_t),
+                         "request %d: tokens differ from its cold run", i);
+        cr_assert_eq(memcmp(reqs[i].logprob, solo->logprob, (size_t)solo->n_tokens * sizeof(float)), 0,
+                     "request %d: logprobs differ from its cold run", i);
+        cr_assert_eq(memcmp(reqs[i].top_logprob, solo->top_logprob, (size_t)solo->n_tokens * sizeof(float)), 0,
+                     "request %d: top logprobs differ from its cold run", i);
+        cr_assert(!reqs[i].rec_missing);
+    }
+    free(reqs);
     engine_close(&e);
     remove_model();
 }

@@ -209,7 +209,10 @@ Test(scheduler_grammar, constrained_and_unconstrained_in_one_batch)
     grammar_harness g;
     g_open(&g, r, 3, test_config(), false);
     sched_harness_run(&g.h);
-    cr_assert_gt(g.h.io->stats[0].step_seqs, 1, "they ran in one batch");
+    int32_t most = 0;   /* the same prompt: the first prefill's blocks are shared before the others start */
+    for (uint64_t i = 0; i < g.h.io->steps && i < FAKE_MAX_STEPS; i++)
+        most = g.h.io->stats[i].step_seqs > most ? g.h.io->stats[i].step_seqs : most;
+    cr_assert_eq(most, 3, "they ran in one batch");
     char text[256];
     text_of(&r[0], text, sizeof text);
     cr_assert(full_match("^[a-z]{3,8}$", text), "\"%s\"", text);

@@ -1,0 +1,110 @@
+/* gpu-worker/scheduler_impl.h: the scheduler's private state, shared by
+ * the files that make up the scheduler (scheduler.c, the loop;
+ * scheduler_check.c, the accounting checker). Nothing else includes it.
+ * Where:     the worker process, on the scheduler thread.
+ * Who:       the scheduler's one thread; no locking.
+ * What:      a slot per request the scheduler holds (its state, history,
+ *            block table and timings) and the scheduler's lists and step
+ *            arrays. The states and the invariants over these fields are
+ *            docs/SCHEDULER.md §3 and §4.
+ * Ownership: every array is sized once by sl_sched_create and freed by
+ *            sl_sched_destroy.
+ * Errors:    none: plain data. */
+#ifndef SL_SCHEDULER_IMPL_H
+#define SL_SCHEDULER_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gpu-worker/kv_blocks.h"
+#include "gpu-worker/prefix_cache.h"
+#include "gpu-worker/scheduler.h"
+
+/* A slot's state (docs/SCHEDULER.md, state diagram). */
+enum seq_state {
+    SEQ_FREE = 0,   /* unused */
+    SEQ_WAITING,    /* polled, not admitted (or preempted): holds no KV blocks */
+    SEQ_PREFILL,    /* admitted: n_cached < prefill_target(), blocks cover the target */
+    SEQ_DECODE,     /* admitted: n_cached == n_hist - 1; the last token is fed next */
+    SEQ_PARKED,     /* out of the live set since its consumer was full: n_cached is n_hist - 1
+                       (blocks kept) or 0 (blocks dropped under pressure: recompute on return) */
+};
+
+typedef struct {
+    sl_sched_request req;
+    enum seq_state state;
+    bool paused;            /* hist[n_hist-1] was sampled but not yet emitted (consumer full); only PARKED */
+    bool prefill_started;
+    bool dropped;           /* emit said SL_ESTALE: free without finish */
+    bool deferred;          /* has waited behind a live prefill of its prefix (counted once) */
+    int32_t *hist;          /* (n_ctx) prompt, then generated tokens */
+    int32_t n_hist;         /* n_prompt + n_gen */
+    int32_t n_gen;          /* tokens sampled */
+    int32_t n_emitted;      /* tokens the client has */
+    int32_t n_cached;       /* positions whose KV the backend holds */
+    int32_t n_preempted;
+    sl_kv_table table;
+    sl_prefix_chain chain;  /* how far the table's blocks are in the prefix cache */
+    int32_t n_prefix_hit;   /* prompt tokens the cache gave at first admission */
+    int32_t n_prefix_lookup;/* prompt tokens looked up then */
+    sl_logprob_record rec;  /* record of the last sampled token */
+    sl_constraint *con;     /* the grammar matcher and allow bitmap; NULL: unconstrained */
+    uint64_t seen_ns, admit_ns, prefill_ns, first_ns, last_ns;
+    int32_t chunk;          /* tokens this step feeds (0: not in this step) */
+} seq;
+
+struct sl_sched {
+    sl_backend *be;
+    sl_sched_io io;
+    sl_sched_config cfg;
+    int32_t n_vocab, n_ctx;
+    int32_t *eog;           /* (n_eog) */
+    int32_t n_eog;
+    FILE *trace;
+
+    sl_kv_blocks kv;
+    sl_prefix_cache pc;     /* holds full blocks past their sequences (empty when off) */
+    int32_t n_slots;        /* max_seqs live + max_seqs waiting + max_seqs parked */
+    seq *slots;             /* (n_slots) */
+    int32_t *hist_mem;      /* (n_slots, n_ctx) */
+    int32_t *live;          /* (max_seqs) admitted slots, oldest admission first */
+    int32_t n_live;
+    int32_t *waiting;       /* (n_slots) waiting slots, admission order (preempted first) */
+    int32_t n_waiting;
+    int32_t *parked;        /* (n_slots) parked slots, oldest parking first */
+    int32_t n_parked;
+
+    sl_batch_seq *batch;    /* (max_seqs) this step's forward */
+    int32_t *batch_slot;    /* (max_seqs) slot of each batch entry */
+    sl_sample_req *reqs;    /* (max_seqs) this step's draw by batch entry; params NULL: none */
+    int32_t *drawn;         /* (max_seqs) their tokens by batch entry, -1 on failure */
+    sl_constraint **mask_con;     /* (max_seqs) this step's constrained draws: constraint, */
+    bool *mask_eog;               /* end of generation allowed, */
+    int32_t *mask_entry;          /* batch entry, */
+    const uint32_t **mask_out;    /* and mask */
+
+    /* window state */
+    int32_t last_step_seqs;     /* sequences in the previous step's batch */
+    int32_t last_round_n;       /* requests admitted by the previous admission round from idle */
+    uint64_t wait_ns;           /* what sl_sched_wait_ns reports */
+
+    /* sharing an in-flight prefix (docs/SCHEDULER.md §5a) */
+    int32_t n_deferred_now;     /* waiting requests this step's admission left behind a live prefill */
+    bool planned;               /* the batch is planned and its forward not yet run (invariant 12) */
+
+    sl_sched_stats stats;
+};
+
+/* Positions a prefill must fill. A fresh request: the whole prompt, and its
+ * last row gives the first token. A recompute after preemption: all but the
+ * last generated token, landing exactly in the decode state it left (that
+ * token is fed by the next decode, as it would have been). So recompute never
+ * samples anything itself, and a token still owed to the client (paused) is
+ * never joined by a second one. */
+static inline int32_t prefill_target(const seq *q)
+{
+    return q->n_gen > 0 ? q->n_hist - 1 : q->n_hist;
+}
+
+#endif
