@@ -64,7 +64,7 @@ static __host__ __device__ __forceinline__ int64_t sl_kv_v_offset(const sl_cuda_
  * block table starts at blocks[table]; rows of row_bytes (sl_kv_row_bytes of
  * the cache's type, which a kernel templated on the type knows at compile
  * time). */
-static __device__ __forceinline__ uint8_t *sl_kv_slot(const sl_cuda_kv &c, const sl_cuda_batch &b, int layer,
+static __host__ __device__ __forceinline__ uint8_t *sl_kv_slot(const sl_cuda_kv &c, const sl_cuda_batch &b, int layer,
                                                       int is_v, int32_t table, int32_t p, int h, int64_t row_bytes)
 {
     int64_t blk = b.blocks[table + p / c.block_size];
