@@ -522,7 +522,29 @@ static sl_status size_and_create(worker *w, const sl_model *m, int32_t n_ctx, sl
                             .kv_type = type, .gpu_memory_fraction = cfg->gpu_memory_fraction};
     sl_status rc = SL_EINVAL;
     bool host = cfg->kv_memory || !strcmp(dev, "cpu");
-    if (!host) {
+    sl_kv_sizing hs = {0};
+    if (cfg->kv_memory && strcmp(dev, "cpu") != 0) {
+        /* The flag's bytes hold blocks of the type the backend stores, and
+         * auto stores f16 on CUDA: size for CUDA and try it first; with
+         * --device auto and no usable GPU (EUNSUPPORTED), the CPU path below
+         * sizes again for f32. */
+        sl_kv_sizing_in gin = *in;
+        gin.block_bytes = sl_backend_kv_block_bytes(m, SL_KV_BLOCK_TOKENS,
+                                                    type == SL_KV_TYPE_AUTO ? SL_KV_TYPE_F16 : type);
+        if (sl_kv_size_host(&gin, &hs, err) < 0)
+            return SL_EINVAL;
+        bc.device = "cuda";
+        bc.n_kv_blocks = (uint32_t)hs.n_blocks;
+        sl_load_progress_stage(lp, "creating the cuda backend (%u KV blocks)", bc.n_kv_blocks);
+        rc = sl_backend_create(m, &bc, be, err);
+        if (rc >= 0 || rc != SL_EUNSUPPORTED || strcmp(dev, "auto") != 0) {
+            host = false;   /* made, or a CUDA failure to report as it is */
+            *in = gin;      /* effective-config shows the block size it was sized with */
+        } else {
+            bc.device = "cpu";
+        }
+    }
+    if (!host && !cfg->kv_memory) {
         /* The CUDA backend uploads the weights inside this call (no finer
          * progress crosses the backend interface): the stage names the wait. */
         sl_load_progress_stage(lp, !strcmp(dev, "auto") ? "looking for a CUDA device (KV blocks from its memory)"
@@ -533,7 +555,6 @@ static sl_status size_and_create(worker *w, const sl_model *m, int32_t n_ctx, sl
             bc.device = "cpu";
         }
     }
-    sl_kv_sizing hs = {0};
     if (host) {
         if (sl_kv_size_host(in, &hs, err) < 0)
             return SL_EINVAL;
@@ -563,7 +584,7 @@ static sl_status size_and_create(worker *w, const sl_model *m, int32_t n_ctx, sl
     sc->source.n_kv_blocks = cfg->kv_memory ? sched_source(cfg->source[SL_CFG_KV_MEMORY]) : SL_SCHED_SOURCE_DEFAULT;
     if (!seqs_set)
         sc->max_seqs = default_max_seqs(blocks, n_ctx, (uint32_t)seq_cap);
-    w->kv.bound = host ? hs.bound : SL_KV_BOUND_DEVICE;
+    w->kv.bound = host || cfg->kv_memory ? hs.bound : SL_KV_BOUND_DEVICE;
     w->kv.n_blocks = sc->n_kv_blocks;
     w->kv.bytes = (*be)->kv_bytes;
     w->kv.type = (*be)->cfg.kv_type;
