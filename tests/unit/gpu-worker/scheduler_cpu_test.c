@@ -24,8 +24,12 @@
 static char model_path[512];
 static char model_dir[256];
 
-/* Writes the test model; returns 0 and leaves model_path empty to skip. */
-static int make_model(void)
+#define SHAPE_LLAMA "--preset tiny-llama --n-embd 128 --n-ff 256 --head-dim 32 --n-vocab 512"
+/* gemma3 with a 32-position window on its sliding layers: prompts here pass it */
+#define SHAPE_GEMMA3_WINDOW "--preset tiny-gemma3 --window 32 --n-vocab 512"
+
+/* Writes a test model of `shape` (mkmodel flags); returns 0 to skip. */
+static int make_model_shaped(const char *shape)
 {
     const char *bd = getenv("SLUICE_BUILD_DIR");
     char tool[512];
@@ -37,9 +41,14 @@ static int make_model(void)
         return 0;
     snprintf(model_path, sizeof model_path, "%s/m.gguf", model_dir);
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "'%s' -o '%s' --preset tiny-llama --n-embd 128 --n-ff 256 --head-dim 32 --n-vocab 512 --n-ctx %d --seed 7 --threads 2 --peak 3",
-             tool, model_path, N_CTX);
+    snprintf(cmd, sizeof cmd, "'%s' -o '%s' %s --n-ctx %d --seed 7 --threads 2 --peak 3", tool, model_path, shape,
+             N_CTX);
     return system(cmd) == 0;
+}
+
+static int make_model(void)
+{
+    return make_model_shaped(SHAPE_LLAMA);
 }
 
 static void remove_model(void)
@@ -175,9 +184,9 @@ static void feed(engine *e, const int32_t *tokens, int from, int to, const int32
  * cold prefill writes there, whether the block was filled by prompt chunks
  * or by decode steps, so a sequence reading shared blocks and computing only
  * the rest gets exactly the cold run's logits. */
-Test(scheduler_cpu, cached_blocks_hold_what_a_cold_prefill_writes)
+static void cached_blocks_equal_cold(const char *shape)
 {
-    if (!make_model()) {
+    if (!make_model_shaped(shape)) {
         cr_skip_test("mkmodel not built in $SLUICE_BUILD_DIR/tools: skipping the CPU backend test");
     }
     engine e;
@@ -203,6 +212,19 @@ Test(scheduler_cpu, cached_blocks_hold_what_a_cold_prefill_writes)
     free(lc);
     engine_close(&e);
     remove_model();
+}
+
+Test(scheduler_cpu, cached_blocks_hold_what_a_cold_prefill_writes)
+{
+    cached_blocks_equal_cold(SHAPE_LLAMA);
+}
+
+/* Sliding-window layers keep every position's K/V (only the reads are
+ * windowed), so a cached block is as good as on a global layer: the 140
+ * positions here are past the 32-position window. */
+Test(scheduler_cpu, cached_blocks_hold_what_a_cold_prefill_writes_with_a_sliding_window)
+{
+    cached_blocks_equal_cold(SHAPE_GEMMA3_WINDOW);
 }
 
 /* n identical prompts polled in one step (n > 1 choices): the first
