@@ -264,6 +264,7 @@ sl_status sl_shm_submit(sl_shm_t *fe, const sl_shm_request *req, sl_shm_ticket *
     mb->request_id = req->request_id;
     mb->n_prompt = req->n_prompt;
     mb->grammar_len = req->grammar_len;
+    mb->echo_logprobs = req->echo_logprobs ? 1u : 0u;
     mb->finish_reason = SL_FINISH_REASON_NONE;
     mb->worker_generation = 0;
     mb->error[0] = 0;
@@ -505,6 +506,14 @@ sl_status sl_shm_request_get(const sl_shm_t *h, sl_shm_ticket t, sl_sampling_par
     if (n_prompt)
         *n_prompt = mb->n_prompt;
     return SL_OK;
+}
+
+uint32_t sl_shm_request_echo(const sl_shm_t *h, sl_shm_ticket t)
+{
+    if (t.index >= h->limits.n_mailboxes)
+        return 0;
+    const struct sl_mailbox_shm *mb = sl_shm_mailbox(h, t);
+    return mb != NULL && mb->echo_logprobs ? 1u : 0u;
 }
 
 sl_status sl_shm_grammar_get(const sl_shm_t *w, sl_shm_ticket t, const char **text, uint32_t *len)

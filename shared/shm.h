@@ -110,6 +110,11 @@ typedef struct {
     const char *grammar;           /* GBNF text (model/grammar/grammar.h) the output must match;
                                       NULL = unconstrained */
     uint32_t grammar_len;          /* bytes of grammar, 0..limits.grammar_bytes_max */
+    uint32_t echo_logprobs;        /* 1 = the prompt's own logprobs come first (/v1/completions echo with
+                                      logprobs): the first n_prompt - 1 token entries are prompt tokens 1..
+                                      n_prompt - 1, each with the record of its logits row (the row before
+                                      it; params.n_logprobs alternatives), then the generated tokens.
+                                      max_tokens may then be 0 (only those entries). Needs limits.logprobs */
 } sl_shm_request;
 
 /* Per-request timings, CLOCK_MONOTONIC ns; 0 = not reached. Written by the worker
@@ -232,6 +237,10 @@ sl_status sl_shm_request_get(const sl_shm_t *h, sl_shm_ticket t, sl_sampling_par
                              int32_t *max_tokens /* OUT */, int32_t *min_tokens /* OUT */,
                              uint32_t *ignore_eos /* OUT */, uint64_t *request_id /* OUT */,
                              uint32_t *n_prompt /* OUT */);
+
+/* 1 if the request asked for its prompt's logprobs first (sl_shm_request.echo_logprobs),
+ * else 0 (also for a bad or stale ticket). */
+uint32_t sl_shm_request_echo(const sl_shm_t *h, sl_shm_ticket t);
 
 /* The GBNF text of a RUNNING mailbox, in place (not NUL-terminated): *text and
  * *len (0 and NULL for an unconstrained request). The bytes stay valid until the

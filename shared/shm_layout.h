@@ -49,9 +49,10 @@
 #include "shared/shm.h"
 
 #define SL_SHM_MAGIC 0x314d48534543554cULL /* "LUCESHM1" little-endian: 'L','U','C','E','S','H','M','1' */
-#define SL_SHM_LAYOUT_VERSION 4u   /* 2: limits.submit_queue_depth, the pause flag;
+#define SL_SHM_LAYOUT_VERSION 5u   /* 2: limits.submit_queue_depth, the pause flag;
                                       3: mailbox n_cached_tokens, the prefix-cache counters;
-                                      4: limits.grammar_bytes_max, off_grammar, mailbox grammar_len */
+                                      4: limits.grammar_bytes_max, off_grammar, mailbox grammar_len;
+                                      5: mailbox echo_logprobs */
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free to work across processes");
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "32-bit atomics must be lock-free to work across processes");
@@ -175,7 +176,8 @@ struct sl_mailbox_shm {
     char error[SL_SHM_ERROR_LEN];           /*   96 */
     uint32_t grammar_len;                   /*  224 bytes of GBNF text in this mailbox's grammar
                                                     slice; 0 = unconstrained */
-    char _pad1[28];                         /*  228 */
+    uint32_t echo_logprobs;                 /*  228 1 = prompt tokens' records first (sl_shm_request) */
+    char _pad1[24];                         /*  232 */
     _Atomic uint64_t tok_tail;              /*  256 worker: tokens produced */
     char _pad2[56];                         /*  264 */
     _Atomic uint64_t tok_head;              /*  320 front end: tokens consumed */
@@ -188,6 +190,7 @@ _Static_assert(offsetof(struct sl_mailbox_shm, n_cached_tokens) == 52, "mailbox 
 _Static_assert(offsetof(struct sl_mailbox_shm, timings) == 56, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, error) == 96, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, grammar_len) == 224, "mailbox layout");
+_Static_assert(offsetof(struct sl_mailbox_shm, echo_logprobs) == 228, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, tok_tail) == 256, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, tok_head) == 320, "mailbox layout");
 _Static_assert(offsetof(struct sl_mailbox_shm, params) == 384, "mailbox layout");
