@@ -125,7 +125,7 @@ static void tokenize_prompt(const char *text, size_t len, const sl_tok_span *spa
 
 static void run_parsed(const sl_api_request *r)
 {
-    CHECK(r->n == 1);
+    CHECK(r->n >= 1 && r->n <= SL_API_N_MAX);
     CHECK(r->n_stop >= 0 && r->n_stop <= SL_API_STOP_MAX);
     for (int i = 0; i < r->n_stop; i++)
         CHECK(r->stop[i] != NULL && r->stop_len[i] >= 1 && r->stop_len[i] <= SL_API_STOP_LEN_MAX);
