@@ -6,7 +6,7 @@
  * prompt), the error body for a refused one, and the stop-string matcher
  * fed the prompt text in pieces.
  * Checks beyond "no crash": a parsed request keeps the header's promises
- * (n == 1, stop strings 1..256 bytes, one prompt form), a refusal has a
+ * (n in 1..16, stop strings 1..256 bytes, one prompt form), a refusal has a
  * message and a 4xx/5xx body, and the matcher emits a prefix of its input
  * that holds no stop string. */
 #include <stdio.h>
