@@ -347,8 +347,8 @@ static int32_t defer_leader(const sl_sched *s, const seq *q)
     uint32_t q_blocks = ((uint32_t)prefill_target(q) - 1) / bs;
     for (int32_t i = 0; i < s->n_live; i++) {
         const seq *l = &s->slots[s->live[i]];
-        if (l->state != SEQ_PREFILL)
-            continue;
+        if (l->state != SEQ_PREFILL || echo_phase(l))
+            continue;   /* an echo request advances at its reader's pace (§5b): nobody waits on it */
         uint32_t done = (uint32_t)l->n_cached / bs;
         if (done >= q_blocks || done >= (uint32_t)prefill_target(l) / bs)
             continue;

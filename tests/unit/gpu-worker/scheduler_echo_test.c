@@ -320,3 +320,22 @@ Test(scheduler_echo, bad_requests_fail_with_a_reason)
     cr_assert_eq(r[3].n_tokens, 3);
     assert_generated_plain(&r[3]);
 }
+
+/* An echo request advances at its reader's pace: a plain request with the
+ * same prompt never waits for its blocks (no deferral), and runs ahead. */
+Test(scheduler_echo, nobody_waits_on_a_slow_echo_prefill)
+{
+    fake_req r[2] = {mkreq(0, 200, 0, true, 0), mkreq(0, 200, 2, false, 1 * MS)};
+    r[0].ring_cap = 1;
+    sl_sched_config c = config(256);
+    sched_harness h;
+    h_open(&h, r, 2, &c, -1);
+    sched_harness_run(&h);
+    sl_sched_stats st;
+    sl_sched_stats_get(h.s, &st);
+    sched_harness_close(&h);
+    cr_assert_eq(st.n_deferrals, 0);
+    cr_assert_lt(r[1].finish_step, r[0].finish_step);
+    cr_assert_eq(r[0].n_full, 0);
+    cr_assert_eq(r[0].n_tokens, 199);
+}
