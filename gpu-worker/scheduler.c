@@ -120,8 +120,8 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
     s->mask_entry = sl_calloc((size_t)M, sizeof *s->mask_entry);
     s->mask_out = sl_calloc((size_t)M, sizeof *s->mask_out);
     s->echo_logits = sl_malloc((size_t)SL_SCHED_ECHO_ROWS * (size_t)n_vocab * sizeof *s->echo_logits);
-    if (!s->echo_logits || !s->eog || !s->slots || !s->hist_mem || !s->live || !s->waiting || !s->parked || !s->batch || !s->batch_slot ||
-        !s->reqs || !s->drawn || !s->mask_con || !s->mask_eog || !s->mask_entry || !s->mask_out)
+    if (!s->eog || !s->slots || !s->hist_mem || !s->live || !s->waiting || !s->parked || !s->batch || !s->batch_slot ||
+        !s->reqs || !s->drawn || !s->mask_con || !s->mask_eog || !s->mask_entry || !s->mask_out || !s->echo_logits)
         goto nomem;
     for (int32_t i = 0; i < n_eog; i++)   /* ids outside the vocabulary can never be drawn */
         if (eog[i] >= 0 && eog[i] < n_vocab)
@@ -231,11 +231,6 @@ static void seq_end(sl_sched *s, int32_t slot, int reason, const char *error)
     }
     memset(&q->req, 0, sizeof q->req);
     q->state = SEQ_FREE;
-}
-
-void sl_sched_seq_end(sl_sched *s, int32_t slot, int reason, const char *error)
-{
-    seq_end(s, slot, reason, error);
 }
 
 static bool is_eog(const sl_sched *s, int32_t tok)
@@ -825,6 +820,11 @@ sl_status sl_sched_step(sl_sched *s)
     }
     /* the echo call first (its records are the earliest entries of its requests), then the step's */
     int32_t echo_rc = sl_sched_echo_run(s, t0);
+    for (int32_t b = 0; echo_rc > 0 && b < s->n_echo_batch; b++) {   /* what the echo call ended */
+        const seq *q = &s->slots[s->echo_slot[b]];
+        if (q->echo_end >= 0)
+            seq_end(s, s->echo_slot[b], q->echo_end, q->echo_error);
+    }
     sl_status rc = echo_rc < 0 ? (sl_status)echo_rc
                    : n_batch > 0 ? sl_backend_forward_sample(s->be, s->batch, n_batch, s->reqs, s->drawn) : SL_OK;
     s->planned = false;

@@ -39,31 +39,33 @@ int32_t sl_sched_echo_plan(sl_sched *s, seq *q, int32_t budget_left, int32_t *ro
     return n;
 }
 
-/* Emits the records of q's rows (logits: its first row). Returns the
- * records delivered, or -1 when q ended (its consumer is gone or failed). */
-static int32_t echo_emit(sl_sched *s, int32_t slot, float *logits, int32_t rows)
+/* Marks q to be ended by the caller (sl_sched_echo_run's contract). */
+static int32_t echo_end(seq *q, int reason, const char *error)
 {
-    seq *q = &s->slots[slot];
+    q->echo_end = reason;
+    q->echo_error = error;
+    return -1;
+}
+
+/* Emits the records of q's rows (logits: its first row). Returns the
+ * records delivered, or -1 when q must end (its consumer is gone or failed). */
+static int32_t echo_emit(sl_sched *s, seq *q, float *logits, int32_t rows)
+{
     int32_t n_top = q->req.params.n_logprobs;
     for (int32_t j = 0; j < rows; j++) {
         int32_t pos = q->n_cached + j, tok = q->hist[pos + 1];
         sl_logprob_record rec;
-        if (sl_backend_logprob_record(logits + (size_t)j * (size_t)s->n_vocab, s->n_vocab, tok, n_top, &rec) < 0) {
-            sl_sched_seq_end(s, slot, SL_SCHED_FINISH_ERROR, "computing a prompt logprob failed");
-            return -1;
-        }
+        if (sl_backend_logprob_record(logits + (size_t)j * (size_t)s->n_vocab, s->n_vocab, tok, n_top, &rec) < 0)
+            return echo_end(q, SL_SCHED_FINISH_ERROR, "computing a prompt logprob failed");
         sl_status rc = s->io.emit(s->io.ctx, q->req.id, tok, &rec);
         if (rc == SL_AGAIN)
             return j;   /* full after all (no ring_space bound): the rest is computed again later */
         if (rc == SL_ESTALE) {
             q->dropped = true;
-            sl_sched_seq_end(s, slot, SL_SCHED_FINISH_CANCELLED, NULL);
-            return -1;
+            return echo_end(q, SL_SCHED_FINISH_CANCELLED, NULL);
         }
-        if (rc < 0) {
-            sl_sched_seq_end(s, slot, SL_SCHED_FINISH_ERROR, "delivering a token failed");
-            return -1;
-        }
+        if (rc < 0)
+            return echo_end(q, SL_SCHED_FINISH_ERROR, "delivering a token failed");
     }
     return rows;
 }
@@ -71,6 +73,7 @@ static int32_t echo_emit(sl_sched *s, int32_t slot, float *logits, int32_t rows)
 int32_t sl_sched_echo_run(sl_sched *s, uint64_t t0)
 {
     int32_t n = 0, rows = 0;
+    s->n_echo_batch = 0;
     for (int32_t i = 0; i < s->n_live; i++) {
         int32_t slot = s->live[i];
         seq *q = &s->slots[slot];
@@ -87,6 +90,7 @@ int32_t sl_sched_echo_run(sl_sched *s, uint64_t t0)
         };
         s->echo_slot[n++] = slot;
         rows += q->echo_rows;
+        q->echo_end = -1;
         if (!q->prefill_started) {
             q->prefill_started = true;
             q->prefill_ns = t0;
@@ -94,6 +98,7 @@ int32_t sl_sched_echo_run(sl_sched *s, uint64_t t0)
     }
     if (n == 0)
         return 0;
+    s->n_echo_batch = n;
     sl_status rc = sl_backend_forward(s->be, s->echo_batch, n, s->echo_logits);
     if (rc < 0) {
         for (int32_t b = 0; b < n; b++)
@@ -103,11 +108,10 @@ int32_t sl_sched_echo_run(sl_sched *s, uint64_t t0)
     uint64_t now = s->io.now_ns(s->io.ctx);
     float *row = s->echo_logits;
     for (int32_t b = 0; b < n; b++) {
-        int32_t slot = s->echo_slot[b];
-        seq *q = &s->slots[slot];
+        seq *q = &s->slots[s->echo_slot[b]];
         int32_t k = q->echo_rows;
         q->echo_rows = 0;
-        int32_t out = echo_emit(s, slot, row, k);
+        int32_t out = echo_emit(s, q, row, k);
         row += (size_t)k * (size_t)s->n_vocab;
         if (out < 0)
             continue;   /* ended */
@@ -116,7 +120,7 @@ int32_t sl_sched_echo_run(sl_sched *s, uint64_t t0)
         sl_prefix_cache_insert(&s->pc, &s->kv, &q->table, q->hist, (uint32_t)q->n_cached, &q->chain);
         if (!echo_phase(q) && q->req.max_tokens == 0) {
             q->first_ns = q->last_ns = now;   /* prompt_ms: the echo rows were its whole computation */
-            sl_sched_seq_end(s, slot, SL_SCHED_FINISH_LENGTH, NULL);
+            echo_end(q, SL_SCHED_FINISH_LENGTH, NULL);
         }
     }
     return rows;

@@ -60,6 +60,8 @@ typedef struct {
     int32_t n_echoed;       /* prompt records emitted (echo_logprobs): tokens 1..n_echoed; never goes back */
     int32_t echo_rows;      /* rows this step's echo call computes for it; 0 outside a planned step */
     bool echo_blocked;      /* planned no echo rows: its consumer had no room (invariant 12 lets it wait) */
+    int echo_end;           /* after the echo call: the finish reason it must end with, -1 none */
+    const char *echo_error; /* and its error text (static) */
 } seq;
 
 struct sl_sched {
@@ -104,6 +106,7 @@ struct sl_sched {
     /* the echo call (scheduler_echo.c): at most SL_SCHED_ECHO_ROWS rows a step */
     sl_batch_seq echo_batch[SL_SCHED_ECHO_ROWS];
     int32_t echo_slot[SL_SCHED_ECHO_ROWS];
+    int32_t n_echo_batch;   /* entries of the last echo call */
     float *echo_logits;     /* (SL_SCHED_ECHO_ROWS, n_vocab) */
 
     sl_sched_stats stats;
@@ -135,10 +138,6 @@ static inline int32_t prefill_stop(const seq *q)
     return echo_phase(q) ? q->n_echoed : prefill_target(q);
 }
 
-/* scheduler.c: ends a request (any state -> SEQ_FREE), telling the source
- * unless it is gone. */
-void sl_sched_seq_end(sl_sched *s, int32_t slot, int reason, const char *error);
-
 /* scheduler_echo.c: plans q's echo rows this step (q is in the echo phase
  * with n_cached == n_echoed): at most the tokens left to the budget, the
  * rows left to the call (*rows_used, updated) and its consumer's room.
@@ -146,12 +145,14 @@ void sl_sched_seq_end(sl_sched *s, int32_t slot, int reason, const char *error);
 int32_t sl_sched_echo_plan(sl_sched *s, seq *q, int32_t budget_left, int32_t *rows_used);
 
 /* scheduler_echo.c: runs the planned echo call (sl_backend_forward with
- * logits_all, one entry per sequence with echo_rows), emits each row's
- * record, advances n_cached and n_echoed by what went out, and ends a
- * sequence whose records are all out and whose max_tokens is 0 (LENGTH).
- * t0 is the step's start (prefill timing), now the time after the call.
- * Returns the rows computed (0: nothing planned), or the backend's
- * negative status, nothing emitted (the caller fails the step). */
+ * logits_all, one entry per sequence with echo_rows: echo_slot[0,
+ * n_echo_batch)), emits each row's record and advances n_cached and
+ * n_echoed by what went out. It ends nothing itself (scheduler.c owns the
+ * lists): an entry that must end (LENGTH when its records are all out and
+ * max_tokens is 0; its consumer gone or failed) gets echo_end >= 0, and the
+ * caller ends it. t0 is the step's start (prefill timing). Returns the rows
+ * computed (0: nothing planned), or the backend's negative status, nothing
+ * emitted (the caller fails the step). */
 int32_t sl_sched_echo_run(sl_sched *s, uint64_t t0);
 
 #endif

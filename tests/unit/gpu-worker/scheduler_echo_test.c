@@ -124,7 +124,8 @@ static void assert_records(const fake_req *r)
             cr_assert(fabs(rec->top[k].logprob - ((double)row[rec->top[k].token] - lz)) < 1e-6);
             if (k > 0)
                 cr_assert(rec->top[k].logprob < rec->top[k - 1].logprob ||
-                          (rec->top[k].logprob == rec->top[k - 1].logprob && rec->top[k].token > rec->top[k - 1].token));
+                          (rec->top[k].logprob == rec->top[k - 1].logprob &&
+                           rec->top[k].token > rec->top[k - 1].token));
         }
         for (int v = 0; v < N_VOCAB; v++)   /* nothing left out beats the last one listed */
             if (rec->n_top > 0 && row[v] > row[rec->top[rec->n_top - 1].token]) {
