@@ -111,6 +111,12 @@ static sl_status io_poll(void *ctx, sl_sched_request *out)
         held *h = &w->held[slot];
         const char *grammar;
         uint32_t grammar_len;
+        const char *why = "invalid request in shared memory";
+        bool echo = sl_shm_request_echo(w->shm, t) != 0;
+        if (echo && !sl_shm_get_limits(w->shm)->logprobs) {
+            why = "the prompt's logprobs (echo) need a segment that carries logprob records";
+            rc = SL_EINVAL;
+        }
         /* a grammar that cannot be read fails the request: it must never run unconstrained */
         if (rc == SL_OK && sl_shm_grammar_get(w->shm, t, &grammar, &grammar_len) == SL_OK && mb && n_prompt >= 1 && n_prompt <= (uint32_t)w->model->hp.n_ctx_train &&
             (h->prompt = sl_malloc(n_prompt * sizeof(int32_t))) != NULL &&
@@ -119,7 +125,7 @@ static sl_status io_poll(void *ctx, sl_sched_request *out)
             h->used = true;
             h->first_emit_ns = 0;
             h->n_emits = 0;
-            out->echo_logprobs = sl_shm_request_echo(w->shm, t) != 0;   /* max_tokens 0 then: the scheduler checks */
+            out->echo_logprobs = echo;   /* max_tokens 0 then: the scheduler checks */
             h->n_first = out->echo_logprobs ? n_prompt : 1;
             out->id = slot;
             out->prompt = h->prompt;
@@ -135,7 +141,7 @@ static sl_status io_poll(void *ctx, sl_sched_request *out)
         free(h->prompt);
         h->prompt = NULL;
         /* a request we cannot even read fails alone, with a reason */
-        sl_shm_worker_finish(w->shm, t, SL_FINISH_REASON_ERROR, "invalid request in shared memory");
+        sl_shm_worker_finish(w->shm, t, SL_FINISH_REASON_ERROR, why);
     }
 }
 

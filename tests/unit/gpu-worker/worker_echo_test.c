@@ -3,7 +3,8 @@
  * 4 entries: a mailbox with echo_logprobs gets its prompt tokens 1.. first,
  * each with a record, then its generated tokens, the very ones (and
  * records) the plain request gets; with max_tokens 0 it finishes LENGTH
- * after the records; echo without logprobs fails with a reason. This
+ * after the records; echo without logprobs, or on a segment that carries
+ * no records, fails with a reason. This
  * process plays master and front end, reading slowly. Skips (with a
  * message) when mkmodel or the test tokenizer is not built in
  * $SLUICE_BUILD_DIR. */
@@ -92,14 +93,13 @@ static int drain(req *rs, int n)
     return live;
 }
 
-Test(worker_echo, the_prompt_records_come_first_through_a_small_ring, .timeout = 120)
+static sl_shm_t *m;
+static pid_t pid;
+
+/* Starts the worker over a fresh segment whose rings hold 4 entries (and
+ * records when `logprobs`); returns once it is ready. */
+static void start(uint32_t logprobs)
 {
-    if (!make_model()) {
-        cr_log_warn("skipped: mkmodel or the mistral test tokenizer is not built");
-        return;
-    }
-    for (int j = 0; j < N_PROMPT; j++)
-        prompt[j] = j == 0 ? 1 : 300 + (j * 37) % 2000;
     static sl_config cfg;
     snprintf(cfg.model, sizeof cfg.model, "%s", model_path);
     snprintf(cfg.device, sizeof cfg.device, "cpu");
@@ -121,12 +121,12 @@ Test(worker_echo, the_prompt_records_come_first_through_a_small_ring, .timeout =
     lim.prompt_tokens_max = cfg.ctx_size;
     lim.grammar_bytes_max = 4096;
     lim.token_ring_entries = 4;   /* smaller than the 8 rows an echo call may compute */
-    lim.logprobs = 1;
-    sl_shm_t *m = sl_shm_create(cfg.shm_name, &lim, err);
+    lim.logprobs = logprobs;
+    m = sl_shm_create(cfg.shm_name, &lim, err);
     cr_assert_not_null(m, "%s", err);
     efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     sl_shm_set_eventfds(m, &efd, 1);
-    pid_t pid = fork();
+    pid = fork();
     if (pid == 0)
         _exit(sl_worker_main(&cfg, &efd, 1));
     fe = sl_shm_attach(cfg.shm_name, SL_SHM_ROLE_FRONTEND, 0, err);
@@ -141,7 +141,29 @@ Test(worker_echo, the_prompt_records_come_first_through_a_small_ring, .timeout =
         cr_assert_neq(waitpid(pid, &status, WNOHANG), pid, "the worker exited (status %d)", status);
         usleep(10000);
     }
+}
 
+static void stop(void)
+{
+    kill(pid, SIGTERM);
+    int status;
+    waitpid(pid, &status, 0);
+    sl_shm_detach(fe);
+    sl_shm_destroy(m);
+    close(efd);
+    unlink(model_path);
+    rmdir(model_dir);
+}
+
+Test(worker_echo, the_prompt_records_come_first_through_a_small_ring, .timeout = 120)
+{
+    if (!make_model()) {
+        cr_log_warn("skipped: mkmodel or the mistral test tokenizer is not built");
+        return;
+    }
+    for (int j = 0; j < N_PROMPT; j++)
+        prompt[j] = j == 0 ? 1 : 300 + (j * 37) % 2000;
+    start(1);
     static req rs[4];
     submit(&rs[0], true, 3, 6);
     submit(&rs[1], false, 3, 6);
@@ -180,12 +202,35 @@ Test(worker_echo, the_prompt_records_come_first_through_a_small_ring, .timeout =
     cr_assert_str_eq(rs[3].res.error, "the prompt's logprobs (echo) need logprobs >= 0");
     cr_assert_eq(rs[3].n, 0);
 
-    kill(pid, SIGTERM);
-    int status;
-    waitpid(pid, &status, 0);
-    sl_shm_detach(fe);
-    sl_shm_destroy(m);
-    close(efd);
-    unlink(model_path);
-    rmdir(model_dir);
+    stop();
+}
+
+/* A segment without records cannot carry them: the worker fails the request. */
+Test(worker_echo, echo_fails_on_a_segment_without_records, .timeout = 120)
+{
+    if (!make_model()) {
+        cr_log_warn("skipped: mkmodel or the mistral test tokenizer is not built");
+        return;
+    }
+    for (int j = 0; j < N_PROMPT; j++)
+        prompt[j] = j == 0 ? 1 : 300 + (j * 37) % 2000;
+    start(0);
+    static req rs[2];
+    submit(&rs[0], true, 2, 3);
+    submit(&rs[1], false, -1, 3);
+    for (int spins = 0; drain(rs, 2) > 0; spins++) {
+        cr_assert_lt(spins, 20000, "the requests finish");
+        struct pollfd p = {.fd = efd, .events = POLLIN};
+        poll(&p, 1, 20);
+        uint64_t v;
+        if (read(efd, &v, sizeof v) < 0) {
+            /* a timeout */
+        }
+    }
+    cr_assert_eq(rs[0].res.state, SL_MAILBOX_STATE_FAILED);
+    cr_assert_str_eq(rs[0].res.error, "the prompt's logprobs (echo) need a segment that carries logprob records");
+    cr_assert_eq(rs[0].n, 0);
+    cr_assert_eq(rs[1].res.finish_reason, SL_FINISH_REASON_LENGTH, "%s", rs[1].res.error);
+    cr_assert_eq(rs[1].n, 3);
+    stop();
 }
