@@ -304,7 +304,8 @@ static bool seq_take_blocks(sl_sched *s, seq *q)
     uint32_t look = echo_phase(q) ? (uint32_t)q->n_echoed : target;   /* echo: only rows it has out (§5b) */
     uint32_t max_hit = echo_phase(q) ? look / bs : (target - 1) / bs;
     uint32_t hit = sl_prefix_cache_match(&s->pc, &s->kv, q->hist, look, max_hit, &q->table, &q->chain);
-    uint32_t need = sl_kv_blocks_needed(&s->kv, &q->table, target + 1);
+    /* echo with max_tokens 0 draws nothing: no first decode position */
+    uint32_t need = sl_kv_blocks_needed(&s->kv, &q->table, q->req.max_tokens > 0 ? target + 1 : target);
     while (need > sl_kv_blocks_free_count(&s->kv) &&
            (sl_prefix_cache_evict(&s->pc, &s->kv, need - sl_kv_blocks_free_count(&s->kv)) > 0 || park_drop(s)))
         ;
@@ -407,7 +408,7 @@ static const char *validate(const sl_sched *s, const sl_sched_request *r, char *
         return buf;
     }
     /* A sequence the whole pool cannot hold would be preempted forever. */
-    uint32_t need = sl_kv_blocks_needed(&s->kv, NULL, (uint32_t)(r->n_prompt + (r->max_tokens ? r->max_tokens : 1)));
+    uint32_t need = sl_kv_blocks_needed(&s->kv, NULL, (uint32_t)(r->n_prompt + r->max_tokens));
     if (need > s->kv.n_blocks) {
         snprintf(buf, cap, "prompt + max_tokens needs %u KV blocks; the cache has %u", need, s->kv.n_blocks);
         return buf;

@@ -340,3 +340,20 @@ Test(scheduler_echo, nobody_waits_on_a_slow_echo_prefill)
     cr_assert_eq(r[0].n_full, 0);
     cr_assert_eq(r[0].n_tokens, 199);
 }
+
+/* With max_tokens 0 the prompt may fill the whole context: nothing is drawn,
+ * so no position past it is needed. */
+Test(scheduler_echo, a_prompt_of_the_whole_context_with_max_tokens_zero)
+{
+    static int32_t whole[N_CTX];
+    for (int j = 0; j < N_CTX; j++)
+        whole[j] = (int32_t)((j * 7 + 3) % N_VOCAB);
+    fake_req r = mkreq(0, N_CTX, 0, true, 0);
+    r.req.prompt = whole;
+    r.records = recs[0];
+    sl_sched_config c = config(N_CTX / BS);   /* exactly the prompt's blocks */
+    run(&r, 1, &c);
+    cr_assert_eq(r.reason, SL_SCHED_FINISH_LENGTH, "%s", r.error);
+    cr_assert_eq(r.n_tokens, N_CTX - 1);
+    assert_records(&r);
+}
