@@ -357,3 +357,49 @@ Test(scheduler_echo, a_prompt_of_the_whole_context_with_max_tokens_zero)
     cr_assert_eq(r.n_tokens, N_CTX - 1);
     assert_records(&r);
 }
+
+/* Random loads of echo and plain requests over a tight pool (preemption,
+ * parking), small rings and shared prompts: every echo request's records
+ * are its prompt's, every request's generated tokens its plain solo run's,
+ * and the invariants hold after every step (the harness checks). */
+Test(scheduler_echo, random_loads_keep_records_and_tokens)
+{
+    static sl_logprob_record rr[12][FAKE_MAX_TOKENS];
+    uint64_t z = 77;
+    int n_preempted = 0;
+    for (int round = 0; round < 6; round++) {
+        enum { N = 12 };
+        fake_req r[N];
+        for (int i = 0; i < N; i++) {
+            z = z * 6364136223846793005ull + 1442695040888963407ull;
+            int p = (int)(z >> 60) % 4, n_prompt = 1 + (int)((z >> 40) % 150), max_tokens = (int)((z >> 20) % 41);
+            bool echo = (z >> 13) % 3 != 0;
+            if (!echo && max_tokens == 0)
+                max_tokens = 1;
+            r[i] = mkreq(p, n_prompt, max_tokens, echo, (uint64_t)((z >> 8) % 40) * 100000);
+            r[i].ring_cap = (z >> 5) % 3 == 0 ? 1 + (int)((z >> 2) % 4) : 0;
+            r[i].records = rr[i];
+        }
+        for (int i = 1; i < N; i++)   /* the fake io polls in arrival order */
+            for (int j = i; j > 0 && r[j].arrive_ns < r[j - 1].arrive_ns; j--) {
+                fake_req t = r[j];
+                r[j] = r[j - 1];
+                r[j - 1] = t;
+            }
+        sl_sched_config c = config(13 + (uint32_t)round * 2);   /* a request needs up to 12 */
+        c.prefix_cache = round % 2 == 0;
+        run(r, N, &c);
+        for (int i = 0; i < N; i++) {
+            n_preempted += r[i].t.n_preempted;
+            cr_assert_eq(r[i].reason, SL_SCHED_FINISH_LENGTH, "round %d request %d: %s", round, i, r[i].error);
+            if (r[i].req.echo_logprobs) {
+                assert_records(&r[i]);
+                if (r[i].req.max_tokens > 0)
+                    assert_generated_plain(&r[i]);
+                else
+                    cr_assert_eq(r[i].n_tokens, r[i].req.n_prompt - 1);
+            }
+        }
+    }
+    cr_assert_gt(n_preempted, 0, "the loads preempt");
+}
