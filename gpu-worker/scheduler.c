@@ -796,9 +796,9 @@ sl_status sl_sched_step(sl_sched *s)
     if (s->io.step_begin)
         s->io.step_begin(s->io.ctx, n_batch + n_echo, n_tokens);
     uint64_t t0 = s->io.now_ns(s->io.ctx);
-    for (int32_t b = 0; b < n_batch; b++) {
-        seq *q = &s->slots[s->batch_slot[b]];
-        if (q->state == SEQ_PREFILL && !q->prefill_started) {
+    for (int32_t b = 0; b < n_batch + s->n_live; b++) {   /* the batch, then echo rows */
+        seq *q = &s->slots[b < n_batch ? s->batch_slot[b] : s->live[b - n_batch]];
+        if (q->state == SEQ_PREFILL && !q->prefill_started && (b < n_batch || q->echo_rows > 0)) {
             q->prefill_started = true;
             q->prefill_ns = t0;
             trace(s, q, "first_prefill_chunk", t0);
@@ -820,7 +820,7 @@ sl_status sl_sched_step(sl_sched *s)
             s->reqs[s->mask_entry[i]].allow = s->mask_out[i];
     }
     /* the echo call first (its records are the earliest entries of its requests), then the step's */
-    int32_t echo_rc = sl_sched_echo_run(s, t0);
+    int32_t echo_rc = sl_sched_echo_run(s);
     for (int32_t b = 0; echo_rc > 0 && b < s->n_echo_batch; b++) {   /* what the echo call ended */
         const seq *q = &s->slots[s->echo_slot[b]];
         if (q->echo_end >= 0)

@@ -70,7 +70,7 @@ static int32_t echo_emit(sl_sched *s, seq *q, float *logits, int32_t rows)
     return rows;
 }
 
-int32_t sl_sched_echo_run(sl_sched *s, uint64_t t0)
+int32_t sl_sched_echo_run(sl_sched *s)
 {
     int32_t n = 0, rows = 0;
     s->n_echo_batch = 0;
@@ -91,10 +91,6 @@ int32_t sl_sched_echo_run(sl_sched *s, uint64_t t0)
         s->echo_slot[n++] = slot;
         rows += q->echo_rows;
         q->echo_end = -1;
-        if (!q->prefill_started) {
-            q->prefill_started = true;
-            q->prefill_ns = t0;
-        }
     }
     if (n == 0)
         return 0;

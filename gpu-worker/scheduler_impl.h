@@ -150,9 +150,9 @@ int32_t sl_sched_echo_plan(sl_sched *s, seq *q, int32_t budget_left, int32_t *ro
  * n_echoed by what went out. It ends nothing itself (scheduler.c owns the
  * lists): an entry that must end (LENGTH when its records are all out and
  * max_tokens is 0; its consumer gone or failed) gets echo_end >= 0, and the
- * caller ends it. t0 is the step's start (prefill timing). Returns the rows
+ * caller ends it. Returns the rows
  * computed (0: nothing planned), or the backend's negative status, nothing
  * emitted (the caller fails the step). */
-int32_t sl_sched_echo_run(sl_sched *s, uint64_t t0);
+int32_t sl_sched_echo_run(sl_sched *s);
 
 #endif
