@@ -403,3 +403,30 @@ Test(scheduler_echo, random_loads_keep_records_and_tokens)
     }
     cr_assert_gt(n_preempted, 0, "the loads preempt");
 }
+
+/* An io without ring_space: a full consumer's SL_AGAIN stops the records
+ * where it came, and the positions not delivered are computed again; the
+ * client still gets each record once, in order. */
+Test(scheduler_echo, without_ring_space_a_full_consumer_costs_a_recompute_not_a_record)
+{
+    fake_req r = mkreq(0, 50, 3, true, 0);
+    r.records = recs[0];
+    r.again_at = 5;      /* mid-call: rows 5.. of the first echo call are computed again */
+    r.again_count = 3;
+    sl_sched_config c = config(256);
+    sched_harness h;
+    h_open(&h, &r, 1, &c, -1);
+    sl_sched_destroy(h.s);   /* again, without the ring's room */
+    sl_sched_io io = fake_io_table(h.io);
+    io.ring_space = NULL;
+    char err[SL_ERR_LEN];
+    cr_assert_eq(sl_sched_create(&h.be.base, N_VOCAB, N_CTX, NULL, 0, &c, &io, &h.s, err), SL_OK, "%s", err);
+    sched_harness_run(&h);
+    int64_t fed = h.be.prompt_tokens;
+    sched_harness_close(&h);
+    cr_assert_eq(r.n_tokens, 49 + 3);
+    cr_assert_eq(r.again_count, 0);
+    cr_assert_gt(fed, 50, "the rows not delivered were computed again");
+    assert_records(&r);
+    assert_generated_plain(&r);
+}
