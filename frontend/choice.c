@@ -8,6 +8,12 @@
  *   stop strings -> out_text(): the answer's text, or (filtered chat) the
  *   reasoning splitter -> the tool call parser -> deltas / reason / calls;
  *   the token's logprob record beside it.
+ * Two things end a choice's text before its mailbox ends, each by cancelling
+ * the mailbox (end_text_now) and dropping what the worker made after: a stop
+ * string, and with parallel_tool_calls false the first complete tool call.
+ * An echo (completions) puts the prompt's text in front, outside the
+ * pipeline, and with logprobs reads the ring's first n_prompt - 1 entries as
+ * the prompt's scores, not as generated tokens (echo_init, consume).
  * The trade-off: each choice runs the whole pipeline on its own (its own
  * detokenizer, matcher and parsers), n times the small state, so that choices
  * never wait for each other and a stop string ends one choice only. */

@@ -174,6 +174,18 @@ def test_harness_without_logprobs_support(hmodel):
         assert s.stop() == 0
 
 
+def test_harness_echo_counts_toward_max_response(hmodel):
+    long_prompt = "word " * 120                       # 600 bytes of echo
+    s = Harness(hmodel, "--max-response", "700", n=1)
+    try:
+        st, r = completion(s, {"prompt": long_prompt, "max_tokens": 1})
+        assert st == 200, r
+        st, e = completion(s, {"prompt": long_prompt, "max_tokens": 1, "echo": True})
+        assert st == 400 and e["error"]["code"] == "response_too_large", e
+    finally:
+        assert s.stop() == 0
+
+
 # ---------------------------------------------------------------- the real server, 12M model
 
 real = pytest.mark.skipif(not DEFAULT.exists(), reason="models/default is not there")

@@ -50,7 +50,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: fe-harness -m MODEL [-p PORT] [-n FRONTENDS] [--mode echo] [--api-key K]\n"
-            "  [--max-body N] [--ctx-size N] [--mailboxes N] [--token-ring N] [--token-ms N]\n"
+            "  [--max-body N] [--max-response N] [--ctx-size N] [--mailboxes N] [--token-ring N] [--token-ms N]\n"
             "  [--first-token-ms N] [--fail-after N] [--ready-after-ms N] [--write-timeout-ms N]\n"
             "  [--drain-delay-s N] [--drain-timeout-s N] [--chat-template T] [--model-alias A]\n"
             "  [--default-max-tokens N] [--max-prompt-tokens N] [--tokenize-threads N] [--no-logprobs]\n");
@@ -101,6 +101,7 @@ int main(int argc, char **argv)
         else if (OPT("--mode")) { if (strcmp(v, "echo") != 0) usage(); }
         else if (OPT("--api-key")) snprintf(cfg.api_key, sizeof cfg.api_key, "%s", v);
         else if (OPT("--max-body")) cfg.max_body = strtoull(v, NULL, 10);
+        else if (OPT("--max-response")) cfg.max_response = strtoull(v, NULL, 10);
         else if (OPT("--ctx-size")) cfg.ctx_size = (uint32_t)atoi(v);
         else if (OPT("--mailboxes")) mailboxes = (uint32_t)atoi(v);
         else if (OPT("--token-ring")) token_ring = (uint32_t)atoi(v);
