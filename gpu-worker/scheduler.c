@@ -119,7 +119,8 @@ sl_status sl_sched_create(sl_backend *be, int32_t n_vocab, int32_t n_ctx, const 
     s->mask_eog = sl_calloc((size_t)M, sizeof *s->mask_eog);
     s->mask_entry = sl_calloc((size_t)M, sizeof *s->mask_entry);
     s->mask_out = sl_calloc((size_t)M, sizeof *s->mask_out);
-    if (!s->eog || !s->slots || !s->hist_mem || !s->live || !s->waiting || !s->parked || !s->batch || !s->batch_slot ||
+    s->echo_logits = sl_malloc((size_t)SL_SCHED_ECHO_ROWS * (size_t)n_vocab * sizeof *s->echo_logits);
+    if (!s->echo_logits || !s->eog || !s->slots || !s->hist_mem || !s->live || !s->waiting || !s->parked || !s->batch || !s->batch_slot ||
         !s->reqs || !s->drawn || !s->mask_con || !s->mask_eog || !s->mask_entry || !s->mask_out)
         goto nomem;
     for (int32_t i = 0; i < n_eog; i++)   /* ids outside the vocabulary can never be drawn */
@@ -171,6 +172,7 @@ void sl_sched_destroy(sl_sched *s)
     free(s->mask_eog);
     free(s->mask_entry);
     free(s->mask_out);
+    free(s->echo_logits);
     free(s);
 }
 
@@ -229,6 +231,11 @@ static void seq_end(sl_sched *s, int32_t slot, int reason, const char *error)
     }
     memset(&q->req, 0, sizeof q->req);
     q->state = SEQ_FREE;
+}
+
+void sl_sched_seq_end(sl_sched *s, int32_t slot, int reason, const char *error)
+{
+    seq_end(s, slot, reason, error);
 }
 
 static bool is_eog(const sl_sched *s, int32_t tok)
@@ -299,7 +306,9 @@ static bool park_drop(sl_sched *s)
 static bool seq_take_blocks(sl_sched *s, seq *q)
 {
     uint32_t target = (uint32_t)prefill_target(q), bs = s->kv.block_size;
-    uint32_t hit = sl_prefix_cache_match(&s->pc, &s->kv, q->hist, target, (target - 1) / bs, &q->table, &q->chain);
+    uint32_t look = echo_phase(q) ? (uint32_t)q->n_echoed : target;   /* echo: only rows it has out (§5b) */
+    uint32_t max_hit = echo_phase(q) ? look / bs : (target - 1) / bs;
+    uint32_t hit = sl_prefix_cache_match(&s->pc, &s->kv, q->hist, look, max_hit, &q->table, &q->chain);
     uint32_t need = sl_kv_blocks_needed(&s->kv, &q->table, target + 1);
     while (need > sl_kv_blocks_free_count(&s->kv) &&
            (sl_prefix_cache_evict(&s->pc, &s->kv, need - sl_kv_blocks_free_count(&s->kv)) > 0 || park_drop(s)))
@@ -331,15 +340,15 @@ static bool seq_take_blocks(sl_sched *s, seq *q)
  * that block is equal (then q usually waits). Nothing is allocated. */
 static int32_t defer_leader(const sl_sched *s, const seq *q)
 {
-    if (!s->pc.enabled)
-        return -1;   /* nothing would be shared */
+    if (!s->pc.enabled || echo_phase(q))
+        return -1;   /* nothing would be shared; an echo request computes its prompt rows itself */
     uint32_t bs = s->kv.block_size;
     size_t block_bytes = (size_t)bs * sizeof *q->hist;
     uint32_t q_blocks = ((uint32_t)prefill_target(q) - 1) / bs;
     for (int32_t i = 0; i < s->n_live; i++) {
         const seq *l = &s->slots[s->live[i]];
-        if (l->state != SEQ_PREFILL)
-            continue;
+        if (l->state != SEQ_PREFILL || echo_phase(l))
+            continue;   /* an echo request advances at its reader's pace (§5b): nobody waits on it */
         uint32_t done = (uint32_t)l->n_cached / bs;
         if (done >= q_blocks || done >= (uint32_t)prefill_target(l) / bs)
             continue;
@@ -391,8 +400,10 @@ static const char *validate(const sl_sched *s, const sl_sched_request *r, char *
         snprintf(buf, cap, "invalid sampling parameter: %s", why ? why : "?");
         return buf;
     }
-    if (r->max_tokens < 1)
-        return "max_tokens must be >= 1";
+    if (r->max_tokens < (r->echo_logprobs ? 0 : 1))
+        return r->echo_logprobs ? "max_tokens must be >= 0" : "max_tokens must be >= 1";
+    if (r->echo_logprobs && r->params.n_logprobs < 0)
+        return "the prompt's logprobs (echo) need logprobs >= 0";
     if (r->min_tokens < 0 || r->min_tokens > r->max_tokens)
         return "min_tokens must be in [0, max_tokens]";
     if ((int64_t)r->n_prompt + r->max_tokens > s->n_ctx) {
@@ -401,7 +412,7 @@ static const char *validate(const sl_sched *s, const sl_sched_request *r, char *
         return buf;
     }
     /* A sequence the whole pool cannot hold would be preempted forever. */
-    uint32_t need = sl_kv_blocks_needed(&s->kv, NULL, (uint32_t)(r->n_prompt + r->max_tokens));
+    uint32_t need = sl_kv_blocks_needed(&s->kv, NULL, (uint32_t)(r->n_prompt + (r->max_tokens ? r->max_tokens : 1)));
     if (need > s->kv.n_blocks) {
         snprintf(buf, cap, "prompt + max_tokens needs %u KV blocks; the cache has %u", need, s->kv.n_blocks);
         return buf;
@@ -428,7 +439,8 @@ static void intake(sl_sched *s, uint64_t now)
         q->n_prefix_hit = q->n_prefix_lookup = 0;
         q->seen_ns = now;
         q->admit_ns = q->prefill_ns = q->first_ns = q->last_ns = 0;
-        q->chunk = 0;
+        q->chunk = q->n_echoed = q->echo_rows = 0;
+        q->echo_blocked = false;
         s->waiting[s->n_waiting++] = slot;
         if (!why && q->req.grammar_len > 0) {
             if (!s->cfg.grammar_vocab)
@@ -446,6 +458,8 @@ static void intake(sl_sched *s, uint64_t now)
         memcpy(q->hist, q->req.prompt, (size_t)q->req.n_prompt * sizeof *q->hist);
         q->n_hist = q->req.n_prompt;
         trace(s, q, "queued", now);
+        if (q->req.max_tokens == 0 && q->req.n_prompt == 1)
+            seq_end(s, slot, SL_SCHED_FINISH_LENGTH, NULL);   /* echo of one token: no record, nothing drawn */
     }
 }
 
@@ -653,6 +667,7 @@ sl_status sl_sched_step(sl_sched *s)
         int32_t slot = s->live[i];
         seq *q = &s->slots[slot];
         q->chunk = 0;
+        q->echo_blocked = false;
         if (q->state != SEQ_DECODE)
             continue;
         sl_status rc;
@@ -710,10 +725,11 @@ sl_status sl_sched_step(sl_sched *s)
             s->live[s->n_live++] = slot;
             q->state = SEQ_PREFILL;
             q->chunk = 0;
+            q->echo_blocked = false;
             if (!q->admit_ns) {
                 q->admit_ns = now;
                 q->n_prefix_hit = q->n_cached;
-                q->n_prefix_lookup = s->pc.enabled ? q->n_hist : 0;
+                q->n_prefix_lookup = s->pc.enabled && !q->req.echo_logprobs ? q->n_hist : 0;
                 if (s->io.admitted)
                     s->io.admitted(s->io.ctx, q->req.id, q->n_prefix_hit);
                 trace(s, q, "admitted", now);
@@ -724,12 +740,20 @@ sl_status sl_sched_step(sl_sched *s)
             s->last_round_n = admitted + s->n_waiting;   /* the round's size: admitted now or next steps */
     }
 
-    /* 7. prefill chunks under what the budget leaves, oldest first */
+    /* 7. prefill chunks under what the budget leaves, oldest first; an echo
+     *    request's prompt rows go to the echo call instead (§5b) */
+    int32_t echo_rows = 0, n_echo = 0;
     for (int32_t i = 0; i < s->n_live && n_tokens < s->cfg.token_budget; i++) {
         seq *q = &s->slots[s->live[i]];
         if (q->state != SEQ_PREFILL)
             continue;
-        int32_t n = prefill_target(q) - q->n_cached;
+        if (echo_phase(q) && q->n_cached == q->n_echoed) {
+            int32_t n = sl_sched_echo_plan(s, q, s->cfg.token_budget - n_tokens, &echo_rows);
+            n_echo += n > 0;
+            n_tokens += n;
+            continue;
+        }
+        int32_t n = prefill_stop(q) - q->n_cached;
         if (n > s->cfg.prefill_chunk)
             n = s->cfg.prefill_chunk;
         if (n > s->cfg.token_budget - n_tokens)
@@ -764,7 +788,7 @@ sl_status sl_sched_step(sl_sched *s)
     }
     s->planned = true;   /* until the forward returns: a step_begin hook may check invariant 12 */
     assert(sl_sched_check(s));
-    if (n_batch == 0) {
+    if (n_batch == 0 && n_echo == 0) {
         s->planned = false;
         if (!(deadline && now < deadline))
             s->wait_ns = s->n_live > 0 || s->n_parked > 0 ? PAUSED_RETRY_NS : IDLE_WAIT_NS;
@@ -774,7 +798,7 @@ sl_status sl_sched_step(sl_sched *s)
 
     /* 8. one forward */
     if (s->io.step_begin)
-        s->io.step_begin(s->io.ctx, n_batch, n_tokens);
+        s->io.step_begin(s->io.ctx, n_batch + n_echo, n_tokens);
     uint64_t t0 = s->io.now_ns(s->io.ctx);
     for (int32_t b = 0; b < n_batch; b++) {
         seq *q = &s->slots[s->batch_slot[b]];
@@ -799,11 +823,14 @@ sl_status sl_sched_step(sl_sched *s)
         for (int32_t i = 0; i < n_masks; i++)
             s->reqs[s->mask_entry[i]].allow = s->mask_out[i];
     }
-    sl_status rc = sl_backend_forward_sample(s->be, s->batch, n_batch, s->reqs, s->drawn);
+    /* the echo call first (its records are the earliest entries of its requests), then the step's */
+    int32_t echo_rc = sl_sched_echo_run(s, t0);
+    sl_status rc = echo_rc < 0 ? (sl_status)echo_rc
+                   : n_batch > 0 ? sl_backend_forward_sample(s->be, s->batch, n_batch, s->reqs, s->drawn) : SL_OK;
     s->planned = false;
     uint64_t t1 = s->io.now_ns(s->io.ctx);
     s->stats.steps++;
-    s->stats.step_seqs = n_batch;
+    s->stats.step_seqs = n_batch + n_echo;
     s->stats.step_tokens = n_tokens;
     s->stats.step_ns = t1 - t0;
     if (rc < 0) {

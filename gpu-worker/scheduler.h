@@ -82,13 +82,16 @@ typedef struct {
     const int32_t *prompt;       /* n_prompt ids; valid until finish() is called for id */
     int32_t n_prompt;
     sl_sampling_params params;   /* validated again at admission */
-    int32_t max_tokens;          /* >= 1 */
+    int32_t max_tokens;          /* >= 1; 0 only with echo_logprobs (the prompt's records, nothing drawn) */
     int32_t min_tokens;          /* 0 <= min_tokens <= max_tokens: EOG ids banned until reached */
     bool ignore_eos;             /* EOG ids do not stop (and are not banned) */
     uint64_t submit_ns;          /* submission time on the io clock (CLOCK_MONOTONIC) */
     const char *grammar;         /* GBNF text every drawn token must follow (grammar_len bytes, compiled at
                                     intake; need not outlive poll); NULL = unconstrained */
     uint32_t grammar_len;
+    bool echo_logprobs;          /* the prompt's own logprobs first (docs/SCHEDULER.md §5b): emits prompt tokens
+                                    1..n_prompt-1, each with its record (needs params.n_logprobs >= 0), then
+                                    the generated tokens */
 } sl_sched_request;
 
 /* What finish() reports for every request, measured on the io clock. A
@@ -162,6 +165,11 @@ typedef struct {
      * its first n_cached_tokens prompt tokens found in the prefix cache
      * (before any emit for it; finish's timings say it again). */
     void (*admitted)(void *ctx, uint64_t id, int32_t n_cached_tokens);
+    /* Optional (NULL: no bound): entries the request's consumer can take now
+     * without an SL_AGAIN. A step emits at most this many prompt records for
+     * an echo request; without it a full consumer's SL_AGAIN stops them, and
+     * the positions not delivered are computed again later. */
+    uint32_t (*ring_space)(void *ctx, uint64_t id);
 } sl_sched_io;
 
 /* A config value and where it came from, as effective-config shows it. */
@@ -245,7 +253,7 @@ void sl_sched_stats_get(const sl_sched *s, sl_sched_stats *out);
 /* Fills the effective-config snapshot from the config, backend and counters. */
 void sl_sched_snapshot_fill(const sl_sched *s, sl_sched_snapshot *out);
 
-/* The accounting checker (docs/SCHEDULER.md invariants 1-12), for
+/* The accounting checker (docs/SCHEDULER.md invariants 1-13), for
  * `assert(sl_sched_check(s))` in debug builds and for tests. Returns 1 if
  * every invariant holds, else 0. O(slots + KV blocks). */
 int sl_sched_check(const sl_sched *s);

@@ -1,5 +1,5 @@
 /* gpu-worker/scheduler_check.c: the scheduler's accounting checker
- * (docs/SCHEDULER.md §4, invariants 1-12), for `assert(sl_sched_check(s))`
+ * (docs/SCHEDULER.md §4, invariants 1-13), for `assert(sl_sched_check(s))`
  * after every step in debug builds and for the tests. Worker process,
  * scheduler thread. It reads the state and changes nothing.
  *
@@ -43,6 +43,12 @@ int sl_sched_check(const sl_sched *s)
                 return 0;                                   /* 10 */
             break;
         }
+        if (q->echo_rows != 0 && (!s->planned || q->state != SEQ_PREFILL || !echo_phase(q) ||
+                                  q->n_cached != q->n_echoed || q->n_cached + q->echo_rows > q->req.n_prompt - 1))
+            return 0;                                       /* 13 */
+        if (q->state != SEQ_FREE && q->req.echo_logprobs &&
+            (q->n_echoed > q->req.n_prompt - 1 || (q->n_gen > 0 && q->n_echoed != q->req.n_prompt - 1)))
+            return 0;                                       /* 13 */
         if (q->state != SEQ_FREE) {
             if (q->n_hist != q->req.n_prompt + q->n_gen)
                 return 0;                                   /* 5 */
@@ -63,8 +69,10 @@ int sl_sched_check(const sl_sched *s)
         for (int32_t i = 0; i < s->n_live && oldest < 0; i++)
             if (s->slots[s->live[i]].state == SEQ_PREFILL)
                 oldest = s->live[i];
-        if (oldest >= 0 && s->slots[oldest].chunk < 1)
-            return 0;   /* the oldest prefill always advances: whoever waits on a prefill is not stuck */
+        if (oldest >= 0 && s->slots[oldest].chunk < 1 && s->slots[oldest].echo_rows < 1 &&
+            !s->slots[oldest].echo_blocked)
+            return 0;   /* the oldest prefill always advances (or its echo records wait for its reader):
+                           whoever waits on a prefill is not stuck */
         if (s->n_deferred_now > 0 && (oldest < 0 || !s->pc.enabled || s->n_deferred_now > s->n_waiting))
             return 0;   /* a deferred request waits on a live prefill, and only with the cache on */
     }

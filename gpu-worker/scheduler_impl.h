@@ -1,6 +1,7 @@
 /* gpu-worker/scheduler_impl.h: the scheduler's private state, shared by
  * the files that make up the scheduler (scheduler.c, the loop;
- * scheduler_check.c, the accounting checker). Nothing else includes it.
+ * scheduler_echo.c, the prompt-logprobs call; scheduler_check.c, the
+ * accounting checker). Nothing else includes it.
  * Where:     the worker process, on the scheduler thread.
  * Who:       the scheduler's one thread; no locking.
  * What:      a slot per request the scheduler holds (its state, history,
@@ -31,6 +32,10 @@ enum seq_state {
                        (blocks kept) or 0 (blocks dropped under pressure: recompute on return) */
 };
 
+/* Most logits rows one step's echo call computes (all echo sequences
+ * together): bounds the echo logits buffer, allocated once at create. */
+#define SL_SCHED_ECHO_ROWS 8
+
 typedef struct {
     sl_sched_request req;
     enum seq_state state;
@@ -52,6 +57,9 @@ typedef struct {
     sl_constraint *con;     /* the grammar matcher and allow bitmap; NULL: unconstrained */
     uint64_t seen_ns, admit_ns, prefill_ns, first_ns, last_ns;
     int32_t chunk;          /* tokens this step feeds (0: not in this step) */
+    int32_t n_echoed;       /* prompt records emitted (echo_logprobs): tokens 1..n_echoed; never goes back */
+    int32_t echo_rows;      /* rows this step's echo call computes for it; 0 outside a planned step */
+    bool echo_blocked;      /* planned no echo rows: its consumer had no room (invariant 12 lets it wait) */
 } seq;
 
 struct sl_sched {
@@ -93,6 +101,11 @@ struct sl_sched {
     int32_t n_deferred_now;     /* waiting requests this step's admission left behind a live prefill */
     bool planned;               /* the batch is planned and its forward not yet run (invariant 12) */
 
+    /* the echo call (scheduler_echo.c): at most SL_SCHED_ECHO_ROWS rows a step */
+    sl_batch_seq echo_batch[SL_SCHED_ECHO_ROWS];
+    int32_t echo_slot[SL_SCHED_ECHO_ROWS];
+    float *echo_logits;     /* (SL_SCHED_ECHO_ROWS, n_vocab) */
+
     sl_sched_stats stats;
 };
 
@@ -106,5 +119,39 @@ static inline int32_t prefill_target(const seq *q)
 {
     return q->n_gen > 0 ? q->n_hist - 1 : q->n_hist;
 }
+
+/* An echo request whose prompt records are not all out: its positions from
+ * n_echoed on are computed by the echo call (logits of every row), those
+ * before it (recomputed after preemption) by ordinary prefill chunks. */
+static inline bool echo_phase(const seq *q)
+{
+    return q->req.echo_logprobs && q->n_echoed < q->req.n_prompt - 1;
+}
+
+/* Where an ordinary prefill chunk of q must stop: n_echoed in the echo
+ * phase (the echo call takes over there), else the prefill target. */
+static inline int32_t prefill_stop(const seq *q)
+{
+    return echo_phase(q) ? q->n_echoed : prefill_target(q);
+}
+
+/* scheduler.c: ends a request (any state -> SEQ_FREE), telling the source
+ * unless it is gone. */
+void sl_sched_seq_end(sl_sched *s, int32_t slot, int reason, const char *error);
+
+/* scheduler_echo.c: plans q's echo rows this step (q is in the echo phase
+ * with n_cached == n_echoed): at most the tokens left to the budget, the
+ * rows left to the call (*rows_used, updated) and its consumer's room.
+ * Sets q->echo_rows and q->echo_blocked; returns the rows. */
+int32_t sl_sched_echo_plan(sl_sched *s, seq *q, int32_t budget_left, int32_t *rows_used);
+
+/* scheduler_echo.c: runs the planned echo call (sl_backend_forward with
+ * logits_all, one entry per sequence with echo_rows), emits each row's
+ * record, advances n_cached and n_echoed by what went out, and ends a
+ * sequence whose records are all out and whose max_tokens is 0 (LENGTH).
+ * t0 is the step's start (prefill timing), now the time after the call.
+ * Returns the rows computed (0: nothing planned), or the backend's
+ * negative status, nothing emitted (the caller fails the step). */
+int32_t sl_sched_echo_run(sl_sched *s, uint64_t t0);
 
 #endif

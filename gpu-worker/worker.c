@@ -48,7 +48,9 @@ static void on_signal(int sig)
 typedef struct {
     sl_shm_ticket ticket;
     int32_t *prompt;
-    uint64_t first_emit_ns;
+    uint64_t first_emit_ns;      /* when the first generated token went out (echo: or the last prompt record) */
+    uint32_t n_emits;            /* entries pushed */
+    uint32_t n_first;            /* entries up to and including the first generated token: 1, or n_prompt with echo */
     bool used;
 } held;
 
@@ -116,6 +118,9 @@ static sl_status io_poll(void *ctx, sl_sched_request *out)
             h->ticket = t;
             h->used = true;
             h->first_emit_ns = 0;
+            h->n_emits = 0;
+            out->echo_logprobs = sl_shm_request_echo(w->shm, t) != 0;   /* max_tokens 0 then: the scheduler checks */
+            h->n_first = out->echo_logprobs ? n_prompt : 1;
             out->id = slot;
             out->prompt = h->prompt;
             out->n_prompt = (int32_t)n_prompt;
@@ -142,15 +147,23 @@ static sl_status io_emit(void *ctx, uint64_t id, int32_t token, const sl_logprob
         return SL_ESTALE;
     sl_status rc = sl_shm_worker_push(w->shm, h->ticket, token, rec);
     if (rc == SL_OK) {
-        uint64_t now = sl_shm_now_ns();
-        if (!h->first_emit_ns)
-            h->first_emit_ns = now;
+        /* finish back-dates admission by prompt_ms from here: the first generated
+         * token, or with max_tokens 0 the last prompt record */
+        if (h->n_emits++ < h->n_first)
+            h->first_emit_ns = sl_shm_now_ns();
     } else if (rc == SL_ESTALE || rc == SL_ESTATE) {
         free(h->prompt);
         memset(h, 0, sizeof *h);
         return SL_ESTALE;
     }
     return rc;
+}
+
+static uint32_t io_ring_space(void *ctx, uint64_t id)
+{
+    worker *w = ctx;
+    held *h = held_of(w, id);
+    return h ? sl_shm_worker_ring_space(w->shm, h->ticket) : 0;
 }
 
 static void io_finish(void *ctx, uint64_t id, int reason, const char *error, const sl_sched_timings *t)
@@ -686,7 +699,7 @@ int sl_worker_main(const sl_config *cfg, const int *wake_fds, uint32_t n_fds)
     w.held = sl_calloc(w.n_held, sizeof *w.held);
     sl_sched_io io = {.ctx = &w, .poll = io_poll, .emit = io_emit, .finish = io_finish, .cancelled = io_cancelled,
                       .wait = io_wait, .now_ns = io_now, .step_done = io_step_done,
-                      .step_begin = io_step_begin, .admitted = io_admitted};
+                      .step_begin = io_step_begin, .admitted = io_admitted, .ring_space = io_ring_space};
     if (!w.held || sl_sched_create(be, m->hp.n_vocab, n_ctx, eog, n_eog, &sc, &io, &sched, err) < 0) {
         fprintf(stderr, "sluice worker: %s\n", w.held ? err : "out of memory");
         goto out;

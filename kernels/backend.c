@@ -19,6 +19,7 @@
 #include "kernels/backend_check.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/sample_batch.h"
+#include "kernels/cpu/sampler.h"
 #include "kernels/cuda/cuda_backend.h"
 
 /* ------------------------------------------------------------------------ */
@@ -138,6 +139,12 @@ sl_status sl_backend_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
 bool sl_backend_samples(const sl_backend *b)
 {
     return b && b->ops->forward_sample;
+}
+
+sl_status sl_backend_logprob_record(float *row, int32_t n_vocab, int32_t token, int32_t n_top,
+                                    sl_logprob_record *record)
+{
+    return sl_sampler_logprob_record(row, n_vocab, token, n_top, record);
 }
 
 /* The default forward_sample: forward into host rows, then the reference

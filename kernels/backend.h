@@ -157,6 +157,15 @@ sl_status sl_backend_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
  * default (forward, then the reference sampler on the host). */
 bool sl_backend_samples(const sl_backend *b);
 
+/* The logprob record of `token` from one host logits row of sl_backend_forward
+ * (the raw distribution: no bias, penalties or temperature), with n_top
+ * alternatives sorted as the sampler sorts them: the record the reference
+ * sampler gives a draw of that token from that row (kernels/cpu/sampler.h,
+ * sl_sampler_logprob_record), computed on the host. NaN entries of row become -inf. Returns SL_OK;
+ * SL_EINVAL (NULL, n_vocab <= 0, token out of range). */
+sl_status sl_backend_logprob_record(float *row, int32_t n_vocab, int32_t token, int32_t n_top,
+                                    sl_logprob_record *record);
+
 /* Validates like sl_backend_forward (and: logits_all false everywhere,
  * record set where logprobs are asked, ban ids in range), then runs the
  * backend's forward_sample, or the default: forward into host rows and one

@@ -410,3 +410,19 @@ sl_status sl_sampler_sample(const sl_sampling_params *p, float *logits, int32_t 
     *token = tok;
     return SL_OK;
 }
+
+sl_status sl_sampler_logprob_record(float *logits, int32_t n_vocab, int32_t token, int32_t n_top,
+                                    sl_logprob_record *record)
+{
+    if (!logits || !record || n_vocab <= 0 || token < 0 || token >= n_vocab) return SL_EINVAL;
+    for (int32_t i = 0; i < n_vocab; i++)   /* as the entry point: NaN never reaches a comparison */
+        logits[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+    if (n_top > SL_TOP_LOGPROBS_MAX) n_top = SL_TOP_LOGPROBS_MAX;
+    if (n_top > n_vocab) n_top = n_vocab;
+    if (n_top < 0) n_top = 0;
+    double log_z = log_normaliser(logits, n_vocab);
+    logprob_top(logits, n_vocab, n_top, log_z, record);
+    record->token = token;
+    record->logprob = logprob_of(logits[token], log_z);
+    return SL_OK;
+}

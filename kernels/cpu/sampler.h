@@ -74,4 +74,20 @@ sl_status sl_sampler_sample(const sl_sampling_params *p, float *logits, int32_t 
                             const int32_t *history, int32_t n_history, uint64_t draw_index,
                             sl_sampler_scratch *s, int32_t *token, sl_logprob_record *record);
 
+/* The logprob record of a given token from one row, as step 2 above computes
+ * it for a drawn one (the raw distribution: no bias, penalties or
+ * temperature): the worker's prompt logprobs (echo), where the token is the
+ * prompt's next one rather than a draw.
+ *   logits     the model's row (n_vocab floats); NaN entries become -inf in
+ *              place, nothing else changes.
+ *   token      the id whose logprob is wanted, in [0, n_vocab).
+ *   n_top      alternatives wanted, clamped to [0, min(20, n_vocab)].
+ *   record     OUT: token, its logprob, the top alternatives sorted as
+ *              sl_sampler_sample sorts them (logprob descending, lower id
+ *              first on ties).
+ * Returns SL_OK; SL_EINVAL (NULL pointer, n_vocab <= 0, token out of range),
+ * with *record untouched. Needs no scratch; never allocates, never blocks. */
+sl_status sl_sampler_logprob_record(float *logits, int32_t n_vocab, int32_t token, int32_t n_top,
+                                    sl_logprob_record *record);
+
 #endif

@@ -34,8 +34,13 @@ static sl_status io_emit(void *ctx, uint64_t id, int32_t token, const sl_logprob
         r->again_count--;
         return SL_AGAIN;
     }
+    if (r->ring_cap > 0 && r->n_tokens - r->n_read >= r->ring_cap) {
+        r->n_full++;
+        return SL_AGAIN;
+    }
     if (r->fail_emit_at > 0 && r->n_tokens == r->fail_emit_at - 1)
         return SL_EIO;
+    r->n_records += rec != NULL;
     if (r->req.params.n_logprobs >= 0 && (!rec || rec->token != token))
         r->rec_missing = true;
     if (r->n_tokens < FAKE_MAX_TOKENS) {
@@ -44,6 +49,8 @@ static sl_status io_emit(void *ctx, uint64_t id, int32_t token, const sl_logprob
         if (rec) {
             r->logprob[r->n_tokens] = rec->logprob;
             r->top_logprob[r->n_tokens] = rec->n_top > 0 ? rec->top[0].logprob : 0.0f;
+            if (r->records)
+                r->records[r->n_tokens] = *rec;
         }
     }
     r->n_tokens++;
@@ -52,6 +59,24 @@ static sl_status io_emit(void *ctx, uint64_t id, int32_t token, const sl_logprob
         r->cancel_step = f->steps;
     }
     return SL_OK;
+}
+
+/* The reader takes one entry of every small ring. */
+static void ring_read(fake_io *f)
+{
+    for (int i = 0; i < f->n_reqs; i++)
+        if (f->reqs[i].ring_cap > 0 && f->reqs[i].n_read < f->reqs[i].n_tokens)
+            f->reqs[i].n_read++;
+}
+
+static uint32_t io_ring_space(void *ctx, uint64_t id)
+{
+    fake_io *f = ctx;
+    fake_req *r = &f->reqs[id];
+    if (r->ring_cap <= 0)
+        return 1u << 20;
+    int32_t used = r->n_tokens - r->n_read;
+    return used < r->ring_cap ? (uint32_t)(r->ring_cap - used) : 0;
 }
 
 static void io_finish(void *ctx, uint64_t id, int reason, const char *error, const sl_sched_timings *t)
@@ -87,6 +112,7 @@ static void io_wait(void *ctx, uint64_t timeout_ns)
     if (f->next < f->n_reqs && f->reqs[f->next].arrive_ns < until)
         until = f->reqs[f->next].arrive_ns > f->clock ? f->reqs[f->next].arrive_ns : f->clock;
     f->clock = until;
+    ring_read(f);
     if (f->clock > f->clock_limit_ns)
         f->stop = 1;
 }
@@ -104,6 +130,7 @@ static void io_step_done(void *ctx, const sl_sched_stats *s)
         f->step_end_ns[f->steps] = f->clock;
     }
     f->steps++;
+    ring_read(f);
     if (f->steps > 10 * FAKE_MAX_STEPS)
         f->stop = 1;
 }
@@ -111,5 +138,6 @@ static void io_step_done(void *ctx, const sl_sched_stats *s)
 sl_sched_io fake_io_table(fake_io *f)
 {
     return (sl_sched_io){.ctx = f, .poll = io_poll, .emit = io_emit, .finish = io_finish, .cancelled = io_cancelled,
-                         .wait = io_wait, .now_ns = io_now, .step_done = io_step_done};
+                         .wait = io_wait, .now_ns = io_now, .step_done = io_step_done,
+                         .ring_space = io_ring_space};
 }

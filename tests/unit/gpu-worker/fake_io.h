@@ -1,7 +1,8 @@
 /* tests/unit/gpu-worker/fake_io.h: a scripted outside world for scheduler
  * tests: requests arrive at set times on a fake clock, emits and finishes are
- * recorded with their times, cancels and full consumer rings are injected,
- * and `wait` jumps the clock to the next arrival. Request i has id i. */
+ * recorded with their times, cancels and full consumer rings are injected
+ * (scripted SL_AGAINs, or a small ring its reader drains slowly), and `wait`
+ * jumps the clock to the next arrival. Request i has id i. */
 #ifndef SL_TEST_FAKE_IO_H
 #define SL_TEST_FAKE_IO_H
 
@@ -22,12 +23,18 @@ typedef struct {
     int32_t again_at;             /* emit of token index again_at answers SL_AGAIN ... */
     int32_t again_count;          /* ... this many times */
     int32_t fail_emit_at;         /* emit of token index fail_emit_at - 1 fails with SL_EIO; 0 never */
+    int32_t ring_cap;             /* a token ring of this many entries (0: unbounded): an emit into a full
+                                     one answers SL_AGAIN; the reader takes one entry per step and per wait */
     /* results */
     int32_t tokens[FAKE_MAX_TOKENS];
     uint64_t token_ns[FAKE_MAX_TOKENS];
     float logprob[FAKE_MAX_TOKENS];   /* each token's record (params.n_logprobs >= 0), else 0 */
     float top_logprob[FAKE_MAX_TOKENS];   /* and its first alternative's */
+    sl_logprob_record *records;   /* caller storage of FAKE_MAX_TOKENS: each token's whole record; NULL none */
     int32_t n_tokens;
+    int32_t n_read;               /* entries the reader took (ring_cap) */
+    int32_t n_full;               /* emits that found the ring full */
+    int32_t n_records;            /* emits that carried a record */
     bool polled, cancel, finished, rec_missing;
     int reason;
     char error[160];

@@ -5,9 +5,11 @@
  * also draws the tokens); blocks shared as the prefix cache shares them
  * give a cold prefill's logits bitwise; and requests polled together with
  * one prompt, the followers waiting for the first one's blocks, get a cold
- * run's tokens and logprobs bitwise. Skips (with a message) when mkmodel is not
+ * run's tokens and logprobs bitwise; an echo request's prompt records are the
+ * log-softmax of a direct forward's rows. Skips (with a message) when mkmodel is not
  * built in $SLUICE_BUILD_DIR/tools. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,6 +273,97 @@ Test(scheduler_cpu, followers_of_an_in_flight_prompt_match_a_cold_run_bitwise)
         cr_assert_eq(memcmp(reqs[i].top_logprob, solo->top_logprob, (size_t)solo->n_tokens * sizeof(float)), 0,
                      "request %d: top logprobs differ from its cold run", i);
         cr_assert(!reqs[i].rec_missing);
+    }
+    free(reqs);
+    engine_close(&e);
+    remove_model();
+}
+
+/* An echo request (the prompt's logprobs first) beside plain ones on the
+ * real backend: each record is, bitwise, what sl_backend_logprob_record
+ * makes of the row a direct sl_backend_forward (logits_all, other chunks)
+ * gives, and within 1e-6 of a float64 log-softmax of it; the generated
+ * tokens and logprobs are the plain request's alone, bitwise, and the plain
+ * requests beside it get their solo tokens. */
+Test(scheduler_cpu, echo_records_are_the_prompt_rows_log_softmax_and_its_tokens_the_plain_ones)
+{
+    if (!make_model()) {
+        cr_skip_test("mkmodel not built in $SLUICE_BUILD_DIR/tools: skipping the CPU backend test");
+    }
+    engine e;
+    engine_open(&e, 2);
+    enum { N = 3, N_PROMPT = 70, TOP = 5 };
+    static sl_logprob_record recs[FAKE_MAX_TOKENS];
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N_PROMPT; j++)
+            prompts[i][j] = (int32_t)(3 + (i * 41 + j * 17 + (j * j) % 13) % 500);
+    fake_req *reqs = calloc(2 * N, sizeof *reqs);
+    cr_assert_not_null(reqs);
+    for (int i = 0; i < N; i++) {
+        fake_req *r = &reqs[i];
+        r->req.prompt = prompts[i];
+        r->req.n_prompt = N_PROMPT - 10 * i;
+        sl_sampling_params_default(&r->req.params);
+        r->req.params.temperature = 0.9f;
+        r->req.params.seed = 70 + (uint64_t)i;
+        r->req.params.n_logprobs = TOP;
+        r->req.max_tokens = 8;
+        r->req.ignore_eos = true;
+    }
+    reqs[0].req.echo_logprobs = true;
+    reqs[0].records = recs;
+    run(&e, reqs, N);
+    cr_assert_eq(reqs[0].n_tokens, N_PROMPT - 1 + 8);
+    cr_assert(!reqs[0].rec_missing);
+
+    int32_t V = e.m->hp.n_vocab, blocks[N_CTX / 16];
+    for (int i = 0; i < N_CTX / 16; i++)
+        blocks[i] = i;
+    float *rows = malloc((size_t)N_PROMPT * (size_t)V * sizeof *rows);
+    cr_assert_not_null(rows);
+    for (int pos = 0; pos < N_PROMPT;) {
+        int n = N_PROMPT - pos < 64 ? N_PROMPT - pos : 64;
+        sl_batch_seq s = {.tokens = prompts[0] + pos, .n_tokens = n, .pos = pos, .blocks = blocks,
+                          .n_blocks = (pos + n + 15) / 16, .logits_all = true, .prompt = true};
+        cr_assert_eq(sl_backend_forward(e.be, &s, 1, rows + (size_t)pos * (size_t)V), SL_OK);
+        pos += n;
+    }
+    for (int i = 0; i + 1 < N_PROMPT; i++) {
+        const sl_logprob_record *got = &recs[i];
+        float *row = rows + (size_t)i * (size_t)V;
+        int32_t tok = prompts[0][i + 1];
+        cr_assert_eq(reqs[0].tokens[i], tok, "entry %d is prompt token %d", i, i + 1);
+        double m = -INFINITY, z = 0;
+        for (int32_t v = 0; v < V; v++)
+            m = fmax(m, row[v]);
+        for (int32_t v = 0; v < V; v++)
+            z += exp((double)row[v] - m);
+        double want = (double)row[tok] - (m + log(z));
+        cr_assert(fabs(got->logprob - want) <= 1e-6 * fmax(1.0, fabs(want)), "entry %d: %.9g vs %.9g", i,
+                  got->logprob, want);
+        sl_logprob_record ref;
+        memset(&ref, 0, sizeof ref);
+        cr_assert_eq(sl_backend_logprob_record(row, V, tok, TOP, &ref), SL_OK);
+        cr_assert_eq(got->token, ref.token);
+        cr_assert_eq(memcmp(&got->logprob, &ref.logprob, sizeof ref.logprob), 0, "entry %d: not bitwise", i);
+        cr_assert_eq(got->n_top, TOP);
+        cr_assert_eq(memcmp(got->top, ref.top, TOP * sizeof ref.top[0]), 0, "entry %d: top-n differ", i);
+        for (int k = 1; k < TOP; k++)
+            cr_assert(got->top[k].logprob <= got->top[k - 1].logprob);
+    }
+    free(rows);
+
+    for (int i = 0; i < N; i++) {
+        fake_req *solo = &reqs[N + i];
+        solo->req = reqs[i].req;
+        solo->req.echo_logprobs = false;
+        run(&e, solo, 1);
+        int off = i == 0 ? N_PROMPT - 1 : 0;
+        cr_assert_eq(reqs[i].n_tokens - off, solo->n_tokens);
+        cr_assert_arr_eq(reqs[i].tokens + off, solo->tokens, (size_t)solo->n_tokens * sizeof(int32_t),
+                         "request %d: tokens differ from its plain solo run", i);
+        cr_assert_eq(memcmp(reqs[i].logprob + off, solo->logprob, (size_t)solo->n_tokens * sizeof(float)), 0,
+                     "request %d: logprobs differ from its plain solo run", i);
     }
     free(reqs);
     engine_close(&e);
