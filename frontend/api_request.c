@@ -447,9 +447,13 @@ static bool parse_fields(sl_api_request *r, int32_t n_vocab, sl_api_error *err)
     /* max_completion_tokens is the newer name of the same limit. */
     int64_t mct = 0;
     bool has_mct;
-    if (!get_int(o, "max_tokens", 1, SL_API_MAX_TOKENS_MAX, &x, &has, err)) return false;
+    if (r->endpoint == SL_API_ENDPOINT_COMPLETIONS && !get_bool(o, "echo", &r->echo, NULL, err)) return false;
+    /* max_tokens 0 asks for the prompt alone: only an echo answers anything
+     * (lm-eval-harness scores a prompt that way). */
+    int64_t mt_lo = r->echo ? 0 : 1;
+    if (!get_int(o, "max_tokens", mt_lo, SL_API_MAX_TOKENS_MAX, &x, &has, err)) return false;
     if (has) r->max_tokens = x;
-    if (!get_int(o, "max_completion_tokens", 1, SL_API_MAX_TOKENS_MAX, &mct, &has_mct, err)) return false;
+    if (!get_int(o, "max_completion_tokens", mt_lo, SL_API_MAX_TOKENS_MAX, &mct, &has_mct, err)) return false;
     if (has_mct) {
         if (has && mct != x)
             return sl_api_req_value_error(err, "max_completion_tokens", "'max_completion_tokens' (%lld) and "

@@ -81,7 +81,9 @@ typedef struct {
     int32_t *prompt_tokens;         /* malloc'd token ids, NULL for a text prompt */
     size_t n_prompt_tokens;
 
-    int64_t max_tokens;             /* -1 = not given (until the context ends) */
+    bool echo;                      /* completions: the prompt leads the text (and its logprobs the
+                                       logprobs, when asked for) */
+    int64_t max_tokens;             /* -1 = not given (until the context ends); 0 only with echo */
     int64_t min_tokens;             /* 0 = off (vLLM extension: EOS/stop ignored before) */
     int32_t n;                      /* choices, 1..SL_API_N_MAX (default 1) */
     bool stream;

@@ -124,15 +124,6 @@ static bool check_cache_retention(const json_t *v, const char *key, sl_api_error
     return sl_api_req_value_error(err, key, "unknown '%s' '%.40s' (in_memory or 24h)", key, s);
 }
 
-static bool check_echo(const json_t *v, const char *key, sl_api_error *err)
-{
-    if (!json_is_boolean(v)) return sl_api_req_type_error(err, key, "a boolean");
-    if (json_is_true(v))
-        return sl_api_req_unsupported(err, key, "'%s' is not implemented: the prompt is not sent back with its "
-                                      "logprobs", key);
-    return true;
-}
-
 static bool check_best_of(const json_t *v, const char *key, sl_api_error *err)
 {
     if (!json_is_integer(v)) return sl_api_req_type_error(err, key, "an integer");
@@ -211,7 +202,7 @@ static const known_field fields[] = {
     {"web_search_options", EP_CHAT, refuse_web_search},
     /* OpenAI, completions */
     {"prompt", EP_CMPL, NULL},
-    {"echo", EP_CMPL, check_echo},
+    {"echo", EP_CMPL, NULL},
     {"best_of", EP_CMPL, check_best_of},
     {"suffix", EP_CMPL, check_suffix},
     /* sampling and limits extensions (llama.cpp, vLLM) */

@@ -118,9 +118,9 @@ static sl_status push_entry(sl_api_logprobs *lp, const sl_api_token_logprob *t)
     }
     /* Completions: parallel arrays; top_logprobs is a dict per token (two
      * alternatives with the same text collapse, as in OpenAI's own shape). */
-    json_t *top = json_object();
+    json_t *top = t->unscored ? json_null() : json_object();
     if (!top) return SL_ENOMEM;
-    for (int32_t i = 0; i < n_top; i++) {
+    for (int32_t i = 0; i < n_top && !t->unscored; i++) {
         json_t *k = sl_api_json_string_lossy(t->top[i].text, t->top[i].len);
         if (k) json_object_set_new(top, json_string_value(k), logprob_json(t->top[i].logprob));
         json_decref(k);
@@ -128,7 +128,8 @@ static sl_status push_entry(sl_api_logprobs *lp, const sl_api_token_logprob *t)
     int bad = 0;
     bad |= json_array_append_new(json_object_get(lp->_obj, "tokens"),
                                  sl_api_json_string_lossy(t->chosen.text, t->chosen.len));
-    bad |= json_array_append_new(json_object_get(lp->_obj, "token_logprobs"), logprob_json(t->chosen.logprob));
+    bad |= json_array_append_new(json_object_get(lp->_obj, "token_logprobs"),
+                                 t->unscored ? json_null() : logprob_json(t->chosen.logprob));
     bad |= json_array_append_new(json_object_get(lp->_obj, "top_logprobs"), top);
     bad |= json_array_append_new(json_object_get(lp->_obj, "text_offset"),
                                  json_integer((json_int_t)lp->text_offset));
@@ -141,7 +142,7 @@ static sl_status push_entry(sl_api_logprobs *lp, const sl_api_token_logprob *t)
  * detokenizer: a token after the prompt keeps its space.
  * Wart: this reads sl_detok's private fields; a model/ accessor for a
  * token's decoded bytes would remove it. */
-static size_t token_bytes(const sl_tokenizer *t, int32_t id, char *out, size_t cap)
+size_t sl_api_token_text(const sl_tokenizer *t, int32_t id, char *out, size_t cap)
 {
     sl_detok d;
     sl_detok_init_continuation(&d);
@@ -164,7 +165,7 @@ sl_status sl_api_token_logprob_from_record(sl_api_token_logprob *out, const sl_l
         sl_api_token_alt *a = i < 0 ? &out->chosen : &out->top[i];
         int32_t id = i < 0 ? rec->token : rec->top[i].token;
         a->text = scratch + used;
-        a->len = token_bytes(t, id, scratch + used, piece);
+        a->len = sl_api_token_text(t, id, scratch + used, piece);
         if (a->len > piece) return SL_ERANGE;
         a->logprob = i < 0 ? rec->logprob : rec->top[i].logprob;
         used += a->len;

@@ -56,6 +56,9 @@ typedef struct {
 
 typedef struct {
     sl_api_token_alt chosen;
+    bool unscored;                /* completions: token_logprobs and top_logprobs null (an echoed
+                                     prompt's first token, which nothing predicts); chosen.logprob
+                                     and top are then unused */
     int32_t n_top;
     sl_api_token_alt top[SL_TOP_LOGPROBS_MAX];
 } sl_api_token_logprob;
@@ -84,6 +87,10 @@ sl_status sl_api_logprobs_init(sl_api_logprobs *lp, sl_api_endpoint ep, size_t t
  * copied). SL_OK or SL_ENOMEM (the object may then hold part of the token:
  * fail the request). */
 sl_status sl_api_logprobs_push(sl_api_logprobs *lp, const sl_api_token_logprob *t);
+/* The token's text alone, as a logprobs entry shows it (each token decoded
+ * alone, special tokens shown, a leading space kept): min(needed, cap) bytes
+ * to out; returns the bytes needed (cap >= sl_detok_max_piece(t) is enough). */
+size_t sl_api_token_text(const sl_tokenizer *t, int32_t id, char *out, size_t cap);
 /* Frees the object; safe after a failed init. */
 void sl_api_logprobs_fini(sl_api_logprobs *lp);
 

@@ -8,6 +8,12 @@
  *   stop strings -> out_text(): the answer's text, or (filtered chat) the
  *   reasoning splitter -> the tool call parser -> deltas / reason / calls;
  *   the token's logprob record beside it.
+ * Two things end a choice's text before its mailbox ends, each by cancelling
+ * the mailbox (end_text_now) and dropping what the worker made after: a stop
+ * string, and with parallel_tool_calls false the first complete tool call.
+ * An echo (completions) puts the prompt's text in front, outside the
+ * pipeline, and with logprobs reads the ring's first n_prompt - 1 entries as
+ * the prompt's scores, not as generated tokens (echo_init, consume).
  * The trade-off: each choice runs the whole pipeline on its own (its own
  * detokenizer, matcher and parsers), n times the small state, so that choices
  * never wait for each other and a stop string ends one choice only. */
@@ -108,8 +114,57 @@ void sl_fe_choice_drop(sl_fe_choice *c, bool cancel)
 
 /* ================================================================ setup */
 
+/* The echoed prompt leads the answer: its text goes straight into c->text,
+ * past the stop strings (they match generated text only) and counted by the
+ * response size limit like any text. With logprobs, the prompt's first token
+ * opens the logprobs unscored (nothing predicts it) and the ring's first
+ * n_prompt - 1 entries score the others (consume). */
+static sl_status echo_init(sl_fe_choice *c, const sl_api_request *r, const int32_t *prompt, uint32_t n_prompt)
+{
+    sl_fe *fe = c->fe;
+    if (r->prompt != NULL) {
+        if (!sl_fe_buf_append(&c->text, r->prompt, r->prompt_len))
+            return SL_ENOMEM;
+    } else {
+        /* token ids: decoded as /detokenize decodes a whole sequence, control
+         * tokens (a BOS) not shown, as a text prompt's echo does not show them */
+        size_t need = sl_detokenize(fe->tok, prompt, n_prompt, false, NULL, 0);
+        if (!reserve(&c->text, need))
+            return SL_ENOMEM;
+        sl_detokenize(fe->tok, prompt, n_prompt, false, c->text.p, need);
+        c->text.len = need;
+        c->text.p[need] = '\0';
+    }
+    c->echo_len = c->text.len;
+    if (!c->logprobs || n_prompt == 0)
+        return SL_OK;
+    sl_api_token_logprob tl;
+    memset(&tl, 0, sizeof tl);
+    tl.unscored = true;
+    tl.chosen.text = c->piece;
+    tl.chosen.len = sl_api_token_text(fe->tok, prompt[0], c->piece, c->piece_cap);
+    if (tl.chosen.len > c->piece_cap)
+        return SL_ENOMEM;   /* cannot happen: piece_cap is the tokenizer's longest piece */
+    if (sl_api_logprobs_push(&c->lp, &tl) < 0)
+        return SL_ENOMEM;
+    c->echo_left = n_prompt - 1;
+    if (c->echo_left == 0)
+        c->lp.text_offset = c->echo_len;
+    return SL_OK;
+}
+
+/* The choice's text is complete before its mailbox is: stop the sequence now,
+ * not at max_tokens (the request's other choices go on); what the worker made
+ * before it saw the cancel is dropped (consume). */
+static void end_text_now(sl_fe_choice *c)
+{
+    c->stop_hit = true;
+    if (c->have_ticket)
+        sl_shm_cancel(c->fe->shm, c->ticket);
+}
+
 sl_status sl_fe_choice_init(sl_fe_choice *c, sl_fe *fe, const sl_api_request *r, int32_t index, sl_shm_ticket t,
-                            uint32_t worker_gen, bool think_open)
+                            uint32_t worker_gen, bool think_open, const int32_t *prompt, uint32_t n_prompt)
 {
     memset(c, 0, sizeof *c);
     c->fe = fe;
@@ -144,9 +199,20 @@ sl_status sl_fe_choice_init(sl_fe_choice *c, sl_fe *fe, const sl_api_request *r,
             tf != SL_TOOL_FORMAT_NONE && sl_tool_parser_create(tf, r->tools, &c->tools) < 0)
             rc = SL_ENOMEM;
         c->filtered = c->reasoning_on || c->tools != NULL;
+        c->single_call = c->tools != NULL && !r->parallel_tool_calls;
     }
     if (c->piece == NULL || rc != SL_OK || (c->logprobs && (c->lp_scratch == NULL || !c->lp_live)))
         return SL_ENOMEM;
+    if (c->ep == SL_API_ENDPOINT_COMPLETIONS && r->echo) {
+        if (echo_init(c, r, prompt, n_prompt) != SL_OK)
+            return SL_ENOMEM;
+        /* max_tokens 0: the answer is the prompt. With logprobs the worker
+         * still scores it (and generates nothing); without, its mailbox has
+         * nothing to give (generate.c). */
+        c->echo_only = r->max_tokens == 0;
+        if (c->echo_only && !c->logprobs)
+            end_text_now(c);
+    }
     return SL_OK;
 }
 
@@ -202,12 +268,16 @@ static sl_status delta_text(sl_fe_choice *c, const char *key, const char *s, siz
 static sl_status on_tool_event(void *ctx, const sl_tool_event *ev)
 {
     sl_fe_choice *c = ctx;
+    if (c->single_call && c->n_calls > 0)
+        return SL_OK;   /* what the model wrote after a single-call answer's call is not the client's */
     if (ev->kind == SL_TOOL_EVENT_CONTENT) {
         if (c->stream)
             return delta_text(c, "content", ev->text, ev->len);
         return sl_fe_buf_append(&c->text, ev->text, ev->len) ? SL_OK : SL_ENOMEM;
     }
     c->n_calls++;
+    if (c->single_call)
+        end_text_now(c);   /* parallel_tool_calls false: the answer is this call */
     if (!c->stream) {
         if (c->calls == NULL && (c->calls = json_array()) == NULL)
             return SL_ENOMEM;
@@ -231,6 +301,8 @@ static sl_status on_tool_event(void *ctx, const sl_tool_event *ev)
 static sl_status on_reasoning_text(void *ctx, sl_reasoning_event_kind kind, const char *s, size_t n)
 {
     sl_fe_choice *c = ctx;
+    if (c->single_call && c->n_calls > 0)
+        return SL_OK;   /* after a single-call answer's call, as on_tool_event */
     if (kind == SL_REASONING_EVENT_REASONING) {
         if (c->stream)
             return delta_text(c, "reasoning_content", s, n);
@@ -273,13 +345,8 @@ static void take_text(sl_fe_choice *c, const char *s, size_t n)
     if (sl_api_stop_push(&c->stop, s, n, &emit, &emit_len) < 0)
         return;    /* out of memory: the matcher kept the text; it comes out with the next piece */
     out_text(c, emit, emit_len, false);
-    if (c->stop.hit) {
-        c->stop_hit = true;
-        /* This choice's answer is complete: stop its sequence now, not at
-         * max_tokens; the request's other choices go on. */
-        if (c->have_ticket)
-            sl_shm_cancel(c->fe->shm, c->ticket);
-    }
+    if (c->stop.hit)
+        end_text_now(c);
 }
 
 static void consume(sl_fe_choice *c, int32_t token, const sl_logprob_record *rec)
@@ -287,6 +354,20 @@ static void consume(sl_fe_choice *c, int32_t token, const sl_logprob_record *rec
     sl_fe *fe = c->fe;
     if (c->stop_hit)
         return;     /* tokens the worker made before it saw the cancel: not the client's */
+    if (c->echo_left > 0) {
+        /* A prompt token the worker scored (echo with logprobs): its text is
+         * in the echo already and it is not a generated token. The generated
+         * tokens' text_offset then points past the echoed text. */
+        c->echo_left--;
+        sl_api_token_logprob tl;
+        if (rec != NULL && c->lp_live &&
+            (sl_api_token_logprob_from_record(&tl, rec, fe->tok, c->lp_scratch, c->lp_cap) != SL_OK ||
+             sl_api_logprobs_push(&c->lp, &tl) < 0))
+            c->oom = true;
+        if (c->echo_left == 0)
+            c->lp.text_offset = c->echo_len;
+        return;
+    }
     c->n_generated++;
     bool marker = c->tools != NULL && token >= 0 && (token == fe->tool_markers[0] || token == fe->tool_markers[1]);
     size_t n = sl_detok_push(&c->detok, fe->tok, token, marker, c->piece, c->piece_cap);
@@ -561,6 +642,8 @@ bool sl_fe_choice_end(sl_fe_choice *c, bool started, sl_api_error *e, bool *flus
         fin = info.finish_reason == SL_FINISH_REASON_LENGTH ? SL_API_FINISH_LENGTH : SL_API_FINISH_STOP;
         observe(fe, &info.timings, c->n_generated);
     }
+    if (c->echo_only)
+        fin = SL_API_FINISH_LENGTH;   /* max_tokens 0: the budget ended the answer before it began */
     if (c->n_calls > 0 && fin == SL_API_FINISH_STOP)
         fin = SL_API_FINISH_TOOL_CALLS;
     c->fin = fin;

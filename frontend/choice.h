@@ -63,7 +63,13 @@ typedef struct {
     sl_shm_ticket ticket;
     bool have_ticket;
     uint32_t worker_gen;           /* the worker generation when the request was taken over */
-    bool stop_hit;                 /* a stop string ended the text (the mailbox was cancelled) */
+    bool stop_hit;                 /* a stop string, the first call of a single-call answer or max_tokens
+                                      0 ended the text (the mailbox was cancelled) */
+    bool echo_only;                /* echo with max_tokens 0: the answer is the prompt, "length" */
+    uint32_t echo_left;            /* echo with logprobs: prompt entries still to read from the ring
+                                      (the first n_prompt - 1 entries; shm.h's contract) */
+    size_t echo_len;               /* bytes of echoed prompt text leading the answer */
+    bool single_call;              /* parallel_tool_calls false: the first complete call ends the choice */
     bool oom;                      /* text or a logprob was lost to a failed allocation */
     bool ended;                    /* sl_fe_choice_end succeeded: fin and info hold the outcome */
     sl_api_finish fin;
@@ -97,10 +103,14 @@ typedef struct {
 
 /* Sets c up for choice `index` of request r over the submitted mailbox t
  * (owned from here, also on failure). think_open: the rendered prompt ends
- * inside an open <think>. Returns SL_OK or SL_ENOMEM (c is then still safe
- * to drop and fini). r is only read during the call. */
+ * inside an open <think>. prompt: the n_prompt token ids submitted; with
+ * r->echo the answer starts with the prompt's text (r->prompt itself, or
+ * these ids detokenized) and, with logprobs, the logprobs with the prompt's
+ * tokens: the first as unscored, the next n_prompt - 1 from the ring's first
+ * entries. Returns SL_OK or SL_ENOMEM (c is then still safe to drop and
+ * fini). r and prompt are only read during the call. */
 sl_status sl_fe_choice_init(sl_fe_choice *c, sl_fe *fe, const sl_api_request *r, int32_t index, sl_shm_ticket t,
-                            uint32_t worker_gen, bool think_open);
+                            uint32_t worker_gen, bool think_open, const int32_t *prompt, uint32_t n_prompt);
 
 /* Frees c's buffers. The ticket must have been dropped first. */
 void sl_fe_choice_fini(sl_fe_choice *c);

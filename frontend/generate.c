@@ -240,10 +240,21 @@ static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
         reject(fe, req, ri, SL_API_ERR_CONTEXT_LENGTH, "max_tokens", NULL, msg);
         return;
     }
-    if (max_tokens < 1) {
+    /* An explicit 0 with echo (the parse refused it without) is the prompt
+     * alone; a context the prompt fills leaves nothing to generate. */
+    bool echo_only = rq->echo && max_tokens == 0 && rq->max_tokens == 0;
+    if (max_tokens < 1 && !echo_only) {
         reject(fe, req, ri, SL_API_ERR_INVALID_REQUEST, "max_tokens", NULL, "max_tokens must be at least 1.");
         return;
     }
+    /* echo with logprobs: the worker scores the prompt first (shm.h's
+     * token-ring contract) and may then generate nothing. Without logprobs
+     * the worker has nothing to do for max_tokens 0, but a mailbox keeps one
+     * path for every answer: it gets a budget of 1 and the choice, which
+     * knows the request's 0, cancels it at once (choice.c). */
+    bool echo_logprobs = rq->echo && rq->logprobs;
+    if (echo_only && !echo_logprobs)
+        max_tokens = 1;
 
     sl_shm_request sr;
     memset(&sr, 0, sizeof sr);
@@ -251,6 +262,7 @@ static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
     sr.max_tokens = (int32_t)max_tokens;
     sr.min_tokens = (int32_t)(rq->min_tokens > max_tokens ? max_tokens : rq->min_tokens);
     sr.ignore_eos = rq->ignore_eos;
+    sr.echo_logprobs = echo_logprobs ? 1u : 0u;
     sr.request_id = hash_id(ri->id);
     sr.prompt = j->prompt;
     sr.n_prompt = (uint32_t)n_prompt;
@@ -298,7 +310,7 @@ static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
         return;
     }
 
-    sl_fe_stream_start(fe, req, ri, rq, tickets, n, n_prompt, j->think_open);   /* owns the tickets from here */
+    sl_fe_stream_start(fe, req, ri, rq, tickets, n, j->prompt, n_prompt, j->think_open);   /* owns the tickets from here */
 }
 
 static void prompt_done(sl_fe *fe, sl_fe_job *job, h2o_req_t *req)

@@ -240,9 +240,12 @@ void sl_fe_jobs_destroy(sl_fe *fe);
  * without "stream", waits for the whole answer. The stream owns every ticket
  * from here, also on failure (an error response, the tickets cancelled). r
  * is only read during the call (the stop strings and tool names are copied).
- * think_open: the rendered prompt ends inside an open <think>. */
+ * think_open: the rendered prompt ends inside an open <think>. prompt: the
+ * n_prompt token ids submitted (read during the call: an echo's text and first
+ * logprobs entry come from them). */
 void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_request *r,
-                        const sl_shm_ticket *tickets, uint32_t n, int64_t n_prompt, bool think_open);
+                        const sl_shm_ticket *tickets, uint32_t n, const int32_t *prompt, int64_t n_prompt,
+                        bool think_open);
 
 /* The wake eventfd fired: move every stream forward. */
 void sl_fe_streams_pump_all(sl_fe *fe);

@@ -555,7 +555,8 @@ void sl_fe_streams_abort_all(sl_fe *fe, const char *why)
 /* ================================================================ start */
 
 void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_request *r,
-                        const sl_shm_ticket *tickets, uint32_t n, int64_t n_prompt, bool think_open)
+                        const sl_shm_ticket *tickets, uint32_t n, const int32_t *prompt, int64_t n_prompt,
+                        bool think_open)
 {
     sl_fe_stream *st = h2o_mem_alloc_shared(&req->pool, sizeof *st, on_dispose);
     memset(st, 0, sizeof *st);
@@ -584,7 +585,7 @@ void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, cons
     bool ok = true;
     for (uint32_t i = 0; i < n; i++)
         ok &= sl_fe_choice_init(&st->choices[i], fe, r, (int32_t)i, tickets[i], wi.worker_generation,
-                                think_open) == SL_OK;
+                                think_open, prompt, (uint32_t)n_prompt) == SL_OK;
     if (!ok) {
         fail(st, SL_API_ERR_INTERNAL, "out of memory");
         return;
@@ -611,5 +612,5 @@ void sl_fe_stream_start(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, cons
             return;
         }
     }
-    pump(st);   /* an echo worker may already be done; normally this reads nothing */
+    pump(st);   /* sends an echoed prompt at once; an echo worker may already be done */
 }

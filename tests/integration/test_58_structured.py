@@ -153,8 +153,10 @@ def test_unknown_and_refused_fields_are_400(client):
     assert e["param"] == "bogus_field" and "unrecognized request argument 'bogus_field'" in e["message"], e
     e = bad_request(lambda: chat(client, extra_body={"audio": {"voice": "alloy", "format": "wav"}}))
     assert e["param"] == "audio" and "text only" in e["message"] and e["code"] == "unsupported", e
-    e = bad_request(lambda: client.completions.create(model="m", prompt="x", max_tokens=2, echo=True))
-    assert e["param"] == "echo" and "not implemented" in e["message"], e
+    e = bad_request(lambda: client.completions.create(model="m", prompt="x", max_tokens=2, best_of=2))
+    assert e["param"] == "best_of" and e["code"] == "unsupported", e
+    e = bad_request(lambda: client.completions.create(model="m", prompt="x", max_tokens=0))   # 0 needs echo
+    assert e["param"] == "max_tokens", e
     # documented no-ops pass
     text, _ = chat(client, max_tokens=2, store=False, metadata={"k": "v"}, user="u", service_tier="auto")
     assert isinstance(text, str)

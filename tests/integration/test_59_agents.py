@@ -310,3 +310,65 @@ def test_logprobs_survive_the_call_parser(client):
         if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
             n_stream += len(chunk.choices[0].logprobs.content)
     assert n_stream == n_whole and 0 < n_whole <= usage.completion_tokens
+
+
+# ---------------------------------------------------------------- parallel_tool_calls false, tool_choice auto
+# A model free to call (tool_choice auto) may write two calls; parallel_tool_calls
+# false makes the front end end the answer at the first complete one. A small
+# model cannot be made to write two calls on demand, so this runs on
+# tools/fe-harness, whose echo worker "generates" the rendered prompt: a user
+# message holding two calls is an answer holding two calls (the template's
+# own <tool_call> example in its tools section is not JSON, so it stays content).
+
+TWO_CALLS = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+             '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>\nAfter the calls.')
+
+
+@pytest.fixture(scope="module")
+def echo_harness(make_model):
+    from fe_harness import Harness, qwen3_model
+    h = Harness(qwen3_model(make_model), n=1)
+    yield h
+    assert h.stop() == 0
+
+
+def echo_chat(h, stream, parallel, n=1):
+    from fe_harness import sse_events
+    body = {"messages": [{"role": "user", "content": TWO_CALLS}], "tools": [WEATHER], "tool_choice": "auto",
+            "parallel_tool_calls": parallel, "stream": stream, "n": n}
+    s, _, b = h.post("/v1/chat/completions", body)
+    assert s == 200, b
+    if not stream:
+        o = json.loads(b)
+        return [(c["message"].get("tool_calls") or [], c["message"]["content"] or "", c["finish_reason"])
+                for c in o["choices"]], o["usage"]
+    calls = [dict() for _ in range(n)]
+    content = [""] * n
+    fins = [None] * n
+    for ev in sse_events(b):
+        if ev == "[DONE]":
+            continue
+        for c in json.loads(ev)["choices"]:
+            i, d = c["index"], c["delta"]
+            content[i] += d.get("content") or ""
+            for tc in d.get("tool_calls") or []:
+                e = calls[i].setdefault(tc["index"], {"function": {"name": "", "arguments": ""}})
+                e["function"]["name"] += tc.get("function", {}).get("name") or ""
+                e["function"]["arguments"] += tc.get("function", {}).get("arguments") or ""
+            fins[i] = c["finish_reason"] or fins[i]
+    return [([calls[i][k] for k in sorted(calls[i])], content[i], fins[i]) for i in range(n)], None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_parallel_tool_calls_false_under_auto_ends_at_the_first_call(echo_harness, stream):
+    both, u2 = echo_chat(echo_harness, stream, True)
+    calls, content, fin = both[0]
+    assert [json.loads(c["function"]["arguments"])["city"] for c in calls] == ["Paris", "Rome"]
+    assert "After the calls." in content and fin == "tool_calls"
+    for calls, content, fin in echo_chat(echo_harness, stream, False, n=2)[0]:
+        assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"city": "Paris"}]
+        assert fin == "tool_calls"
+        assert "After the calls." not in content and "Rome" not in content   # what came after is dropped
+    if not stream:
+        one, u1 = echo_chat(echo_harness, False, False)
+        assert u1["completion_tokens"] < u2["completion_tokens"]            # the sequence was stopped there

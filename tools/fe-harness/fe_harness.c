@@ -2,7 +2,9 @@
  * real master and worker. It does the master's setup in small (segment, one
  * SO_REUSEPORT socket and one eventfd per slot, fork N sl_frontend_main
  * children) and runs an in-process ECHO worker: each request's "generation" is
- * its own prompt tokens, then EOS, one token per --token-ms. It prints
+ * its own prompt tokens, then EOS, one token per --token-ms (after, for a
+ * request with echo_logprobs, its prompt tokens 1.. as their own scored
+ * entries, as shm.h asks of a worker). It prints
  * `port=NNNN` on stdout once serving and stops everything on SIGTERM/SIGINT
  * (front ends first, the worker last, so their drains can finish).
  * Trade-off: deterministic and instant instead of a model, so the HTTP layer
@@ -32,6 +34,8 @@ typedef struct {
     sl_shm_ticket t;
     int32_t *prompt;
     uint32_t n_prompt, pos;     /* next prompt token to echo */
+    uint32_t scored;            /* echo_logprobs: prompt tokens 1..n_prompt-1 scored so far (they lead the ring) */
+    bool echo_logprobs;
     int32_t max_tokens;
     int32_t n_logprobs;
     uint32_t n_out;
@@ -46,7 +50,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: fe-harness -m MODEL [-p PORT] [-n FRONTENDS] [--mode echo] [--api-key K]\n"
-            "  [--max-body N] [--ctx-size N] [--mailboxes N] [--token-ring N] [--token-ms N]\n"
+            "  [--max-body N] [--max-response N] [--ctx-size N] [--mailboxes N] [--token-ring N] [--token-ms N]\n"
             "  [--first-token-ms N] [--fail-after N] [--ready-after-ms N] [--write-timeout-ms N]\n"
             "  [--drain-delay-s N] [--drain-timeout-s N] [--chat-template T] [--model-alias A]\n"
             "  [--default-max-tokens N] [--max-prompt-tokens N] [--tokenize-threads N] [--no-logprobs]\n");
@@ -97,6 +101,7 @@ int main(int argc, char **argv)
         else if (OPT("--mode")) { if (strcmp(v, "echo") != 0) usage(); }
         else if (OPT("--api-key")) snprintf(cfg.api_key, sizeof cfg.api_key, "%s", v);
         else if (OPT("--max-body")) cfg.max_body = strtoull(v, NULL, 10);
+        else if (OPT("--max-response")) cfg.max_response = strtoull(v, NULL, 10);
         else if (OPT("--ctx-size")) cfg.ctx_size = (uint32_t)atoi(v);
         else if (OPT("--mailboxes")) mailboxes = (uint32_t)atoi(v);
         else if (OPT("--token-ring")) token_ring = (uint32_t)atoi(v);
@@ -245,6 +250,8 @@ int main(int argc, char **argv)
             r->n_prompt = np;
             r->max_tokens = mt;
             r->n_logprobs = sp.n_logprobs;
+            r->echo_logprobs = sl_shm_request_echo(w, t) != 0;
+            r->scored = 1;
             r->next_ns = now + (uint64_t)first_ms * 1000000ull;
             n_reqs++;
         }
@@ -264,9 +271,11 @@ int main(int argc, char **argv)
                     error = "injected failure (fe-harness --fail-after)";
                     break;
                 }
-                if ((int32_t)r->n_out >= r->max_tokens) { end = true; why = SL_FINISH_REASON_LENGTH; break; }
-                if (r->eos_sent) { end = true; break; }
-                int32_t tok = r->pos < r->n_prompt ? r->prompt[r->pos] : (int32_t)eos;
+                /* echo_logprobs: the prompt's own entries first (shm.h's contract), then the echo */
+                bool scoring = r->echo_logprobs && r->scored < r->n_prompt;
+                if (!scoring && (int32_t)r->n_out >= r->max_tokens) { end = true; why = SL_FINISH_REASON_LENGTH; break; }
+                if (!scoring && r->eos_sent) { end = true; break; }
+                int32_t tok = scoring ? r->prompt[r->scored] : r->pos < r->n_prompt ? r->prompt[r->pos] : (int32_t)eos;
                 if (tok < 0) { end = true; break; }
                 sl_logprob_record rec = {.token = tok, .logprob = -0.25f};
                 if (r->n_logprobs > 0) {
@@ -282,6 +291,7 @@ int main(int argc, char **argv)
                 if (rc == SL_AGAIN)
                     break;          /* the ring is full: this sequence pauses until the front end reads */
                 if (rc != SL_OK) { end = true; why = SL_FINISH_REASON_CANCELLED; break; }
+                if (scoring) { r->scored++; continue; }
                 r->n_out++;
                 if (r->pos < r->n_prompt) r->pos++; else r->eos_sent = true;
                 if (token_ms > 0) { r->next_ns = now + (uint64_t)token_ms * 1000000ull; }

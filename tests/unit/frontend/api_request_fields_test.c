@@ -74,7 +74,6 @@ static const refusal refused[] = {
     {CHAT, "{" M ",\"stream\":true,\"stream_options\":{\"usage\":true}}", "stream_options.usage",
      "unrecognized argument 'usage'", NULL},
     /* completions */
-    {CMPL, "{" P ",\"echo\":true}", "echo", "'echo' is not implemented", "unsupported"},
     {CMPL, "{" P ",\"echo\":1}", "echo", "boolean", "invalid_type"},
     {CMPL, "{" P ",\"best_of\":2}", "best_of", "best_of=1", "unsupported"},
     {CMPL, "{" P ",\"best_of\":0}", "best_of", "between 1 and 20", "invalid_value"},

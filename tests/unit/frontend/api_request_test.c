@@ -153,6 +153,13 @@ static const bad_case bad[] = {
     {CMPL, "{\"prompt\":\"x\",\"logprobs\":true}", 0, "logprobs"},
     {CMPL, "{\"prompt\":\"x\",\"n\":17}", 0, "n"},
     {CMPL, "{\"prompt\":\"x\",\"max_tokens\":0}", 0, "max_tokens"},
+    {CMPL, "{\"prompt\":\"x\",\"max_tokens\":0,\"echo\":false}", 0, "max_tokens"},
+    {CMPL, "{\"prompt\":\"x\",\"max_completion_tokens\":0}", 0, "max_completion_tokens"},
+    {CMPL, "{\"prompt\":\"x\",\"max_tokens\":-1,\"echo\":true}", 0, "max_tokens"},
+    {CMPL, "{\"prompt\":\"x\",\"echo\":\"yes\"}", 0, "echo"},
+    {CMPL, "{\"prompt\":\"x\",\"max_tokens\":1,\"min_tokens\":2,\"echo\":true}", 0, "min_tokens"},
+    {CHAT, "{" M ",\"echo\":true}", 0, "echo"},
+    {CHAT, "{" M ",\"max_tokens\":0}", 0, "max_tokens"},
     {CMPL, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 0, "stop"},
 };
 
@@ -502,4 +509,31 @@ Test(api_request, n_takes_one_to_sixteen_choices)
     cr_assert_eq(sl_api_request_parse(&r, CHAT, body, strlen(body), N_VOCAB, &e), SL_EINVAL);
     cr_expect_str_eq(e.param, "n");
     cr_expect(strstr(e.message, "16") != NULL, "%s", e.message);
+}
+
+/* echo (completions): true and false parse; with echo, max_tokens (or its
+ * newer name) may be 0, the prompt alone (lm-eval-harness's loglikelihood). */
+Test(api_request, completion_echo_and_max_tokens_zero)
+{
+    sl_api_request r;
+    parse_ok(&r, CMPL, "{\"prompt\":\"Once upon\",\"echo\":true}");
+    cr_expect(r.echo);
+    cr_expect_eq(r.max_tokens, -1);
+    sl_api_request_fini(&r);
+    parse_ok(&r, CMPL, "{\"prompt\":\"Once upon\",\"echo\":false,\"max_tokens\":3}");
+    cr_expect_not(r.echo);
+    sl_api_request_fini(&r);
+    parse_ok(&r, CMPL, "{\"prompt\":\"Once upon\",\"echo\":null}");
+    cr_expect_not(r.echo);
+    sl_api_request_fini(&r);
+    parse_ok(&r, CMPL, "{\"prompt\":[1,2,3],\"echo\":true,\"max_tokens\":0,\"logprobs\":1}");
+    cr_expect(r.echo);
+    cr_expect_eq(r.max_tokens, 0);
+    cr_expect(r.logprobs);
+    cr_expect_eq(r.n_prompt_tokens, 3);
+    sl_api_request_fini(&r);
+    parse_ok(&r, CMPL, "{\"prompt\":\"x\",\"echo\":true,\"max_completion_tokens\":0,\"n\":2}");
+    cr_expect_eq(r.max_tokens, 0);
+    cr_expect_eq(r.n, 2);
+    sl_api_request_fini(&r);
 }

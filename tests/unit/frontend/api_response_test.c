@@ -539,3 +539,38 @@ Test(api_response, chunks_carry_their_choice_index)
     }
     json_decref(d);
 }
+
+/* echo with logprobs: the prompt's first token is unscored (token_logprobs
+ * and top_logprobs null), the next ones scored; text_offset runs from 0 over
+ * the echoed text and may be set to continue past it. */
+Test(api_response, completion_logprobs_unscored_first_prompt_token)
+{
+    sl_api_logprobs lp;
+    cr_assert_eq(sl_api_logprobs_init(&lp, SL_API_ENDPOINT_COMPLETIONS, 0), SL_OK);
+    sl_api_token_logprob a = tok("Once", 4, 0.0f);
+    a.unscored = true;
+    a.n_top = 1;                     /* ignored when unscored */
+    a.top[0] = (sl_api_token_alt){"x", 1, -1.0f};
+    sl_api_token_logprob b = tok(" upon", 5, -3.5f);
+    b.n_top = 1;
+    b.top[0] = (sl_api_token_alt){" upon", 5, -3.5f};
+    cr_assert_eq(sl_api_logprobs_push(&lp, &a), SL_OK);
+    cr_assert_eq(sl_api_logprobs_push(&lp, &b), SL_OK);
+    cr_expect_eq(lp.text_offset, 9);
+    sl_api_result r = {.endpoint = SL_API_ENDPOINT_COMPLETIONS, .id = "x", .model = "m",
+                       .text = "Once upon", .text_len = 9, .logprobs = &lp, .finish = SL_API_FINISH_LENGTH};
+    char *s = sl_api_response_build(&r);
+    sl_api_logprobs_fini(&lp);
+    json_t *o = json_expect_load(s);
+    json_t *l = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
+    json_t *tl = json_object_get(l, "token_logprobs"), *top = json_object_get(l, "top_logprobs");
+    cr_expect_str_eq(json_string_value(json_array_get(json_object_get(l, "tokens"), 0)), "Once");
+    cr_expect(json_is_null(json_array_get(tl, 0)));
+    cr_expect(json_is_null(json_array_get(top, 0)));
+    cr_expect_float_eq(json_number_value(json_array_get(tl, 1)), -3.5, 0);
+    cr_expect_float_eq(json_number_value(json_object_get(json_array_get(top, 1), " upon")), -3.5, 0);
+    cr_expect_eq(json_integer_value(json_array_get(json_object_get(l, "text_offset"), 0)), 0);
+    cr_expect_eq(json_integer_value(json_array_get(json_object_get(l, "text_offset"), 1)), 4);
+    json_decref(o);
+    free(s);
+}

@@ -448,3 +448,34 @@ Test(tool_calls, grammar_refuses_what_passes_the_engine_limits_together)
     cr_assert(strstr(e.message, "cannot be enforced") != NULL, "%s", e.message);
     json_decref(tools);
 }
+
+/* parallel_tool_calls false under tool_choice auto is enforced by the caller
+ * (frontend/choice.c), which ends the answer at the first CALL event: that
+ * event must come while the answer is still being fed, as soon as the call
+ * closes (HERMES's </tool_call>), with nothing of what follows yet. (LLAMA3
+ * and MISTRAL decide a call later, at the end of the answer at worst: the
+ * choice then drops the calls after the first instead of stopping early.) */
+static void first_call_before_the_rest(sl_tool_format f, const char *first, const char *rest)
+{
+    json_t *tools = tools2();
+    sl_tool_parser *p;
+    cr_assert_eq(sl_tool_parser_create(f, tools, &p), SL_OK);
+    json_decref(tools);
+    collected c;
+    memset(&c, 0, sizeof c);
+    cr_assert_eq(sl_tool_parser_feed(p, first, strlen(first), false, on_ev, &c), SL_OK);
+    cr_assert_eq(c.n_calls, 1, "the call in %s is reported before the answer ends", first);
+    cr_assert_str_eq(c.calls, "get_weather={\"city\":\"Paris\"};");
+    cr_assert_eq(c.n, 0);
+    cr_assert_eq(sl_tool_parser_feed(p, rest, strlen(rest), true, on_ev, &c), SL_OK);
+    cr_assert_eq(c.n_calls, 2, "the rest (%s) holds a second call", rest);
+    sl_tool_parser_destroy(p);
+}
+
+Test(tool_calls, first_call_is_reported_when_it_closes)
+{
+    first_call_before_the_rest(SL_TOOL_FORMAT_HERMES,
+                               "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                               "</tool_call>",
+                               "\n<tool_call>{\"name\":\"add\",\"arguments\":{}}</tool_call>");
+}
