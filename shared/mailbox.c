@@ -562,6 +562,13 @@ sl_status sl_shm_prompt_copy(const sl_shm_t *h, sl_shm_ticket t, uint32_t from, 
     return SL_OK;
 }
 
+/* Token entries of the mailbox that are its prompt's own records (echo), not
+ * generated tokens. */
+static uint64_t echo_entries(const struct sl_mailbox_shm *mb)
+{
+    return mb->echo_logprobs && mb->n_prompt > 0 ? (uint64_t)mb->n_prompt - 1 : 0;
+}
+
 sl_status sl_shm_worker_push(sl_shm_t *w, sl_shm_ticket t, int32_t token, const sl_logprob_record *rec)
 {
     uint64_t wd;
@@ -585,10 +592,15 @@ sl_status sl_shm_worker_push(sl_shm_t *w, sl_shm_ticket t, int32_t token, const 
     atomic_store_explicit(&mb->tok_tail, tail + 1, memory_order_release);
     SL_CRASH_POINT(SL_CRASH_PUSH_PUBLISHED);
     uint64_t now = sl_shm_now_ns();
-    if (tail == 0)
-        mb->timings.first_token_ns = now;
-    mb->timings.last_token_ns = now;
-    mb->timings.n_generated = (uint32_t)(tail + 1);
+    /* An echo request's first n_prompt - 1 entries are its prompt's records:
+     * the figures count generated tokens only. */
+    uint64_t n_echo = echo_entries(mb);
+    if (tail + 1 > n_echo) {
+        if (tail == n_echo)
+            mb->timings.first_token_ns = now;
+        mb->timings.last_token_ns = now;
+        mb->timings.n_generated = (uint32_t)(tail + 1 - n_echo);
+    }
     mark_dirty(w, sl_word_owner(wd));
     return SL_OK;
 }
@@ -659,7 +671,8 @@ sl_status sl_shm_worker_finish(sl_shm_t *w, sl_shm_ticket t, sl_finish_reason re
     } else {
         mb->error[0] = 0;
     }
-    uint32_t n_generated = (uint32_t)atomic_load_explicit(&mb->tok_tail, memory_order_relaxed);
+    uint64_t n_entries = atomic_load_explicit(&mb->tok_tail, memory_order_relaxed), n_echo = echo_entries(mb);
+    uint32_t n_generated = (uint32_t)(n_entries > n_echo ? n_entries - n_echo : 0);
     mb->timings.n_generated = n_generated;
     SL_CRASH_POINT(SL_CRASH_FINISH_WRITTEN);
     for (;;) {

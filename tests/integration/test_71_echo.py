@@ -17,7 +17,7 @@ import pytest
 
 from fe_harness import Harness, qwen3_model, sse_events
 from paths import REPO
-from serve import Server
+from serve import Server, wait_for
 
 DEFAULT = REPO / "models/default/sluice-default-q8_0.gguf"
 PROMPT = "The river ran past the old mill"
@@ -212,16 +212,21 @@ def model(client):
 
 @pytest.fixture(scope="module")
 def worker_scores(client, model):
-    """Skips unless the worker honours echo_logprobs (shared/shm.h): with
-    max_tokens 1, an echo + logprobs answer then holds one entry per prompt
-    token plus the generated one; a worker that ignores the flag gives the
-    front end generated tokens where the prompt's should be."""
+    """The worker honours echo_logprobs (shared/shm.h): with max_tokens 1, an
+    echo + logprobs answer holds one entry per prompt token plus the
+    generated one."""
     r = client.completions.create(model=model, prompt=PROMPT, echo=True, logprobs=2, temperature=0, max_tokens=1)
     n, gen = r.usage.prompt_tokens, r.usage.completion_tokens
     got = len(r.choices[0].logprobs.token_logprobs)
-    if got != n + gen:
-        pytest.skip(f"the worker does not honour echo_logprobs ({got} logprobs entries for {n} prompt and "
-                    f"{gen} generated tokens)")
+    assert got == n + gen, f"{got} logprobs entries for {n} prompt and {gen} generated tokens"
+
+
+def generated_counter(server):
+    _, body = server.get("/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith("sluice_generation_tokens_total"):
+            return float(line.split()[-1])
+    raise AssertionError("sluice_generation_tokens_total not on /metrics")
 
 
 @real
@@ -268,3 +273,15 @@ def test_real_echo_logprobs_then_generated_equals_no_echo(client, model, worker_
     assert len(lp.tokens) == n + 3
     assert r.choices[0].text == PROMPT + plain.choices[0].text
     assert lp.tokens[n:] == plain.choices[0].logprobs.tokens
+
+
+@real
+def test_real_echo_records_are_not_counted_as_generated_tokens(client, model, server, worker_scores):
+    """The prompt's records travel in the token ring, but /metrics counts only
+    generated tokens: a max_tokens 0 echo adds none, max_tokens 2 adds two."""
+    before = generated_counter(server)
+    client.completions.create(model=model, prompt=PROMPT, echo=True, logprobs=1, temperature=0, max_tokens=0)
+    assert wait_for(lambda: generated_counter(server) == before, 5)
+    client.completions.create(model=model, prompt=PROMPT, echo=True, logprobs=1, temperature=0, max_tokens=2,
+                              extra_body={"ignore_eos": True})
+    assert wait_for(lambda: generated_counter(server) == before + 2, 5)
