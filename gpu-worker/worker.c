@@ -554,7 +554,8 @@ static sl_status size_and_create(worker *w, const sl_model *m, int32_t n_ctx, sl
             return SL_EINVAL;
         bc.device = "cuda";
         bc.n_kv_blocks = (uint32_t)hs.n_blocks;
-        sl_load_progress_stage(lp, "creating the cuda backend (%u KV blocks)", bc.n_kv_blocks);
+        sl_load_progress_stage(lp, !strcmp(dev, "auto") ? "looking for a CUDA device (%u KV blocks)"
+                                                          : "creating the CUDA backend (%u KV blocks)", bc.n_kv_blocks);
         rc = sl_backend_create(m, &bc, be, err);
         if (rc >= 0 || rc != SL_EUNSUPPORTED || strcmp(dev, "auto") != 0) {
             host = false;   /* made, or a CUDA failure to report as it is */
