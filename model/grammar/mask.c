@@ -161,6 +161,12 @@ static sl_status uniform_props(sl_grammar_matcher *m, int32_t s)
 }
 
 #define RUN_CHAIN_MAX 4096
+/* Sharing a reference's mask is tried while at most 1/SHARE_LONG_MAX of
+ * the tokens are longer than the bound (see shared_mask). */
+#define SHARE_LONG_MAX 4
+/* On a vocabulary this small both ways are cheap: share at every bound
+ * (which keeps that path covered by small test vocabularies). */
+#define SHARE_ALWAYS_BELOW 4096
 
 static bool same_umask(const sl_gram_set *a, const sl_gram_set *b)
 {
@@ -214,11 +220,13 @@ static sl_status uniform_run(sl_grammar_matcher *m, int32_t s)
     return SL_OK;
 }
 
-/* Depth-first walk from the current set; allow is zeroed by the caller.
- * Frame d: the children of a node still to visit are nodes [next, end),
+/* Depth-first walk from set s0, setting the bits of allowed tokens longer
+ * than `skip` bytes (0: all); subtrees holding none are not entered. The
+ * caller zeroed allow or filled it for the shorter tokens. Frame d (the
+ * node at depth d): the children still to visit are nodes [next, end),
  * each child's subtree ending at its .end; set[d] is the set after the
  * node's bytes. */
-static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t *allow)
+static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t *allow, int32_t s0, uint32_t skip)
 {
     if (!walk_scratch(m, v->depth_max + 1))
         return SL_ENOMEM;
@@ -228,7 +236,7 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
     const int32_t *sorted = v->sorted;
     int d = 0;
     uint64_t budget = m->work_total + SL_GRAM_MASK_WORK_MAX;
-    set[0] = m->cur;
+    set[0] = s0;
     next[0] = 1;
     end[0] = nodes[0].end;
     while (d >= 0) {
@@ -239,6 +247,8 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
         uint32_t ci = next[d];
         const sl_gram_tnode *c = &nodes[ci];
         next[d] = c->end;
+        if (v->deep[ci] <= skip)
+            continue;
         int32_t s = set[d];
         const sl_gram_set *S = &m->sets[s];
         if (!sl_gram_class_has(&S->any, c->byte))
@@ -276,7 +286,7 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
                 continue;
             }
         }
-        for (uint32_t i = 0; i < c->n_tok; i++) {
+        for (uint32_t i = 0; i < c->n_tok && (uint32_t)d + 1 > skip; i++) {
             uint32_t tok = (uint32_t)sorted[c->tok_lo + i];
             allow[tok >> 5] |= 1u << (tok & 31);
         }
@@ -287,6 +297,44 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
             end[d] = c->end;
         }
     }
+    return SL_OK;
+}
+
+/* Fills allow for the tokens of set s's share_bound bytes or fewer from
+ * its reference's mask (walked and cached first when not cached), or
+ * leaves allow zero with share_bound 0 when s has no reference or sharing
+ * would not pay: clearing the longer tokens costs one bit each, and the
+ * walk of them costs nearly a full walk, so a bound that most tokens
+ * exceed gains nothing. */
+static sl_status shared_mask(sl_grammar_matcher *m, const sl_grammar_vocab *v, int32_t s, uint32_t *allow,
+                             uint32_t words)
+{
+    int32_t ref;
+    uint32_t bound;
+    sl_status rc = sl_gram_share(m, s, &ref, &bound);
+    if (rc != SL_OK)
+        return rc;
+    if (ref < 0)
+        return SL_OK;
+    uint32_t lo = bound + 1 > v->depth_max + 1 ? v->depth_max + 1 : bound + 1;
+    if (v->n_sorted >= SHARE_ALWAYS_BELOW && (v->n_sorted - v->len_lo[lo]) * SHARE_LONG_MAX > v->n_sorted) {
+        m->sets[s].share_bound = 0;   /* this set walks alone from now on */
+        return SL_OK;
+    }
+    int32_t slot = m->sets[ref].cache_slot;
+    if (slot >= 0) {
+        memcpy(allow, m->cache_bits + (size_t)slot * words, words * sizeof *allow);
+        m->cache[slot].used = 1;
+    } else {
+        if ((rc = walk(m, v, allow, ref, 0)) != SL_OK)
+            return rc;
+        cache_store(m, ref, allow);
+    }
+    for (uint32_t i = v->len_lo[lo]; i < v->n_sorted; i++) {
+        uint32_t tok = (uint32_t)v->by_len[i];
+        allow[tok >> 5] &= ~(1u << (tok & 31));
+    }
+    m->stat_shared++;
     return SL_OK;
 }
 
@@ -307,7 +355,9 @@ sl_status sl_grammar_matcher_mask(sl_grammar_matcher *m, const sl_grammar_vocab 
         return SL_OK;
     }
     m->stat_misses++;
-    rc = walk(m, v, allow);
+    rc = shared_mask(m, v, s, allow, words);
+    if (rc == SL_OK)
+        rc = walk(m, v, allow, s, m->sets[s].share_bound);
     if (rc != SL_OK) {
         memset(allow, 0, words * sizeof *allow);
         return rc;
@@ -321,3 +371,5 @@ void sl_grammar_matcher_cache_stats(const sl_grammar_matcher *m, uint64_t *hits,
     *hits = m->stat_hits;
     *misses = m->stat_misses;
 }
+
+uint64_t sl_grammar_matcher_shared_masks(const sl_grammar_matcher *m) { return m->stat_shared; }

@@ -455,6 +455,85 @@ int32_t sl_gram_step(sl_grammar_matcher *m, int32_t s, unsigned b)
     return t;
 }
 
+/* ---- counted repetitions ---------------------------------------------------------- */
+
+/* Why a set at count k may borrow the mask of the set at full count: a
+ * stack inside O_j (x{0,n}'s chain, grammar.c mark_chains) may still start
+ * j - 1 units after the one in progress; the same stack at O_top may start
+ * more. Languages only grow with the count, and a token of L bytes starts
+ * at most L non-empty units of any repetition (empty ones can be dropped
+ * from a parse), so while every counter on every stack leaves at least L
+ * units the token is allowed from one set exactly when it is from the
+ * other. share_bound is that L: the least (j - 1) over the set's nodes. */
+sl_status sl_gram_share(sl_grammar_matcher *m, int32_t s, int32_t *ref, uint32_t *bound)
+{
+    if (m->sets[s].share_known) {
+        *ref = m->sets[s].share_ref;
+        *bound = m->sets[s].share_bound;
+        return SL_OK;
+    }
+    *ref = -1;
+    *bound = 0;
+    const sl_grammar *g = m->g;
+    uint32_t n = m->sets[s].n, least = UINT32_MAX;
+    bool moved = false;
+    for (uint32_t i = 0; i < n; i++)
+        for (int32_t id = m->set_pool[m->sets[s].off + i]; id >= 0; id = m->node_parent[id]) {
+            uint32_t pos = (uint32_t)m->node_pos[id];
+            if (g->rep_left[pos] == 0)
+                continue;
+            if (g->rep_left[pos] - 1 < least)
+                least = g->rep_left[pos] - 1;
+            moved |= g->rep_top[pos] != pos;
+        }
+    if (moved && least > 0) {
+        /* rebuild each stack bottom up with its positions moved to the top rule */
+        int32_t *ids = malloc(n * sizeof *ids);
+        if (ids == NULL)
+            return SL_ENOMEM;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t depth = 0;
+            for (int32_t id = m->set_pool[m->sets[s].off + i]; id >= 0; id = m->node_parent[id]) {
+                if (depth == m->todo_cap) {
+                    int32_t *t = realloc(m->todo, m->todo_cap * 2 * sizeof *t);
+                    if (t == NULL) {
+                        free(ids);
+                        return SL_ENOMEM;
+                    }
+                    m->todo = t;
+                    m->todo_cap *= 2;
+                }
+                m->todo[depth++] = m->node_pos[id];
+            }
+            int32_t top = -1;
+            while (depth-- > 0)
+                if ((top = node_intern(m, (int32_t)g->rep_top[m->todo[depth]], top)) < 0) {
+                    free(ids);
+                    return SL_ENOMEM;
+                }
+            ids[i] = top;
+        }
+        sort_ids(ids, n);
+        uint32_t w = 0;   /* two stacks may have become one */
+        for (uint32_t i = 0; i < n; i++)
+            if (w == 0 || ids[w - 1] != ids[i])
+                ids[w++] = ids[i];
+        int32_t r = set_intern(m, ids, w, m->sets[s].accepting != 0);
+        free(ids);
+        if (r < 0)
+            return SL_ENOMEM;
+        if (r != s) {
+            *ref = r;
+            *bound = least;
+        }
+    }
+    sl_gram_set *S = &m->sets[s];   /* set_intern may have moved sets */
+    S->share_ref = *ref;
+    S->share_bound = *bound;
+    S->share_known = 1;
+    return SL_OK;
+}
+
 /* ---- lifecycle -------------------------------------------------------------------- */
 
 static void tables_free(sl_grammar_matcher *m)

@@ -58,6 +58,9 @@ void sl_grammar_vocab_destroy(sl_grammar_vocab *v)
     free(v->sorted);
     free(v->below);
     free(v->chars);
+    free(v->deep);
+    free(v->by_len);
+    free(v->len_lo);
     free(v->bytes);
     free(v->tok_off);
     free(v->tok_len);
@@ -107,7 +110,10 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     v->nodes = malloc((total + 1) * sizeof *v->nodes);
     v->below = calloc(total + 1, sizeof *v->below);
     v->chars = calloc(total + 1, 1);
-    if (!v->bytes || !v->tok_off || !v->tok_len || !v->sorted || !v->nodes || !v->below || !v->chars)
+    v->deep = calloc(total + 1, sizeof *v->deep);
+    v->by_len = malloc((n_trie ? n_trie : 1) * sizeof *v->by_len);
+    if (!v->bytes || !v->tok_off || !v->tok_len || !v->sorted || !v->nodes || !v->below || !v->chars || !v->deep ||
+        !v->by_len)
         goto nomem;
     uint64_t off = 0;
     uint32_t k = 0;
@@ -151,6 +157,9 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
                                                 .utf8 = sl_gram_utf8_next(v->nodes[path[depth]].utf8, b)};
             path[depth + 1] = n_nodes++;
         }
+        for (uint32_t d = 0; d <= depth; d++)
+            if (v->deep[path[d]] < depth)
+                v->deep[path[d]] = depth;
         sl_gram_tnode *nd = &v->nodes[path[depth]];
         if (nd->n_tok == 0)
             nd->tok_lo = i;
@@ -170,6 +179,25 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     uint8_t *chars = realloc(v->chars, n_nodes);
     if (chars != NULL)
         v->chars = chars;
+    uint32_t *deep = realloc(v->deep, n_nodes * sizeof *v->deep);
+    if (deep != NULL)
+        v->deep = deep;
+    /* tokens by length: a counting sort */
+    v->len_lo = calloc(v->depth_max + 2, sizeof *v->len_lo);
+    if (v->len_lo == NULL)
+        goto nomem;
+    for (int32_t t = 0; t < n_vocab; t++)
+        if (lens[t] > 0)
+            v->len_lo[lens[t] + 1]++;
+    for (uint32_t l = 1; l < v->depth_max + 2; l++)
+        v->len_lo[l] += v->len_lo[l - 1];
+    for (int32_t t = 0; t < n_vocab; t++)
+        if (lens[t] > 0)
+            v->by_len[v->len_lo[lens[t]]++] = t;
+    /* each len_lo[L] now ends L's run: shift back to starts */
+    for (uint32_t l = v->depth_max + 1; l > 0; l--)
+        v->len_lo[l] = v->len_lo[l - 1];
+    v->len_lo[0] = 0;
     free(refs);
     free(lo);
     *out = v;
