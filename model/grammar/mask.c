@@ -226,7 +226,8 @@ static sl_status uniform_run(sl_grammar_matcher *m, int32_t s)
  * node at depth d): the children still to visit are nodes [next, end),
  * each child's subtree ending at its .end; set[d] is the set after the
  * node's bytes. */
-static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t *allow, int32_t s0, uint32_t skip)
+static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t *allow, int32_t s0, uint32_t skip,
+                      uint64_t budget)
 {
     if (!walk_scratch(m, v->depth_max + 1))
         return SL_ENOMEM;
@@ -235,7 +236,6 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
     const sl_gram_tnode *nodes = v->nodes;
     const int32_t *sorted = v->sorted;
     int d = 0;
-    uint64_t budget = m->work_total + SL_GRAM_MASK_WORK_MAX;
     set[0] = s0;
     next[0] = 1;
     end[0] = nodes[0].end;
@@ -307,7 +307,7 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
  * walk of them costs nearly a full walk, so a bound that most tokens
  * exceed gains nothing. */
 static sl_status shared_mask(sl_grammar_matcher *m, const sl_grammar_vocab *v, int32_t s, uint32_t *allow,
-                             uint32_t words)
+                             uint32_t words, uint64_t budget)
 {
     int32_t ref;
     uint32_t bound;
@@ -326,7 +326,7 @@ static sl_status shared_mask(sl_grammar_matcher *m, const sl_grammar_vocab *v, i
         memcpy(allow, m->cache_bits + (size_t)slot * words, words * sizeof *allow);
         m->cache[slot].used = 1;
     } else {
-        if ((rc = walk(m, v, allow, ref, 0)) != SL_OK)
+        if ((rc = walk(m, v, allow, ref, 0, budget)) != SL_OK)
             return rc;
         cache_store(m, ref, allow);
     }
@@ -355,9 +355,10 @@ sl_status sl_grammar_matcher_mask(sl_grammar_matcher *m, const sl_grammar_vocab 
         return SL_OK;
     }
     m->stat_misses++;
-    rc = shared_mask(m, v, s, allow, words);
+    uint64_t budget = m->work_total + SL_GRAM_MASK_WORK_MAX;   /* for both walks together */
+    rc = shared_mask(m, v, s, allow, words, budget);
     if (rc == SL_OK)
-        rc = walk(m, v, allow, s, m->sets[s].share_bound);
+        rc = walk(m, v, allow, s, m->sets[s].share_bound, budget);
     if (rc != SL_OK) {
         memset(allow, 0, words * sizeof *allow);
         return rc;
