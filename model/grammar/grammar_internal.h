@@ -162,6 +162,8 @@ struct sl_grammar_vocab {
     uint8_t *chars;          /* (n_nodes) most characters on a path below (a cut
                                 one counts), saturated at 255 */
     uint32_t *deep;          /* (n_nodes) longest token (bytes) in the subtree */
+    uint32_t *hi_depth;      /* (n_nodes) least depth of a byte >= 0x80 strictly
+                                below, UINT32_MAX when none */
     int32_t *by_len;         /* (n_sorted) token ids with lens > 0, shortest first */
     uint32_t *len_lo;        /* (depth_max + 2) by_len[len_lo[L] ..]: the tokens of
                                 L bytes or more */
@@ -199,6 +201,8 @@ typedef struct {
     int32_t usucc;           /* or -1 */
     uint32_t run;            /* 0: not computed */
     uint64_t umask[2];
+    int32_t run_end;         /* with run: the set after run characters over
+                                umask, or -1 (a loop, or unknown) */
     /* Mask sharing (sl_gram_share): share_ref is this set with every
      * counted repetition back at its full count, share_bound the longest
      * token (in bytes) on which both sets allow the same; -1 / 0 when the

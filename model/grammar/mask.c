@@ -41,7 +41,11 @@ static void cache_setup(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32
     sl_gram_cache_clear(m);
 }
 
-static void cache_store(sl_grammar_matcher *m, int32_t s, const uint32_t *allow)
+/* used: the entry's clock bit to start with. A mask built from a
+ * reference's starts clear, so the clock drops it before the references
+ * themselves: one counted repetition stores a mask per count, and each
+ * reference serves all of them. */
+static void cache_store(sl_grammar_matcher *m, int32_t s, const uint32_t *allow, uint32_t used)
 {
     if (m->cache_n == 0)
         return;
@@ -56,7 +60,7 @@ static void cache_store(sl_grammar_matcher *m, int32_t s, const uint32_t *allow)
     sl_gram_cache_entry *e = &m->cache[slot];
     if (e->set >= 0)
         m->sets[e->set].cache_slot = -1;
-    *e = (sl_gram_cache_entry){s, 1};
+    *e = (sl_gram_cache_entry){s, used};
     m->sets[s].cache_slot = (int32_t)slot;
     memcpy(m->cache_bits + (size_t)slot * m->cache_words, allow, m->cache_words * sizeof *allow);
     m->cache_hand = (slot + 1) % m->cache_n;
@@ -179,7 +183,7 @@ static sl_status uniform_run(sl_grammar_matcher *m, int32_t s)
     int32_t chain[RUN_CHAIN_MAX];
     int n = 0;
     uint32_t tail;   /* run of the set after the chain's last */
-    int32_t x = s;
+    int32_t x = s, last = -1;   /* the set after the whole run */
     for (;;) {
         if (!m->sets[x].props_known && uniform_props(m, x) != SL_OK)
             return SL_ENOMEM;
@@ -193,10 +197,12 @@ static sl_status uniform_run(sl_grammar_matcher *m, int32_t s)
             return SL_ENOMEM;
         if (!same_umask(&m->sets[x], &m->sets[y])) {
             tail = 0;
+            last = y;
             break;
         }
         if (m->sets[y].run != 0) {
             tail = m->sets[y].run;
+            last = m->sets[y].run_end;
             break;
         }
         bool seen = false;   /* a loop: chains are short, so a scan will do */
@@ -208,6 +214,7 @@ static sl_status uniform_run(sl_grammar_matcher *m, int32_t s)
         }
         if (n == RUN_CHAIN_MAX) {
             tail = 0;   /* conservative: shorter than it is */
+            last = y;
             break;
         }
         x = y;
@@ -216,6 +223,7 @@ static sl_status uniform_run(sl_grammar_matcher *m, int32_t s)
         if (tail != UINT32_MAX)
             tail++;
         m->sets[chain[i]].run = tail;
+        m->sets[chain[i]].run_end = tail == UINT32_MAX ? -1 : last;
     }
     return SL_OK;
 }
@@ -285,6 +293,28 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
                 }
                 continue;
             }
+            /* The end of a bounded string: text below c longer than the
+             * run, ASCII over the umask for at least run characters. It
+             * stays live for those and then reaches run_end, where every
+             * byte that could come next (ASCII below c, or a byte >= 0x80)
+             * is in no stack's class, so dies: exactly the tokens of up to
+             * run bytes after c are allowed. One look at each token's
+             * length instead of a visit per node. */
+            uint64_t lim = (uint64_t)d + 1 + T->run;
+            if ((b[0] & ~T->umask[0]) == 0 && (b[1] & ~T->umask[1]) == 0 && T->run_end >= 0 &&
+                (!c->high || v->hi_depth[ci] > lim)) {
+                const sl_gram_set *E = &m->sets[T->run_end];
+                if ((b[0] & E->any.w[0]) == 0 && (b[1] & E->any.w[1]) == 0 &&
+                    (!c->high || (E->any.w[2] | E->any.w[3]) == 0)) {
+                    uint32_t hi = c->end < v->n_nodes ? nodes[c->end].tok_lo : v->n_sorted;
+                    for (uint32_t i = c->tok_lo; i < hi; i++) {
+                        uint32_t tok = (uint32_t)sorted[i];
+                        if ((uint64_t)v->tok_len[tok] <= lim)
+                            allow[tok >> 5] |= 1u << (tok & 31);
+                    }
+                    continue;
+                }
+            }
         }
         for (uint32_t i = 0; i < c->n_tok && (uint32_t)d + 1 > skip; i++) {
             uint32_t tok = (uint32_t)sorted[c->tok_lo + i];
@@ -328,7 +358,7 @@ static sl_status shared_mask(sl_grammar_matcher *m, const sl_grammar_vocab *v, i
     } else {
         if ((rc = walk(m, v, allow, ref, 0, budget)) != SL_OK)
             return rc;
-        cache_store(m, ref, allow);
+        cache_store(m, ref, allow, 1);
     }
     for (uint32_t i = v->len_lo[lo]; i < v->n_sorted; i++) {
         uint32_t tok = (uint32_t)v->by_len[i];
@@ -363,7 +393,7 @@ sl_status sl_grammar_matcher_mask(sl_grammar_matcher *m, const sl_grammar_vocab 
         memset(allow, 0, words * sizeof *allow);
         return rc;
     }
-    cache_store(m, s, allow);
+    cache_store(m, s, allow, m->sets[s].share_bound == 0);
     return SL_OK;
 }
 

@@ -35,6 +35,9 @@ static void close_node(sl_grammar_vocab *v, const uint32_t *path, uint32_t depth
     uint32_t i = path[depth], p = path[depth - 1];
     sl_gram_tnode *nd = &v->nodes[i];
     nd->end = end;
+    uint32_t h = nd->byte >= 0x80 ? depth : v->hi_depth[i];
+    if (h < v->hi_depth[p])
+        v->hi_depth[p] = h;
     v->below[p][0] |= v->below[i][0];
     v->below[p][1] |= v->below[i][1];
     unsigned ch = v->chars[i] + (nd->byte < 0x80 || nd->byte >= 0xC0);   /* a character starts */
@@ -59,6 +62,7 @@ void sl_grammar_vocab_destroy(sl_grammar_vocab *v)
     free(v->below);
     free(v->chars);
     free(v->deep);
+    free(v->hi_depth);
     free(v->by_len);
     free(v->len_lo);
     free(v->bytes);
@@ -111,10 +115,12 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     v->below = calloc(total + 1, sizeof *v->below);
     v->chars = calloc(total + 1, 1);
     v->deep = calloc(total + 1, sizeof *v->deep);
+    v->hi_depth = malloc((total + 1) * sizeof *v->hi_depth);
     v->by_len = malloc((n_trie ? n_trie : 1) * sizeof *v->by_len);
     if (!v->bytes || !v->tok_off || !v->tok_len || !v->sorted || !v->nodes || !v->below || !v->chars || !v->deep ||
-        !v->by_len)
+        !v->by_len || !v->hi_depth)
         goto nomem;
+    memset(v->hi_depth, 0xff, (total + 1) * sizeof *v->hi_depth);
     uint64_t off = 0;
     uint32_t k = 0;
     for (int32_t t = 0; t < n_vocab; t++) {
@@ -182,6 +188,9 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     uint32_t *deep = realloc(v->deep, n_nodes * sizeof *v->deep);
     if (deep != NULL)
         v->deep = deep;
+    uint32_t *hd = realloc(v->hi_depth, n_nodes * sizeof *v->hi_depth);
+    if (hd != NULL)
+        v->hi_depth = hd;
     /* tokens by length: a counting sort */
     v->len_lo = calloc(v->depth_max + 2, sizeof *v->len_lo);
     if (v->len_lo == NULL)
