@@ -9,9 +9,17 @@
  * summaries (ASCII bytes below, characters below, UTF-8 validity) and a
  * per-set summary (uniform_props, uniform_run), so a cold mask inside a
  * JSON string costs the token bits, not a visit per trie node.
+ * Near the end of a bounded string the same summaries allow a subtree of
+ * ASCII text by token length (the set where the run ends takes none of
+ * its bytes).
  * Trade-off: the cache is keyed by the set id, exact by construction
  * (sets are interned by full comparison), and evicts by clock: a state
- * left and met again is a copy, a new one is a walk. */
+ * left and met again is a copy, a new one is a walk, except inside a
+ * bounded repetition ({m,n}, maxLength): there a new count is its
+ * reference's mask (the same state at full count, matcher.c
+ * sl_gram_share) with the tokens longer than the count left cleared, and
+ * a walk of only the subtrees holding them. Those derived masks enter
+ * the clock with their bit clear, so the references outlive them. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -50,6 +50,21 @@
  *    mask call: it keeps the current set's stacks, renumbers, and drops every
  *    other set, transition and cached mask.
  *
+ * Counted repetitions
+ * --------------------
+ * x{m,n} is m copies of x, then a chain O_j ::= x O_{j-1} | empty for
+ * j = n - m down to 1: every count is its own rule, so every position
+ * inside a maxLength string is a different set, met once, and a mask
+ * cache keyed by set never hits there. The chain is kept (it is what the
+ * stack walk above needs, and what limits and compaction already bound)
+ * and the sets of one chain share their masks instead: grammar.c marks
+ * each chain element with the count it leaves (rep_left) and its twin in
+ * the largest rule (rep_top); sl_gram_share maps a set to its reference,
+ * the same stacks with every counter back at full count, and gives the
+ * byte length up to which both allow the same tokens (the proof is at
+ * sl_gram_share). mask.c then takes the reference's cached mask for the
+ * short tokens and walks only the trie subtrees that hold longer ones.
+ *
  * State: created (the closure of root's alternatives) -> accept_bytes ->
  * ... ; a rejected byte leaves `cur` as it was (the sets reached on the way
  * stay interned, harmless). */
