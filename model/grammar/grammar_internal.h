@@ -170,6 +170,7 @@ struct sl_grammar_vocab {
     char *bytes;             /* all token bytes */
     uint64_t *tok_off;       /* (n_vocab) offset in bytes */
     int32_t *tok_len;        /* (n_vocab) the caller's lens */
+    uint32_t *tok_chars;     /* (n_vocab) characters: bytes outside 80-BF */
 };
 
 /* ---- matcher internals (matcher.c) used by mask.c ------------------------- */
@@ -203,6 +204,9 @@ typedef struct {
     uint64_t umask[2];
     int32_t run_end;         /* with run: the set after run characters over
                                 umask, or -1 (a loop, or unknown) */
+    uint32_t tail_utf8;      /* 0 unknown; 2: run <= a few, and every set of the
+                                run takes every valid multi-byte character to
+                                its usucc (1: not so) */
     /* Mask sharing (sl_gram_share): share_ref is this set with every
      * counted repetition back at its full count, share_bound the longest
      * token (in bytes) on which both sets allow the same; -1 / 0 when the
@@ -268,7 +272,7 @@ struct sl_grammar_matcher {
 
     /* walk scratch */
     int32_t *walk_set;
-    uint32_t *walk_child;
+    uint32_t *walk_child;    /* (3 * walk_cap): next, end, characters so far */
     uint32_t walk_cap;
 };
 

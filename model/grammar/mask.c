@@ -79,7 +79,7 @@ static bool walk_scratch(sl_grammar_matcher *m, uint32_t depth)
     if (m->walk_cap >= depth)
         return true;
     int32_t *s = malloc(depth * sizeof *s);
-    uint32_t *c = malloc(depth * 2 * sizeof *c);
+    uint32_t *c = malloc(depth * 3 * sizeof *c);
     if (s == NULL || c == NULL) {
         free(s);
         free(c);
@@ -95,9 +95,9 @@ static bool walk_scratch(sl_grammar_matcher *m, uint32_t depth)
 
 #define CLOSED_PAIRS_MAX 64   /* (set, decoder state) pairs explored */
 
-/* Whether every valid multi-byte character leads from set s back to s
+/* Whether every valid multi-byte character leads from set s to set `to`
  * through live sets: a walk over (set, UTF-8 decoder state) pairs. */
-static sl_status utf8_closed(sl_grammar_matcher *m, int32_t s, bool *closed)
+static sl_status utf8_closed(sl_grammar_matcher *m, int32_t s, int32_t to, bool *closed)
 {
     int32_t pset[CLOSED_PAIRS_MAX];
     uint8_t pst[CLOSED_PAIRS_MAX];
@@ -116,7 +116,7 @@ static sl_status utf8_closed(sl_grammar_matcher *m, int32_t s, bool *closed)
             if (t < 0)
                 return SL_OK;
             if (u == SL_GRAM_UTF8_BOUNDARY) {
-                if (t != s)
+                if (t != to)
                     return SL_OK;
                 continue;
             }
@@ -161,7 +161,7 @@ static sl_status uniform_props(sl_grammar_matcher *m, int32_t s)
         if (best >= 0 && succ[b] == best)
             mask[b >> 6] |= 1ull << (b & 63);
     bool closed = false;
-    if (best == s && utf8_closed(m, s, &closed) != SL_OK)
+    if (best == s && utf8_closed(m, s, s, &closed) != SL_OK)
         return SL_ENOMEM;
     sl_gram_set *S = &m->sets[s];
     S->umask[0] = mask[0];
@@ -236,6 +236,33 @@ static sl_status uniform_run(sl_grammar_matcher *m, int32_t s)
     return SL_OK;
 }
 
+#define TAIL_RUN_MAX 8   /* longest run whose sets tail_utf8 explores */
+
+/* Fills s's tail_utf8 (see sl_gram_set): the end of a bounded string,
+ * where the run is short, so exploring its few sets' multi-byte
+ * characters costs less than the walks it saves. Each set of the run is
+ * explored once: its own answer, and the rest of the run's, is cached. */
+static sl_status tail_utf8(sl_grammar_matcher *m, int32_t s)
+{
+    const sl_gram_set *S = &m->sets[s];
+    int32_t y = S->usucc;
+    if (S->run == 0 || S->run > TAIL_RUN_MAX || S->run_end < 0 || !S->props_known || y < 0) {
+        m->sets[s].tail_utf8 = 1;
+        return SL_OK;
+    }
+    if (S->run > 1 && m->sets[y].tail_utf8 == 0 && tail_utf8(m, y) != SL_OK)   /* depth <= TAIL_RUN_MAX */
+        return SL_ENOMEM;
+    if (S->run > 1 && m->sets[y].tail_utf8 != 2) {
+        m->sets[s].tail_utf8 = 1;
+        return SL_OK;
+    }
+    bool closed = false;
+    if (utf8_closed(m, s, y, &closed) != SL_OK)
+        return SL_ENOMEM;
+    m->sets[s].tail_utf8 = closed ? 2 : 1;
+    return SL_OK;
+}
+
 /* Depth-first walk from set s0, setting the bits of allowed tokens longer
  * than `skip` bytes (0: all); subtrees holding none are not entered. The
  * caller zeroed allow or filled it for the shorter tokens. Frame d (the
@@ -248,13 +275,14 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
     if (!walk_scratch(m, v->depth_max + 1))
         return SL_ENOMEM;
     int32_t *set = m->walk_set;
-    uint32_t *next = m->walk_child, *end = m->walk_child + m->walk_cap;
+    uint32_t *next = m->walk_child, *end = m->walk_child + m->walk_cap, *nch = m->walk_child + 2 * m->walk_cap;
     const sl_gram_tnode *nodes = v->nodes;
     const int32_t *sorted = v->sorted;
     int d = 0;
     set[0] = s0;
     next[0] = 1;
     end[0] = nodes[0].end;
+    nch[0] = 0;
     while (d >= 0) {
         if (next[d] >= end[d]) {
             d--;
@@ -265,6 +293,7 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
         next[d] = c->end;
         if (v->deep[ci] <= skip)
             continue;
+        uint32_t nchc = nch[d] + (c->byte < 0x80 || c->byte >= 0xC0);   /* characters to c */
         int32_t s = set[d];
         const sl_gram_set *S = &m->sets[s];
         if (!sl_gram_class_has(&S->any, c->byte))
@@ -302,22 +331,30 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
                 continue;
             }
             /* The end of a bounded string: text below c longer than the
-             * run, ASCII over the umask for at least run characters. It
-             * stays live for those and then reaches run_end, where every
-             * byte that could come next (ASCII below c, or a byte >= 0x80)
-             * is in no stack's class, so dies: exactly the tokens of up to
-             * run bytes after c are allowed. One look at each token's
+             * run. Its first run characters advance along the run (ASCII
+             * over the umask; multi-byte ones when the run is tail_utf8, or
+             * when bytes >= 0x80 come only past the run), and then it
+             * reaches run_end, where every byte that could start the next
+             * character (ASCII below c, or a byte >= 0x80) is in no
+             * stack's class, so dies: exactly the tokens of up to run
+             * characters after c are allowed. One look at each token's
              * length instead of a visit per node. */
-            uint64_t lim = (uint64_t)d + 1 + T->run;
-            if ((b[0] & ~T->umask[0]) == 0 && (b[1] & ~T->umask[1]) == 0 && T->run_end >= 0 &&
-                (!c->high || v->hi_depth[ci] > lim)) {
+            if ((b[0] & ~T->umask[0]) == 0 && (b[1] & ~T->umask[1]) == 0 && T->run_end >= 0) {
+                bool text = !c->high || v->hi_depth[ci] > (uint64_t)d + 1 + T->run;
+                if (!text && T->run <= TAIL_RUN_MAX) {
+                    if (T->tail_utf8 == 0 && tail_utf8(m, t) != SL_OK)
+                        return SL_ENOMEM;
+                    T = &m->sets[t];   /* tail_utf8 may have moved sets */
+                    text = T->tail_utf8 == 2;
+                }
                 const sl_gram_set *E = &m->sets[T->run_end];
-                if ((b[0] & E->any.w[0]) == 0 && (b[1] & E->any.w[1]) == 0 &&
+                if (text && (b[0] & E->any.w[0]) == 0 && (b[1] & E->any.w[1]) == 0 &&
                     (!c->high || (E->any.w[2] | E->any.w[3]) == 0)) {
                     uint32_t hi = c->end < v->n_nodes ? nodes[c->end].tok_lo : v->n_sorted;
+                    uint64_t lim = (uint64_t)nchc + T->run;
                     for (uint32_t i = c->tok_lo; i < hi; i++) {
                         uint32_t tok = (uint32_t)sorted[i];
-                        if ((uint64_t)v->tok_len[tok] <= lim)
+                        if ((uint64_t)v->tok_chars[tok] <= lim)
                             allow[tok >> 5] |= 1u << (tok & 31);
                     }
                     continue;
@@ -333,6 +370,7 @@ static sl_status walk(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t
             set[d] = t;
             next[d] = ci + 1;
             end[d] = c->end;
+            nch[d] = nchc;
         }
     }
     return SL_OK;

@@ -68,6 +68,7 @@ void sl_grammar_vocab_destroy(sl_grammar_vocab *v)
     free(v->bytes);
     free(v->tok_off);
     free(v->tok_len);
+    free(v->tok_chars);
     free(v);
 }
 
@@ -110,6 +111,7 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     v->bytes = malloc(total ? total : 1);
     v->tok_off = malloc((n_vocab ? (size_t)n_vocab : 1) * sizeof *v->tok_off);
     v->tok_len = malloc((n_vocab ? (size_t)n_vocab : 1) * sizeof *v->tok_len);
+    v->tok_chars = calloc(n_vocab ? (size_t)n_vocab : 1, sizeof *v->tok_chars);
     v->sorted = malloc((n_trie ? n_trie : 1) * sizeof *v->sorted);
     v->nodes = malloc((total + 1) * sizeof *v->nodes);
     v->below = calloc(total + 1, sizeof *v->below);
@@ -118,7 +120,7 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     v->hi_depth = malloc((total + 1) * sizeof *v->hi_depth);
     v->by_len = malloc((n_trie ? n_trie : 1) * sizeof *v->by_len);
     if (!v->bytes || !v->tok_off || !v->tok_len || !v->sorted || !v->nodes || !v->below || !v->chars || !v->deep ||
-        !v->by_len || !v->hi_depth)
+        !v->by_len || !v->hi_depth || !v->tok_chars)
         goto nomem;
     memset(v->hi_depth, 0xff, (total + 1) * sizeof *v->hi_depth);
     uint64_t off = 0;
@@ -129,6 +131,8 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
         if (lens[t] <= 0)
             continue;   /* never allowed: special (< 0) or empty */
         memcpy(v->bytes + off, bytes[t], (size_t)lens[t]);
+        for (int32_t i = 0; i < lens[t]; i++)
+            v->tok_chars[t] += ((const uint8_t *)bytes[t])[i] < 0x80 || ((const uint8_t *)bytes[t])[i] >= 0xC0;
         refs[k++] = (tok_ref){(const uint8_t *)v->bytes + off, lens[t], t};
         off += (uint64_t)lens[t];
         if ((uint32_t)lens[t] > v->depth_max)
