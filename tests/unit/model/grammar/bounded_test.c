@@ -166,3 +166,16 @@ Test(grammar_bounded, json_schema_max_length)
     check_walks(gbnf, 61, 6, 30);
     free(gbnf);
 }
+
+/* After the last count the text may go on under another rule: the end of
+ * the bound is not the end of what is allowed (ASCII, then multi-byte). */
+Test(grammar_bounded, text_that_outlives_the_bound)
+{
+    check_walks("root ::= \"\\\"\" [a-c ]{0,4} [a-z]* \"\\\"\"", 71, 8, 14);
+    check_walks("root ::= \"\\\"\" [a-c \\u00e9]{0,3} [\\u00e9\\u20ac]{0,2} \"\\\"\"", 72, 8, 14);
+    check_walks("root ::= \"\\\"\" [a-c ]{1,5} ( [a-z]{0,3} \"\\\"\" | \"\\\"\" )", 73, 8, 14);
+    /* a class wide enough for the walk's per-set summaries (16 bytes and
+     * more), whose last count is followed by ASCII or multi-byte text */
+    check_walks("root ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]{0,3} ( [a-c,] \"x\" | [\\u00e9] \"y\" )? \"\\\"\"", 74, 12, 14);
+    check_walks("root ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]{0,6} [\\u00e9\\u20ac]? \"\\\"\"", 75, 12, 14);
+}
