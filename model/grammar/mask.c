@@ -244,15 +244,16 @@ static sl_status uniform_run(sl_grammar_matcher *m, int32_t s)
  * explored once: its own answer, and the rest of the run's, is cached. */
 static sl_status tail_utf8(sl_grammar_matcher *m, int32_t s)
 {
-    const sl_gram_set *S = &m->sets[s];
+    const sl_gram_set *S = &m->sets[s];   /* stepping may move sets: not used past here */
     int32_t y = S->usucc;
-    if (S->run == 0 || S->run > TAIL_RUN_MAX || S->run_end < 0 || !S->props_known || y < 0) {
+    uint32_t run = S->run;
+    if (run == 0 || run > TAIL_RUN_MAX || S->run_end < 0 || !S->props_known || y < 0) {
         m->sets[s].tail_utf8 = 1;
         return SL_OK;
     }
-    if (S->run > 1 && m->sets[y].tail_utf8 == 0 && tail_utf8(m, y) != SL_OK)   /* depth <= TAIL_RUN_MAX */
+    if (run > 1 && m->sets[y].tail_utf8 == 0 && tail_utf8(m, y) != SL_OK)   /* depth <= TAIL_RUN_MAX */
         return SL_ENOMEM;
-    if (S->run > 1 && m->sets[y].tail_utf8 != 2) {
+    if (run > 1 && m->sets[y].tail_utf8 != 2) {
         m->sets[s].tail_utf8 = 1;
         return SL_OK;
     }
