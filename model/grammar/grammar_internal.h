@@ -269,6 +269,8 @@ struct sl_grammar_matcher {
     uint32_t *cache_bits;    /* (cache_n * cache_words) */
     uint64_t stat_hits, stat_misses;
     uint64_t stat_shared;    /* misses served from a reference set's mask */
+    uint32_t share_min;      /* counters leaving fewer units are not reset by
+                                sl_gram_share (set per vocabulary, mask.c) */
 
     /* walk scratch */
     int32_t *walk_set;

@@ -25,6 +25,13 @@
 
 #include "model/grammar/grammar_internal.h"
 
+/* Sharing a reference's mask is tried while at most 1/SHARE_LONG_MAX of
+ * the tokens are longer than the bound (see shared_mask). */
+#define SHARE_LONG_MAX 4
+/* On a vocabulary this small both ways are cheap: share at every bound
+ * (which keeps that path covered by small test vocabularies). */
+#define SHARE_ALWAYS_BELOW 4096
+
 /* Sizes the cache for v (on the first mask, or when the vocabulary changes). */
 static void cache_setup(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32_t words)
 {
@@ -36,6 +43,17 @@ static void cache_setup(sl_grammar_matcher *m, const sl_grammar_vocab *v, uint32
     sl_gram_cache_free(m);
     m->cache_vocab = v;
     m->cache_words = words;
+    /* The least count worth resetting: most tokens must fit in it, or the
+     * clearing and the walk of the longer ones cost a whole walk. */
+    uint32_t min = 1;
+    if (v->n_sorted >= SHARE_ALWAYS_BELOW)
+        while (min < v->depth_max && (v->n_sorted - v->len_lo[min + 1]) * SHARE_LONG_MAX > v->n_sorted)
+            min++;
+    if (min != m->share_min) {   /* a different vocabulary: references change */
+        for (uint32_t i = 0; i < m->n_sets; i++)
+            m->sets[i].share_known = 0;
+        m->share_min = min;
+    }
     uint32_t n = SL_GRAMMAR_MASK_CACHE_BYTES / (words * 4u + (uint32_t)sizeof(sl_gram_cache_entry));
     if (n == 0)
         return;
@@ -173,12 +191,6 @@ static sl_status uniform_props(sl_grammar_matcher *m, int32_t s)
 }
 
 #define RUN_CHAIN_MAX 4096
-/* Sharing a reference's mask is tried while at most 1/SHARE_LONG_MAX of
- * the tokens are longer than the bound (see shared_mask). */
-#define SHARE_LONG_MAX 4
-/* On a vocabulary this small both ways are cheap: share at every bound
- * (which keeps that path covered by small test vocabularies). */
-#define SHARE_ALWAYS_BELOW 4096
 
 static bool same_umask(const sl_gram_set *a, const sl_gram_set *b)
 {

@@ -477,9 +477,12 @@ int32_t sl_gram_step(sl_grammar_matcher *m, int32_t s, unsigned b)
  * j - 1 units after the one in progress; the same stack at O_top may start
  * more. Languages only grow with the count, and a token of L bytes starts
  * at most L non-empty units of any repetition (empty ones can be dropped
- * from a parse), so while every counter on every stack leaves at least L
- * units the token is allowed from one set exactly when it is from the
- * other. share_bound is that L: the least (j - 1) over the set's nodes. */
+ * from a parse), so while every counter that differs between the two sets
+ * leaves at least L units the token is allowed from one set exactly when
+ * it is from the other. Only counters leaving m->share_min units or more
+ * are reset (the others stay as they are and bound nothing: a string near
+ * the end of a short array still shares with the same item at full
+ * length); share_bound is the least (j - 1) over the reset ones. */
 sl_status sl_gram_share(sl_grammar_matcher *m, int32_t s, int32_t *ref, uint32_t *bound)
 {
     if (m->sets[s].share_known) {
@@ -495,11 +498,11 @@ sl_status sl_gram_share(sl_grammar_matcher *m, int32_t s, int32_t *ref, uint32_t
     for (uint32_t i = 0; i < n; i++)
         for (int32_t id = m->set_pool[m->sets[s].off + i]; id >= 0; id = m->node_parent[id]) {
             uint32_t pos = (uint32_t)m->node_pos[id];
-            if (g->rep_left[pos] == 0)
+            if (g->rep_left[pos] == 0 || g->rep_top[pos] == pos || g->rep_left[pos] - 1 < m->share_min)
                 continue;
             if (g->rep_left[pos] - 1 < least)
                 least = g->rep_left[pos] - 1;
-            moved |= g->rep_top[pos] != pos;
+            moved = true;
         }
     if (moved && least > 0) {
         /* rebuild each stack bottom up with its positions moved to the top rule */
@@ -521,11 +524,15 @@ sl_status sl_gram_share(sl_grammar_matcher *m, int32_t s, int32_t *ref, uint32_t
                 m->todo[depth++] = m->node_pos[id];
             }
             int32_t top = -1;
-            while (depth-- > 0)
-                if ((top = node_intern(m, (int32_t)g->rep_top[m->todo[depth]], top)) < 0) {
+            while (depth-- > 0) {
+                uint32_t pos = (uint32_t)m->todo[depth];
+                if (g->rep_left[pos] != 0 && g->rep_left[pos] - 1 >= m->share_min)
+                    pos = g->rep_top[pos];
+                if ((top = node_intern(m, (int32_t)pos, top)) < 0) {
                     free(ids);
                     return SL_ENOMEM;
                 }
+            }
             ids[i] = top;
         }
         sort_ids(ids, n);
