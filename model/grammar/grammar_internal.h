@@ -208,7 +208,8 @@ typedef struct {
                                 run takes every valid multi-byte character to
                                 its usucc (1: not so) */
     /* Mask sharing (sl_gram_share): share_ref is this set with every
-     * counted repetition back at its full count, share_bound the longest
+     * counted repetition that has room (share_min) back at its full
+     * count, share_bound the longest
      * token (in bytes) on which both sets allow the same; -1 / 0 when the
      * set has no counter or is its own reference. */
     uint32_t share_known;

@@ -16,8 +16,8 @@
  * (sets are interned by full comparison), and evicts by clock: a state
  * left and met again is a copy, a new one is a walk, except inside a
  * bounded repetition ({m,n}, maxLength): there a new count is its
- * reference's mask (the same state at full count, matcher.c
- * sl_gram_share) with the tokens longer than the count left cleared, and
+ * reference's mask (the same state with its counters that have room at
+ * full count, matcher.c sl_gram_share) with the tokens longer than the count left cleared, and
  * a walk of only the subtrees holding them. Those derived masks enter
  * the clock with their bit clear, so the references outlive them. */
 #include <stdlib.h>

@@ -60,9 +60,9 @@
  * and the sets of one chain share their masks instead: grammar.c marks
  * each chain element with the count it leaves (rep_left) and its twin in
  * the largest rule (rep_top); sl_gram_share maps a set to its reference,
- * the same stacks with every counter back at full count, and gives the
- * byte length up to which both allow the same tokens (the proof is at
- * sl_gram_share). mask.c then takes the reference's cached mask for the
+ * the same stacks with every counter that has room back at full count,
+ * and gives the byte length up to which both allow the same tokens (the
+ * proof is at sl_gram_share). mask.c then takes the reference's cached mask for the
  * short tokens and walks only the trie subtrees that hold longer ones.
  *
  * State: created (the closure of root's alternatives) -> accept_bytes ->
