@@ -26,7 +26,8 @@
 #include "model/grammar/grammar_internal.h"
 
 /* Sharing a reference's mask is tried while at most 1/SHARE_LONG_MAX of
- * the tokens are longer than the bound (see shared_mask). */
+ * the tokens are longer than the bound (shared_mask), and counters are
+ * reset only when they leave that many units (share_min, cache_setup). */
 #define SHARE_LONG_MAX 4
 /* On a vocabulary this small both ways are cheap: share at every bound
  * (which keeps that path covered by small test vocabularies). */
