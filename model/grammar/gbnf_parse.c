@@ -672,9 +672,17 @@ static bool parse_repetition(parser *ps, uint32_t rule, uint32_t alt, uint32_t s
         return r >= 0 && push(ps, rule, alt, SL_GRAM_REF, (uint32_t)r);
     }
     int32_t inner = -1;   /* O_k ::= u O_{k-1} | empty */
+    uint32_t first = ps->b->n_rules;
     for (uint32_t i = lo; i < hi; i++)
         if ((inner = loop_rule(ps, u, false, inner, at)) < 0)
             return false;
+    /* Mark the chain (one new rule per count, in order) for the mask
+     * cache; grammar.c checks the shape again before relying on it. */
+    if (inner >= 0 && (uint32_t)inner - first + 1 == hi - lo)
+        for (uint32_t r = first; r <= (uint32_t)inner; r++) {
+            ps->b->rules[r].rep_left = r - first + 1;
+            ps->b->rules[r].rep_top = (uint32_t)inner;
+        }
     return inner < 0 || push(ps, rule, alt, SL_GRAM_REF, (uint32_t)inner);
 }
 

@@ -220,6 +220,8 @@ void sl_grammar_destroy(sl_grammar *g)
     free(g->alt_start);
     free(g->elems);
     free(g->classes);
+    free(g->rep_left);
+    free(g->rep_top);
     free(g);
 }
 
@@ -380,6 +382,61 @@ static sl_status left_factor(sl_gram_build *b)
     return SL_OK;
 }
 
+/* ---- counted repetitions ------------------------------------------------------ */
+
+/* The one non-empty alternative of a rule `x | empty` (either order), or -1. */
+static int32_t chain_alt(const sl_gram_brule *r)
+{
+    if (r->n_alts != 2 || (r->alts[0].n == 0) == (r->alts[1].n == 0))
+        return -1;
+    return r->alts[0].n ? 0 : 1;
+}
+
+static bool same_elem(sl_gram_elem a, sl_gram_elem b) { return a.kind == b.kind && a.arg == b.arg; }
+
+/* Fills g->rep_left / rep_top from the parser's marks, keeping a chain
+ * rule only when its shape is what the marks promise: O_1 ::= u | empty,
+ * O_j ::= u O_{j-1} | empty with the same u, O_{j-1} itself kept (rules of
+ * a chain are numbered by count, so it was checked first). What fails the
+ * check just does not share masks. */
+static sl_status mark_chains(const sl_gram_build *b, sl_grammar *g)
+{
+    g->rep_left = calloc(g->n_elems ? g->n_elems : 1, sizeof *g->rep_left);
+    g->rep_top = malloc((g->n_elems ? g->n_elems : 1) * sizeof *g->rep_top);
+    bool *ok = calloc(b->n_rules ? b->n_rules : 1, sizeof *ok);
+    if (g->rep_left == NULL || g->rep_top == NULL || ok == NULL) {
+        free(ok);
+        return SL_ENOMEM;
+    }
+    for (uint32_t e = 0; e < g->n_elems; e++)
+        g->rep_top[e] = e;
+    for (uint32_t r = 0; r < b->n_rules; r++) {
+        const sl_gram_brule *br = &b->rules[r];
+        uint32_t j = br->rep_left, t = br->rep_top;
+        if (j == 0 || t >= b->n_rules || b->rules[t].rep_top != t || b->rules[t].rep_left < 2)
+            continue;
+        int32_t a = chain_alt(br), at = chain_alt(&b->rules[t]);
+        if (a < 0 || at < 0)
+            continue;
+        const sl_gram_seq *q = &br->alts[a], *qt = &b->rules[t].alts[at];
+        if (!same_elem(q->v[0], qt->v[0]))
+            continue;
+        if (j == 1 ? q->n != 1
+                   : q->n != 2 || q->v[1].kind != SL_GRAM_REF || q->v[1].arg >= b->n_rules || !ok[q->v[1].arg] ||
+                         b->rules[q->v[1].arg].rep_left != j - 1 || b->rules[q->v[1].arg].rep_top != t)
+            continue;
+        ok[r] = true;
+        uint32_t e0 = g->alt_start[g->rules[r].alt_lo + (uint32_t)a];
+        uint32_t et = g->alt_start[g->rules[t].alt_lo + (uint32_t)at];
+        for (uint32_t k = 0; k < q->n; k++) {
+            g->rep_left[e0 + k] = j;
+            g->rep_top[e0 + k] = et + k;
+        }
+    }
+    free(ok);
+    return SL_OK;
+}
+
 static sl_status flatten(sl_gram_build *b, uint32_t root, sl_grammar **out)
 {
     uint32_t n_alts = 0, n_elems = 0;
@@ -418,6 +475,10 @@ static sl_status flatten(sl_gram_build *b, uint32_t root, sl_grammar **out)
         }
     }
     g->n_elems = ei;
+    if (mark_chains(b, g) != SL_OK) {
+        sl_grammar_destroy(g);
+        return SL_ENOMEM;
+    }
     *out = g;
     return SL_OK;
 }

@@ -117,4 +117,10 @@ sl_status sl_grammar_matcher_mask(sl_grammar_matcher *m, const sl_grammar_vocab 
  * of the trie (*misses), for metrics and benchmarks. */
 void sl_grammar_matcher_cache_stats(const sl_grammar_matcher *m, uint64_t *hits, uint64_t *misses);
 
+/* Of the misses, how many were built from the cached mask of the same state
+ * with its bounded repetitions ({m,n}, a JSON Schema maxLength) back at
+ * their full count (those with room left), walking only the tokens too
+ * long for the counts left. */
+uint64_t sl_grammar_matcher_shared_masks(const sl_grammar_matcher *m);
+
 #endif

@@ -55,6 +55,13 @@ struct sl_grammar {
     sl_gram_elem *elems;     /* (n_elems): each alternative ends in SL_GRAM_END */
     uint32_t n_classes;
     sl_gram_class *classes;  /* (n_classes) */
+    /* Counted repetitions (x{m,n} compiles to a chain O_j ::= x O_{j-1} |
+     * empty, j = n - m .. 1): for an element of O_j's first alternative,
+     * rep_left is j and rep_top the element at the same offset in the
+     * chain's largest rule; 0 and the element itself elsewhere. The mask
+     * cache uses them to share masks between counts (mask.c). */
+    uint32_t *rep_left;      /* (n_elems) */
+    uint32_t *rep_top;       /* (n_elems) */
 };
 
 /* ---- build form (parser output, compiler input) -------------------------- */
@@ -69,6 +76,8 @@ typedef struct {
     uint32_t offset;      /* definition, or first reference while undefined */
     bool defined;
     bool helper;
+    uint32_t rep_left;    /* j of a chain rule O_j (see sl_grammar.rep_left), or 0 */
+    uint32_t rep_top;     /* then: the chain's largest rule */
     sl_gram_seq *alts;
     uint32_t n_alts, cap_alts;
 } sl_gram_brule;
@@ -152,9 +161,16 @@ struct sl_grammar_vocab {
     uint64_t (*below)[2];    /* (n_nodes) ASCII bytes on edges below each node */
     uint8_t *chars;          /* (n_nodes) most characters on a path below (a cut
                                 one counts), saturated at 255 */
+    uint32_t *deep;          /* (n_nodes) longest token (bytes) in the subtree */
+    uint32_t *hi_depth;      /* (n_nodes) least depth of a byte >= 0x80 strictly
+                                below, UINT32_MAX when none */
+    int32_t *by_len;         /* (n_sorted) token ids with lens > 0, shortest first */
+    uint32_t *len_lo;        /* (depth_max + 2) by_len[len_lo[L] ..]: the tokens of
+                                L bytes or more */
     char *bytes;             /* all token bytes */
     uint64_t *tok_off;       /* (n_vocab) offset in bytes */
     int32_t *tok_len;        /* (n_vocab) the caller's lens */
+    uint32_t *tok_chars;     /* (n_vocab) characters: bytes outside 80-BF */
 };
 
 /* ---- matcher internals (matcher.c) used by mask.c ------------------------- */
@@ -186,6 +202,19 @@ typedef struct {
     int32_t usucc;           /* or -1 */
     uint32_t run;            /* 0: not computed */
     uint64_t umask[2];
+    int32_t run_end;         /* with run: the set after run characters over
+                                umask, or -1 (a loop, or unknown) */
+    uint32_t tail_utf8;      /* 0 unknown; 2: run <= a few, and every set of the
+                                run takes every valid multi-byte character to
+                                its usucc (1: not so) */
+    /* Mask sharing (sl_gram_share): share_ref is this set with every
+     * counted repetition that has room (share_min) back at its full
+     * count, share_bound the longest
+     * token (in bytes) on which both sets allow the same; -1 / 0 when the
+     * set has no counter or is its own reference. */
+    uint32_t share_known;
+    int32_t share_ref;
+    uint32_t share_bound;
     uint32_t n_tr;           /* transitions computed from it */
     sl_gram_class any;       /* union of the stacks' top classes */
 } sl_gram_set;
@@ -240,16 +269,23 @@ struct sl_grammar_matcher {
     sl_gram_cache_entry *cache;
     uint32_t *cache_bits;    /* (cache_n * cache_words) */
     uint64_t stat_hits, stat_misses;
+    uint64_t stat_shared;    /* misses served from a reference set's mask */
+    uint32_t share_min;      /* counters leaving fewer units are not reset by
+                                sl_gram_share (set per vocabulary, mask.c) */
 
     /* walk scratch */
     int32_t *walk_set;
-    uint32_t *walk_child;
+    uint32_t *walk_child;    /* (3 * walk_cap): next, end, characters so far */
     uint32_t walk_cap;
 };
 
 /* The set reached from set s over byte b: a set id, SL_GRAM_DEAD,
  * SL_GRAM_OVERFLOW or SL_GRAM_NOMEM. */
 int32_t sl_gram_step(sl_grammar_matcher *m, int32_t s, unsigned b);
+
+/* Set s's mask-sharing reference (see sl_gram_set.share_ref): *ref is a
+ * set id or -1, *bound its share_bound. SL_OK or SL_ENOMEM. */
+sl_status sl_gram_share(sl_grammar_matcher *m, int32_t s, int32_t *ref, uint32_t *bound);
 
 /* Drops every set, node and transition but the current set's (the mask
  * cache too) when the matcher's memory has grown past its bound. */

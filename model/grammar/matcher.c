@@ -50,6 +50,21 @@
  *    mask call: it keeps the current set's stacks, renumbers, and drops every
  *    other set, transition and cached mask.
  *
+ * Counted repetitions
+ * --------------------
+ * x{m,n} is m copies of x, then a chain O_j ::= x O_{j-1} | empty for
+ * j = n - m down to 1: every count is its own rule, so every position
+ * inside a maxLength string is a different set, met once, and a mask
+ * cache keyed by set never hits there. The chain is kept (it is what the
+ * stack walk above needs, and what limits and compaction already bound)
+ * and the sets of one chain share their masks instead: grammar.c marks
+ * each chain element with the count it leaves (rep_left) and its twin in
+ * the largest rule (rep_top); sl_gram_share maps a set to its reference,
+ * the same stacks with every counter that has room back at full count,
+ * and gives the byte length up to which both allow the same tokens (the
+ * proof is at sl_gram_share). mask.c then takes the reference's cached mask for the
+ * short tokens and walks only the trie subtrees that hold longer ones.
+ *
  * State: created (the closure of root's alternatives) -> accept_bytes ->
  * ... ; a rejected byte leaves `cur` as it was (the sets reached on the way
  * stay interned, harmless). */
@@ -453,6 +468,92 @@ int32_t sl_gram_step(sl_grammar_matcher *m, int32_t s, unsigned b)
     m->tr_val[k] = t;
     m->tr_n++;
     return t;
+}
+
+/* ---- counted repetitions ---------------------------------------------------------- */
+
+/* Why a set at count k may borrow the mask of the set at full count: a
+ * stack inside O_j (x{0,n}'s chain, grammar.c mark_chains) may still start
+ * j - 1 units after the one in progress; the same stack at O_top may start
+ * more. Languages only grow with the count, and a token of L bytes starts
+ * at most L non-empty units of any repetition (empty ones can be dropped
+ * from a parse), so while every counter that differs between the two sets
+ * leaves at least L units the token is allowed from one set exactly when
+ * it is from the other. Only counters leaving m->share_min units or more
+ * are reset (the others stay as they are and bound nothing: a string near
+ * the end of a short array still shares with the same item at full
+ * length); share_bound is the least (j - 1) over the reset ones. */
+sl_status sl_gram_share(sl_grammar_matcher *m, int32_t s, int32_t *ref, uint32_t *bound)
+{
+    if (m->sets[s].share_known) {
+        *ref = m->sets[s].share_ref;
+        *bound = m->sets[s].share_bound;
+        return SL_OK;
+    }
+    *ref = -1;
+    *bound = 0;
+    const sl_grammar *g = m->g;
+    uint32_t n = m->sets[s].n, least = UINT32_MAX;
+    bool moved = false;
+    for (uint32_t i = 0; i < n; i++)
+        for (int32_t id = m->set_pool[m->sets[s].off + i]; id >= 0; id = m->node_parent[id]) {
+            uint32_t pos = (uint32_t)m->node_pos[id];
+            if (g->rep_left[pos] == 0 || g->rep_top[pos] == pos || g->rep_left[pos] - 1 < m->share_min)
+                continue;
+            if (g->rep_left[pos] - 1 < least)
+                least = g->rep_left[pos] - 1;
+            moved = true;
+        }
+    if (moved && least > 0) {
+        /* rebuild each stack bottom up with its positions moved to the top rule */
+        int32_t *ids = malloc(n * sizeof *ids);
+        if (ids == NULL)
+            return SL_ENOMEM;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t depth = 0;
+            for (int32_t id = m->set_pool[m->sets[s].off + i]; id >= 0; id = m->node_parent[id]) {
+                if (depth == m->todo_cap) {
+                    int32_t *t = realloc(m->todo, m->todo_cap * 2 * sizeof *t);
+                    if (t == NULL) {
+                        free(ids);
+                        return SL_ENOMEM;
+                    }
+                    m->todo = t;
+                    m->todo_cap *= 2;
+                }
+                m->todo[depth++] = m->node_pos[id];
+            }
+            int32_t top = -1;
+            while (depth-- > 0) {
+                uint32_t pos = (uint32_t)m->todo[depth];
+                if (g->rep_left[pos] != 0 && g->rep_left[pos] - 1 >= m->share_min)
+                    pos = g->rep_top[pos];
+                if ((top = node_intern(m, (int32_t)pos, top)) < 0) {
+                    free(ids);
+                    return SL_ENOMEM;
+                }
+            }
+            ids[i] = top;
+        }
+        sort_ids(ids, n);
+        uint32_t w = 0;   /* two stacks may have become one */
+        for (uint32_t i = 0; i < n; i++)
+            if (w == 0 || ids[w - 1] != ids[i])
+                ids[w++] = ids[i];
+        int32_t r = set_intern(m, ids, w, m->sets[s].accepting != 0);
+        free(ids);
+        if (r < 0)
+            return SL_ENOMEM;
+        if (r != s) {
+            *ref = r;
+            *bound = least;
+        }
+    }
+    sl_gram_set *S = &m->sets[s];   /* set_intern may have moved sets */
+    S->share_ref = *ref;
+    S->share_bound = *bound;
+    S->share_known = 1;
+    return SL_OK;
 }
 
 /* ---- lifecycle -------------------------------------------------------------------- */

@@ -35,6 +35,9 @@ static void close_node(sl_grammar_vocab *v, const uint32_t *path, uint32_t depth
     uint32_t i = path[depth], p = path[depth - 1];
     sl_gram_tnode *nd = &v->nodes[i];
     nd->end = end;
+    uint32_t h = nd->byte >= 0x80 ? depth : v->hi_depth[i];
+    if (h < v->hi_depth[p])
+        v->hi_depth[p] = h;
     v->below[p][0] |= v->below[i][0];
     v->below[p][1] |= v->below[i][1];
     unsigned ch = v->chars[i] + (nd->byte < 0x80 || nd->byte >= 0xC0);   /* a character starts */
@@ -58,9 +61,14 @@ void sl_grammar_vocab_destroy(sl_grammar_vocab *v)
     free(v->sorted);
     free(v->below);
     free(v->chars);
+    free(v->deep);
+    free(v->hi_depth);
+    free(v->by_len);
+    free(v->len_lo);
     free(v->bytes);
     free(v->tok_off);
     free(v->tok_len);
+    free(v->tok_chars);
     free(v);
 }
 
@@ -103,12 +111,18 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     v->bytes = malloc(total ? total : 1);
     v->tok_off = malloc((n_vocab ? (size_t)n_vocab : 1) * sizeof *v->tok_off);
     v->tok_len = malloc((n_vocab ? (size_t)n_vocab : 1) * sizeof *v->tok_len);
+    v->tok_chars = calloc(n_vocab ? (size_t)n_vocab : 1, sizeof *v->tok_chars);
     v->sorted = malloc((n_trie ? n_trie : 1) * sizeof *v->sorted);
     v->nodes = malloc((total + 1) * sizeof *v->nodes);
     v->below = calloc(total + 1, sizeof *v->below);
     v->chars = calloc(total + 1, 1);
-    if (!v->bytes || !v->tok_off || !v->tok_len || !v->sorted || !v->nodes || !v->below || !v->chars)
+    v->deep = calloc(total + 1, sizeof *v->deep);
+    v->hi_depth = malloc((total + 1) * sizeof *v->hi_depth);
+    v->by_len = malloc((n_trie ? n_trie : 1) * sizeof *v->by_len);
+    if (!v->bytes || !v->tok_off || !v->tok_len || !v->sorted || !v->nodes || !v->below || !v->chars || !v->deep ||
+        !v->by_len || !v->hi_depth || !v->tok_chars)
         goto nomem;
+    memset(v->hi_depth, 0xff, (total + 1) * sizeof *v->hi_depth);
     uint64_t off = 0;
     uint32_t k = 0;
     for (int32_t t = 0; t < n_vocab; t++) {
@@ -117,6 +131,8 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
         if (lens[t] <= 0)
             continue;   /* never allowed: special (< 0) or empty */
         memcpy(v->bytes + off, bytes[t], (size_t)lens[t]);
+        for (int32_t i = 0; i < lens[t]; i++)
+            v->tok_chars[t] += ((const uint8_t *)bytes[t])[i] < 0x80 || ((const uint8_t *)bytes[t])[i] >= 0xC0;
         refs[k++] = (tok_ref){(const uint8_t *)v->bytes + off, lens[t], t};
         off += (uint64_t)lens[t];
         if ((uint32_t)lens[t] > v->depth_max)
@@ -151,6 +167,9 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
                                                 .utf8 = sl_gram_utf8_next(v->nodes[path[depth]].utf8, b)};
             path[depth + 1] = n_nodes++;
         }
+        for (uint32_t d = 0; d <= depth; d++)
+            if (v->deep[path[d]] < depth)
+                v->deep[path[d]] = depth;
         sl_gram_tnode *nd = &v->nodes[path[depth]];
         if (nd->n_tok == 0)
             nd->tok_lo = i;
@@ -170,6 +189,28 @@ sl_status sl_grammar_vocab_create(int32_t n_vocab, const char *const *bytes, con
     uint8_t *chars = realloc(v->chars, n_nodes);
     if (chars != NULL)
         v->chars = chars;
+    uint32_t *deep = realloc(v->deep, n_nodes * sizeof *v->deep);
+    if (deep != NULL)
+        v->deep = deep;
+    uint32_t *hd = realloc(v->hi_depth, n_nodes * sizeof *v->hi_depth);
+    if (hd != NULL)
+        v->hi_depth = hd;
+    /* tokens by length: a counting sort */
+    v->len_lo = calloc(v->depth_max + 2, sizeof *v->len_lo);
+    if (v->len_lo == NULL)
+        goto nomem;
+    for (int32_t t = 0; t < n_vocab; t++)
+        if (lens[t] > 0)
+            v->len_lo[lens[t] + 1]++;
+    for (uint32_t l = 1; l < v->depth_max + 2; l++)
+        v->len_lo[l] += v->len_lo[l - 1];
+    for (int32_t t = 0; t < n_vocab; t++)
+        if (lens[t] > 0)
+            v->by_len[v->len_lo[lens[t]]++] = t;
+    /* each len_lo[L] now ends L's run: shift back to starts */
+    for (uint32_t l = v->depth_max + 1; l > 0; l--)
+        v->len_lo[l] = v->len_lo[l - 1];
+    v->len_lo[0] = 0;
     free(refs);
     free(lo);
     *out = v;

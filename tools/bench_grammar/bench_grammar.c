@@ -6,8 +6,10 @@
  * A walk ends (and a fresh matcher starts, cold, as a new sequence would)
  * when nothing is allowed, when the grammar is accepting (with probability
  * 1/4 per step), or after MAXLEN tokens. Prints the mean, p50 and p99 mask
- * time, the cache hit ratio, and the cold mask time (the first mask of a
- * fresh matcher, and one inside a string when the grammar has one).
+ * time, the cache hit ratio (and how many misses were built from the mask
+ * of the same state at full count, sl_grammar_matcher_shared_masks), and
+ * the cold mask time (the first mask of a fresh matcher, and one inside a
+ * string when the grammar has one).
  * -c CHECKS: the first CHECKS masks are also compared with brute force
  * (every token replayed on a fresh matcher: seconds per mask), untimed.
  * Exit status 0, or 1 with a message on stderr. */
@@ -148,7 +150,7 @@ int main(int argc, char **argv)
     double *t_mask = malloc((size_t)steps * sizeof *t_mask);
     double cold_sum = 0;
     long cold_n = 0, walks = 0;
-    uint64_t hits = 0, misses = 0, h, mi;
+    uint64_t hits = 0, misses = 0, shared = 0, h, mi;
     sl_grammar_matcher *m = NULL;
     long len = 0;
     char *walked = malloc(1 << 20);   /* this walk's bytes, for the checks */
@@ -199,6 +201,7 @@ int main(int argc, char **argv)
             sl_grammar_matcher_cache_stats(m, &h, &mi);
             hits += h;
             misses += mi;
+            shared += sl_grammar_matcher_shared_masks(m);
             sl_grammar_matcher_destroy(m);
             m = NULL;
         }
@@ -207,6 +210,7 @@ int main(int argc, char **argv)
         sl_grammar_matcher_cache_stats(m, &h, &mi);
         hits += h;
         misses += mi;
+        shared += sl_grammar_matcher_shared_masks(m);
     }
     sl_grammar_matcher_destroy(m);
 
@@ -236,8 +240,10 @@ int main(int argc, char **argv)
            t_compile / 1e3);
     printf("steps %ld in %ld walks: mask mean %.1f us, p50 %.1f us, p99 %.1f us, max %.1f us\n", steps, walks,
            sum / (double)steps, t_mask[steps / 2], t_mask[(size_t)((double)steps * 0.99)], t_mask[steps - 1]);
-    printf("cache hit ratio %.3f (%llu hits, %llu walks of the trie)\n", (double)hits / (double)(hits + misses),
-           (unsigned long long)hits, (unsigned long long)misses);
+    printf("cache hit ratio %.3f (%llu hits, %llu walks of the trie, %llu of them shared with a bounded "
+           "repetition's full-count mask)\n",
+           (double)hits / (double)(hits + misses), (unsigned long long)hits, (unsigned long long)misses,
+           (unsigned long long)shared);
     printf("cold mask: first of a walk mean %.1f us; root state %.1f us; inside a string %.1f us\n",
            cold_sum / (double)cold_n, cold_root, cold_str);
     free(allow);
