@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import signal
+import threading
 import urllib.request
 
 import pytest
@@ -179,17 +180,25 @@ def test_identical_prompts_sent_together_compute_the_prompt_once(chat_model, tmp
 
 
 def test_n_choices_share_the_prompt_blocks(chat_model, tmp_path):
-    """n = 3 is three sequences with one prompt: the first prefills it, the
-    other two map its blocks (they wait for them when they arrive during its
-    prefill, as they normally do: all three are submitted together), and each choice with seed s + i equals an n = 1 request with that
-    seed."""
+    """n = 3 is three sequences with one prompt. The worker is paused while
+    they arrive, so all three wait in one step: on resume the first prefills
+    the prompt, the other two are deferred until its blocks exist and then map
+    them; each choice with seed s + i equals an n = 1 request with that seed."""
     s = Server(chat_model, tmp_path, frontends=1)
     try:
         p = prompt_ids(300, salt=9)
-        r = complete(s, p, n=3, temperature=1.0, seed=40)
+        assert s.admin("pause") == {"paused": True}
+        assert wait_for(lambda: worker_snapshot(s).get("paused") is True, 10)
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=complete(s, p, n=3, temperature=1.0, seed=40)), daemon=True)
+        t.start()
+        assert wait_for(lambda: worker_snapshot(s).get("waiting_now") == 3, 10), worker_snapshot(s)
+        assert s.admin("resume") == {"paused": False}
+        t.join(60)
+        r = out["r"]
         assert [c["index"] for c in r["choices"]] == [0, 1, 2]
         assert metric(s, "sluice_prefix_cache_hits_total") == 2 * 288
-        assert 0 <= worker_snapshot(s)["prefix_deferrals"] <= 2
+        assert worker_snapshot(s)["prefix_deferrals"] == 2
         for i, c in enumerate(r["choices"]):
             one = complete(s, p, temperature=1.0, seed=40 + i)["choices"][0]
             assert (c["text"], c["logprobs"]["token_logprobs"]) == (one["text"], one["logprobs"]["token_logprobs"])
