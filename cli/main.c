@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "shared/build_info.h"
 #include "master/worker_exec.h"
 
 static const struct {
@@ -22,7 +23,17 @@ static void usage(FILE *f)
     fprintf(f, "usage: sluice COMMAND [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\n`sluice COMMAND --help` describes a command's options.\n");
+    fprintf(f, "\n`sluice COMMAND --help` describes a command's options; `sluice --version` the build.\n");
+}
+
+/* One line a support request can quote, then the build's facts. Whether a
+ * GPU is usable is decided at run time (`serve` logs the backend it chose). */
+static void version(void)
+{
+    printf("sluice %s (commit %s)\n", sl_build_version, sl_build_commit);
+    printf("build: %s%s%s\n", sl_build_type, *sl_build_options ? ", " : "", sl_build_options);
+    printf("cuda: %s\n", sl_build_cuda ? "built (libsluice_cuda.so, loaded when --device auto|cuda finds a GPU)"
+                                        : "not built (CPU backend only)");
 }
 
 int main(int argc, char **argv)
@@ -33,6 +44,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        version();
         return 0;
     }
     if (!strcmp(argv[1], "__worker"))   /* not a user command: `serve` execs it (master/worker_exec.h) */
