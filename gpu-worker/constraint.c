@@ -187,6 +187,11 @@ const uint32_t *sl_constraint_mask(sl_constraint *c, bool allow_eog)
     return c->allow;
 }
 
+const uint32_t *sl_constraint_allow(const sl_constraint *c)
+{
+    return c->allow;
+}
+
 static void mask_task(void *ctx, int64_t i, int thread)
 {
     (void)thread;

@@ -76,6 +76,11 @@ void sl_constraint_destroy(sl_constraint *c);
  * sl_constraint_error says why. Never NULL. */
 const uint32_t *sl_constraint_mask(sl_constraint *c, bool allow_eog);
 
+/* The bitmap sl_constraint_mask writes and returns, without computing it:
+ * its address is fixed for c's life, so a step can point a draw at it before
+ * the mask is written (sl_backend_forward_sample_overlap). */
+const uint32_t *sl_constraint_allow(const sl_constraint *c);
+
 /* sl_constraint_mask for n constraints of v at once: out[i] = the mask of
  * cs[i] with allow_eog[i]. The masks are independent (each matcher owns its
  * state and cache; the trie is read only), so they are computed on a pool

@@ -561,6 +561,17 @@ static bool holds_back_eog(const seq *q)
 /* Whether this step's forward ends with a token to draw for q: a decode
  * step, or the last chunk of a prompt (not of a recompute after preemption,
  * which resumes with the token it already has). */
+/* The step's grammar masks, into the bitmaps its draws point at (the
+ * sl_allow_fill of sl_backend_forward_sample_overlap): on a GPU they are
+ * computed while the layers run, so a cold mask no longer adds to the step. */
+static void masks_fill(void *ctx)
+{
+    sl_sched *s = ctx;
+    sl_constraint_mask_batch(s->cfg.grammar_vocab, s->mask_con, s->mask_eog, s->n_masks, s->mask_out);
+    for (int32_t i = 0; i < s->n_masks; i++)
+        assert(s->mask_out[i] == s->reqs[s->mask_entry[i]].allow);
+}
+
 static bool draws_this_step(const seq *q)
 {
     if (q->state != SEQ_PREFILL)
@@ -814,11 +825,11 @@ sl_status sl_sched_step(sl_sched *s)
             s->mask_entry[n_masks++] = b;
         }
     }
-    if (n_masks > 0) {   /* the grammar masks, in parallel: the step waits for them */
-        sl_constraint_mask_batch(s->cfg.grammar_vocab, s->mask_con, s->mask_eog, n_masks, s->mask_out);
-        for (int32_t i = 0; i < n_masks; i++)
-            s->reqs[s->mask_entry[i]].allow = s->mask_out[i];
-    }
+    /* the grammar masks: each draw points at its constraint's bitmap now,
+     * and the backend has them written (in parallel) while its layers run */
+    for (int32_t i = 0; i < n_masks; i++)
+        s->reqs[s->mask_entry[i]].allow = sl_constraint_allow(s->mask_con[i]);
+    s->n_masks = n_masks;
     /* the echo call first (its records are the earliest entries of its requests), then the step's */
     int32_t echo_rc = sl_sched_echo_run(s);
     for (int32_t b = 0; echo_rc > 0 && b < s->n_echo_batch; b++) {   /* what the echo call ended */
@@ -826,8 +837,11 @@ sl_status sl_sched_step(sl_sched *s)
         if (q->echo_end >= 0)
             seq_end(s, s->echo_slot[b], q->echo_end, q->echo_error);
     }
-    sl_status rc = echo_rc < 0 ? (sl_status)echo_rc
-                   : n_batch > 0 ? sl_backend_forward_sample(s->be, s->batch, n_batch, s->reqs, s->drawn) : SL_OK;
+    sl_allow_fill fill = {masks_fill, s};
+    sl_status rc = echo_rc < 0    ? (sl_status)echo_rc
+                   : n_batch == 0 ? SL_OK
+                   : n_masks > 0  ? sl_backend_forward_sample_overlap(s->be, s->batch, n_batch, s->reqs, s->drawn, &fill)
+                                  : sl_backend_forward_sample(s->be, s->batch, n_batch, s->reqs, s->drawn);
     s->planned = false;
     uint64_t t1 = s->io.now_ns(s->io.ctx);
     s->stats.steps++;

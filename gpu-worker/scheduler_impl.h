@@ -92,7 +92,8 @@ struct sl_sched {
     sl_constraint **mask_con;     /* (max_seqs) this step's constrained draws: constraint, */
     bool *mask_eog;               /* end of generation allowed, */
     int32_t *mask_entry;          /* batch entry, */
-    const uint32_t **mask_out;    /* and mask */
+    const uint32_t **mask_out;    /* and mask (written by masks_fill during the forward) */
+    int32_t n_masks;
 
     /* window state */
     int32_t last_step_seqs;     /* sequences in the previous step's batch */

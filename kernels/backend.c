@@ -178,6 +178,22 @@ sl_status sl_backend_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int
     return host_forward_sample(b, seqs, n_seqs, reqs, tokens);
 }
 
+sl_status sl_backend_forward_sample_overlap(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                            const sl_sample_req *reqs, int32_t *tokens, const sl_allow_fill *fill)
+{
+    sl_status rc = sl_backend_check_batch(b, seqs, n_seqs);
+    if (rc >= 0)
+        rc = sl_backend_check_sample(b, seqs, n_seqs, reqs);
+    if (rc < 0)
+        return rc;
+    if (b->ops->forward_sample_overlap)
+        return b->ops->forward_sample_overlap(b, seqs, n_seqs, reqs, tokens, fill);
+    fill->fn(fill->ctx);
+    if (b->ops->forward_sample)
+        return b->ops->forward_sample(b, seqs, n_seqs, reqs, tokens);
+    return host_forward_sample(b, seqs, n_seqs, reqs, tokens);
+}
+
 const char *sl_backend_describe(const sl_backend *b)
 {
     return b->description ? b->description : b->ops->name;

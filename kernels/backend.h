@@ -102,6 +102,14 @@ typedef struct {
     sl_logprob_record *record;        /* OUT when params->n_logprobs >= 0, else unused */
 } sl_sample_req;
 
+/* Writes the allow bitmaps of a sl_backend_forward_sample_overlap call:
+ * fn(ctx) fills the words its reqs' allow pointers point at (the grammar
+ * masks of the step's sequences). */
+typedef struct {
+    void (*fn)(void *ctx);
+    void *ctx;
+} sl_allow_fill;
+
 /* The vtable a backend implements. */
 typedef struct {
     const char *name;         /* required: "cpu", "cuda", ... */
@@ -121,6 +129,11 @@ typedef struct {
      * token and record do not depend on the rest of the batch. */
     sl_status (*forward_sample)(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, const sl_sample_req *reqs,
                                 int32_t *tokens);
+    /* Optional (NULL: fill first, then forward_sample): forward_sample that
+     * calls fill once, after the forward pass is queued on the device and
+     * before the draw reads the allow bitmaps, on the caller's thread. */
+    sl_status (*forward_sample_overlap)(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                        const sl_sample_req *reqs, int32_t *tokens, const sl_allow_fill *fill);
 } sl_backend_ops;
 
 struct sl_backend {
@@ -176,6 +189,17 @@ sl_status sl_backend_logprob_record(float *row, int32_t n_vocab, int32_t token, 
  * SL_ENOMEM then, with nothing computed. Blocks for the whole step. */
 sl_status sl_backend_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
                                     const sl_sample_req *reqs, int32_t *tokens);
+
+/* sl_backend_forward_sample whose allow bitmaps are written while the
+ * forward pass runs: the pointers in reqs are fixed before the call, and
+ * fill->fn writes the words they point at once during it, after the pass is
+ * queued and before any draw, so on a GPU the host's mask work hides behind
+ * the device's pass instead of adding to the step. A backend that computes
+ * on the caller's threads (the CPU's) calls fill first: the same result as
+ * filling before sl_backend_forward_sample. fill is always called when the
+ * batch is valid (not when validation refuses it). */
+sl_status sl_backend_forward_sample_overlap(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                            const sl_sample_req *reqs, int32_t *tokens, const sl_allow_fill *fill);
 
 /* A short description of the backend's compute path for status lines
  * (b->description, else ops->name): e.g. "avx2+fma" on the CPU. Static. */

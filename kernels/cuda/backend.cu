@@ -280,10 +280,18 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         return SL_ENOMEM;
     }
     /* SLUICE_CUDA_SAMPLE=0: the worker samples on the host (for comparison) */
-    static const sl_backend_ops ops = {"cuda", sl_cuda_forward, cuda_destroy, sl_cuda_forward_sample};
-    static const sl_backend_ops ops_host_sampling = {"cuda", sl_cuda_forward, cuda_destroy, NULL};
+    static const sl_backend_ops ops = {"cuda", sl_cuda_forward, cuda_destroy, sl_cuda_forward_sample,
+                                       sl_cuda_forward_sample_overlap};
+    static const sl_backend_ops ops_host_sampling = {"cuda", sl_cuda_forward, cuda_destroy, NULL, NULL};
+    /* SLUICE_CUDA_MASK_OVERLAP=0: grammar masks are computed before the step
+     * instead of during its layers (for comparison) */
+    static const sl_backend_ops ops_no_overlap = {"cuda", sl_cuda_forward, cuda_destroy, sl_cuda_forward_sample,
+                                                  NULL};
     const char *samp = getenv("SLUICE_CUDA_SAMPLE");
-    cb->base.ops = samp && !strcmp(samp, "0") ? &ops_host_sampling : &ops;
+    const char *overlap = getenv("SLUICE_CUDA_MASK_OVERLAP");
+    cb->base.ops = samp && !strcmp(samp, "0")         ? &ops_host_sampling
+                   : overlap && !strcmp(overlap, "0") ? &ops_no_overlap
+                                                      : &ops;
     cb->base.model = m;
     cb->base.cfg = *cfg;
     cb->base.cfg.device = "cuda";

@@ -311,9 +311,12 @@ static void pin_logits(cuda_backend *cb, float *logits, size_t bytes)
 
 /* One step: the forward pass, then either every asked logits row copied
  * to `logits` (reqs NULL) or the tokens drawn on the device (reqs: one per
- * sequence, each sequence's one row). */
+ * sequence, each sequence's one row). With fill (reqs set), the allow
+ * bitmaps are written by fill once the pass is queued: the graph then is
+ * one without the draw (the draw must wait for the bitmaps' copy, queued
+ * after the host wrote them), and the draw is launched after that copy. */
 static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits,
-                               const sl_sample_req *reqs)
+                               const sl_sample_req *reqs, const sl_allow_fill *fill)
 {
     cuda_backend *cb = (cuda_backend *)b;
     cudaStream_t st = cb->stream;
@@ -329,7 +332,9 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     int64_t T, n_out;
     sl_cuda_profile_begin(cb->prof, st);
     TRY(stage_batch(cb, seqs, n_seqs, &T, &n_out));
-    if (reqs)
+    if (reqs && fill)
+        TRY(sl_cuda_sampler_stage_deferred(cb->sampler, reqs, n_seqs, st));
+    else if (reqs)
         TRY(sl_cuda_sampler_stage(cb->sampler, reqs, n_seqs, st));
     else
         pin_logits(cb, logits, (size_t)(n_out * V) * sizeof(float));
@@ -337,20 +342,28 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     /* a decode graph that draws holds the sampler's launch: every row must
      * draw, and the staging it points into must be the one it was captured
      * with (the sampler reallocates it when a step outgrows it) */
-    bool sampling = reqs != NULL;
+    bool sampling = reqs != NULL && !fill;
     for (int32_t i = 0; sampling && i < n_seqs; i++)
         sampling = reqs[i].params != NULL;
     if (reqs && sl_cuda_sampler_generation(cb->sampler) != cb->sampler_gen) {
         sl_cuda_forward_drop_graphs(cb);
         cb->sampler_gen = sl_cuda_sampler_generation(cb->sampler);
     }
-    cudaGraphExec_t g = decode && (!reqs || sampling) && T <= cb->graph_max ? decode_graph(cb, T, sampling) : NULL;
+    /* a late fill takes the graph without the draw (graph_max <= logit_rows:
+     * a graph's rows are one chunk) */
+    bool late = fill != NULL;
+    cudaGraphExec_t g = decode && (!reqs || sampling || late) && T <= cb->graph_max ? decode_graph(cb, T, sampling)
+                                                                                   : NULL;
     /* the rows whose logits are asked, logit_rows at a time (one chunk when
      * a graph ran): norm, project, then copy back or draw */
     if (g)
         SL_CUDA_CHECK(cudaGraphLaunch(g, st));
     else
         TRY(enqueue_layers(cb, T));
+    if (late) {   /* the device runs the layers while the host writes the masks */
+        fill->fn(fill->ctx);
+        TRY(sl_cuda_sampler_stage_allow(cb->sampler, reqs, n_seqs, st));
+    }
     for (int64_t r0 = 0; r0 < n_out; r0 += cb->logit_rows) {
         int64_t nr = n_out - r0 < cb->logit_rows ? n_out - r0 : cb->logit_rows;
         if (!g)
@@ -358,7 +371,7 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
         if (!reqs)
             SL_CUDA_CHECK(cudaMemcpyAsync(logits + r0 * V, cb->logits, (size_t)(nr * V) * sizeof(float),
                                           cudaMemcpyDeviceToHost, st));
-        else if (!g)   /* a sampling graph drew already */
+        else if (!g || !sampling)   /* a sampling graph drew already */
             TRY(sl_cuda_sampler_launch(cb->sampler, cb->logits, (int32_t)r0, (int32_t)nr, st));
     }
     sl_cuda_profile_mark(cb->prof, reqs ? SL_PROF_SAMPLE : SL_PROF_COPY, st);
@@ -371,7 +384,7 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
 
 sl_status sl_cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs, float *logits)
 {
-    sl_status rc = forward_steps(b, seqs, n_seqs, logits, NULL);
+    sl_status rc = forward_steps(b, seqs, n_seqs, logits, NULL, NULL);
     /* A step that failed half-way may still have copies in flight into the
      * staging area or the caller's logits: drain them before returning. */
     if (rc < 0)
@@ -382,8 +395,14 @@ sl_status sl_cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seq
 sl_status sl_cuda_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
                                  const sl_sample_req *reqs, int32_t *tokens)
 {
+    return sl_cuda_forward_sample_overlap(b, seqs, n_seqs, reqs, tokens, NULL);
+}
+
+sl_status sl_cuda_forward_sample_overlap(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                         const sl_sample_req *reqs, int32_t *tokens, const sl_allow_fill *fill)
+{
     cuda_backend *cb = (cuda_backend *)b;
-    sl_status rc = forward_steps(b, seqs, n_seqs, NULL, reqs);
+    sl_status rc = forward_steps(b, seqs, n_seqs, NULL, reqs, fill);
     if (rc < 0) {
         cudaStreamSynchronize(cb->stream);
         return rc;

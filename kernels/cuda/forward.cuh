@@ -18,6 +18,12 @@ sl_status sl_cuda_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seq
 sl_status sl_cuda_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
                                  const sl_sample_req *reqs, int32_t *tokens);
 
+/* sl_cuda_forward_sample with the allow bitmaps written by fill while the
+ * layers run (kernels/backend.h, sl_backend_forward_sample_overlap); fill
+ * NULL is sl_cuda_forward_sample. */
+sl_status sl_cuda_forward_sample_overlap(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
+                                         const sl_sample_req *reqs, int32_t *tokens, const sl_allow_fill *fill);
+
 /* Makes room for `need` int32 entries in the per-step staging (meta_h and
  * its device mirror meta_d). When it grows them it synchronises the stream
  * and drops the captured graphs, which point into the old buffers.

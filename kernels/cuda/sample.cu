@@ -695,7 +695,7 @@ static int64_t penalty_window(const sl_sample_req *r, int64_t *start)
     return r->n_history - *start;
 }
 
-sl_status sl_cuda_sampler_stage(sl_cuda_sampler *s, const sl_sample_req *reqs, int32_t n, cudaStream_t st)
+static sl_status stage(sl_cuda_sampler *s, const sl_sample_req *reqs, int32_t n, cudaStream_t st, bool allow_later)
 {
     if (n > s->seq_cap) {
         int32_t *m = (int32_t *)realloc(s->seq_staged, (size_t)n * sizeof *m);
@@ -759,17 +759,46 @@ sl_status sl_cuda_sampler_stage(sl_cuda_sampler *s, const sl_sample_req *reqs, i
         o->n_ban = r->n_ban;
         if (r->allow) {
             o->allow_off = s->n_allow;
-            memcpy(A + s->n_allow, r->allow, (size_t)words * sizeof(uint32_t));
+            if (!allow_later)
+                memcpy(A + s->n_allow, r->allow, (size_t)words * sizeof(uint32_t));
             s->n_allow += words;
         }
     }
     if (s->n_rows == 0)
         return SL_OK;
     /* rows, edits, bans, then the allow bitmaps: the copy ends where the last
-     * bitmap does (or where the bans do, without one) */
-    size_t bytes = s->n_allow ? off_allow(s) + (size_t)s->n_allow * sizeof(uint32_t)
-                              : off_bans(s) + (size_t)s->n_bans * sizeof(int32_t);
+     * bitmap does (or where the bans do, without one or with them later) */
+    size_t bytes = s->n_allow && !allow_later ? off_allow(s) + (size_t)s->n_allow * sizeof(uint32_t)
+                                              : off_bans(s) + (size_t)s->n_bans * sizeof(int32_t);
     SL_CUDA_CHECK(cudaMemcpyAsync(s->d, s->h, bytes, cudaMemcpyHostToDevice, st));
+    return SL_OK;
+}
+
+sl_status sl_cuda_sampler_stage(sl_cuda_sampler *s, const sl_sample_req *reqs, int32_t n, cudaStream_t st)
+{
+    return stage(s, reqs, n, st, false);
+}
+
+sl_status sl_cuda_sampler_stage_deferred(sl_cuda_sampler *s, const sl_sample_req *reqs, int32_t n, cudaStream_t st)
+{
+    return stage(s, reqs, n, st, true);
+}
+
+sl_status sl_cuda_sampler_stage_allow(sl_cuda_sampler *s, const sl_sample_req *reqs, int32_t n, cudaStream_t st)
+{
+    if (s->n_allow == 0)
+        return SL_OK;
+    /* the same walk as stage's: bitmaps in row order, one per masked row */
+    size_t words = ((size_t)s->n_vocab + 31) / 32;
+    uint32_t *A = (uint32_t *)(s->h + off_allow(s));
+    int64_t at = 0;
+    for (int32_t i = 0; i < n && at < s->n_allow; i++)
+        if (reqs[i].params && reqs[i].allow) {
+            memcpy(A + at, reqs[i].allow, words * sizeof(uint32_t));
+            at += (int64_t)words;
+        }
+    SL_CUDA_CHECK(cudaMemcpyAsync(s->d + off_allow(s), A, (size_t)s->n_allow * sizeof(uint32_t),
+                                  cudaMemcpyHostToDevice, st));
     return SL_OK;
 }
 

@@ -41,6 +41,18 @@ void sl_cuda_sampler_destroy(sl_cuda_sampler *s);
  * is reused). SL_OK, SL_ENOMEM, SL_EBACKEND. */
 sl_status sl_cuda_sampler_stage(sl_cuda_sampler *s, const sl_sample_req *reqs, int32_t n, cudaStream_t st);
 
+/* sl_cuda_sampler_stage without the allow bitmaps' words: their places are
+ * laid out (a row draws under a mask where reqs[i].allow is set) but
+ * neither read nor copied until sl_cuda_sampler_stage_allow, which must
+ * follow on st before the draw. Lets the host write the masks while the
+ * forward pass runs. Same returns. */
+sl_status sl_cuda_sampler_stage_deferred(sl_cuda_sampler *s, const sl_sample_req *reqs, int32_t n, cudaStream_t st);
+
+/* Reads the bitmaps of the step staged by sl_cuda_sampler_stage_deferred
+ * (the same reqs, now with their words written) and queues their copy on
+ * st. SL_OK, SL_EBACKEND. */
+sl_status sl_cuda_sampler_stage_allow(sl_cuda_sampler *s, const sl_sample_req *reqs, int32_t n, cudaStream_t st);
+
 /* Draws for the staged sequences in [row0, row0 + n_rows) from `logits`
  * (n_rows x n_vocab on the device, row row0 first; edited in place).
  * Async on st. */

@@ -154,6 +154,64 @@ static sl_status prefill(sl_backend *b, const int32_t *tok, int n, int chunk, co
     return SL_OK;
 }
 
+/* The fill of check_overlap_masks: sequence s allows the tokens t with
+ * (t + s) % 5 == 0, on odd s only (even ones draw unmasked). */
+typedef struct {
+    uint32_t *masks;
+    int S, words, V;
+    int calls;
+} overlap_fill;
+
+static void write_masks(void *ctx)
+{
+    overlap_fill *f = ctx;
+    f->calls++;
+    memset(f->masks, 0, (size_t)f->S * (size_t)f->words * sizeof *f->masks);
+    for (int s = 1; s < f->S; s += 2)
+        for (int t = (5 - s % 5) % 5; t < f->V; t += 5)
+            f->masks[(size_t)s * f->words + (size_t)t / 32] |= 1u << (t % 32);
+}
+
+/* 2c. grammar masks written while the layers run
+ * (sl_backend_forward_sample_overlap) draw what the same masks written
+ * before the step draw (sl_backend_forward_sample), greedy and sampled, and
+ * no masked row draws outside its mask. Reruns the step of 2b. */
+static int check_overlap_masks(sl_backend *gpu, int S, const int32_t *lens, const int32_t *bt, int per_seq,
+                               const int32_t *feed, int32_t (*hist)[8], int G, const sl_sampling_params *greedy,
+                               const sl_sampling_params *sampled)
+{
+    int V = gpu->model->hp.n_vocab, words = (V + 31) / 32, bad = 0, differ = 0, outside = 0;
+    overlap_fill f = {calloc((size_t)S * (size_t)words, sizeof(uint32_t)), S, words, V, 0};
+    int32_t before[64], during[64];
+    sl_batch_seq bs[64];
+    sl_sample_req rq[64];
+    const sl_sampling_params *ps[2] = {greedy, sampled};
+    for (int k = 0; f.masks && k < 2 && !bad; k++) {
+        for (int s = 0; s < S; s++) {
+            bs[s] = (sl_batch_seq){.tokens = &feed[s], .n_tokens = 1, .pos = lens[s] + G, .blocks = bt + s * per_seq,
+                                   .n_blocks = per_seq};
+            rq[s] = (sl_sample_req){.params = ps[k], .history = hist[s], .n_history = 8,
+                                    .draw_index = (uint64_t)(G + s), .allow = s % 2 ? f.masks + (size_t)s * words : NULL};
+        }
+        sl_allow_fill fill = {write_masks, &f};
+        memset(f.masks, 0xff, (size_t)S * (size_t)words * sizeof *f.masks);   /* stale until fill runs */
+        f.calls = 0;
+        bad |= sl_backend_forward_sample_overlap(gpu, bs, S, rq, during, &fill) < 0 || f.calls != 1;
+        write_masks(&f);
+        bad |= sl_backend_forward_sample(gpu, bs, S, rq, before) < 0;
+        for (int s = 0; s < S && !bad; s++) {
+            differ += before[s] != during[s];
+            if (s % 2)
+                outside += during[s] < 0 || (during[s] + s) % 5 != 0;
+        }
+    }
+    bad |= !f.masks || differ > 0 || outside > 0;
+    free(f.masks);
+    printf("  sampling with masks written during the layers vs before the step: %d tokens differ, %d outside "
+           "the mask%s\n", differ, outside, bad ? "  FAIL" : "");
+    return bad;
+}
+
 /* 2b. the device sampler inside the backend: one more step of the batched
  * sequences (tables bt) through forward_sample, against the reference
  * sampler on the same step's logits from the alone sequences (tables at,
@@ -230,7 +288,7 @@ static int check_device_sampling(sl_backend *gpu, const options *o, int S, int G
     sl_sampler_scratch_destroy(scr);
     printf("  sampling %d draws on the device vs the reference on the same logits: %d tokens differ, %d records "
            "differ%s\n", cases, differ, rec_bad, bad ? "  FAIL" : "");
-    return bad;
+    return bad | check_overlap_masks(gpu, S, lens, bt, per_seq, feed, hist, G, &p[0], &p[1]);
 }
 
 static int check_model(const char *path, const options *o)

@@ -5,7 +5,9 @@
  * a banned id outside the vocabulary, logprobs without a record, a history
  * pointer missing, and whatever sl_backend_forward refuses. A backend
  * without the slot gets the default: its forward's rows drawn by the
- * reference sampler, the same tokens and records as drawing them by hand. */
+ * reference sampler, the same tokens and records as drawing them by hand.
+ * sl_backend_forward_sample_overlap on a backend without its slot writes the
+ * masks first: the draw sees them, and a refused batch never calls fill. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -49,8 +51,8 @@ static void probe_destroy(sl_backend *b)
     (void)b;
 }
 
-static const sl_backend_ops ops_sampling = {"probe", probe_forward, probe_destroy, probe_sample};
-static const sl_backend_ops ops_plain = {"probe", probe_forward, probe_destroy, NULL};
+static const sl_backend_ops ops_sampling = {"probe", probe_forward, probe_destroy, probe_sample, NULL};
+static const sl_backend_ops ops_plain = {"probe", probe_forward, probe_destroy, NULL, NULL};
 
 static void probe_init(probe_backend *p, const sl_backend_ops *ops)
 {
@@ -179,4 +181,54 @@ Test(backend_sample, malformed_requests_stop_before_the_backend)
         cr_assert_eq(sl_backend_forward_sample(&p.base, &cases[i].s, 1, &cases[i].r, &tok), SL_EINVAL, "%s",
                      cases[i].what);
     cr_assert_eq(p.calls, 0, "no malformed request reached the backend");
+}
+
+/* The fill of sl_backend_forward_sample_overlap: allows token 42 only, and
+ * counts its calls and whether the sampling slot had run before it. */
+typedef struct {
+    uint32_t *allow;
+    int calls;
+    probe_backend *p;
+    int slot_calls_seen;
+} fill_probe;
+
+static void fill_only_42(void *ctx)
+{
+    fill_probe *f = ctx;
+    f->calls++;
+    f->slot_calls_seen = f->p ? f->p->calls : 0;
+    memset(f->allow, 0, 4 * sizeof *f->allow);
+    f->allow[42 / 32] |= 1u << (42 % 32);
+}
+
+Test(backend_sample, overlap_without_its_slot_fills_the_masks_before_the_draw)
+{
+    uint32_t allow[4];
+    memset(allow, 0xff, sizeof allow);   /* every token, until fill writes the mask */
+    sl_sampling_params sp;
+    sl_sampling_params_default(&sp);
+    sp.seed = 3;
+    sl_batch_seq s[1] = {seq()};
+    sl_sample_req r[1] = {{.params = &sp, .history = history, .n_history = 3, .allow = allow}};
+    int32_t tok[1];
+
+    probe_backend p;   /* the default: forward, then the reference sampler */
+    probe_init(&p, &ops_plain);
+    fill_probe f = {allow, 0, NULL, 0};
+    sl_allow_fill fill = {fill_only_42, &f};
+    cr_assert_eq(sl_backend_forward_sample_overlap(&p.base, s, 1, r, tok, &fill), SL_OK);
+    cr_assert_eq(f.calls, 1);
+    cr_assert_eq(tok[0], 42, "the draw saw the mask fill wrote");
+
+    probe_init(&p, &ops_sampling);   /* a sampling slot without the overlap slot */
+    f = (fill_probe){allow, 0, &p, -1};
+    cr_assert_eq(sl_backend_forward_sample_overlap(&p.base, s, 1, r, tok, &fill), SL_OK);
+    cr_assert_eq(f.calls, 1);
+    cr_assert_eq(f.slot_calls_seen, 0, "fill ran before the slot");
+    cr_assert_eq(p.calls, 1);
+
+    f = (fill_probe){allow, 0, &p, -1};   /* refused: logits_all */
+    s[0].logits_all = true;
+    cr_assert_eq(sl_backend_forward_sample_overlap(&p.base, s, 1, r, tok, &fill), SL_EINVAL);
+    cr_assert_eq(f.calls, 0);
 }
