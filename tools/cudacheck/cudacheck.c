@@ -185,13 +185,15 @@ static int check_overlap_masks(sl_backend *gpu, int S, const int32_t *lens, cons
     int32_t before[64], during[64];
     sl_batch_seq bs[64];
     sl_sample_req rq[64];
+    sl_logprob_record rec[64];   /* greedy asks logprobs: every draw needs its record */
     const sl_sampling_params *ps[2] = {greedy, sampled};
     for (int k = 0; f.masks && k < 2 && !bad; k++) {
         for (int s = 0; s < S; s++) {
             bs[s] = (sl_batch_seq){.tokens = &feed[s], .n_tokens = 1, .pos = lens[s] + G, .blocks = bt + s * per_seq,
                                    .n_blocks = per_seq};
             rq[s] = (sl_sample_req){.params = ps[k], .history = hist[s], .n_history = 8,
-                                    .draw_index = (uint64_t)(G + s), .allow = s % 2 ? f.masks + (size_t)s * words : NULL};
+                                    .draw_index = (uint64_t)(G + s), .allow = s % 2 ? f.masks + (size_t)s * words : NULL,
+                                    .record = &rec[s]};
         }
         sl_allow_fill fill = {write_masks, &f};
         memset(f.masks, 0xff, (size_t)S * (size_t)words * sizeof *f.masks);   /* stale until fill runs */
