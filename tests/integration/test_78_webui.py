@@ -5,9 +5,10 @@ API key even when the server has one; --no-webui makes them 404s again; a
 page request is logged like any other and leaves the request counters alone.
 Then a real headless Chromium (Debian's chromium and chromium-driver, driven
 by selenium; nothing downloaded) uses the page: the 401 shown until the key
-is typed in, the model name, a message streamed into the conversation, Stop
-ending a long generation on the client and the server, the conversation kept
-for the next turn, and a screenshot of it all."""
+is typed in (for the model list and for a message), the model name, a
+message streamed into the conversation, Stop ending a long generation on the
+client and the server, the conversation kept for the next turn, and a
+screenshot of it all."""
 import json
 import os
 import re
@@ -193,7 +194,16 @@ def test_chat_in_a_real_browser(server, browser, tmp_path):
     # Without the key, /v1/models is a 401: its message is shown.
     until(d, lambda: d.find_element("id", "model").text == "model unknown", what="401 on /v1/models")
     assert d.find_element("id", "status").text.startswith("401: Incorrect or missing API key")
-    d.get_log("browser")                     # drops the console's line for that 401
+    # A message sent without the key: the chat's 401 is shown and the
+    # unanswered question goes back into the box, out of the conversation.
+    d.find_element("id", "input").send_keys("Are you there?")
+    d.find_element("id", "send").click()
+    until(d, lambda: text_of(d, ".msg.error .text") != [], what="the chat's 401")
+    assert text_of(d, ".msg.error .text")[0].startswith("401: Incorrect or missing API key")
+    assert d.find_element("id", "input").get_attribute("value") == "Are you there?"
+    assert text_of(d, ".msg.user") == [] and d.execute_script("return messages.length") == 0
+    d.find_element("id", "input").clear()
+    d.get_log("browser")                     # drops the console's lines for those 401s
     key = d.find_element("id", "api-key")
     key.send_keys(KEY + "\t")                # the change event: stored, models asked again
     until(d, lambda: d.find_element("id", "model").text == ALIAS, what="model name")
