@@ -261,7 +261,8 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         "ttft_trace", "queue_depth", "max_body", "max_prompt_tokens", "default_max_tokens", "idle_timeout_ms",
         "write_timeout_ms", "drain_delay_s", "drain_timeout_s", "chat_template", "model_alias", "log_bodies",
         "heartbeat_timeout_ms", "admin_group", "max_response", "log_format", "log_health",
-        "tokenize_threads", "prefix_cache", "grammar_bytes_max", "reasoning_format"};
+        "tokenize_threads", "prefix_cache", "grammar_bytes_max", "reasoning_format", "kv_type",
+        "gpu_memory_fraction", "webui"};
     for (int i = 0; i < SL_CFG_COUNT; i++) {
         unsigned s = c->source[i];
         json_object_set_new(src, keys[i], json_string(s < 5 ? source_names[s] : "unknown"));

@@ -86,6 +86,13 @@ def test_only_the_page_is_open_without_the_key(server):
     assert request(server, "/index.htm", key=KEY)[0] == 404
 
 
+def test_effective_config_names_the_setting(server):
+    sources = json.loads(request(server, "/v1/effective-config", key=KEY)[2])["frontend"]["sources"]
+    assert sources["webui"] == "default"
+    assert sources["kv_type"] == "default" and sources["gpu_memory_fraction"] == "default"
+    assert server.admin("effective-config")["config"]["webui"] == {"value": "1", "source": "default"}
+
+
 def counters(srv):
     text = request(srv, "/metrics", key=KEY)[2].decode()
     return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(sluice_requests_\w+_total) (\S+)$", text, re.M)}
@@ -112,6 +119,8 @@ def test_no_webui_answers_404(chat_model, tmp_path):
             assert "content-security-policy" not in h
         cfg = s.admin("effective-config")
         assert cfg["config"]["webui"] == {"value": "0", "source": "flag"}, cfg["config"].get("webui")
+        status, _, body = request(s, "/v1/effective-config")
+        assert json.loads(body)["frontend"]["sources"]["webui"] == "flag"
     finally:
         s.stop()
 
