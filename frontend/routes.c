@@ -1,6 +1,7 @@
 /* frontend/routes.c: the route table and every endpoint that answers without
  * the worker: /health, /ready, /metrics, /v1/models, /v1/effective-config,
- * /tokenize, /detokenize (the last two as jobs, jobs.c); the body limit;
+ * /tokenize, /detokenize (the last two as jobs, jobs.c), the chat page
+ * (webui.c); the body limit;
  * bearer auth; 404/405 in OpenAI's error shape.
  * Runs on each front-end process's event loop; server.c registers it, and it
  * hands the generation routes to generate.c. The trade-off: one handler owns
@@ -19,6 +20,7 @@
 #include "frontend/api_metrics.h"
 #include "frontend/api_tokenize.h"
 #include "frontend/server_internal.h"
+#include "frontend/webui.h"
 
 typedef struct {
     h2o_handler_t super;
@@ -259,7 +261,8 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         "ttft_trace", "queue_depth", "max_body", "max_prompt_tokens", "default_max_tokens", "idle_timeout_ms",
         "write_timeout_ms", "drain_delay_s", "drain_timeout_s", "chat_template", "model_alias", "log_bodies",
         "heartbeat_timeout_ms", "admin_group", "max_response", "log_format", "log_health",
-        "tokenize_threads", "prefix_cache", "grammar_bytes_max", "reasoning_format"};
+        "tokenize_threads", "prefix_cache", "grammar_bytes_max", "reasoning_format", "kv_type",
+        "gpu_memory_fraction", "webui"};
     for (int i = 0; i < SL_CFG_COUNT; i++) {
         unsigned s = c->source[i];
         json_object_set_new(src, keys[i], json_string(s < 5 ? source_names[s] : "unknown"));
@@ -422,6 +425,13 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         id = 10;
         method_ok = method_is(req, "GET");
     }
+    /* The chat page (webui.c) needs no key: the page is where one is typed in. */
+    sl_fe_webui_asset page;
+    if (id == 0 && fe->cfg->webui && sl_fe_webui_find(req->path_normalized.base, req->path_normalized.len, &page)) {
+        id = 11;
+        auth = false;
+        method_ok = method_is(req, "GET") || method_is(req, "HEAD");
+    }
     sl_api_error e;
     /* h2o let bodies up to its own, higher limit through (why: "body limit" above):
      * the configured limit is enforced here, with a JSON body. It comes before
@@ -462,6 +472,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     case 8: sl_fe_generate(fe, req, &ri, 1); break;
     case 9: sl_fe_generate(fe, req, &ri, 0); break;
     case 10: on_model_one(fe, req, &ri, req->path_normalized.base + mp, req->path_normalized.len - mp); break;
+    case 11: sl_fe_webui_respond(fe, req, &ri, &page); break;
     }
     return 0;
 }

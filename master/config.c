@@ -107,6 +107,8 @@ static const setting settings[] = {
     {SL_CFG_GRAMMAR_BYTES_MAX, "grammar-bytes-max", 0, "SLUICE_GRAMMAR_BYTES_MAX", NULL, T_BYTES,
      F(grammar_bytes_max), 0, 256u * 1024u, "64K",
      "grammar text bytes a request may carry, after JSON Schema or regex conversion (0 = constrained decoding off)"},
+    {SL_CFG_WEBUI, "webui", 0, "SLUICE_WEBUI", NULL, T_BOOL, F(webui), 0, 1, "1",
+     "serve the chat page at / (--no-webui: / answers 404)"},
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

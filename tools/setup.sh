@@ -31,7 +31,9 @@ debs=(build-essential cmake pkg-config git xz-utils curl ca-certificates
       # test_70_ops.py: HAProxy failover, and promtool (Debian ships it in 'prometheus')
       haproxy prometheus
       # README "Longer runs": memcheck of sluice serve under tools/soak.py
-      valgrind)
+      valgrind
+      # test_78_webui.py: the chat page in a real headless browser (selenium drives it)
+      chromium chromium-driver)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -146,7 +146,7 @@ def test_description_lists_every_route(server):
     spec = yaml.safe_load(SPEC.read_text())
     assert set(spec["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{model}",
                                   "/health", "/ready", "/metrics", "/v1/effective-config", "/tokenize",
-                                  "/detokenize"}
+                                  "/detokenize", "/", "/index.html", "/webui/app.js", "/webui/style.css"}
     assert server.get("/v1/nope")[0] in (401, 404)
 
 
