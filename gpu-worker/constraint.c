@@ -17,6 +17,29 @@
 #include "model/tokenizer.h"
 #include "shared/alloc.h"
 
+/* Grammars are compiled once per text and kept by the vocabulary: a
+ * schema that many requests send is compiled once, and its matchers share
+ * their masks (sl_grammar_share_masks) from its second user on, so a new
+ * request finds its root and string states already walked. The first user
+ * shares nothing: a grammar sent once does not pay for a store. Bounds:
+ * at most SHARE_GRAMMARS_MAX grammars share at once, with
+ * SL_GRAMMAR_SHARE_BYTES each (128 MiB in all at most, allocated only as
+ * masks are stored), and a grammar no constraint uses is kept while it is
+ * one of the IDLE_MAX most recently released ones. */
+#define SHARE_GRAMMARS_MAX 4
+#define IDLE_MAX 8
+
+typedef struct {
+    uint64_t hash;
+    char *text;
+    size_t len;
+    sl_grammar *g;
+    int32_t refs;                 /* live constraints on it */
+    uint32_t users;               /* constraints ever made on it */
+    uint64_t released;            /* vocab clock when refs last fell to 0 */
+    bool shares;
+} grammar_entry;
+
 struct sl_constraint_vocab {
     int32_t n_vocab;
     int32_t n_words;              /* (n_vocab + 31) / 32 */
@@ -34,10 +57,16 @@ struct sl_constraint_vocab {
         const uint32_t **out;
     } job;
     uint64_t n_created;
+    grammar_entry **grammars;     /* (n_grammars) compiled texts, live and idle */
+    int32_t n_grammars, cap_grammars;
+    int32_t n_sharing;
+    uint64_t clock;
+    uint64_t n_compiled;
 };
 
 struct sl_constraint {
     sl_constraint_vocab *v;
+    grammar_entry *ge;            /* its grammar, shared with constraints of the same text */
     sl_grammar *g;
     sl_grammar_matcher *m;
     uint32_t *allow;              /* (n_words) */
@@ -74,10 +103,20 @@ sl_status sl_constraint_vocab_create(int32_t n_vocab, const int32_t *eog, int32_
     return SL_OK;
 }
 
+static void entry_free(grammar_entry *e)
+{
+    sl_grammar_destroy(e->g);
+    free(e->text);
+    free(e);
+}
+
 void sl_constraint_vocab_destroy(sl_constraint_vocab *v)
 {
     if (!v)
         return;
+    for (int32_t i = 0; i < v->n_grammars; i++)
+        entry_free(v->grammars[i]);
+    free(v->grammars);
     sl_threadpool_destroy(v->pool);
     sl_grammar_vocab_destroy(v->trie);
     free(v->eog);
@@ -86,6 +125,7 @@ void sl_constraint_vocab_destroy(sl_constraint_vocab *v)
 
 uint64_t sl_constraint_vocab_mask_ns(const sl_constraint_vocab *v) { return v ? atomic_load(&v->mask_ns) : 0; }
 uint64_t sl_constraint_vocab_n_created(const sl_constraint_vocab *v) { return v ? v->n_created : 0; }
+uint64_t sl_constraint_vocab_n_compiled(const sl_constraint_vocab *v) { return v ? v->n_compiled : 0; }
 
 static bool is_eog(const sl_constraint_vocab *v, int32_t t)
 {
@@ -111,6 +151,85 @@ static sl_status vocab_build(sl_constraint_vocab *v)
     return SL_OK;
 }
 
+static uint64_t text_hash(const char *text, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull;   /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Destroys the least recently released idle grammars beyond IDLE_MAX. */
+static void evict_idle(sl_constraint_vocab *v)
+{
+    for (;;) {
+        int32_t idle = 0, oldest = -1;
+        for (int32_t i = 0; i < v->n_grammars; i++)
+            if (v->grammars[i]->refs == 0) {
+                idle++;
+                if (oldest < 0 || v->grammars[i]->released < v->grammars[oldest]->released)
+                    oldest = i;
+            }
+        if (idle <= IDLE_MAX)
+            return;
+        grammar_entry *e = v->grammars[oldest];
+        v->n_sharing -= e->shares;
+        entry_free(e);
+        v->grammars[oldest] = v->grammars[--v->n_grammars];
+    }
+}
+
+/* The entry of text (compiled now when new); NULL with why filled on a bad
+ * text, or with *rc SL_ENOMEM. */
+static grammar_entry *grammar_get(sl_constraint_vocab *v, const char *text, size_t len, sl_status *rc, char *why,
+                                  size_t why_len)
+{
+    uint64_t h = text_hash(text, len);
+    for (int32_t i = 0; i < v->n_grammars; i++) {
+        grammar_entry *e = v->grammars[i];
+        if (e->hash == h && e->len == len && memcmp(e->text, text, len) == 0) {
+            /* a second user: from now on its matchers share their masks (a
+             * failure only costs speed) */
+            if (!e->shares && v->n_sharing < SHARE_GRAMMARS_MAX &&
+                sl_grammar_share_masks(e->g, SL_GRAMMAR_SHARE_BYTES) == SL_OK) {
+                e->shares = true;
+                v->n_sharing++;
+            }
+            *rc = SL_OK;
+            return e;
+        }
+    }
+    if (v->n_grammars == v->cap_grammars) {
+        int32_t cap = v->cap_grammars ? 2 * v->cap_grammars : 16;
+        grammar_entry **p = sl_realloc(v->grammars, (size_t)cap * sizeof *p);
+        if (!p) {
+            *rc = SL_ENOMEM;
+            return NULL;
+        }
+        v->grammars = p;
+        v->cap_grammars = cap;
+    }
+    grammar_entry *e = sl_calloc(1, sizeof *e);
+    if (e)
+        e->text = sl_malloc(len ? len : 1);
+    if (!e || !e->text) {
+        free(e);
+        *rc = SL_ENOMEM;
+        return NULL;
+    }
+    *rc = sl_grammar_create(text, len, &e->g, why, why_len);
+    if (*rc < 0) {
+        entry_free(e);
+        return NULL;
+    }
+    memcpy(e->text, text, len);
+    e->len = len;
+    e->hash = h;
+    v->grammars[v->n_grammars++] = e;
+    v->n_compiled++;
+    return e;
+}
+
 sl_status sl_constraint_create(sl_constraint_vocab *v, const char *text, size_t len, sl_constraint **out,
                                char *err, size_t err_len)
 {
@@ -134,12 +253,15 @@ sl_status sl_constraint_create(sl_constraint_vocab *v, const char *text, size_t 
     c->v = v;
     char why[200];
     why[0] = 0;
-    rc = sl_grammar_create(text, len, &c->g, why, sizeof why);
-    if (rc < 0) {
+    c->ge = grammar_get(v, text, len, &rc, why, sizeof why);
+    if (!c->ge) {
         sl_constraint_destroy(c);
         snprintf(err, err_len, "grammar: %s", why[0] ? why : rc == SL_ENOMEM ? "out of memory" : "invalid");
         return rc;
     }
+    c->ge->refs++;
+    c->ge->users++;
+    c->g = c->ge->g;
     rc = sl_grammar_matcher_create(c->g, &c->m);
     if (rc < 0) {
         sl_constraint_destroy(c);
@@ -157,7 +279,10 @@ void sl_constraint_destroy(sl_constraint *c)
     if (!c)
         return;
     sl_grammar_matcher_destroy(c->m);
-    sl_grammar_destroy(c->g);
+    if (c->ge && --c->ge->refs == 0) {
+        c->ge->released = ++c->v->clock;
+        evict_idle(c->v);
+    }
     free(c->allow);
     free(c);
 }

@@ -3,8 +3,11 @@
  * Where:     the worker process (the scheduler's thread) and `sluice generate`.
  *            Wraps model/grammar/grammar.h: the vocabulary (the trie of every
  *            token's bytes) is built once, at the first constrained request;
- *            each sequence compiles its own grammar text and keeps a matcher
- *            and an allow bitmap (sl_sample_req.allow) sized at creation.
+ *            a grammar text is compiled once and kept by the vocabulary
+ *            while constraints use it (and a while after), and from its
+ *            second constraint on their matchers share computed masks;
+ *            each sequence keeps its own matcher and an allow bitmap
+ *            (sl_sample_req.allow) sized at creation.
  * Who:       one thread: a vocabulary and its constraints are not shared
  *            between threads (sl_constraint_mask_batch spreads one call's
  *            masks over its own pool and returns when they are done).
@@ -57,6 +60,9 @@ void sl_constraint_vocab_destroy(sl_constraint_vocab *v);
 /* Totals for metrics: ns spent computing masks, and constraints created. */
 uint64_t sl_constraint_vocab_mask_ns(const sl_constraint_vocab *v);
 uint64_t sl_constraint_vocab_n_created(const sl_constraint_vocab *v);
+/* Grammar texts compiled: a text already held (live, or idle among the
+ * most recently released) is not compiled again. */
+uint64_t sl_constraint_vocab_n_compiled(const sl_constraint_vocab *v);
 
 /* Compiles `len` bytes of GBNF text (builds v's trie first if this is the
  * first constraint) and makes a matcher at its start and an allow bitmap.

@@ -222,6 +222,7 @@ void sl_grammar_destroy(sl_grammar *g)
     free(g->classes);
     free(g->rep_left);
     free(g->rep_top);
+    sl_gram_share_free(g->share);
     free(g);
 }
 

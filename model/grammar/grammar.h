@@ -51,6 +51,21 @@ sl_status sl_grammar_create(const char *text, size_t len, sl_grammar **out, char
 /* Frees it; NULL is a no-op. */
 void sl_grammar_destroy(sl_grammar *g);
 
+/* Lets g's matchers share the masks they compute: a state one matcher
+ * walked the trie for is a copy for every other matcher of g (on the same
+ * vocabulary: the first one a mask is stored for), as when many requests
+ * carry one schema. Exact: states are compared by their stacks, not by a
+ * hash. Holds at most cap_bytes of masks and keys, then adds no more.
+ * Mask calls on g's matchers may then run on several threads at once (the
+ * shared part has its own lock); call this while none runs. Idempotent.
+ * SL_OK, SL_EINVAL (NULL), SL_ENOMEM. */
+sl_status sl_grammar_share_masks(sl_grammar *g, size_t cap_bytes);
+
+/* The cap the worker gives a grammar it shares (gpu-worker/constraint.c):
+ * what a schema of four maxLength strings needs on a 150k vocabulary to
+ * stop walking cold (docs/PERF.md, "Constrained decoding"). */
+#define SL_GRAMMAR_SHARE_BYTES (32u << 20)
+
 /* ---- vocabulary --------------------------------------------------------------- */
 
 /* Builds the trie of a model's tokens. bytes[t] / lens[t]: the exact bytes
@@ -122,5 +137,9 @@ void sl_grammar_matcher_cache_stats(const sl_grammar_matcher *m, uint64_t *hits,
  * their full count (those with room left), walking only the tokens too
  * long for the counts left. */
 uint64_t sl_grammar_matcher_shared_masks(const sl_grammar_matcher *m);
+
+/* Of the misses, how many were copies of a mask another matcher of the
+ * same grammar computed (sl_grammar_share_masks). */
+uint64_t sl_grammar_matcher_cross_masks(const sl_grammar_matcher *m);
 
 #endif

@@ -46,6 +46,8 @@ typedef struct {
     uint32_t n_alts;
 } sl_gram_rule;
 
+typedef struct sl_gram_mask_share sl_gram_mask_share;   /* mask_share.c */
+
 struct sl_grammar {
     uint32_t n_rules;
     uint32_t root;
@@ -62,6 +64,10 @@ struct sl_grammar {
      * cache uses them to share masks between counts (mask.c). */
     uint32_t *rep_left;      /* (n_elems) */
     uint32_t *rep_top;       /* (n_elems) */
+    /* masks shared by its matchers (mask_share.c), NULL until
+     * sl_grammar_share_masks; the one part of a grammar that changes after
+     * creation, behind its own lock */
+    struct sl_gram_mask_share *share;
 };
 
 /* ---- build form (parser output, compiler input) -------------------------- */
@@ -273,6 +279,10 @@ struct sl_grammar_matcher {
     uint32_t share_min;      /* counters leaving fewer units are not reset by
                                 sl_gram_share (set per vocabulary, mask.c) */
 
+    uint64_t stat_cross;     /* misses served by another matcher's mask (mask_share.c) */
+    void *key_buf;           /* a state's key for the shared masks (mask_share.c) */
+    size_t key_bytes;
+
     /* walk scratch */
     int32_t *walk_set;
     uint32_t *walk_child;    /* (3 * walk_cap): next, end, characters so far */
@@ -290,6 +300,15 @@ sl_status sl_gram_share(sl_grammar_matcher *m, int32_t s, int32_t *ref, uint32_t
 /* Drops every set, node and transition but the current set's (the mask
  * cache too) when the matcher's memory has grown past its bound. */
 sl_status sl_gram_maybe_compact(sl_grammar_matcher *m);
+
+/* Masks shared between the matchers of one grammar (mask_share.c):
+ * lookup copies state s's mask into allow and returns true when another
+ * matcher stored it for vocabulary v; insert stores it (when the grammar
+ * shares masks, the vocabulary is the one it holds, and the cap allows).
+ * Both are no-ops on a grammar that does not share; thread safe. */
+bool sl_gram_share_lookup(sl_grammar_matcher *m, const sl_grammar_vocab *v, int32_t s, uint32_t *allow);
+void sl_gram_share_insert(sl_grammar_matcher *m, const sl_grammar_vocab *v, int32_t s, const uint32_t *allow);
+void sl_gram_share_free(struct sl_gram_mask_share *s);
 
 /* The mask cache's storage (matcher.c; mask.c fills it). */
 void sl_gram_cache_clear(sl_grammar_matcher *m);

@@ -19,7 +19,10 @@
  * reference's mask (the same state with its counters that have room at
  * full count, matcher.c sl_gram_share) with the tokens longer than the count left cleared, and
  * a walk of only the subtrees holding them. Those derived masks enter
- * the clock with their bit clear, so the references outlive them. */
+ * the clock with their bit clear, so the references outlive them.
+ * Behind this cache, a grammar that shares masks (mask_share.c) offers
+ * every state another of its matchers walked: asked on a miss, before
+ * any walk, and given every mask a walk completes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -415,10 +418,13 @@ static sl_status shared_mask(sl_grammar_matcher *m, const sl_grammar_vocab *v, i
     if (slot >= 0) {
         memcpy(allow, m->cache_bits + (size_t)slot * words, words * sizeof *allow);
         m->cache[slot].used = 1;
+    } else if (sl_gram_share_lookup(m, v, ref, allow)) {
+        cache_store(m, ref, allow, 1);
     } else {
         if ((rc = walk(m, v, allow, ref, 0, budget)) != SL_OK)
             return rc;
         cache_store(m, ref, allow, 1);
+        sl_gram_share_insert(m, v, ref, allow);
     }
     for (uint32_t i = v->len_lo[lo]; i < v->n_sorted; i++) {
         uint32_t tok = (uint32_t)v->by_len[i];
@@ -445,6 +451,11 @@ sl_status sl_grammar_matcher_mask(sl_grammar_matcher *m, const sl_grammar_vocab 
         return SL_OK;
     }
     m->stat_misses++;
+    if (sl_gram_share_lookup(m, v, s, allow)) {   /* another matcher of the grammar met this state */
+        m->stat_cross++;
+        cache_store(m, s, allow, 1);
+        return SL_OK;
+    }
     uint64_t budget = m->work_total + SL_GRAM_MASK_WORK_MAX;   /* for both walks together */
     rc = shared_mask(m, v, s, allow, words, budget);
     if (rc == SL_OK)
@@ -454,6 +465,7 @@ sl_status sl_grammar_matcher_mask(sl_grammar_matcher *m, const sl_grammar_vocab 
         return rc;
     }
     cache_store(m, s, allow, m->sets[s].share_bound == 0);
+    sl_gram_share_insert(m, v, s, allow);
     return SL_OK;
 }
 
@@ -464,3 +476,5 @@ void sl_grammar_matcher_cache_stats(const sl_grammar_matcher *m, uint64_t *hits,
 }
 
 uint64_t sl_grammar_matcher_shared_masks(const sl_grammar_matcher *m) { return m->stat_shared; }
+
+uint64_t sl_grammar_matcher_cross_masks(const sl_grammar_matcher *m) { return m->stat_cross; }

@@ -632,6 +632,7 @@ void sl_grammar_matcher_destroy(sl_grammar_matcher *m)
     free(m->todo);
     free(m->walk_set);
     free(m->walk_child);
+    free(m->key_buf);
     sl_gram_cache_free(m);
     free(m);
 }

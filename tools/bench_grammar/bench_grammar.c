@@ -12,6 +12,10 @@
  * string when the grammar has one).
  * -c CHECKS: the first CHECKS masks are also compared with brute force
  * (every token replayed on a fresh matcher: seconds per mask), untimed.
+ * -S: the walks' grammar shares masks between its matchers
+ * (sl_grammar_share_masks, SL_GRAMMAR_SHARE_BYTES), as the worker's does from a text's
+ * second request on: a state an earlier walk met is a copy. The cold-mask
+ * probes run on a second, non-sharing compilation either way.
  * Exit status 0, or 1 with a message on stderr. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +97,7 @@ int main(int argc, char **argv)
     snprintf(def, sizeof def, "%s/.cache/sluice/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", home ? home : "");
     const char *model = def, *gpath = NULL;
     long steps = 2000, maxlen = 200, checks = 0;
+    bool share = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-m") == 0 && i + 1 < argc)
             model = argv[++i];
@@ -104,15 +109,17 @@ int main(int argc, char **argv)
             maxlen = atol(argv[++i]);
         else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc)
             checks = atol(argv[++i]);
+        else if (strcmp(argv[i], "-S") == 0)
+            share = true;
         else if (argv[i][0] != '-')
             gpath = argv[i];
         else {
-            fprintf(stderr, "usage: bench_grammar [-m GGUF] [-n STEPS] [-s SEED] [-l MAXLEN] [-c CHECKS] GRAMMAR.gbnf\n");
+            fprintf(stderr, "usage: bench_grammar [-m GGUF] [-n STEPS] [-s SEED] [-l MAXLEN] [-c CHECKS] [-S] GRAMMAR.gbnf\n");
             return 1;
         }
     }
     if (gpath == NULL || steps <= 0) {
-        fprintf(stderr, "usage: bench_grammar [-m GGUF] [-n STEPS] [-s SEED] [-l MAXLEN] [-c CHECKS] GRAMMAR.gbnf\n");
+        fprintf(stderr, "usage: bench_grammar [-m GGUF] [-n STEPS] [-s SEED] [-l MAXLEN] [-c CHECKS] [-S] GRAMMAR.gbnf\n");
         return 1;
     }
     char err[SL_ERR_LEN];
@@ -143,6 +150,13 @@ int main(int argc, char **argv)
         return 1;
     }
     double t_compile = now_us() - t0;
+    /* the cold probes below run on their own compilation, so -S leaves them cold */
+    sl_grammar *g_cold = NULL;
+    if (sl_grammar_create(gtext, glen, &g_cold, gerr, sizeof gerr) != SL_OK ||
+        (share && sl_grammar_share_masks(g, SL_GRAMMAR_SHARE_BYTES) != SL_OK)) {
+        fprintf(stderr, "bench_grammar: %s: second compilation or sharing failed\n", gpath);
+        return 1;
+    }
     int32_t n_vocab = sl_grammar_vocab_size(v);
     uint32_t words = ((uint32_t)n_vocab + 31) / 32;
     uint32_t *allow = malloc(words * sizeof *allow);
@@ -150,7 +164,7 @@ int main(int argc, char **argv)
     double *t_mask = malloc((size_t)steps * sizeof *t_mask);
     double cold_sum = 0;
     long cold_n = 0, walks = 0;
-    uint64_t hits = 0, misses = 0, shared = 0, h, mi;
+    uint64_t hits = 0, misses = 0, shared = 0, cross = 0, h, mi;
     sl_grammar_matcher *m = NULL;
     long len = 0;
     char *walked = malloc(1 << 20);   /* this walk's bytes, for the checks */
@@ -202,6 +216,7 @@ int main(int argc, char **argv)
             hits += h;
             misses += mi;
             shared += sl_grammar_matcher_shared_masks(m);
+            cross += sl_grammar_matcher_cross_masks(m);
             sl_grammar_matcher_destroy(m);
             m = NULL;
         }
@@ -211,19 +226,20 @@ int main(int argc, char **argv)
         hits += h;
         misses += mi;
         shared += sl_grammar_matcher_shared_masks(m);
+        cross += sl_grammar_matcher_cross_masks(m);
     }
     sl_grammar_matcher_destroy(m);
 
     /* cold masks of chosen states, each on a fresh matcher */
     double cold_root = 0, cold_str = -1;
-    sl_grammar_matcher_create(g, &m);
+    sl_grammar_matcher_create(g_cold, &m);
     t0 = now_us();
     sl_grammar_matcher_mask(m, v, allow);
     cold_root = now_us() - t0;
     sl_grammar_matcher_destroy(m);
     const char *probe[] = {"{\"name\": \"", "{\"", "\""};
     for (size_t i = 0; i < 3 && cold_str < 0; i++) {
-        sl_grammar_matcher_create(g, &m);
+        sl_grammar_matcher_create(g_cold, &m);
         if (sl_grammar_matcher_accept_bytes(m, probe[i], strlen(probe[i])) == SL_OK) {
             t0 = now_us();
             sl_grammar_matcher_mask(m, v, allow);
@@ -244,8 +260,12 @@ int main(int argc, char **argv)
            "repetition's full-count mask)\n",
            (double)hits / (double)(hits + misses), (unsigned long long)hits, (unsigned long long)misses,
            (unsigned long long)shared);
+    if (share)
+        printf("masks shared between walks (-S): %llu of the walks of the trie were copies of another walk's\n",
+               (unsigned long long)cross);
     printf("cold mask: first of a walk mean %.1f us; root state %.1f us; inside a string %.1f us\n",
            cold_sum / (double)cold_n, cold_root, cold_str);
+    sl_grammar_destroy(g_cold);
     free(allow);
     free(walked);
     free(pick);

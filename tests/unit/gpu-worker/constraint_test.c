@@ -2,8 +2,10 @@
  * token trie is built at the first constraint only; the mask is the
  * grammar's tokens plus end-of-generation exactly when the text so far is
  * complete; control tokens are never allowed; accept and finished follow the
- * drawn tokens; a bad grammar is refused with "grammar: <reason>". */
+ * drawn tokens; a bad grammar is refused with "grammar: <reason>"; a
+ * text is compiled once while it is in use or recently released. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "gpu-worker/constraint.h"
@@ -177,5 +179,50 @@ Test(constraint, batch_masks_equal_the_masks_one_by_one)
         sl_constraint_destroy(cs[i]);
         sl_constraint_destroy(one[i]);
     }
+    sl_constraint_vocab_destroy(v);
+}
+
+/* One text is compiled once while constraints use it or it is among the
+ * most recently released; each constraint keeps its own state; a bad text
+ * is never kept; more idle texts than the vocabulary keeps are compiled
+ * again. */
+Test(constraint, a_text_is_compiled_once_and_each_constraint_keeps_its_state)
+{
+    sl_constraint_vocab *v = vocab();
+    static const char g[] = "root ::= \"a\" \"b\"? \"c\"";
+    char err[128];
+    sl_constraint *c1, *c2, *c3;
+    cr_assert_eq(sl_constraint_create(v, g, strlen(g), &c1, err, sizeof err), SL_OK, "%s", err);
+    cr_assert_eq(sl_constraint_create(v, g, strlen(g), &c2, err, sizeof err), SL_OK, "%s", err);
+    cr_assert_eq(sl_constraint_vocab_n_compiled(v), 1);
+    cr_assert_eq(sl_constraint_accept(c1, 0), SL_OK);   /* c1 after "a", c2 at the start */
+    const uint32_t *m2 = sl_constraint_mask(c2, true);
+    cr_assert(bit(m2, 0) && !bit(m2, 1) && !bit(m2, 3));
+    const uint32_t *m1 = sl_constraint_mask(c1, true);
+    cr_assert(!bit(m1, 0) && bit(m1, 1) && bit(m1, 3) && !bit(m1, EOG));
+    sl_constraint_destroy(c1);
+    sl_constraint_destroy(c2);
+    cr_assert_eq(sl_constraint_create(v, g, strlen(g), &c3, err, sizeof err), SL_OK, "%s", err);
+    cr_assert_eq(sl_constraint_vocab_n_compiled(v), 1, "an idle text is kept");
+    cr_assert(bit(sl_constraint_mask(c3, true), 0));
+    sl_constraint_destroy(c3);
+
+    static const char bad[] = "root ::= undefined";
+    cr_assert_eq(sl_constraint_create(v, bad, strlen(bad), &c1, err, sizeof err), SL_EINVAL);
+    cr_assert_eq(sl_constraint_create(v, bad, strlen(bad), &c1, err, sizeof err), SL_EINVAL);
+    cr_assert_eq(sl_constraint_vocab_n_compiled(v), 1, "a bad text is not kept");
+
+    /* twenty other texts, each released at once: the first one's turn comes
+     * to be forgotten */
+    for (int i = 0; i < 20; i++) {
+        char t[64];
+        snprintf(t, sizeof t, "root ::= \"a\"{%d}", i + 1);
+        cr_assert_eq(sl_constraint_create(v, t, strlen(t), &c1, err, sizeof err), SL_OK, "%s", err);
+        sl_constraint_destroy(c1);
+    }
+    cr_assert_eq(sl_constraint_vocab_n_compiled(v), 21);
+    cr_assert_eq(sl_constraint_create(v, g, strlen(g), &c1, err, sizeof err), SL_OK, "%s", err);
+    cr_assert_eq(sl_constraint_vocab_n_compiled(v), 22, "the oldest idle text was forgotten");
+    sl_constraint_destroy(c1);
     sl_constraint_vocab_destroy(v);
 }
