@@ -37,3 +37,18 @@ def test_version_is_also_a_command():
     a = subprocess.run([SLUICE, "--version"], capture_output=True, text=True, timeout=10)
     b = subprocess.run([SLUICE, "version"], capture_output=True, text=True, timeout=10)
     assert b.returncode == 0 and a.stdout == b.stdout
+
+
+def test_commit_can_come_from_the_environment(tmp_path):
+    # a source tree without .git (the container build) names its commit this way
+    out = tmp_path / "build_info.c"
+    r = subprocess.run(["cmake", f"-DSRC={tmp_path}", f"-DOUT={out}", "-DVERSION=1.2.3", "-DBUILD_TYPE=Release",
+                        "-DOPTIONS=", "-DCUDA=OFF", "-P", str(REPO / "cmake" / "build_info.cmake")],
+                       env={"PATH": "/usr/bin:/bin", "SLUICE_BUILD_COMMIT": "0123456789ab"},
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert 'sl_build_commit[] = "0123456789ab"' in out.read_text()
+    r = subprocess.run(["cmake", f"-DSRC={tmp_path}", f"-DOUT={out}", "-DVERSION=1.2.3", "-DBUILD_TYPE=Release",
+                        "-DOPTIONS=", "-DCUDA=OFF", "-P", str(REPO / "cmake" / "build_info.cmake")],
+                       env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and 'sl_build_commit[] = "unknown"' in out.read_text()
