@@ -47,7 +47,7 @@ def run_installed(prefix, tmp_path, *args):
 def test_install_lays_out_binary_models_and_backend(prefix):
     assert os.access(prefix / "bin" / "sluice", os.X_OK)
     shipped = sorted((REPO / "models" / "default").glob("*.gguf"))
-    assert shipped
+    assert shipped, "models/default/*.gguf are missing from the checkout"
     for f in shipped:
         installed = prefix / "share" / "sluice" / "models" / f.name
         assert installed.is_file() and installed.stat().st_size == f.stat().st_size, installed
