@@ -152,8 +152,8 @@ def test_sluice_serves_the_configmap_and_fits_the_shm_volume(tmp_path):
             assert name in cfg, f"ConfigMap: {name} is not a sluice serve setting"
             if name not in SERVER_FLAGS:
                 assert cfg[name] == {"value": value, "source": "file"}, (name, cfg[name])
-        # the segment's whole size, not just what is touched at idle: a
-        # request that writes a page beyond the tmpfs limit would get SIGBUS
+        # the segment's whole size, not just what the master reserves at
+        # start: grammar slices past the volume's limit would be refused
         segment = f"/dev/shm/sluice-{s.port}-{s.proc.pid}"
         size = os.stat(segment).st_size
         pod = docs["Deployment"]["spec"]["template"]["spec"]
