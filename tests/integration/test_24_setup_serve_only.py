@@ -1,5 +1,5 @@
 """`tools/setup.sh --serve-only`: the Debian packages it installs hold no
-test toolchain and are a subset of the full setup's, and the build it runs
+test toolchain and are the full setup's but for python3-pip, and the build it runs
 (SLUICE_TESTS=OFF) configures with only the serving libraries' pkg-config
 files: criterion is needed by the unit tests alone."""
 import shutil
