@@ -42,8 +42,9 @@ debs=(build-essential cmake pkg-config git xz-utils curl ca-certificates
       valgrind
       # test_78_webui.py: the chat page in a real headless browser (selenium drives it)
       chromium chromium-driver
-      # test_74_kubernetes.py: yamllint on deploy/'s YAML
-      yamllint)
+      # test_74_kubernetes.py: yamllint on deploy/'s YAML; test_72_systemd.py:
+      # systemd-analyze on the unit (a minbase root lacks it)
+      yamllint systemd)
 # --serve-only's packages: the build's compiler, CMake and libraries, git (the
 # commit in `sluice --version`), and python3 with pip for the model fetcher
 serve_debs=(build-essential cmake pkg-config git ca-certificates

@@ -11,7 +11,7 @@ from paths import REPO
 
 SETUP = str(REPO / "tools" / "setup.sh")
 TEST_TOOLCHAIN = {"libcriterion-dev", "clang", "libclang-rt-14-dev", "valgrind", "haproxy", "prometheus",
-                  "python3-venv", "yamllint", "chromium", "chromium-driver"}
+                  "python3-venv", "yamllint", "systemd", "chromium", "chromium-driver"}
 # the pkg-config modules the server's CMake files require (CMakeLists.txt, frontend/)
 SERVING_MODULES = ("jansson", "libpcre2-8", "libh2o-evloop")
 
