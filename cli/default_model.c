@@ -1,7 +1,13 @@
 /* cli/default_model.c: which model `sluice serve` and `sluice generate` use
- * when no -m is given: $SLUICE_DEFAULT_MODEL; else the real default model,
- * Qwen2.5-Coder 0.5B Instruct Q4_K_M, when tools/fetch-models.py has put it in
- * the model cache; else the 12M model shipped in models/default.
+ * when no -m is given, first found wins:
+ *   1. $SLUICE_DEFAULT_MODEL;
+ *   2. the real default model, Qwen2.5-Coder 0.5B Instruct Q4_K_M, when
+ *      tools/fetch-models.py has put it in the model cache;
+ *   3. the 12M model shipped in models/default, looked up relative to the
+ *      executable (/proc/self/exe): ../models/default (build/sluice in the
+ *      source tree), models/default (a binary at the tree's root), then
+ *      ../share/sluice/models (an installed tree: `cmake --install` puts the
+ *      binary in PREFIX/bin and the model in PREFIX/share/sluice/models).
  * Trade-off: the cached file is recognised by its exact size, not its hash
  * (hashing 490 MB at every start would cost seconds); the fetcher only ever
  * renames a sha256-verified file into the cache, so a file of that size under
@@ -18,6 +24,8 @@
 /* kept in step with MODELS["qwen2.5-coder-0.5b"] in tools/fetch-models.py */
 #define REAL_DEFAULT_FILE "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 #define REAL_DEFAULT_SIZE 491400064LL
+/* the shipped model's file; cli/CMakeLists.txt installs it under this name */
+#define SHIPPED_DEFAULT_FILE "sluice-default-q8_0.gguf"
 
 int sl_cli_model_cache_dir(char *buf, size_t cap)
 {
@@ -58,8 +66,9 @@ static int shipped_default(char *buf, size_t cap)
         return -1;
     exe[n] = 0;
     char *dir = dirname(exe);
-    const char *candidates[] = {"%s/../models/default/sluice-default-q8_0.gguf",
-                                "%s/models/default/sluice-default-q8_0.gguf"};
+    const char *candidates[] = {"%s/../models/default/" SHIPPED_DEFAULT_FILE,
+                                "%s/models/default/" SHIPPED_DEFAULT_FILE,
+                                "%s/../share/sluice/models/" SHIPPED_DEFAULT_FILE};
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
         snprintf(buf, cap, candidates[i], dir);
         if (access(buf, R_OK) == 0)

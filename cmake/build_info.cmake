@@ -3,9 +3,13 @@
 # sl_build_info target), and rewrites OUT only when its text changes, so an
 # unchanged tree recompiles nothing.
 # Inputs: SRC (source dir), OUT, VERSION, BUILD_TYPE, OPTIONS, CUDA (ON/OFF).
+# $SLUICE_BUILD_COMMIT in the build's environment names the commit where the
+# tree has no .git (deploy/container/Containerfile copies the sources alone).
 set(commit "unknown")
 find_package(Git QUIET)
-if(GIT_FOUND AND EXISTS "${SRC}/.git")
+if(NOT "$ENV{SLUICE_BUILD_COMMIT}" STREQUAL "")
+  set(commit "$ENV{SLUICE_BUILD_COMMIT}")
+elseif(GIT_FOUND AND EXISTS "${SRC}/.git")
   execute_process(COMMAND "${GIT_EXECUTABLE}" -C "${SRC}" rev-parse --short=12 HEAD
                   OUTPUT_VARIABLE head RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   if(rc EQUAL 0)

