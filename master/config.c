@@ -52,7 +52,7 @@ static const setting settings[] = {
     {SL_CFG_API_KEY, "api-key", 0, "SLUICE_API_KEY", NULL, T_STR, F(api_key), 0, 0, "",
      "require 'Authorization: Bearer KEY' (health and ready exempt)"},
     {SL_CFG_CORS_ORIGIN, "cors-origin", 0, "SLUICE_CORS_ORIGIN", NULL, T_LIST, F(cors_origin), 0, 0, "",
-     "a browser origin (scheme://host[:port], or * for any) allowed to call the API; repeatable or a comma list "
+     "a browser origin (http[s]://host[:port], or * for any) allowed to call the API; repeatable or a comma list "
      "(default: none, no CORS headers)"},
     {SL_CFG_ADMIN_SOCKET, "admin-socket", 0, "SLUICE_ADMIN_SOCKET", NULL, T_STR, F(admin_socket), 0, 0, "",
      "admin Unix socket path (default: /tmp/sluice-PORT.sock), mode 0600"},
