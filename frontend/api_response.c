@@ -214,11 +214,17 @@ static json_t *logprobs_ref(const sl_api_logprobs *lp)
 }
 
 /* The fields every object starts with, in OpenAI's order. */
-static json_t *envelope(const char *id, const char *object, int64_t created, const char *model)
+static json_t *envelope(const char *id, const char *object, int64_t created, const char *model,
+                        const char *fingerprint)
 {
-    return json_pack("{s:s,s:s,s:I,s:o}", "id", id ? id : "", "object", object,
-                     "created", (json_int_t)created,
-                     "model", sl_api_json_string_lossy(model ? model : "", model ? strlen(model) : 0));
+    json_t *o = json_pack("{s:s,s:s,s:I,s:o}", "id", id ? id : "", "object", object,
+                          "created", (json_int_t)created,
+                          "model", sl_api_json_string_lossy(model ? model : "", model ? strlen(model) : 0));
+    if (o && fingerprint && json_object_set_new(o, "system_fingerprint", json_string(fingerprint)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 static char *dump_and_free(json_t *o)
@@ -282,7 +288,8 @@ static json_t *choice_json(const sl_api_result *r, int32_t index)
 static char *build_response(const sl_api_result *r, size_t n)
 {
     bool chat = r->endpoint == SL_API_ENDPOINT_CHAT;
-    json_t *o = envelope(r->id, chat ? "chat.completion" : "text_completion", r->created, r->model);
+    json_t *o = envelope(r->id, chat ? "chat.completion" : "text_completion", r->created, r->model,
+                         r->system_fingerprint);
     json_t *choices = json_array();
     if (!o || !choices) { json_decref(o); json_decref(choices); return NULL; }
     for (size_t i = 0; i < n; i++) {
@@ -302,7 +309,8 @@ static char *build_response(const sl_api_result *r, size_t n)
 static char *build_chunk(const sl_api_chunk *c)
 {
     bool chat = c->endpoint == SL_API_ENDPOINT_CHAT;
-    json_t *o = envelope(c->id, chat ? "chat.completion.chunk" : "text_completion", c->created, c->model);
+    json_t *o = envelope(c->id, chat ? "chat.completion.chunk" : "text_completion", c->created, c->model,
+                         c->system_fingerprint);
     if (!o) return NULL;
     json_t *choices = json_array();
     if (c->kind != SL_API_CHUNK_USAGE) {

@@ -107,6 +107,7 @@ typedef struct {
     const char *id;
     int64_t created;                  /* unix seconds */
     const char *model;
+    const char *system_fingerprint;   /* after model; NULL: no such field */
     const char *text;                 /* generated text, valid UTF-8 (the detokenizer's) */
     size_t text_len;
     sl_api_finish finish;
@@ -120,7 +121,7 @@ typedef struct {
     const json_t *tool_calls;         /* message.tool_calls (array, borrowed); NULL: no such field */
 } sl_api_result;
 
-/* chat.completion: {id, object, created, model, choices:[{index, message:
+/* chat.completion: {id, object, created, model, system_fingerprint?, choices:[{index, message:
  * {role:"assistant", content, reasoning_content?, tool_calls?}, logprobs,
  * finish_reason}], usage, timings};
  * text_completion: choices:[{index, text, logprobs, finish_reason}]. */
@@ -150,6 +151,7 @@ typedef struct {
     const char *id;                   /* the same id for every chunk of a response */
     int64_t created;
     const char *model;
+    const char *system_fingerprint;   /* after model, on every chunk; NULL: no such field */
     const char *text;                 /* TEXT (and FINISH, optional trailing text) */
     size_t text_len;
     sl_api_finish finish;             /* FINISH */

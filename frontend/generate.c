@@ -158,7 +158,7 @@ static void prompt_work(const sl_fe *fe, sl_fe_job *job)
     j->job.body = NULL;
     if (j->parse_rc != SL_OK)
         return;
-    if (j->r.model != NULL && strcmp(j->r.model, fe->model_name) != 0)
+    if (!sl_api_models_accepts(&fe->models, j->r.model))
         return;
     if (j->r.logprobs && !j->logprobs_ok)
         return;
@@ -193,7 +193,7 @@ static void prompt_submit(sl_fe *fe, h2o_req_t *req, prompt_job *j)
         sl_fe_respond_error(fe, req, ri, &j->e);
         return;
     }
-    if (rq->model != NULL && strcmp(rq->model, fe->model_name) != 0) {
+    if (!sl_api_models_accepts(&fe->models, rq->model)) {
         snprintf(msg, sizeof msg, "The model `%.100s` does not exist (this server serves `%.100s`).", rq->model,
                  fe->model_name);
         reject(fe, req, ri, SL_API_ERR_NOT_FOUND, "model", "model_not_found", msg);

@@ -9,8 +9,11 @@
  * Access log fields, in this order, as logfmt after "sluice-fe " (text) or
  * one JSON object per line (--log-format json): ts (ISO 8601 UTC, ms), slot,
  * client (addr:port), method, path (%XX-escaped), status, request_id,
- * prompt_tokens, completion_tokens, finish (stop/length, or the error code
- * or type; "-"/null for other responses), ms. */
+ * prompt_tokens, completion_tokens, finish (stop/length/tool_calls of a
+ * generation; "-"/null otherwise), error (a failed request's OpenAI error
+ * code, else its type, as its body or final event had it: model_not_found,
+ * invalid_api_key, not_found_error; also client_closed, bad_http_framing;
+ * "-"/null for a success), ms. */
 #include <ctype.h>
 #include <inttypes.h>
 #include <netdb.h>
@@ -30,6 +33,7 @@ static const char *reason(int status)
 {
     switch (status) {
     case 200: return "OK";
+    case 204: return "No Content";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";
@@ -94,7 +98,7 @@ void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req)
  * client's bytes are escaped or replaced before they get here). */
 typedef struct {
     const char *client;     /* "addr:port", "[v6]:port" or "-" */
-    const char *method, *path, *request_id, *finish;   /* finish: NULL = none */
+    const char *method, *path, *request_id, *finish, *error;   /* finish, error: NULL = none */
     int status;
     int64_t prompt_tokens, completion_tokens;
     double ms;
@@ -131,24 +135,22 @@ static void log_write(const sl_fe *fe, const log_rec *r)
     char ts[32];
     timestamp(ts);
     if (fe->log_json) {
-        char finish[64];
-        if (r->finish)
-            snprintf(finish, sizeof finish, "\"%s\"", r->finish);
-        else
-            snprintf(finish, sizeof finish, "null");
+        char finish[64], error[64];
+        snprintf(finish, sizeof finish, r->finish ? "\"%s\"" : "null", r->finish ? r->finish : "");
+        snprintf(error, sizeof error, r->error ? "\"%s\"" : "null", r->error ? r->error : "");
         fprintf(stderr,
                 "{\"ts\":\"%s\",\"slot\":%" PRIu32 ",\"client\":\"%s\",\"method\":\"%s\",\"path\":\"%s\","
                 "\"status\":%d,\"request_id\":\"%s\",\"prompt_tokens\":%" PRId64 ",\"completion_tokens\":%" PRId64
-                ",\"finish\":%s,\"ms\":%.1f}\n",
+                ",\"finish\":%s,\"error\":%s,\"ms\":%.1f}\n",
                 ts, fe->slot, r->client, r->method, r->path, r->status, r->request_id, r->prompt_tokens,
-                r->completion_tokens, finish, r->ms);
+                r->completion_tokens, finish, error, r->ms);
         return;
     }
     fprintf(stderr,
             "sluice-fe ts=%s slot=%" PRIu32 " client=%s method=%s path=\"%s\" status=%d request_id=%s"
-            " prompt_tokens=%" PRId64 " completion_tokens=%" PRId64 " finish=%s ms=%.1f\n",
+            " prompt_tokens=%" PRId64 " completion_tokens=%" PRId64 " finish=%s error=%s ms=%.1f\n",
             ts, fe->slot, r->client, r->method, r->path, r->status, r->request_id, r->prompt_tokens,
-            r->completion_tokens, r->finish ? r->finish : "-", r->ms);
+            r->completion_tokens, r->finish ? r->finish : "-", r->error ? r->error : "-", r->ms);
 }
 
 static bool is_probe(h2o_req_t *req)
@@ -158,7 +160,7 @@ static bool is_probe(h2o_req_t *req)
 }
 
 void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
-                       int64_t prompt_tokens, int64_t completion_tokens, const char *finish)
+                       int64_t prompt_tokens, int64_t completion_tokens, const char *finish, const char *error)
 {
     sl_alloc_fault_end();   /* logged once, as the request ends */
     if (!fe->cfg->log_health && is_probe(req))
@@ -184,7 +186,7 @@ void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri,
         method[i] = (isalnum(c) || c == '-' || c == '_' || c == '.') ? (char)c : '?';
     }
     method[ml] = '\0';
-    log_rec r = {ri->client, method, path, ri->id, finish, status, prompt_tokens, completion_tokens,
+    log_rec r = {ri->client, method, path, ri->id, finish, error, status, prompt_tokens, completion_tokens,
                  (double)(sl_shm_now_ns() - ri->t0_ns) / 1e6};
     log_write(fe, &r);
 }
@@ -195,7 +197,7 @@ void sl_fe_respond_log_refused(const sl_fe *fe, h2o_socket_t *sock, int status, 
     struct sockaddr_storage ss;
     socklen_t len = h2o_socket_getpeername(sock, (struct sockaddr *)&ss);
     peer_of((struct sockaddr *)&ss, len, client, sizeof client);
-    log_rec r = {client, "-", "-", "-", code, status, 0, 0, 0};
+    log_rec r = {client, "-", "-", "-", NULL, code, status, 0, 0, 0};
     log_write(fe, &r);
 }
 
@@ -209,18 +211,20 @@ void sl_fe_peer(h2o_socket_t *sock, char *out, size_t cap)
 void sl_fe_respond(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                    const char *content_type, const char *body, size_t len, int retry_after_s)
 {
-    sl_fe_respond_counted(fe, req, ri, status, content_type, body, len, retry_after_s, 0, 0, NULL);
+    sl_fe_respond_counted(fe, req, ri, status, content_type, body, len, retry_after_s, 0, 0, NULL, NULL);
 }
 
 void sl_fe_respond_counted(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                            const char *content_type, const char *body, size_t len, int retry_after_s,
-                           int64_t prompt_tokens, int64_t completion_tokens, const char *finish)
+                           int64_t prompt_tokens, int64_t completion_tokens, const char *finish,
+                           const char *error)
 {
     req->res.status = status;
     req->res.reason = reason(status);
     req->res.content_length = len;
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type,
-                   strlen(content_type));
+    if (content_type != NULL)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type,
+                       strlen(content_type));
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, ri->id,
                           strlen(ri->id));
     if (retry_after_s > 0) {
@@ -231,7 +235,7 @@ void sl_fe_respond_counted(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, i
     }
     if (fe->draining)
         req->http1_is_persistent = 0;
-    sl_fe_respond_log(fe, req, ri, status, prompt_tokens, completion_tokens, finish);
+    sl_fe_respond_log(fe, req, ri, status, prompt_tokens, completion_tokens, finish, error);
     h2o_send_inline(req, body, len);    /* copies the body into the pool */
 }
 
@@ -246,6 +250,6 @@ void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, con
     int http = 500;
     char *body = sl_api_error_body(e, &http);
     sl_fe_respond_counted(fe, req, ri, http, "application/json", body ? body : "", body ? strlen(body) : 0,
-                          e->retry_after_s, 0, 0, sl_fe_respond_outcome(e));
+                          e->retry_after_s, 0, 0, NULL, sl_fe_respond_outcome(e));
     free(body);
 }

@@ -1,8 +1,10 @@
 /* frontend/routes.c: the route table and every endpoint that answers without
  * the worker: /health, /ready, /metrics, /v1/models, /v1/effective-config,
  * /tokenize, /detokenize (the last two as jobs, jobs.c), the chat page
- * (webui.c); the body limit;
- * bearer auth; 404/405 in OpenAI's error shape.
+ * (webui.c); every /v1 route also without its /v1 (/chat/completions,
+ * /models, ...); the body limit; bearer auth; CORS (--cors-origin: the
+ * headers, and preflights answered before auth, as browsers send them
+ * without credentials); 404/405 in OpenAI's error shape.
  * Runs on each front-end process's event loop; server.c registers it, and it
  * hands the generation routes to generate.c. The trade-off: one handler owns
  * "/" and dispatches on the exact normalized path (a table scan per request
@@ -30,6 +32,13 @@ typedef struct {
 static bool path_is(h2o_req_t *req, const char *p)
 {
     return h2o_memis(req->path_normalized.base, req->path_normalized.len, p, strlen(p));
+}
+
+/* The path names `route`, or a /v1 route without its "/v1": clients given
+ * a base URL without /v1 (base_url="http://host:8080") send those. */
+static bool route_is(h2o_req_t *req, const char *route)
+{
+    return path_is(req, route) || (strncmp(route, "/v1/", 4) == 0 && path_is(req, route + 3));
 }
 
 static bool method_is(h2o_req_t *req, const char *m)
@@ -105,28 +114,37 @@ static void on_ready(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
     json_t *o = json_pack("{s:s,s:s}", "status", "unavailable", "reason", why);
     char *body = o ? sl_api_json_dump(o) : NULL;
     json_decref(o);
-    sl_fe_respond(fe, req, ri, 503, "application/json", body ? body : "", body ? strlen(body) : 0, 1);
+    sl_fe_respond_counted(fe, req, ri, 503, "application/json", body ? body : "", body ? strlen(body) : 0, 1, 0, 0,
+                          NULL, "unavailable");
     free(body);
 }
 
-static json_t *model_object(const sl_fe *fe)
+static json_t *model_object(const sl_fe *fe, const char *name)
 {
-    return json_pack("{s:s,s:s,s:I,s:s,s:I}", "id", fe->model_name, "object", "model", "created",
+    return json_pack("{s:s,s:s,s:I,s:s,s:I}", "id", name, "object", "model", "created",
                      (json_int_t)fe->started, "owned_by", "sluice", "max_model_len", (json_int_t)fe->n_ctx);
 }
 
+/* Every name the model answers to, the primary (the one responses report)
+ * first: OpenAI lists an alias and what it points to as separate models,
+ * and clients that pick data[0] get the primary. */
 static void on_models(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
 {
     json_t *data = json_array();
-    json_array_append_new(data, model_object(fe));
+    for (uint32_t i = 0; i < fe->models.n_names; i++)
+        json_array_append_new(data, model_object(fe, fe->models.names[i]));
     respond_json(fe, req, ri, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
 
+/* Only the listed names: --accept-any-model widens what generation accepts,
+ * not what the server says it serves. */
 static void on_model_one(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const char *name, size_t len)
 {
-    if (len == strlen(fe->model_name) && memcmp(name, fe->model_name, len) == 0) {
-        respond_json(fe, req, ri, 200, model_object(fe));
-        return;
+    for (uint32_t i = 0; i < fe->models.n_names; i++) {
+        if (strlen(fe->models.names[i]) == len && memcmp(fe->models.names[i], name, len) == 0) {
+            respond_json(fe, req, ri, 200, model_object(fe, fe->models.names[i]));
+            return;
+        }
     }
     sl_api_error e;
     sl_api_error_set(&e, SL_API_ERR_NOT_FOUND, "model", "The model `%.*s` does not exist.",
@@ -262,7 +280,7 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         "write_timeout_ms", "drain_delay_s", "drain_timeout_s", "chat_template", "model_alias", "log_bodies",
         "heartbeat_timeout_ms", "admin_group", "max_response", "log_format", "log_health",
         "tokenize_threads", "prefix_cache", "grammar_bytes_max", "reasoning_format", "kv_type",
-        "gpu_memory_fraction", "webui"};
+        "gpu_memory_fraction", "webui", "accept_any_model", "cors_origin"};
     for (int i = 0; i < SL_CFG_COUNT; i++) {
         unsigned s = c->source[i];
         json_object_set_new(src, keys[i], json_string(s < 5 ? source_names[s] : "unknown"));
@@ -304,6 +322,16 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         json_object_set_new(front, "tokenize_jobs", json_integer((json_int_t)fe->n_jobs));
         json_object_set_new(front, "reasoning_format", json_string(fe->reasoning_inline ? "inline" : "separate"));
         json_object_set_new(front, "tool_format", json_string(sl_tool_format_name(fe->tool_format)));
+        json_t *names = json_array(), *origins = json_array();
+        for (uint32_t i = 0; i < fe->models.n_names; i++)
+            json_array_append_new(names, json_string(fe->models.names[i]));
+        size_t pos = 0, len = 0;
+        for (const char *o; (o = sl_config_list_next(fe->cors.origins, &pos, &len)) != NULL;)
+            json_array_append_new(origins, json_stringn(o, len));
+        json_object_set_new(front, "model_names", names);
+        json_object_set_new(front, "accept_any_model", json_boolean(fe->models.accept_any));
+        json_object_set_new(front, "cors_origins", origins);
+        json_object_set_new(front, "system_fingerprint", json_string(fe->fingerprint));
     }
     if (front != NULL)
         json_object_set_new(front, "worker_info", winfo ? winfo : json_null());
@@ -391,6 +419,58 @@ size_t sl_fe_routes_h2o_body_limit(uint64_t max_body)
     return lim > SIZE_MAX ? SIZE_MAX : (size_t)lim;
 }
 
+/* ================================================================ CORS */
+
+/* Headers for a request that carries an Origin --cors-origin allows, on
+ * every response to it (errors and streams too: they are added before any
+ * route runs, and every response path adds to req->res.headers). A list of
+ * origins (not "*") makes the answer depend on Origin, so every response
+ * says Vary: Origin for caches. Returns whether the origin is allowed. */
+static bool cors_headers(const sl_fe *fe, h2o_req_t *req)
+{
+    if (!sl_api_cors_enabled(&fe->cors))
+        return false;
+    if (!fe->cors.any)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_VARY, NULL, H2O_STRLIT("origin"));
+    ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("origin"), -1);
+    if (i < 0)
+        return false;
+    h2o_iovec_t origin = req->headers.entries[i].value;   /* lives as long as the request */
+    if (!sl_api_cors_allows(&fe->cors, origin.base, origin.len))
+        return false;
+    if (fe->cors.any)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN, NULL, H2O_STRLIT("*"));
+    else
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN, NULL, origin.base,
+                       origin.len);
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("access-control-expose-headers"), 0, NULL,
+                          H2O_STRLIT(SL_API_CORS_EXPOSE_HEADERS));
+    return true;
+}
+
+/* A preflight (OPTIONS on a route, with CORS on): 204 with the route's
+ * methods and the headers the script may send; nothing for an origin that
+ * is not allowed beyond the 204 and Allow, so the browser refuses. */
+static void on_preflight(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, bool allowed, const char *methods)
+{
+    char value[SL_API_CORS_HEADERS_MAX];
+    h2o_iovec_t m = h2o_strdup(&req->pool, methods, SIZE_MAX);
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL, m.base, m.len);
+    if (allowed) {
+        ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("access-control-request-headers"), -1);
+        h2o_iovec_t asked = i >= 0 ? req->headers.entries[i].value : h2o_iovec_init(NULL, 0);
+        sl_api_cors_allow_headers(asked.base, asked.len, value, sizeof value);
+        h2o_iovec_t v = h2o_strdup(&req->pool, value, SIZE_MAX);
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("access-control-allow-methods"), 0, NULL,
+                              m.base, m.len);
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("access-control-allow-headers"), 0, NULL,
+                              v.base, v.len);
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("access-control-max-age"), 0, NULL,
+                              H2O_STRLIT(SL_API_CORS_MAX_AGE));
+    }
+    sl_fe_respond(fe, req, ri, 204, NULL, "", 0, 0);
+}
+
 /* ================================================================ dispatch */
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
@@ -411,7 +491,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     bool auth = true, method_ok = false;
     const char *allow = "GET, HEAD";   /* the route's methods, for a 405's Allow header (RFC 9110) */
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        if (path_is(req, table[i].path)) {
+        if (route_is(req, table[i].path)) {
             id = table[i].id;
             auth = table[i].auth;
             allow = table[i].method[0] == 'G' ? "GET, HEAD" : table[i].method;
@@ -419,11 +499,22 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
             break;
         }
     }
-    static const char models_prefix[] = "/v1/models/";
-    size_t mp = sizeof models_prefix - 1;
-    if (id == 0 && req->path_normalized.len > mp && memcmp(req->path_normalized.base, models_prefix, mp) == 0) {
-        id = 10;
-        method_ok = method_is(req, "GET");
+    size_t mp = 0;   /* /v1/models/{id} or /models/{id}: the id's offset */
+    static const char *const models_prefixes[] = {"/v1/models/", "/models/"};
+    for (size_t k = 0; id == 0 && k < 2; k++) {
+        size_t n = strlen(models_prefixes[k]);
+        if (req->path_normalized.len > n && memcmp(req->path_normalized.base, models_prefixes[k], n) == 0) {
+            id = 10;
+            mp = n;
+            method_ok = method_is(req, "GET");
+        }
+    }
+    bool cors_ok = cors_headers(fe, req);
+    if (id != 0 && method_is(req, "OPTIONS") && sl_api_cors_enabled(&fe->cors)) {
+        char methods[32];
+        snprintf(methods, sizeof methods, "%s, OPTIONS", allow);
+        on_preflight(fe, req, &ri, cors_ok, methods);
+        return 0;
     }
     /* The chat page (webui.c) needs no key: the page is where one is typed in. */
     sl_fe_webui_asset page;

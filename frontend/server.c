@@ -30,6 +30,7 @@
 
 #include "frontend/reasoning.h"
 #include "frontend/server_internal.h"
+#include "shared/build_info.h"
 
 /* ================================================================ event sources */
 
@@ -275,12 +276,12 @@ static sl_status load_model(sl_fe *fe, char err[SL_ERR_LEN])
     if (rc < 0)
         return rc;
 
-    if (cfg->model_alias[0] != '\0') {
-        snprintf(fe->model_name, sizeof fe->model_name, "%s", cfg->model_alias);
-    } else {
-        const char *base = strrchr(cfg->model, '/');
-        snprintf(fe->model_name, sizeof fe->model_name, "%.127s", base ? base + 1 : cfg->model);
-    }
+    const char *base = strrchr(cfg->model, '/');
+    if ((rc = sl_api_models_init(&fe->models, cfg->model_alias, base ? base + 1 : cfg->model,
+                                 cfg->accept_any_model != 0, err)) < 0)
+        return rc;
+    fe->model_name = fe->models.names[0];
+    sl_api_models_fingerprint(fe->gguf, sl_build_version, sl_build_commit, fe->fingerprint);
     return SL_OK;
 }
 
@@ -379,6 +380,13 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
         return SL_FRONTEND_EXIT_CONFIG;
     }
     fe->reasoning_inline = strcmp(cfg->reasoning_format, "inline") == 0;
+    if (sl_api_cors_init(&fe->cors, cfg->cors_origin, err) < 0) {
+        fprintf(stderr, "sluice-fe slot=%" PRIu32 ": %s\n", slot, err);
+        h2o_config_init(&fe->config);
+        fe_dispose(fe, false);
+        close(sfd);
+        return SL_FRONTEND_EXIT_CONFIG;
+    }
 
     h2o_config_init(&fe->config);
     /* Above the configured limit, so that routes.c answers bodies just over

@@ -28,7 +28,9 @@
 
 #include <h2o.h>
 
+#include "frontend/api_cors.h"
 #include "frontend/api_error.h"
+#include "frontend/api_models.h"
 #include "frontend/api_request.h"
 #include "frontend/tool_calls.h"
 #include "model/chat_template.h"
@@ -68,7 +70,10 @@ typedef struct {
     uint32_t n_ctx;                  /* prompt + output tokens at most */
     uint32_t max_prompt;             /* prompt tokens at most (<= n_ctx) */
     int32_t n_vocab;
-    char model_name[128];            /* what /v1/models and responses report */
+    sl_api_models models;            /* the names requests may give (--model-alias, --accept-any-model) */
+    const char *model_name;          /* models.names[0]: what responses report */
+    char fingerprint[SL_API_FINGERPRINT_LEN];   /* responses' system_fingerprint (build and model) */
+    sl_api_cors cors;                /* --cors-origin */
     sl_tool_format tool_format;      /* how the template's model writes tool calls (tool_calls.h) */
     int32_t tool_markers[2];         /* control tokens of that format ([TOOL_CALLS], [ARGS],
                                         <|python_tag|>) shown as text to the call parser; -1 = none */
@@ -123,30 +128,33 @@ typedef struct {
  * (a gone client has none by the time its line is logged); sets t0 to now. */
 void sl_fe_respond_reqinfo_init(sl_fe_reqinfo *ri, h2o_req_t *req);
 
-/* Sends a whole response: status, reason, content type, x-request-id, an
- * optional Retry-After (retry_after_s > 0) and the body (copied). Logs the
- * request line. */
+/* Sends a whole response: status, reason, content type (NULL: none, for a
+ * 204), x-request-id, an optional Retry-After (retry_after_s > 0) and the
+ * body (copied). Logs the request line. */
 void sl_fe_respond(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                    const char *content_type, const char *body, size_t len, int retry_after_s);
 
-/* The same, logging the request's token counts and its finish (a finish
- * reason, an error code, or NULL for none). */
+/* The same, logging the request's token counts, its finish reason (NULL for
+ * none) and its error (the error's code or type; NULL for none). */
 void sl_fe_respond_counted(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
                            const char *content_type, const char *body, size_t len, int retry_after_s,
-                           int64_t prompt_tokens, int64_t completion_tokens, const char *finish);
+                           int64_t prompt_tokens, int64_t completion_tokens, const char *finish,
+                           const char *error);
 
 /* Sends e as an OpenAI error body with its status (and Retry-After). */
 void sl_fe_respond_error(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, const sl_api_error *e);
 
-/* What the log's finish field says for an error: its code, else its type. */
+/* What the log's error field says for an error: its code, else its type. */
 const char *sl_fe_respond_outcome(const sl_api_error *e);
 
 /* One access-log line (stderr; text or JSON, fe->log_json) for a finished
  * request; for responses that do not go through sl_fe_respond* (streams).
- * finish: "stop"/"length", an error code, or NULL. /health and /ready are
- * left out when log_health is 0. */
+ * finish: "stop"/"length"/"tool_calls", or NULL; error: the error's code (or
+ * type) when the request failed (a non-2xx status, or a stream that ended
+ * with an error event), else NULL. /health and /ready are left out when
+ * log_health is 0. */
 void sl_fe_respond_log(const sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, int status,
-                       int64_t prompt_tokens, int64_t completion_tokens, const char *finish);
+                       int64_t prompt_tokens, int64_t completion_tokens, const char *finish, const char *error);
 
 /* A request refused before h2o made it one (conn.c's framing guard): the
  * access-log line, with the client's address from `sock` and finish `code`. */

@@ -180,7 +180,7 @@ static void send_out(sl_fe_stream *st, h2o_send_state_t state)
 static sl_api_chunk chunk_template(const sl_fe_stream *st)
 {
     return (sl_api_chunk){.endpoint = st->ep, .id = st->id, .created = st->created, .model = st->fe->model_name,
-                          .include_usage = st->include_usage};
+                          .system_fingerprint = st->fe->fingerprint, .include_usage = st->include_usage};
 }
 
 /* The request's usage and timings over its ended choices: prompt figures
@@ -222,7 +222,7 @@ static void fail_with(sl_fe_stream *st, const sl_api_error *ep)
             e.retry_after_s = 1;   /* nothing was sent: a proxy may replay it (HAProxy retry-on 503) */
         char *body = sl_api_error_body(&e, &http);
         sl_fe_respond_counted(st->fe, st->req, &st->ri, http, "application/json", body ? body : "",
-                              body ? strlen(body) : 0, e.retry_after_s, st->n_prompt, n_gen,
+                              body ? strlen(body) : 0, e.retry_after_s, st->n_prompt, n_gen, NULL,
                               sl_fe_respond_outcome(&e));
         free(body);
         return;
@@ -235,7 +235,7 @@ static void fail_with(sl_fe_stream *st, const sl_api_error *ep)
         sl_fe_buf_append(&st->out, ev, n);
     free(ev);
     st->logged = true;
-    sl_fe_respond_log(st->fe, st->req, &st->ri, 200, st->n_prompt, n_gen, sl_fe_respond_outcome(&e));
+    sl_fe_respond_log(st->fe, st->req, &st->ri, 200, st->n_prompt, n_gen, NULL, sl_fe_respond_outcome(&e));
     if (st->out.len == 0) {
         st->done = true;
         unlink_stream(st);
@@ -322,6 +322,7 @@ static void finish(sl_fe_stream *st)
         r[0].id = st->id;
         r[0].created = st->created;
         r[0].model = fe->model_name;
+        r[0].system_fingerprint = fe->fingerprint;
         r[0].usage = usage;
         r[0].timings = &tm;
         char *body = sl_api_response_build_n(r, st->n_choices);
@@ -340,7 +341,7 @@ static void finish(sl_fe_stream *st)
         st->logged = true;
         unlink_stream(st);
         sl_fe_respond_counted(fe, st->req, &st->ri, 200, "application/json", body, blen, 0, st->n_prompt,
-                              usage.completion_tokens, fin);
+                              usage.completion_tokens, fin, NULL);
         free(body);
         return;
     }
@@ -358,7 +359,7 @@ static void finish(sl_fe_stream *st)
         return;
     }
     st->logged = true;
-    sl_fe_respond_log(fe, st->req, &st->ri, 200, st->n_prompt, usage.completion_tokens, fin);
+    sl_fe_respond_log(fe, st->req, &st->ri, 200, st->n_prompt, usage.completion_tokens, fin, NULL);
     send_out(st, H2O_SEND_STATE_FINAL);
 }
 
@@ -449,7 +450,7 @@ static void on_dispose(void *p)
     unlink_stream(st);
     drop_all(st, true);
     if (!st->logged)
-        sl_fe_respond_log(st->fe, st->req, &st->ri, 499, st->n_prompt, n_generated(st), "client_closed");
+        sl_fe_respond_log(st->fe, st->req, &st->ri, 499, st->n_prompt, n_generated(st), NULL, "client_closed");
     for (uint32_t i = 0; i < st->n_choices; i++)
         sl_fe_choice_fini(&st->choices[i]);
     free(st->choices);
@@ -469,7 +470,7 @@ static void kill_stream(sl_fe_stream *st, int status_if_unstarted)
         st->logged = true;
         st->req->http1_is_persistent = 0;
         sl_fe_respond_counted(st->fe, st->req, &st->ri, status_if_unstarted, "application/json", "", 0, 0,
-                              st->n_prompt, n_generated(st), "client_closed");
+                              st->n_prompt, n_generated(st), NULL, "client_closed");
     }
 }
 

@@ -400,8 +400,9 @@ static void publish_snapshot(worker *w, const sl_sched_stats *st)
 {
     sl_sched_snapshot snap;
     sl_sched_snapshot_fill(w->sched, &snap);
-    if (w->cfg->model_alias[0])
-        snprintf(snap.model, sizeof snap.model, "%s", w->cfg->model_alias);
+    if (w->cfg->model_alias[0])   /* the name responses report: the list's first */
+        snprintf(snap.model, sizeof snap.model, "%.*s", (int)strcspn(w->cfg->model_alias, ","),
+                 w->cfg->model_alias);
     const sl_config *c = w->cfg;
     json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:s, s:i, s:i, s:i, "
                           "s:i, s:i, s:I, s:{s:i, s:s}, s:{s:I, s:s}}",

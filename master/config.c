@@ -1,8 +1,12 @@
 /* master/config.c: one table describes every `sluice serve` setting (flag,
  * variable, seed alias, type, range, default, help); parsing, --help and
- * effective-config all read it, so they cannot drift apart. */
+ * effective-config all read it, so they cannot drift apart. --help prints
+ * them in the groups of config_groups.c (a table of its own, so a new row
+ * here needs one line there; sl_config_groups_check and its unit test say
+ * when it is missing). */
 #include <ctype.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +15,12 @@
 #include "gpu-worker/worker.h"
 #include "kernels/backend.h"
 #include "master/config.h"
+#include "master/config_groups.h"
 
-typedef enum { T_STR, T_U32, T_BYTES, T_BOOL, T_FRACTION } vtype;   /* T_FRACTION: a double in (0, 1] */
+/* T_FRACTION: a double in (0, 1]. T_LIST: a string of comma-separated
+ * items; a repeated flag (or file line) adds its items to the list, while a
+ * value from a higher-precedence source replaces the list. */
+typedef enum { T_STR, T_U32, T_BYTES, T_BOOL, T_FRACTION, T_LIST } vtype;
 
 typedef struct {
     sl_config_key key;
@@ -32,14 +40,20 @@ typedef struct {
 static const setting settings[] = {
     {SL_CFG_MODEL, "model", 'm', "SLUICE_MODEL", NULL, T_STR, F(model), 0, 0, "",
      "GGUF model file (default: the project's default model)"},
-    {SL_CFG_MODEL_ALIAS, "model-alias", 0, "SLUICE_MODEL_ALIAS", NULL, T_STR, F(model_alias), 0, 0, "",
-     "model name the API reports (default: the model's general.name)"},
+    {SL_CFG_MODEL_ALIAS, "model-alias", 0, "SLUICE_MODEL_ALIAS", NULL, T_LIST, F(model_alias), 0, 0, "",
+     "a name requests may give as `model`; repeatable or a comma list; the first is the name responses "
+     "report (default: the model's general.name)"},
+    {SL_CFG_ACCEPT_ANY_MODEL, "accept-any-model", 0, "SLUICE_ACCEPT_ANY_MODEL", NULL, T_BOOL, F(accept_any_model),
+     0, 1, "0", "accept any `model` name in requests (a client with a wrong name then silently gets this model)"},
     {SL_CFG_HOST, "host", 0, "SLUICE_HOST", NULL, T_STR, F(host), 0, 0, "127.0.0.1", "address to listen on"},
     {SL_CFG_PORT, "port", 'p', "SLUICE_PORT", NULL, T_U32, F(port), 0, 65535, "8080", "TCP port (0 = any free port)"},
     {SL_CFG_FRONTENDS, "frontends", 0, "SLUICE_FRONTENDS", NULL, T_U32, F(n_frontends), 1, 256, "",
      "HTTP front-end processes (default: number of cores)"},
     {SL_CFG_API_KEY, "api-key", 0, "SLUICE_API_KEY", NULL, T_STR, F(api_key), 0, 0, "",
      "require 'Authorization: Bearer KEY' (health and ready exempt)"},
+    {SL_CFG_CORS_ORIGIN, "cors-origin", 0, "SLUICE_CORS_ORIGIN", NULL, T_LIST, F(cors_origin), 0, 0, "",
+     "a browser origin (http[s]://host[:port], or * for any) allowed to call the API; repeatable or a comma list "
+     "(default: none, no CORS headers)"},
     {SL_CFG_ADMIN_SOCKET, "admin-socket", 0, "SLUICE_ADMIN_SOCKET", NULL, T_STR, F(admin_socket), 0, 0, "",
      "admin Unix socket path (default: /tmp/sluice-PORT.sock), mode 0600"},
     {SL_CFG_ADMIN_GROUP, "admin-group", 0, "SLUICE_ADMIN_GROUP", NULL, T_STR, F(admin_group), 0, 0, "",
@@ -135,11 +149,53 @@ const char *sl_config_source_name(sl_config_source s)
     return "?";
 }
 
+/* A T_LIST value: `text`'s comma-separated items, blanks around each
+ * trimmed, appended to the list in field (of `cap` bytes) or replacing it.
+ * An empty text is an empty list; an empty item ("a,,b") is an error. */
+static sl_status set_list(char *field, size_t cap, const char *text, bool append, const char *what, char *err)
+{
+    char out[SL_CONFIG_LIST_MAX];
+    if (cap > sizeof out)
+        cap = sizeof out;
+    size_t o = append ? strnlen(field, cap - 1) : 0;
+    memcpy(out, field, o);
+    for (const char *p = text; *text != '\0'; p++) {
+        size_t n = strcspn(p, ",");
+        const char *a = p, *b = p + n;
+        while (a < b && isspace((unsigned char)*a))
+            a++;
+        while (b > a && isspace((unsigned char)b[-1]))
+            b--;
+        if (a == b) {
+            snprintf(err, SL_ERR_LEN, "%s: '%s' has an empty item", what, text);
+            return SL_EINVAL;
+        }
+        if (o + 1 + (size_t)(b - a) >= cap) {
+            snprintf(err, SL_ERR_LEN, "%s: the list is longer than %zu bytes", what, cap - 1);
+            return SL_EINVAL;
+        }
+        if (o > 0)
+            out[o++] = ',';
+        memcpy(out + o, a, (size_t)(b - a));
+        o += (size_t)(b - a);
+        p += n;
+        if (*p == '\0')
+            break;
+    }
+    out[o] = '\0';
+    memcpy(field, out, o + 1);
+    return SL_OK;
+}
+
 /* Parses `text` into the field of setting s; `what` names the origin for
- * errors ("--max-seqs", "SLUICE_MAX_SEQS", "FILE:3 max-seqs"). */
-static sl_status set_value(sl_config *cfg, const setting *s, const char *text, const char *what, char *err)
+ * errors ("--max-seqs", "SLUICE_MAX_SEQS", "FILE:3 max-seqs"). append: a
+ * T_LIST value joins the list already set from the same source. */
+static sl_status set_value(sl_config *cfg, const setting *s, const char *text, const char *what, bool append,
+                           char *err)
 {
     char *field = (char *)cfg + s->offset;
+    if (s->type == T_LIST)
+        return set_list(field, s->size, text, append, what, err);
     if (s->type == T_STR) {
         if (strlen(text) >= s->size) {
             snprintf(err, SL_ERR_LEN, "%s: value is longer than %zu bytes", what, s->size - 1);
@@ -262,12 +318,61 @@ static sl_status read_file(sl_config *cfg, const char *path, char *err)
         if (!s) {
             snprintf(err, SL_ERR_LEN, "%s: unknown setting", what);
             rc = SL_EINVAL;
-        } else if ((rc = set_value(cfg, s, v, what, err)) == SL_OK) {
+        } else if ((rc = set_value(cfg, s, v, what, cfg->source[s->key] == SL_CONFIG_SOURCE_FILE, err)) == SL_OK) {
             cfg->source[s->key] = SL_CONFIG_SOURCE_FILE;
         }
     }
     fclose(f);
     return rc;
+}
+
+static void usage_row(FILE *f, const setting *s)
+{
+    char flag[64];   /* "-m, --model V" or "    --port V": the long flags line up */
+    if (s->short_flag)
+        snprintf(flag, sizeof flag, "-%c, --%s%s", s->short_flag, s->flag, s->type == T_BOOL ? "" : " V");
+    else
+        snprintf(flag, sizeof flag, "    --%s%s", s->flag, s->type == T_BOOL ? "" : " V");
+    fprintf(f, "  %-26s %s\n", flag, s->help);
+    fprintf(f, "  %-26s [%s%s%s%s%s]\n", "", s->env, s->seed ? ", " : "", s->seed ? s->seed : "",
+            s->def[0] ? "; default " : "", s->def);
+}
+
+/* How many groups of the table list `flag`. */
+static size_t groups_listing(const sl_config_group *groups, size_t n_groups, const char *flag)
+{
+    size_t n = 0;
+    for (size_t g = 0; g < n_groups; g++)
+        for (size_t k = 0; k < SL_CONFIG_GROUP_FLAGS_MAX && groups[g].flags[k] != NULL; k++)
+            n += strcmp(groups[g].flags[k], flag) == 0;
+    return n;
+}
+
+sl_status sl_config_groups_check(const sl_config_group *groups, size_t n_groups, char err[SL_ERR_LEN])
+{
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        size_t n = groups_listing(groups, n_groups, settings[i].flag);
+        if (n != 1) {
+            snprintf(err, SL_ERR_LEN, "--%s is in %zu --help groups, not 1 (master/config_groups.c)",
+                     settings[i].flag, n);
+            return SL_EINVAL;
+        }
+    }
+    for (size_t g = 0; g < n_groups; g++) {
+        size_t k = 0;
+        for (; k < SL_CONFIG_GROUP_FLAGS_MAX && groups[g].flags[k] != NULL; k++) {
+            const char *fl = groups[g].flags[k];
+            if (find_flag(fl, strlen(fl)) == NULL) {
+                snprintf(err, SL_ERR_LEN, "--help group %s lists --%s, which is no setting", groups[g].title, fl);
+                return SL_EINVAL;
+            }
+        }
+        if (k == 0 || k == SL_CONFIG_GROUP_FLAGS_MAX) {
+            snprintf(err, SL_ERR_LEN, "--help group %s is empty or has no NULL end", groups[g].title);
+            return SL_EINVAL;
+        }
+    }
+    return SL_OK;
 }
 
 void sl_config_usage(FILE *f)
@@ -276,17 +381,27 @@ void sl_config_usage(FILE *f)
                "Serves the model over an OpenAI-compatible HTTP API.\n\n"
                "Every option can also come from its environment variable or from a\n"
                "--config FILE of 'name = value' lines (name = the long option).\n"
-               "Precedence: option > SLUICE_* variable > seed alias > file > default.\n\n");
-    for (size_t i = 0; i < N_SETTINGS; i++) {
-        const setting *s = &settings[i];
-        char flag[64];
-        snprintf(flag, sizeof flag, "%s%c%s--%s%s", s->short_flag ? "-" : "", s->short_flag ? s->short_flag : ' ',
-                 s->short_flag ? ", " : "  ", s->flag, s->type == T_BOOL ? "" : " V");
-        fprintf(f, "  %-26s %s\n", s->short_flag ? flag : flag + 2, s->help);
-        fprintf(f, "  %-26s [%s%s%s%s%s]\n", "", s->env, s->seed ? ", " : "", s->seed ? s->seed : "",
-                s->def[0] ? "; default " : "", s->def);
+               "Precedence: option > SLUICE_* variable > seed alias > file > default.\n");
+    for (size_t g = 0; g < sl_config_n_groups; g++) {
+        fprintf(f, "\n%s:\n", sl_config_groups[g].title);
+        for (size_t k = 0; k < SL_CONFIG_GROUP_FLAGS_MAX && sl_config_groups[g].flags[k] != NULL; k++) {
+            const char *fl = sl_config_groups[g].flags[k];
+            const setting *s = find_flag(fl, strlen(fl));
+            if (s != NULL)
+                usage_row(f, s);
+        }
     }
-    fprintf(f, "  %-26s %s\n", "--config FILE", "read settings from FILE");
+    /* A setting no group lists (a test fails on it) is still shown. */
+    bool header = false;
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        if (groups_listing(sl_config_groups, sl_config_n_groups, settings[i].flag) > 0)
+            continue;
+        if (!header)
+            fprintf(f, "\nOther:\n");
+        header = true;
+        usage_row(f, &settings[i]);
+    }
+    fprintf(f, "\n  %-26s %s\n", "--config FILE", "read settings from FILE");
     fprintf(f, "  %-26s %s\n", "-h, --help", "this text");
 }
 
@@ -296,7 +411,7 @@ static void set_defaults(sl_config *cfg)
     char err[SL_ERR_LEN];
     for (size_t i = 0; i < N_SETTINGS; i++)
         if (settings[i].def[0])
-            set_value(cfg, &settings[i], settings[i].def, "default", err);
+            set_value(cfg, &settings[i], settings[i].def, "default", false, err);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     cfg->n_frontends = n > 0 ? (uint32_t)(n < 64 ? n : 64) : 1;
     cfg->threads = sl_worker_default_threads();   /* affinity and cgroup quota, not the online cores */
@@ -329,7 +444,7 @@ sl_status sl_config_parse(int argc, char **argv, sl_config *cfg, char err[SL_ERR
             const char *v = name ? getenv(name) : NULL;
             if (!v)
                 continue;
-            if (set_value(cfg, s, v, name, err) < 0)
+            if (set_value(cfg, s, v, name, false, err) < 0)
                 return SL_EINVAL;
             cfg->source[s->key] = pass == 0 ? SL_CONFIG_SOURCE_SEED_ALIAS : SL_CONFIG_SOURCE_ENV;
         }
@@ -382,7 +497,7 @@ sl_status sl_config_parse(int argc, char **argv, sl_config *cfg, char err[SL_ERR
         }
         char what[96];
         snprintf(what, sizeof what, "--%s", s->flag);
-        if (set_value(cfg, s, value, what, err) < 0)
+        if (set_value(cfg, s, value, what, cfg->source[s->key] == SL_CONFIG_SOURCE_FLAG, err) < 0)
             return SL_EINVAL;
         cfg->source[s->key] = SL_CONFIG_SOURCE_FLAG;
     }
@@ -409,7 +524,7 @@ void sl_config_value_text(const sl_config *cfg, sl_config_key k, char *buf, size
         const char *field = (const char *)cfg + s->offset;
         if (k == SL_CFG_API_KEY)
             snprintf(buf, cap, "%s", field[0] ? "(set)" : "");
-        else if (s->type == T_STR)
+        else if (s->type == T_STR || s->type == T_LIST)
             snprintf(buf, cap, "%s", field);
         else if (s->type == T_FRACTION)
             snprintf(buf, cap, "%g", *(const double *)field);

@@ -9,10 +9,13 @@
 #ifndef SL_CONFIG_H
 #define SL_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define SL_CONFIG_PATH_MAX 1024
 #define SL_CONFIG_KEY_MAX 256
+#define SL_CONFIG_LIST_MAX 512   /* a list setting's text: items joined by ',' */
 
 /* Where a value came from; reported for each value by effective-config. */
 typedef enum {
@@ -33,12 +36,17 @@ typedef enum {
     SL_CFG_DRAIN_TIMEOUT_S, SL_CFG_CHAT_TEMPLATE, SL_CFG_MODEL_ALIAS, SL_CFG_LOG_BODIES,
     SL_CFG_HEARTBEAT_TIMEOUT_MS, SL_CFG_ADMIN_GROUP, SL_CFG_MAX_RESPONSE, SL_CFG_LOG_FORMAT,
     SL_CFG_LOG_HEALTH, SL_CFG_TOKENIZE_THREADS, SL_CFG_PREFIX_CACHE, SL_CFG_GRAMMAR_BYTES_MAX,
-    SL_CFG_REASONING_FORMAT, SL_CFG_KV_TYPE, SL_CFG_GPU_MEMORY_FRACTION, SL_CFG_WEBUI, SL_CFG_COUNT
+    SL_CFG_REASONING_FORMAT, SL_CFG_KV_TYPE, SL_CFG_GPU_MEMORY_FRACTION, SL_CFG_WEBUI, SL_CFG_ACCEPT_ANY_MODEL,
+    SL_CFG_CORS_ORIGIN, SL_CFG_COUNT
 } sl_config_key;
 
 typedef struct {
     char model[SL_CONFIG_PATH_MAX];         /* GGUF file */
-    char model_alias[128];                  /* the `model` name the API reports; `sluice serve`: the file's general.name, else its base name */
+    char model_alias[SL_CONFIG_LIST_MAX];   /* names the API accepts, a comma list (sl_config_list_next); the
+                                               first is the one it reports; `sluice serve`: the file's
+                                               general.name when none is given, else its base name */
+    uint32_t accept_any_model;              /* 1 = a request's `model` may name anything (the served model answers) */
+    char cors_origin[SL_CONFIG_LIST_MAX];   /* browser origins allowed (CORS), a comma list; "*" = any; "" = no CORS */
     char host[64];                          /* listen address */
     uint32_t port;                          /* listen port (0 = any, tests) */
     uint32_t n_frontends;                   /* front-end processes */
@@ -79,5 +87,19 @@ typedef struct {
     char shm_name[64];                      /* the segment's name, derived from the pid */
     uint8_t source[SL_CFG_COUNT];           /* sl_config_source of each field */
 } sl_config;
+
+/* Walks a list setting (model_alias, cors_origin: items joined by ',', each
+ * non-empty and without surrounding blanks, as master/config.c stores them).
+ * *pos starts at 0; each call returns the next item's start and sets *len,
+ * or returns NULL after the last. */
+static inline const char *sl_config_list_next(const char *list, size_t *pos, size_t *len)
+{
+    if (list[*pos] == '\0')
+        return NULL;
+    const char *item = list + *pos;
+    *len = strcspn(item, ",");
+    *pos += *len + (item[*len] == ',' ? 1 : 0);
+    return item;
+}
 
 #endif

@@ -1,8 +1,10 @@
 """`sluice serve` configuration: flags, SLUICE_* variables, the seed's
 variable names and a config file, each value's source in effective-config,
 and a clear exit 2 for anything that does not parse."""
+import json
 import os
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -34,6 +36,8 @@ def serve_fails(args, env_extra=None, tmp_path=None):
     ([], {"CUDA_MAX_BATCH": "lots"}, "CUDA_MAX_BATCH: 'lots'"),
     ([], {"SLUICE_BATCH_WINDOW_MS": "-3"}, "SLUICE_BATCH_WINDOW_MS"),
     (["-m", "/nonexistent.gguf"], {}, "/nonexistent.gguf: cannot open"),
+    (["--model-alias", "a,,b"], {}, "--model-alias: 'a,,b' has an empty item"),
+    ([], {"SLUICE_CORS_ORIGIN": "http://a.test,"}, "SLUICE_CORS_ORIGIN: 'http://a.test,' has an empty item"),
 ])
 def test_bad_configuration_is_exit_2(model, args, env, needle):
     r = serve_fails(["-m", str(model), *args] if "-m" not in args else args, env)
@@ -75,3 +79,27 @@ def test_help_is_readable():
     assert r.returncode == 0
     for flag in ("--model", "--port", "--frontends", "--api-key", "--max-seqs", "CUDA_MAX_BATCH", "--config"):
         assert flag in r.stdout
+    # In groups, in this order, the most used first within each (tests/unit/master checks
+    # that every setting is in exactly one).
+    heads = [ln[:-1] for ln in r.stdout.splitlines() if ln and not ln.startswith(" ") and ln.endswith(":")]
+    assert heads == ["Model", "Server", "Scheduler", "Limits", "Operations", "Debugging"]
+    model = r.stdout.split("\nModel:\n")[1].split("\n\n")[0]
+    assert model.index("--model V") < model.index("--model-alias V") < model.index("--accept-any-model")
+
+
+def test_model_names_from_repeated_flags(model, tmp_path):
+    """Repeated --model-alias: every name is accepted and listed, the first reported; the
+    admin socket and the worker's snapshot show them."""
+    s = Server(model, tmp_path, frontends=1, extra=["--model-alias", "main", "--model-alias", "alt,other"])
+    try:
+        with urllib.request.urlopen(s.base + "/v1/models", timeout=5) as r:
+            assert [m["id"] for m in json.load(r)["data"]] == ["main", "alt", "other"]
+        req = urllib.request.Request(s.base + "/v1/completions", data=json.dumps(
+            {"model": "other", "prompt": "hi", "max_tokens": 2}).encode(), headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert json.load(r)["model"] == "main"
+        ec = s.admin("effective-config")
+        assert ec["config"]["model-alias"] == {"value": "main,alt,other", "source": "flag"}
+        assert ec["worker"]["model"] == "main"
+    finally:
+        s.stop()

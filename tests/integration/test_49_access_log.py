@@ -1,7 +1,7 @@
 """40-level, against the real `sluice serve`: the access log. One line per
 request with a timestamp (ISO 8601 UTC, milliseconds), the client address,
-method, path, status, request id, token counts, the finish reason or the
-error code, and ms; `--log-format text` (logfmt, the default) or `json` (one
+method, path, status, request id, token counts, the finish reason, the error
+(a failed request's OpenAI error code, else its type), and ms; `--log-format text` (logfmt, the default) or `json` (one
 object per line, the same fields); `--log-health 0` leaves /health and
 /ready out. Both formats are parsed back here."""
 import datetime
@@ -15,7 +15,7 @@ import pytest
 from serve import Server, wait_for
 
 FIELDS = ["ts", "slot", "client", "method", "path", "status", "request_id", "prompt_tokens",
-          "completion_tokens", "finish", "ms"]
+          "completion_tokens", "finish", "error", "ms"]
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
@@ -37,6 +37,7 @@ def traffic(srv):
                 "r-stream")[0] == 200
     assert post(srv, "/v1/chat/completions", {"messages": "nope"}, "r-bad")[0] == 400
     assert post(srv, "/v1/nothing", {}, "r-404")[0] == 404
+    assert post(srv, "/v1/completions", {"model": "no-such-model", "prompt": "hi"}, "r-model")[0] == 404
     req = urllib.request.Request(srv.base + "/health", headers={"x-request-id": "r-health"})
     urllib.request.urlopen(req, timeout=5).read()
     s = socket.create_connection(("127.0.0.1", srv.port))
@@ -83,15 +84,22 @@ def check(recs, health_logged):
         t = datetime.datetime.strptime(r["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
         assert abs((datetime.datetime.now(datetime.timezone.utc) - t).total_seconds()) < 120
         assert re.match(r"^127\.0\.0\.1:\d+$", str(r["client"])), r
+    none = (None, "-")   # json null, text "-"
     assert str(by_id["r-len"]["finish"]) == "length" and str(by_id["r-len"]["status"]) == "200"
+    assert by_id["r-len"]["error"] in none
     assert int(by_id["r-len"]["completion_tokens"]) == 3
-    assert str(by_id["r-stream"]["finish"]) == "length"
-    assert str(by_id["r-bad"]["status"]) == "400" and str(by_id["r-bad"]["finish"]) == "invalid_type"
-    assert str(by_id["r-404"]["status"]) == "404" and str(by_id["r-404"]["finish"]) == "not_found_error"
+    assert str(by_id["r-stream"]["finish"]) == "length" and by_id["r-stream"]["error"] in none
+    # A failed request: its status, and the code (else the type) its error body had.
+    for rid, status, error in (("r-bad", 400, "invalid_type"), ("r-404", 404, "not_found_error"),
+                               ("r-model", 404, "model_not_found"), ("r-gone", 499, "client_closed")):
+        assert (str(by_id[rid]["status"]), by_id[rid]["error"]) == (str(status), error), by_id[rid]
+        assert by_id[rid]["finish"] in none, by_id[rid]
     assert ("r-health" in by_id) == health_logged
-    assert str(by_id["r-gone"]["status"]) == "499" and str(by_id["r-gone"]["finish"]) == "client_closed"
-    refused = [r for r in recs if str(r["finish"]) == "bad_http_framing"]
+    refused = [r for r in recs if str(r["error"]) == "bad_http_framing"]
     assert len(refused) == 1 and str(refused[0]["status"]) == "400" and str(refused[0]["method"]) == "-"
+    # Every line but a 2xx without an error names one.
+    for r in recs:
+        assert (r["error"] in none) == (str(r["status"]).startswith("2")), r
 
 
 def test_text_log_without_probes(chat_model, tmp_path):
@@ -115,7 +123,7 @@ def test_json_log_with_probes(chat_model, tmp_path):
         recs = parse_json(srv.log_path.read_text())
         check(recs, health_logged=True)
         h = [r for r in recs if r["request_id"] == "r-health"][0]
-        assert h["finish"] is None and h["status"] == 200 and isinstance(h["ms"], float)
+        assert h["finish"] is None and h["error"] is None and h["status"] == 200 and isinstance(h["ms"], float)
         assert not parse_text(srv.log_path.read_text())
     finally:
         srv.stop()

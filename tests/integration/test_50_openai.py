@@ -1,8 +1,11 @@
 """50-level: end to end with the official `openai` Python client against
 tools/fe-harness (front ends + echo worker). Every response must parse into the
 client's types; the echo worker makes each output predictable: it answers with
-the prompt's own tokens, then EOS."""
+the prompt's own tokens, then EOS. Also what such clients rely on around the
+calls: the model's names (--model-alias, repeatable; --accept-any-model), the
+routes without /v1 (a base_url without it), and system_fingerprint."""
 import json
+import re
 import subprocess
 
 import openai
@@ -18,7 +21,7 @@ def model(make_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def srv(model):
-    h = Harness(model, "--model-alias", "tiny", "--api-key", "k-50", n=2)
+    h = Harness(model, "--model-alias", "tiny", "--model-alias", "gpt-4o-mini", "--api-key", "k-50", n=2)
     yield h
     assert h.stop() == 0
 
@@ -28,13 +31,85 @@ def client(srv):
     return openai.OpenAI(base_url=srv.base + "/v1", api_key="k-50", max_retries=0, timeout=30)
 
 
+def effective_config(srv):
+    st, _, b = srv.request("GET", "/v1/effective-config", headers={"Authorization": "Bearer k-50"})
+    assert st == 200, b
+    return json.loads(b)
+
+
 MSG = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
 
 
 def test_models(client):
+    # Every name, the primary (the one responses report) first.
     ms = client.models.list()
-    assert [m.id for m in ms.data] == ["tiny"]
+    assert [m.id for m in ms.data] == ["tiny", "gpt-4o-mini"]
     assert client.models.retrieve("tiny").id == "tiny"
+    assert client.models.retrieve("gpt-4o-mini").id == "gpt-4o-mini"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
+
+
+def test_an_alias_is_served_under_the_primary_name(client, srv):
+    r = client.chat.completions.create(model="gpt-4o-mini", messages=MSG)
+    assert r.model == "tiny" and r.choices[0].finish_reason == "stop"
+    # No model, null and "" mean the served model; another name is a 404 naming it.
+    for body in ({}, {"model": None}, {"model": ""}):
+        st, _, b = srv.post("/v1/completions", {**body, "prompt": "hi"}, {"Authorization": "Bearer k-50"})
+        assert st == 200 and json.loads(b)["model"] == "tiny", (body, b)
+    st, _, b = srv.post("/v1/completions", {"model": "Tiny", "prompt": "hi"}, {"Authorization": "Bearer k-50"})
+    err = json.loads(b)["error"]
+    assert st == 404 and err["code"] == "model_not_found" and err["param"] == "model" and "`Tiny`" in err["message"]
+    cfg = effective_config(srv)["frontend"]
+    assert cfg["model_names"] == ["tiny", "gpt-4o-mini"] and cfg["model_name"] == "tiny"
+    assert cfg["accept_any_model"] is False
+
+
+def test_accept_any_model_serves_every_name(model):
+    h = Harness(model, "--model-alias", "tiny", "--accept-any-model", n=1)
+    try:
+        c = openai.OpenAI(base_url=h.base + "/v1", api_key="none", max_retries=0, timeout=30)
+        r = c.chat.completions.create(model="gpt-4-turbo-whatever", messages=MSG)
+        assert r.model == "tiny" and r.choices[0].finish_reason == "stop"
+        assert [m.id for m in c.models.list().data] == ["tiny"]
+        with pytest.raises(openai.NotFoundError):   # what it serves is still only its names
+            c.models.retrieve("gpt-4-turbo-whatever")
+        assert h.config()["frontend"]["accept_any_model"] is True
+    finally:
+        assert h.stop() == 0
+
+
+def test_base_url_without_v1(srv):
+    """Clients configured with the server's root as base_url call /chat/completions,
+    /completions, /models: the same routes."""
+    c = openai.OpenAI(base_url=srv.base, api_key="k-50", max_retries=0, timeout=30)
+    assert [m.id for m in c.models.list().data] == ["tiny", "gpt-4o-mini"]
+    assert c.models.retrieve("gpt-4o-mini").id == "gpt-4o-mini"
+    r = c.chat.completions.create(model="tiny", messages=MSG)
+    assert r.object == "chat.completion" and r.choices[0].finish_reason == "stop"
+    chunks = list(c.chat.completions.create(model="tiny", messages=MSG, stream=True))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == r.choices[0].message.content
+    r = c.completions.create(model="tiny", prompt="Once upon", max_tokens=8)
+    assert r.choices[0].text == "Once upon"
+    st, _, b = srv.request("GET", "/effective-config", headers={"Authorization": "Bearer k-50"})
+    assert st == 200 and json.loads(b)["frontend"]["model_name"] == "tiny"
+    # The prefix-less routes are exact names, like the rest: no /v1 twice, no other prefix.
+    for path in ("/v1/v1/models", "/chat", "/models/"):
+        assert srv.request("GET", path, headers={"Authorization": "Bearer k-50"})[0] == 404, path
+    # Without the key they are refused as their /v1 twins are.
+    assert srv.request("GET", "/models")[0] == 401
+
+
+def test_system_fingerprint(client, srv):
+    """One fingerprint per build and model, on whole responses and every chunk."""
+    fp = effective_config(srv)["frontend"]["system_fingerprint"]
+    assert re.fullmatch(r"fp_[0-9a-f]{12}", fp), fp
+    assert client.chat.completions.create(model="tiny", messages=MSG).system_fingerprint == fp
+    assert client.completions.create(model="tiny", prompt="hi").system_fingerprint == fp
+    chunks = list(client.chat.completions.create(model="tiny", messages=MSG, stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert chunks and all(ch.system_fingerprint == fp for ch in chunks)
+    assert all(ch.system_fingerprint == fp for ch in client.completions.create(model="tiny", prompt="hi", stream=True))
 
 
 def test_chat_non_stream(client):

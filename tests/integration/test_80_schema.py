@@ -117,6 +117,8 @@ def test_schemathesis_finds_nothing(server, tmp_path):
     for it in interactions:
         req, res = it["request"], it["response"]
         path = "/" + req["uri"].split("/", 3)[3].split("?")[0]
+        if path in ("/chat/completions", "/completions"):
+            path = "/v1" + path   # the same route without /v1
         if req["method"] != "POST" or path not in ("/v1/chat/completions", "/v1/completions"):
             continue
         if res["status"]["code"] != "200":
@@ -144,9 +146,15 @@ def test_schemathesis_finds_nothing(server, tmp_path):
 def test_description_lists_every_route(server):
     """Every route the server answers is described, and nothing else."""
     spec = yaml.safe_load(SPEC.read_text())
-    assert set(spec["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{model}",
-                                  "/health", "/ready", "/metrics", "/v1/effective-config", "/tokenize",
-                                  "/detokenize", "/", "/index.html", "/webui/app.js", "/webui/style.css"}
+    v1 = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{model}", "/v1/effective-config"}
+    assert set(spec["paths"]) == v1 | {p[3:] for p in v1} | {"/health", "/ready", "/metrics", "/tokenize",
+                                                             "/detokenize", "/", "/index.html", "/webui/app.js",
+                                                             "/webui/style.css"}
+    # A route without /v1 is its /v1 twin's operation, under its own operationId.
+    for p in v1:
+        (method, op), = spec["paths"][p].items()
+        twin = spec["paths"][p[3:]][method]
+        assert twin["operationId"] == op["operationId"] + "NoV1" and twin["responses"] == op["responses"]
     assert server.get("/v1/nope")[0] in (401, 404)
 
 

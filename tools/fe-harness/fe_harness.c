@@ -52,9 +52,18 @@ static void usage(void)
             "usage: fe-harness -m MODEL [-p PORT] [-n FRONTENDS] [--mode echo] [--api-key K]\n"
             "  [--max-body N] [--max-response N] [--ctx-size N] [--mailboxes N] [--token-ring N] [--token-ms N]\n"
             "  [--first-token-ms N] [--fail-after N] [--ready-after-ms N] [--write-timeout-ms N]\n"
-            "  [--drain-delay-s N] [--drain-timeout-s N] [--chat-template T] [--model-alias A]\n"
+            "  [--drain-delay-s N] [--drain-timeout-s N] [--chat-template T] [--model-alias A]...\n"
+            "  [--accept-any-model] [--cors-origin O]... [--log-format text|json]\n"
             "  [--default-max-tokens N] [--max-prompt-tokens N] [--tokenize-threads N] [--no-logprobs]\n");
     exit(2);
+}
+
+/* A repeated list option (--model-alias, --cors-origin) adds to its list, as
+ * `sluice serve` does; the items are not checked here. */
+static void list_add(char *list, size_t cap, const char *v)
+{
+    size_t n = strlen(list);
+    snprintf(list + n, cap - n, "%s%s", n ? "," : "", v);
 }
 
 static int listen_socket(const char *host, uint32_t port, uint32_t *bound)
@@ -113,7 +122,10 @@ int main(int argc, char **argv)
         else if (OPT("--drain-delay-s")) cfg.drain_delay_s = (uint32_t)atoi(v);
         else if (OPT("--drain-timeout-s")) cfg.drain_timeout_s = (uint32_t)atoi(v);
         else if (OPT("--chat-template")) snprintf(cfg.chat_template, sizeof cfg.chat_template, "%s", v);
-        else if (OPT("--model-alias")) snprintf(cfg.model_alias, sizeof cfg.model_alias, "%s", v);
+        else if (OPT("--model-alias")) list_add(cfg.model_alias, sizeof cfg.model_alias, v);
+        else if (OPT("--cors-origin")) list_add(cfg.cors_origin, sizeof cfg.cors_origin, v);
+        else if (OPT("--log-format")) snprintf(cfg.log_format, sizeof cfg.log_format, "%s", v);
+        else if (strcmp(a, "--accept-any-model") == 0) cfg.accept_any_model = 1;
         else if (OPT("--default-max-tokens")) cfg.default_max_tokens = (uint32_t)atoi(v);
         else if (OPT("--max-prompt-tokens")) cfg.max_prompt_tokens = (uint32_t)atoi(v);
         else if (OPT("--tokenize-threads")) cfg.tokenize_threads = (uint32_t)atoi(v);

@@ -574,3 +574,31 @@ Test(api_response, completion_logprobs_unscored_first_prompt_token)
     json_decref(o);
     free(s);
 }
+
+/* ---------------------------------------------------- system_fingerprint */
+
+Test(api_response, system_fingerprint_follows_model_in_responses_and_chunks)
+{
+    sl_api_result r = {.endpoint = SL_API_ENDPOINT_COMPLETIONS, .id = "cmpl-a", .created = 1, .model = "m",
+                       .system_fingerprint = "fp_0123456789ab", .text = "x", .text_len = 1,
+                       .finish = SL_API_FINISH_STOP};
+    char *s = sl_api_response_build(&r);
+    cr_assert_not_null(s);
+    cr_expect_not_null(strstr(s, "\"model\":\"m\",\"system_fingerprint\":\"fp_0123456789ab\",\"choices\""), "%s", s);
+    free(s);
+    sl_api_chunk c = {.endpoint = SL_API_ENDPOINT_CHAT, .kind = SL_API_CHUNK_ROLE, .id = "chatcmpl-a", .created = 1,
+                      .model = "m", .system_fingerprint = "fp_0123456789ab"};
+    for (int k = SL_API_CHUNK_ROLE; k <= SL_API_CHUNK_USAGE; k++) {
+        sl_api_usage u = {1, 1, 0};
+        c.kind = (sl_api_chunk_kind)k;
+        c.usage = &u;
+        json_t *o = chunk(&c);
+        cr_expect_str_eq(json_string_value(json_object_get(o, "system_fingerprint")), "fp_0123456789ab");
+        json_decref(o);
+    }
+    /* NULL: no such field */
+    r.system_fingerprint = NULL;
+    s = sl_api_response_build(&r);
+    cr_expect_null(strstr(s, "system_fingerprint"));
+    free(s);
+}
