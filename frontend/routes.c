@@ -137,15 +137,6 @@ static void on_model_one(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, con
 
 /* ================================================================ metrics */
 
-static json_t *read_snapshot(const sl_fe *fe)
-{
-    static char buf[SL_SHM_CONFIG_MAX + 1];
-    size_t len = 0;
-    if (sl_shm_config_read(fe->shm, buf, sizeof buf, &len) != SL_OK)
-        return NULL;
-    return json_loadb(buf, len, 0, NULL);
-}
-
 static void on_metrics(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
 {
     sl_api_metrics m;
@@ -164,6 +155,16 @@ static void on_metrics(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
 }
 
 /* ================================================================ effective-config */
+
+/* The worker's own effective-config snapshot, or NULL when none is published. */
+static json_t *read_snapshot(const sl_fe *fe)
+{
+    static char buf[SL_SHM_CONFIG_MAX + 1];
+    size_t len = 0;
+    if (sl_shm_config_read(fe->shm, buf, sizeof buf, &len) != SL_OK)
+        return NULL;
+    return json_loadb(buf, len, 0, NULL);
+}
 
 static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
 {
