@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from paths import REPO
+from paths import REPO, SLUICE
 from serve import Server, wait_for
 from test_70_ops import PROMTOOL
 
@@ -183,7 +183,7 @@ def test_build_info(scraped):
     assert v == 1
     assert set(labels) == {"model_name", "version", "commit", "build_type", "cuda"}
     assert labels["cuda"] in ("true", "false") and re.match(r"\d+\.\d+", labels["version"])
-    out = subprocess.run([str(REPO / "build/sluice"), "--version"], capture_output=True, text=True).stdout
+    out = subprocess.run([str(SLUICE), "--version"], capture_output=True, text=True).stdout
     assert labels["version"] in out and labels["commit"] in out
 
 
