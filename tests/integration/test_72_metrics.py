@@ -74,7 +74,7 @@ def parse(text):
 
 
 def histogram(families, name):
-    """(count, sum, cumulative bucket counts in order) of an unlabelled-but-model_name histogram."""
+    """(count, sum, cumulative bucket counts in order) of a histogram with one series; asserts its shape."""
     samples = families[name]["samples"]
     buckets = [v for n, l, v in samples if n == name + "_bucket"]
     les = [l["le"] for n, l, v in samples if n == name + "_bucket"]
