@@ -21,6 +21,11 @@ void sl_api_metrics_fini(sl_api_metrics *m)
     memset(m, 0, sizeof *m);
 }
 
+void sl_api_metrics_allow_colons(sl_api_metrics *m, bool allow)
+{
+    m->_colons = allow;
+}
+
 const char *sl_api_metrics_text(const sl_api_metrics *m, size_t *len)
 {
     if (m->_failed) { if (len) *len = 0; return NULL; }
@@ -125,6 +130,7 @@ static sl_status check(const sl_api_metrics *m, const char *name, const char *he
                        const sl_api_metric_label *labels, size_t n)
 {
     if (!sl_api_metrics_name_valid(name)) return SL_EINVAL;
+    if (!m->_colons && strchr(name, ':')) return SL_EINVAL;   /* reserved for recording rules */
     if (!help || !*help) return SL_EINVAL;
     for (const char *p = name; *p; p++)
         if (*p >= 'A' && *p <= 'Z') return SL_EINVAL;

@@ -9,13 +9,17 @@
  *            le="+Inf", then `name_sum` and `name_count` (= the +Inf bucket).
  *            Names match [a-zA-Z_:][a-zA-Z0-9_:]*; colons are reserved for
  *            recording rules, so sluice's own names are `sluice_*` (counters
- *            end in `_total`). Label values and HELP text are escaped.
+ *            end in `_total`) and a name with a colon is refused unless the
+ *            builder allows colons (sl_api_metrics_allow_colons: vLLM's names,
+ *            `vllm:*`, for dashboards built on vLLM). Label values and HELP
+ *            text are escaped.
  *            Series of one family must be written one after another: HELP and
  *            TYPE are written only when the family changes.
  * Lint:      what `promtool check metrics` would flag is refused up front:
  *            missing HELP text, a counter not ending in `_total`, a gauge or
  *            histogram ending in `_total`/`_count`/`_sum`/`_bucket`, upper
- *            case (not snake_case), a family reopened after another one.
+ *            case (not snake_case), a family reopened after another one, a
+ *            colon unless allowed.
  *            Use base units in names (`_seconds`, `_bytes`).
  * Ownership: the builder owns its text until fini.
  * Errors:    SL_OK; SL_EINVAL (bad or lint-failing name, label or bounds;
@@ -39,6 +43,7 @@ typedef struct {
     char *_buf;
     size_t _len, _cap;
     bool _failed;
+    bool _colons;         /* names may hold ':' (sl_api_metrics_allow_colons) */
     char _family[128];    /* last family written (HELP/TYPE once per family) */
 } sl_api_metrics;
 
@@ -47,7 +52,11 @@ typedef struct {
 void sl_api_metrics_init(sl_api_metrics *m);
 void sl_api_metrics_fini(sl_api_metrics *m);
 
-/* True when `name` is a valid metric name. */
+/* From now on names may (allow) or may not hold ':'; off after init. */
+void sl_api_metrics_allow_colons(sl_api_metrics *m, bool allow);
+
+/* True when `name` is a valid metric name of the format (colons included;
+ * whether a builder takes them is its own setting). */
 bool sl_api_metrics_name_valid(const char *name);
 
 /* A counter or gauge sample (labels may be NULL when n_labels is 0). */

@@ -569,21 +569,47 @@ static bool worker_died(const sl_fe_choice *c, const sl_shm_result_info *info)
     return strncmp(info->error, died, sizeof died - 1) == 0;
 }
 
+/* The per-choice histograms, at a choice's end (vLLM observes them when a
+ * request finishes). A choice that ended at a stop string sluice matched is
+ * left out: the worker was still running it, so its timings are not final. */
 static void observe(sl_fe *fe, const sl_shm_timings *t, int64_t n)
 {
     if (t->queued_ns == 0)
         return;
+    sl_shm_t *shm = fe->shm;
+    sl_shm_histogram_observe(shm, SL_HISTOGRAM_PROMPT_TOKENS, t->n_prompt_tokens);
+    sl_shm_histogram_observe(shm, SL_HISTOGRAM_GENERATION_TOKENS, n > 0 ? (uint64_t)n : 0);
     if (t->admitted_ns >= t->queued_ns)
-        sl_shm_histogram_observe(fe->shm, SL_HISTOGRAM_QUEUE, t->admitted_ns - t->queued_ns);
+        sl_shm_histogram_observe(shm, SL_HISTOGRAM_QUEUE, t->admitted_ns - t->queued_ns);
     if (t->first_token_ns >= t->queued_ns && t->first_token_ns > 0) {
-        sl_shm_histogram_observe(fe->shm, SL_HISTOGRAM_TTFT, t->first_token_ns - t->queued_ns);
+        sl_shm_histogram_observe(shm, SL_HISTOGRAM_TTFT, t->first_token_ns - t->queued_ns);
         if (n > 1 && t->last_token_ns > t->first_token_ns)
-            sl_shm_histogram_observe(fe->shm, SL_HISTOGRAM_INTER_TOKEN,
+            sl_shm_histogram_observe(shm, SL_HISTOGRAM_MEAN_INTER_TOKEN,
                                      (t->last_token_ns - t->first_token_ns) / (uint64_t)(n - 1));
+        if (t->admitted_ns > 0 && t->first_token_ns >= t->admitted_ns && t->last_token_ns >= t->first_token_ns) {
+            sl_shm_histogram_observe(shm, SL_HISTOGRAM_PREFILL, t->first_token_ns - t->admitted_ns);
+            sl_shm_histogram_observe(shm, SL_HISTOGRAM_DECODE, t->last_token_ns - t->first_token_ns);
+            sl_shm_histogram_observe(shm, SL_HISTOGRAM_INFERENCE, t->last_token_ns - t->admitted_ns);
+        }
     }
     uint64_t end = t->last_token_ns ? t->last_token_ns : sl_shm_now_ns();
     if (end >= t->queued_ns)
-        sl_shm_histogram_observe(fe->shm, SL_HISTOGRAM_E2E, end - t->queued_ns);
+        sl_shm_histogram_observe(shm, SL_HISTOGRAM_E2E, end - t->queued_ns);
+}
+
+static void count_success(sl_fe *fe, sl_api_finish fin)
+{
+    sl_counter c = fin == SL_API_FINISH_LENGTH       ? SL_COUNTER_SUCCESS_LENGTH
+                   : fin == SL_API_FINISH_TOOL_CALLS ? SL_COUNTER_SUCCESS_TOOL_CALLS
+                                                     : SL_COUNTER_SUCCESS_STOP;
+    sl_shm_counter_add(fe->shm, c, 1);
+}
+
+void sl_fe_choice_abort(sl_fe_choice *c)
+{
+    if (c->have_ticket && !c->ended)
+        sl_shm_counter_add(c->fe->shm, SL_COUNTER_SUCCESS_ABORT, 1);
+    sl_fe_choice_drop(c, true);
 }
 
 bool sl_fe_choice_end(sl_fe_choice *c, bool started, sl_api_error *e, bool *flush_text)
@@ -649,6 +675,7 @@ bool sl_fe_choice_end(sl_fe_choice *c, bool started, sl_api_error *e, bool *flus
     c->fin = fin;
     c->info = info;
     c->ended = true;
+    count_success(fe, fin);
     sl_fe_choice_drop(c, false);   /* released now, or after the worker saw the stop string's cancel */
     return true;
 }

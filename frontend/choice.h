@@ -119,6 +119,11 @@ void sl_fe_choice_fini(sl_fe_choice *c);
  * now or by sl_fe_release_later. A no-op without a ticket. */
 void sl_fe_choice_drop(sl_fe_choice *c, bool cancel);
 
+/* The client is gone (or the server gave up on it) before c ended: counted
+ * once as a request_success "abort" unless c had ended, then dropped with
+ * cancel. */
+void sl_fe_choice_abort(sl_fe_choice *c);
+
 /* Reads what the mailbox holds, at most about max_tokens tokens (stopping
  * early at a stop string), into text, logprobs and deltas. *terminal (OUT):
  * the mailbox is finished and everything was read. Returns SL_OK (c->oom

@@ -155,105 +155,11 @@ static void on_model_one(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri, con
 
 /* ================================================================ metrics */
 
-/* KV usage and similar gauges come from the worker's snapshot: any top-level
- * (or "kv"/"scheduler" object) number under these keys is exported. */
-static double snapshot_number(json_t *snap, const char *key, bool *found)
-{
-    const char *groups[] = {NULL, "kv", "scheduler"};
-    for (size_t g = 0; g < 3; g++) {
-        json_t *o = groups[g] ? json_object_get(snap, groups[g]) : snap;
-        json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
-        if (json_is_number(v)) {
-            *found = true;
-            return json_number_value(v);
-        }
-    }
-    *found = false;
-    return 0;
-}
-
-static json_t *read_snapshot(const sl_fe *fe)
-{
-    static char buf[SL_SHM_CONFIG_MAX + 1];
-    size_t len = 0;
-    if (sl_shm_config_read(fe->shm, buf, sizeof buf, &len) != SL_OK)
-        return NULL;
-    return json_loadb(buf, len, 0, NULL);
-}
-
 static void on_metrics(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
 {
-    static const struct { sl_counter c; const char *name, *help; } counters[] = {
-        {SL_COUNTER_REQUESTS_SUBMITTED, "sluice_requests_submitted_total", "Requests handed to the worker."},
-        {SL_COUNTER_REQUESTS_REJECTED_FULL, "sluice_requests_rejected_queue_full_total", "Requests refused with 429 (queue full)."},
-        {SL_COUNTER_REQUESTS_FINISHED, "sluice_requests_finished_total", "Requests that ended with stop or length."},
-        {SL_COUNTER_REQUESTS_FAILED, "sluice_requests_failed_total", "Requests that ended with an error."},
-        {SL_COUNTER_REQUESTS_CANCELLED, "sluice_requests_cancelled_total", "Requests cancelled (client gone, stop string)."},
-        {SL_COUNTER_TOKENS_GENERATED, "sluice_generation_tokens_total", "Tokens generated."},
-        {SL_COUNTER_PROMPT_TOKENS, "sluice_prompt_tokens_total", "Prompt tokens submitted."},
-        {SL_COUNTER_WORKER_RESTARTS, "sluice_worker_restarts_total", "Worker processes restarted after a death."},
-        {SL_COUNTER_FRONTEND_RESTARTS, "sluice_frontend_restarts_total", "Front-end processes restarted after a death."},
-        {SL_COUNTER_PREFIX_QUERY_TOKENS, "sluice_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache."},
-        {SL_COUNTER_PREFIX_HIT_TOKENS, "sluice_prefix_cache_hits_total", "Prompt tokens found in the prefix cache (not recomputed)."},
-        {SL_COUNTER_GRAMMAR_REQUESTS, "sluice_grammar_requests_total", "Requests decoded under a grammar (JSON Schema, regex, GBNF)."},
-    };
-    static const struct { sl_histogram h; const char *name, *help; } hists[] = {
-        {SL_HISTOGRAM_TTFT, "sluice_time_to_first_token_seconds", "Submission to first token."},
-        {SL_HISTOGRAM_INTER_TOKEN, "sluice_inter_token_latency_seconds", "Mean gap between tokens, per request."},
-        {SL_HISTOGRAM_QUEUE, "sluice_request_queue_time_seconds", "Submission to admission by the worker."},
-        {SL_HISTOGRAM_E2E, "sluice_e2e_request_latency_seconds", "Submission to the last token."},
-    };
     sl_api_metrics m;
     sl_api_metrics_init(&m);
-    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
-        sl_api_metrics_counter(&m, counters[i].name, counters[i].help, NULL, 0,
-                               (double)sl_shm_counter_get(fe->shm, counters[i].c));
-    sl_api_metrics_counter(&m, "sluice_grammar_mask_seconds_total", "Worker time spent computing grammar token masks.",
-                           NULL, 0, (double)sl_shm_counter_get(fe->shm, SL_COUNTER_GRAMMAR_MASK_NS) / 1e9);
-
-    sl_shm_census_info *cen = sl_malloc(sizeof *cen);
-    if (cen != NULL) {
-        sl_shm_census(fe->shm, cen);
-        sl_api_metrics_gauge(&m, "sluice_requests_running", "Requests the worker is generating for.", NULL, 0,
-                             (double)cen->mailboxes[SL_MAILBOX_STATE_RUNNING]);
-        sl_api_metrics_gauge(&m, "sluice_requests_waiting", "Requests submitted, not yet taken by the worker.",
-                             NULL, 0, (double)cen->mailboxes[SL_MAILBOX_STATE_SUBMITTED]);
-        sl_api_metrics_gauge(&m, "sluice_mailboxes_free", "Free request mailboxes.", NULL, 0,
-                             (double)cen->mailboxes[SL_MAILBOX_STATE_FREE]);
-        free(cen);
-    }
-    sl_shm_worker_info wi;
-    sl_shm_worker_info_get(fe->shm, &wi);
-    sl_api_metrics_gauge(&m, "sluice_worker_ready", "1 when the worker is READY.", NULL, 0,
-                         wi.worker_state == SL_WORKER_STATE_READY ? 1 : 0);
-    json_t *snap = read_snapshot(fe);
-    if (snap != NULL) {
-        bool f1, f2, f3;
-        double used = snapshot_number(snap, "kv_blocks_used", &f1);
-        double total = snapshot_number(snap, "kv_blocks_total", &f2);
-        double ratio = snapshot_number(snap, "kv_cache_usage", &f3);
-        if (f3)
-            sl_api_metrics_gauge(&m, "sluice_kv_cache_usage_ratio", "KV-cache blocks in use (0..1).", NULL, 0, ratio);
-        else if (f1 && f2 && total > 0)
-            sl_api_metrics_gauge(&m, "sluice_kv_cache_usage_ratio", "KV-cache blocks in use (0..1).", NULL, 0,
-                                 used / total);
-        json_decref(snap);
-    }
-
-    const uint64_t *bounds_ns = sl_shm_histogram_bounds_ns();
-    double bounds[SL_SHM_HISTOGRAM_BUCKETS];
-    for (int i = 0; i < SL_SHM_HISTOGRAM_BUCKETS; i++)
-        bounds[i] = (double)bounds_ns[i] / 1e9;
-    for (size_t i = 0; i < sizeof hists / sizeof hists[0]; i++) {
-        uint64_t cum[SL_SHM_HISTOGRAM_BUCKETS + 1], per[SL_SHM_HISTOGRAM_BUCKETS + 1], sum_ns = 0;
-        sl_shm_histogram_read(fe->shm, hists[i].h, cum, &sum_ns);
-        for (int b = 0; b <= SL_SHM_HISTOGRAM_BUCKETS; b++) {
-            uint64_t prev = b ? cum[b - 1] : 0;
-            per[b] = cum[b] >= prev ? cum[b] - prev : 0;   /* concurrent observers: never negative */
-        }
-        sl_api_metrics_histogram(&m, hists[i].name, hists[i].help, NULL, 0, bounds, SL_SHM_HISTOGRAM_BUCKETS, per,
-                                 (double)sum_ns / 1e9);
-    }
+    sl_fe_metrics_render(fe, &m);   /* metrics.c: the series and their names */
     size_t len = 0;
     const char *text = sl_api_metrics_text(&m, &len);
     if (text == NULL) {
@@ -268,6 +174,16 @@ static void on_metrics(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
 
 /* ================================================================ effective-config */
 
+/* The worker's own effective-config snapshot, or NULL when none is published. */
+static json_t *read_snapshot(const sl_fe *fe)
+{
+    static char buf[SL_SHM_CONFIG_MAX + 1];
+    size_t len = 0;
+    if (sl_shm_config_read(fe->shm, buf, sizeof buf, &len) != SL_OK)
+        return NULL;
+    return json_loadb(buf, len, 0, NULL);
+}
+
 static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
 {
     static const char *source_names[] = {"default", "file", "env", "seed_alias", "flag"};
@@ -280,7 +196,7 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         "write_timeout_ms", "drain_delay_s", "drain_timeout_s", "chat_template", "model_alias", "log_bodies",
         "heartbeat_timeout_ms", "admin_group", "max_response", "log_format", "log_health",
         "tokenize_threads", "prefix_cache", "grammar_bytes_max", "reasoning_format", "kv_type",
-        "gpu_memory_fraction", "webui", "accept_any_model", "cors_origin"};
+        "gpu_memory_fraction", "webui", "accept_any_model", "cors_origin", "metrics_names"};
     for (int i = 0; i < SL_CFG_COUNT; i++) {
         unsigned s = c->source[i];
         json_object_set_new(src, keys[i], json_string(s < 5 ? source_names[s] : "unknown"));

@@ -387,6 +387,7 @@ int sl_frontend_main(const sl_config *cfg, uint32_t slot, int listen_fd, int wak
         close(sfd);
         return SL_FRONTEND_EXIT_CONFIG;
     }
+    fe->metrics_vllm = strcmp(cfg->metrics_names, "vllm") == 0;   /* master/config.c checked the value */
 
     h2o_config_init(&fe->config);
     /* Above the configured limit, so that routes.c answers bodies just over

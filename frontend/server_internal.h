@@ -30,6 +30,7 @@
 
 #include "frontend/api_cors.h"
 #include "frontend/api_error.h"
+#include "frontend/api_metrics.h"
 #include "frontend/api_models.h"
 #include "frontend/api_request.h"
 #include "frontend/tool_calls.h"
@@ -105,6 +106,7 @@ typedef struct {
     sl_fe_jobs *jobs;                /* the tokenize pool (jobs.c); NULL = everything inline */
     uint32_t n_jobs;                 /* jobs whose request still waits for them */
     bool log_json;                   /* --log-format json */
+    bool metrics_vllm;               /* --metrics-names vllm: /metrics under vLLM's names */
     bool draining;
     uint64_t drain_start_ns;
     bool stop_loop;
@@ -288,6 +290,13 @@ uint64_t sl_fe_routes_body_limit(const sl_config *cfg);
  * 413 before our handler runs): max_body + max(max_body, 1 MiB), clamped to
  * SIZE_MAX. */
 size_t sl_fe_routes_h2o_body_limit(uint64_t max_body);
+
+/* ---- metrics.c (called by routes.c) ---- */
+
+/* Appends every GET /metrics series to m, under vLLM's names when
+ * fe->metrics_vllm (colons allowed then), each labelled model_name. A series
+ * the builder refuses is left out; m's own failure flag reports memory. */
+void sl_fe_metrics_render(const sl_fe *fe, sl_api_metrics *m);
 
 /* server.c (sl_frontend_main, server.h) calls routes.c and stream.c; nothing
  * here calls server.c. */

@@ -92,6 +92,13 @@ static void drop_all(sl_fe_stream *st, bool cancel)
         sl_fe_choice_drop(&st->choices[i], cancel);
 }
 
+/* Same, for a client gone or given up on: the live choices count as aborted. */
+static void abandon_all(sl_fe_stream *st)
+{
+    for (uint32_t i = 0; i < st->n_choices; i++)
+        sl_fe_choice_abort(&st->choices[i]);
+}
+
 static int64_t n_generated(const sl_fe_stream *st)
 {
     int64_t n = 0;
@@ -310,6 +317,11 @@ static void finish(sl_fe_stream *st)
     sl_api_usage usage;
     sl_api_timings tm;
     totals(st, &usage, &tm);
+    int64_t longest = 0;
+    for (uint32_t i = 0; i < st->n_choices; i++)
+        if (st->choices[i].n_generated > longest)
+            longest = st->choices[i].n_generated;
+    sl_shm_histogram_observe(fe->shm, SL_HISTOGRAM_MAX_GENERATION_TOKENS, (uint64_t)longest);
     const char *fin = sl_api_finish_name(st->choices[0].fin);
     if (!st->stream) {
         sl_api_result *r = sl_calloc(st->n_choices, sizeof *r);
@@ -441,14 +453,14 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
     sl_fe_stream *st = H2O_STRUCT_FROM_MEMBER(sl_fe_stream, gen, gen);
     st->done = true;    /* the connection is gone: the write failed or it was closed */
     unlink_stream(st);
-    drop_all(st, true);
+    abandon_all(st);
 }
 
 static void on_dispose(void *p)
 {
     sl_fe_stream *st = p;
     unlink_stream(st);
-    drop_all(st, true);
+    abandon_all(st);
     if (!st->logged)
         sl_fe_respond_log(st->fe, st->req, &st->ri, 499, st->n_prompt, n_generated(st), NULL, "client_closed");
     for (uint32_t i = 0; i < st->n_choices; i++)
@@ -461,7 +473,7 @@ static void on_dispose(void *p)
  * deadline passed: cancel the request and end the response. */
 static void kill_stream(sl_fe_stream *st, int status_if_unstarted)
 {
-    drop_all(st, true);
+    abandon_all(st);
     st->done = true;
     unlink_stream(st);
     if (st->started) {
@@ -505,7 +517,7 @@ void sl_fe_streams_tick(sl_fe *fe, uint64_t now)
             if (wto > 0 && !st->write_timed_out && now > st->inflight_since_ns &&
                 now - st->inflight_since_ns > wto && fd >= 0) {
                 st->write_timed_out = true;
-                drop_all(st, true);
+                abandon_all(st);
                 fprintf(stderr, "sluice-fe slot=%" PRIu32 ": request_id=%s write timeout, dropping the client\n",
                         fe->slot, st->ri.id);
                 shutdown(fd, SHUT_RDWR);
@@ -543,12 +555,13 @@ void sl_fe_streams_abort_all(sl_fe *fe, const char *why)
     for (sl_fe_stream *st = fe->streams, *next; st != NULL; st = next) {
         next = st->next;
         if (st->inflight) {
-            drop_all(st, true);
+            abandon_all(st);
             int fd = stream_fd(st);
             if (fd >= 0)
                 shutdown(fd, SHUT_RDWR);
             continue;
         }
+        abandon_all(st);   /* given up on: counted as aborted, not failed */
         fail(st, SL_API_ERR_UNAVAILABLE, why);
     }
 }

@@ -202,7 +202,9 @@ static json_t *stats_json(sl_master *m)
                                      "requests_failed", "requests_cancelled", "tokens_generated",
                                      "prompt_tokens", "stale_entries_skipped", "worker_restarts",
                                      "frontend_restarts", "prefix_cache_query_tokens",
-                                     "prefix_cache_hit_tokens", "grammar_requests", "grammar_mask_ns"};
+                                     "prefix_cache_hit_tokens", "grammar_requests", "grammar_mask_ns",
+                                     "success_stop", "success_length", "success_tool_calls",
+                                     "success_abort"};
     _Static_assert(sizeof counters / sizeof counters[0] == SL_COUNTER_COUNT, "a name per counter");
     static const char *states[] = {"free", "claimed", "submitted", "running", "finished", "failed", "cancelled"};
     json_t *c = json_object(), *mb = json_object();

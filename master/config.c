@@ -123,6 +123,8 @@ static const setting settings[] = {
      "grammar text bytes a request may carry, after JSON Schema or regex conversion (0 = constrained decoding off)"},
     {SL_CFG_WEBUI, "webui", 0, "SLUICE_WEBUI", NULL, T_BOOL, F(webui), 0, 1, "1",
      "serve the chat page at / (--no-webui: / answers 404)"},
+    {SL_CFG_METRICS_NAMES, "metrics-names", 0, "SLUICE_METRICS_NAMES", NULL, T_STR, F(metrics_names), 0, 0, "sluice",
+     "names of the /metrics series: sluice (sluice_*) or vllm (vLLM's vllm:* names, for dashboards built on vLLM)"},
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -508,6 +510,10 @@ sl_status sl_config_parse(int argc, char **argv, sl_config *cfg, char err[SL_ERR
     sl_kv_type kt;
     if (sl_kv_type_parse(cfg->kv_type, &kt) < 0) {
         snprintf(err, SL_ERR_LEN, "--kv-type: '%s' is not one of auto, f32, f16, q8_0", cfg->kv_type);
+        return SL_EINVAL;
+    }
+    if (strcmp(cfg->metrics_names, "sluice") && strcmp(cfg->metrics_names, "vllm")) {
+        snprintf(err, SL_ERR_LEN, "--metrics-names: '%s' is not one of sluice, vllm", cfg->metrics_names);
         return SL_EINVAL;
     }
     if (!cfg->admin_socket[0])

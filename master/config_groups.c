@@ -15,8 +15,8 @@ const sl_config_group sl_config_groups[] = {
                    "prefix-cache", "token-budget", "prefill-chunk", "batch-window-ms", NULL}},
     {"Limits", {"queue-depth", "max-prompt-tokens", "default-max-tokens", "max-response", "grammar-bytes-max",
                 NULL}},
-    {"Operations", {"log-format", "log-health", "admin-socket", "admin-group", "drain-delay", "drain-timeout",
-                    "heartbeat-timeout-ms", NULL}},
+    {"Operations", {"log-format", "log-health", "metrics-names", "admin-socket", "admin-group", "drain-delay",
+                    "drain-timeout", "heartbeat-timeout-ms", NULL}},
     {"Debugging", {"log-bodies", "ttft-trace", "staggered-prefill", NULL}},
 };
 

@@ -37,7 +37,7 @@ typedef enum {
     SL_CFG_HEARTBEAT_TIMEOUT_MS, SL_CFG_ADMIN_GROUP, SL_CFG_MAX_RESPONSE, SL_CFG_LOG_FORMAT,
     SL_CFG_LOG_HEALTH, SL_CFG_TOKENIZE_THREADS, SL_CFG_PREFIX_CACHE, SL_CFG_GRAMMAR_BYTES_MAX,
     SL_CFG_REASONING_FORMAT, SL_CFG_KV_TYPE, SL_CFG_GPU_MEMORY_FRACTION, SL_CFG_WEBUI, SL_CFG_ACCEPT_ANY_MODEL,
-    SL_CFG_CORS_ORIGIN, SL_CFG_COUNT
+    SL_CFG_CORS_ORIGIN, SL_CFG_METRICS_NAMES, SL_CFG_COUNT
 } sl_config_key;
 
 typedef struct {
@@ -84,6 +84,7 @@ typedef struct {
     uint64_t grammar_bytes_max;             /* longest grammar text a request may carry (shm slice); 0 = no grammars */
     char reasoning_format[12];              /* <think> text: "separate" (reasoning_content) or "inline"; "" = separate */
     uint32_t webui;                         /* 1 = the chat page at / (frontend/webui.c); 0 = / is a 404 */
+    char metrics_names[8];                  /* /metrics series names: "sluice" or "vllm" (vLLM's, for its dashboards) */
     char shm_name[64];                      /* the segment's name, derived from the pid */
     uint8_t source[SL_CFG_COUNT];           /* sl_config_source of each field */
 } sl_config;

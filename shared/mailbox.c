@@ -598,6 +598,11 @@ sl_status sl_shm_worker_push(sl_shm_t *w, sl_shm_ticket t, int32_t token, const 
     if (tail + 1 > n_echo) {
         if (tail == n_echo)
             mb->timings.first_token_ns = now;
+        else if (now >= mb->timings.last_token_ns)
+            /* Every gap, observed here where the token is made: the front end
+             * reads tokens in batches (one wakeup per step at best), so the
+             * gaps it saw would be its own reading cadence. */
+            sl_shm_histogram_observe(w, SL_HISTOGRAM_INTER_TOKEN, now - mb->timings.last_token_ns);
         mb->timings.last_token_ns = now;
         mb->timings.n_generated = (uint32_t)(tail + 1 - n_echo);
     }

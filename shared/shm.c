@@ -546,36 +546,57 @@ uint64_t sl_shm_counter_get(const sl_shm_t *h, sl_counter c)
 }
 
 /* vLLM's TTFT/latency bucket scale, in ns: 1 ms .. 80 s. */
-static const uint64_t hist_bounds[SL_SHM_HISTOGRAM_BUCKETS] = {
+static const uint64_t hist_bounds_ns[SL_SHM_HISTOGRAM_BUCKETS] = {
     1000000ull,     2500000ull,     5000000ull,     10000000ull,    20000000ull,
     40000000ull,    60000000ull,    80000000ull,    100000000ull,   250000000ull,
     500000000ull,   750000000ull,   1000000000ull,  2500000000ull,  5000000000ull,
     7500000000ull,  10000000000ull, 20000000000ull, 40000000000ull, 80000000000ull,
 };
 
-const uint64_t *sl_shm_histogram_bounds_ns(void) { return hist_bounds; }
+/* Token counts on vLLM's 1-2-5 scale; vLLM stops at the context length, these
+ * stop at 2M tokens so that one layout serves every model. */
+static const uint64_t hist_bounds_tokens[SL_SHM_HISTOGRAM_BUCKETS] = {
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1000,
+    2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000, 1000000, 2000000,
+};
 
-void sl_shm_histogram_observe(sl_shm_t *h, sl_histogram which, uint64_t value_ns)
+sl_shm_histogram_unit_t sl_shm_histogram_unit(sl_histogram which)
+{
+    switch (which) {
+    case SL_HISTOGRAM_PROMPT_TOKENS:
+    case SL_HISTOGRAM_GENERATION_TOKENS:
+    case SL_HISTOGRAM_MAX_GENERATION_TOKENS: return SL_SHM_HISTOGRAM_UNIT_TOKENS;
+    default: return SL_SHM_HISTOGRAM_UNIT_NS;
+    }
+}
+
+const uint64_t *sl_shm_histogram_bounds(sl_histogram which)
+{
+    return sl_shm_histogram_unit(which) == SL_SHM_HISTOGRAM_UNIT_TOKENS ? hist_bounds_tokens : hist_bounds_ns;
+}
+
+void sl_shm_histogram_observe(sl_shm_t *h, sl_histogram which, uint64_t value)
 {
     if ((unsigned)which >= SL_HISTOGRAM_COUNT)
         return;
+    const uint64_t *bounds = sl_shm_histogram_bounds(which);
     int b = 0;
-    while (b < SL_SHM_HISTOGRAM_BUCKETS && value_ns > hist_bounds[b])
+    while (b < SL_SHM_HISTOGRAM_BUCKETS && value > bounds[b])
         b++;
     atomic_fetch_add_explicit(&h->hdr->hist_buckets[which][b], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->hdr->hist_sum[which], value_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->hdr->hist_sum[which], value, memory_order_relaxed);
 }
 
 void sl_shm_histogram_read(const sl_shm_t *h, sl_histogram which, uint64_t cumulative[SL_SHM_HISTOGRAM_BUCKETS + 1],
-                           uint64_t *sum_ns)
+                           uint64_t *sum)
 {
     uint64_t acc = 0;
-    *sum_ns = 0;
+    *sum = 0;
     for (int b = 0; b <= SL_SHM_HISTOGRAM_BUCKETS; b++) {
         if ((unsigned)which < SL_HISTOGRAM_COUNT)
             acc += atomic_load_explicit(&h->hdr->hist_buckets[which][b], memory_order_relaxed);
         cumulative[b] = acc;
     }
     if ((unsigned)which < SL_HISTOGRAM_COUNT)
-        *sum_ns = atomic_load_explicit(&h->hdr->hist_sum[which], memory_order_relaxed);
+        *sum = atomic_load_explicit(&h->hdr->hist_sum[which], memory_order_relaxed);
 }

@@ -350,6 +350,11 @@ typedef enum {
     SL_COUNTER_PREFIX_HIT_TOKENS,          /* worker: of those, found cached */
     SL_COUNTER_GRAMMAR_REQUESTS,           /* worker: requests that ran with a grammar (compiled) */
     SL_COUNTER_GRAMMAR_MASK_NS,            /* worker: ns spent computing grammar token masks */
+    SL_COUNTER_SUCCESS_STOP,               /* front end: choices answered, by finish reason: stop */
+    SL_COUNTER_SUCCESS_LENGTH,             /*   length (max_tokens or the context) */
+    SL_COUNTER_SUCCESS_TOOL_CALLS,         /*   tool_calls */
+    SL_COUNTER_SUCCESS_ABORT,              /* front end: choices abandoned before their end (client gone,
+                                              write timeout, drain deadline) */
     SL_COUNTER_COUNT
 } sl_counter;
 #define SL_SHM_COUNTERS_MAX 64             /* room reserved in the header */
@@ -357,27 +362,49 @@ typedef enum {
 void sl_shm_counter_add(sl_shm_t *h, sl_counter c, uint64_t n);
 uint64_t sl_shm_counter_get(const sl_shm_t *h, sl_counter c);
 
-/* Latency histograms with fixed bucket bounds (sl_shm_histogram_bounds_ns). */
+/* Histograms with fixed bucket bounds. A histogram counts either nanoseconds
+ * (SL_SHM_HISTOGRAM_UNIT_NS: vLLM's latency scale, 1 ms .. 80 s) or tokens
+ * (SL_SHM_HISTOGRAM_UNIT_TOKENS: 1, 2, 5, 10, .. 2,000,000); the unit is fixed
+ * per histogram (sl_shm_histogram_unit). Observed per choice at its end by the
+ * front end, except INTER_TOKEN (the worker, at every token after the first)
+ * and MAX_GENERATION_TOKENS (the front end, once per request). */
 typedef enum {
-    SL_HISTOGRAM_TTFT = 0,
-    SL_HISTOGRAM_INTER_TOKEN,
-    SL_HISTOGRAM_QUEUE,
-    SL_HISTOGRAM_E2E,
+    SL_HISTOGRAM_TTFT = 0,                 /* ns: submission to first token */
+    SL_HISTOGRAM_MEAN_INTER_TOKEN,         /* ns: (last - first token) / (tokens - 1), per choice */
+    SL_HISTOGRAM_QUEUE,                    /* ns: submission to admission by the worker */
+    SL_HISTOGRAM_E2E,                      /* ns: submission to the last token */
+    SL_HISTOGRAM_INTER_TOKEN,              /* ns: each gap between two consecutive tokens of a choice */
+    SL_HISTOGRAM_PREFILL,                  /* ns: admission to first token */
+    SL_HISTOGRAM_DECODE,                   /* ns: first token to last token */
+    SL_HISTOGRAM_INFERENCE,                /* ns: admission to last token */
+    SL_HISTOGRAM_PROMPT_TOKENS,            /* tokens: prompt length */
+    SL_HISTOGRAM_GENERATION_TOKENS,        /* tokens: tokens generated for the choice */
+    SL_HISTOGRAM_MAX_GENERATION_TOKENS,    /* tokens: per request, the longest of its choices */
     SL_HISTOGRAM_COUNT
 } sl_histogram;
 #define SL_SHM_HISTOGRAM_BUCKETS 20        /* finite bounds; +Inf is one more */
 
-/* The upper bounds (ns, ascending) of the SL_SHM_HISTOGRAM_BUCKETS finite buckets. */
-const uint64_t *sl_shm_histogram_bounds_ns(void);
+typedef enum {
+    SL_SHM_HISTOGRAM_UNIT_NS = 0,
+    SL_SHM_HISTOGRAM_UNIT_TOKENS,
+} sl_shm_histogram_unit_t;
+
+/* The unit of `which` (NS for an unknown one). */
+sl_shm_histogram_unit_t sl_shm_histogram_unit(sl_histogram which);
+
+/* The upper bounds (ascending, in the histogram's unit) of its
+ * SL_SHM_HISTOGRAM_BUCKETS finite buckets. */
+const uint64_t *sl_shm_histogram_bounds(sl_histogram which);
 
 /* Adds one sample (atomic; any process). */
-void sl_shm_histogram_observe(sl_shm_t *h, sl_histogram which, uint64_t value_ns);
+void sl_shm_histogram_observe(sl_shm_t *h, sl_histogram which, uint64_t value /* in its unit */);
 
 /* Reads Prometheus-style cumulative counts: cumulative[i] = samples <= bound i,
- * cumulative[SL_SHM_HISTOGRAM_BUCKETS] = all samples (+Inf); *sum_ns the sum. */
+ * cumulative[SL_SHM_HISTOGRAM_BUCKETS] = all samples (+Inf); *sum the sum of the
+ * samples in the histogram's unit. */
 void sl_shm_histogram_read(const sl_shm_t *h, sl_histogram which,
                            uint64_t cumulative[SL_SHM_HISTOGRAM_BUCKETS + 1] /* OUT */,
-                           uint64_t *sum_ns /* OUT */);
+                           uint64_t *sum /* OUT */);
 
 /* ---- recovery (master) ---------------------------------------------------------- */
 

@@ -49,10 +49,12 @@
 #include "shared/shm.h"
 
 #define SL_SHM_MAGIC 0x314d48534543554cULL /* "LUCESHM1" little-endian: 'L','U','C','E','S','H','M','1' */
-#define SL_SHM_LAYOUT_VERSION 5u   /* 2: limits.submit_queue_depth, the pause flag;
+#define SL_SHM_LAYOUT_VERSION 6u   /* 2: limits.submit_queue_depth, the pause flag;
                                       3: mailbox n_cached_tokens, the prefix-cache counters;
                                       4: limits.grammar_bytes_max, off_grammar, mailbox grammar_len;
-                                      5: mailbox echo_logprobs */
+                                      5: mailbox echo_logprobs;
+                                      6: 11 histograms (was 4; token-count ones), the
+                                         request-success counters */
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free to work across processes");
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "32-bit atomics must be lock-free to work across processes");
@@ -119,10 +121,10 @@ typedef struct {
     /* shared figures */
     _Atomic uint64_t counters[SL_SHM_COUNTERS_MAX];      /* 8528 */
     _Atomic uint64_t hist_buckets[SL_HISTOGRAM_COUNT][SL_SHM_HISTOGRAM_BUCKETS + 1]; /* 9040 non-cumulative */
-    _Atomic uint64_t hist_sum[SL_HISTOGRAM_COUNT];       /* 9712 */
-    uint64_t off_grammar;                                /* 9744 (0 when grammar_bytes_max is 0) */
-    char _pad2[8];                                       /* 9752 */
-} sl_header_shm;                                         /* 9760 */
+    _Atomic uint64_t hist_sum[SL_HISTOGRAM_COUNT];       /* 10888 */
+    uint64_t off_grammar;                                /* 10976 (0 when grammar_bytes_max is 0) */
+    char _pad2[8];                                       /* 10984 */
+} sl_header_shm;                                         /* 10992 */
 
 _Static_assert(sizeof(sl_shm_limits) == 40, "limits changed: bump SL_SHM_LAYOUT_VERSION");
 _Static_assert(offsetof(sl_header_shm, limits) == 24, "header layout");
@@ -136,9 +138,11 @@ _Static_assert(offsetof(sl_header_shm, config_seq) == 320, "header layout");
 _Static_assert(offsetof(sl_header_shm, config_words) == 336, "header layout");
 _Static_assert(offsetof(sl_header_shm, counters) == 8528, "header layout");
 _Static_assert(offsetof(sl_header_shm, hist_buckets) == 9040, "header layout");
-_Static_assert(offsetof(sl_header_shm, hist_sum) == 9712, "header layout");
-_Static_assert(offsetof(sl_header_shm, off_grammar) == 9744, "header layout");
-_Static_assert(sizeof(sl_header_shm) == 9760, "header layout");
+_Static_assert(SL_HISTOGRAM_COUNT == 11, "histograms changed: bump SL_SHM_LAYOUT_VERSION");
+_Static_assert(SL_COUNTER_COUNT <= SL_SHM_COUNTERS_MAX, "counters outgrew the header's room");
+_Static_assert(offsetof(sl_header_shm, hist_sum) == 10888, "header layout");
+_Static_assert(offsetof(sl_header_shm, off_grammar) == 10976, "header layout");
+_Static_assert(sizeof(sl_header_shm) == 10992, "header layout");
 
 /* One front end's submission ring: single producer (the slot's front end),
  * single consumer (the worker). Producer and consumer indices on separate lines. */

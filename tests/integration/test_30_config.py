@@ -33,6 +33,7 @@ def serve_fails(args, env_extra=None, tmp_path=None):
     ([], {"SLUICE_PREFIX_CACHE": "maybe"}, "SLUICE_PREFIX_CACHE"),
     (["--device", "tpu"], {}, "--device"),
     (["--kv-memory", "12Q"], {}, "--kv-memory"),
+    (["--metrics-names", "prom"], {}, "--metrics-names: 'prom' is not one of sluice, vllm"),
     ([], {"CUDA_MAX_BATCH": "lots"}, "CUDA_MAX_BATCH: 'lots'"),
     ([], {"SLUICE_BATCH_WINDOW_MS": "-3"}, "SLUICE_BATCH_WINDOW_MS"),
     (["-m", "/nonexistent.gguf"], {}, "/nonexistent.gguf: cannot open"),

@@ -149,7 +149,7 @@ def test_bad_request(srv, path, body, status, param):
 
 def metric(srv, name):
     t = srv.request("GET", "/metrics")[2].decode()
-    return float(next(ln.split()[1] for ln in t.splitlines() if ln.startswith(name + " ")))
+    return float(next(ln.split()[-1] for ln in t.splitlines() if ln.startswith((name + " ", name + "{"))))
 
 
 def test_bad_requests_on_one_connection_never_reach_the_worker(srv):
@@ -324,8 +324,8 @@ def test_metrics(srv):
                  "sluice_time_to_first_token_seconds_bucket", "sluice_e2e_request_latency_seconds_count",
                  "sluice_kv_cache_usage_ratio", "sluice_generation_tokens_total"]:
         assert name in t, name
-    sub = [ln for ln in t.splitlines() if ln.startswith("sluice_requests_submitted_total ")]
-    assert float(sub[0].split()[1]) >= 1
+    sub = [ln for ln in t.splitlines() if ln.startswith("sluice_requests_submitted_total{")]
+    assert float(sub[0].split()[-1]) >= 1
 
 
 def test_effective_config(srv):

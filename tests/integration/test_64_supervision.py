@@ -27,7 +27,7 @@ def server(chat_model, tmp_path):
 
 def metric(server, name):
     text = server.get("/metrics")[1].decode()
-    m = re.search(rf"^{name} (\d+)", text, re.M)
+    m = re.search(rf"^{name}(?:{{[^}}]*}})? (\d+)", text, re.M)
     assert m, f"{name} not in /metrics"
     return int(m.group(1))
 

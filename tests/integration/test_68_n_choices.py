@@ -101,7 +101,7 @@ def test_completions_three_choices_whole(client, model):
 def metric(s, name):
     _, body = s.get("/metrics")
     for line in body.decode().splitlines():
-        if line.startswith(name + " "):
+        if line.startswith((name + " ", name + "{")):
             return float(line.split()[-1])
     raise AssertionError(f"{name} not on /metrics")
 

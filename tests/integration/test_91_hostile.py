@@ -139,7 +139,7 @@ def vanish(port, what, out):
 
 
 def metric(text, name):
-    m = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
+    m = re.search(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+-]+)$", text, re.M)
     return float(m.group(1)) if m else None
 
 

@@ -111,6 +111,38 @@ Test(api_metrics, bad_names_and_bounds_are_refused)
     sl_api_metrics_fini(&m);
 }
 
+Test(api_metrics, colons_only_when_allowed)
+{
+    sl_api_metrics m;
+    sl_api_metrics_init(&m);
+    sl_api_metric_label model = {"model_name", "tiny"};
+    cr_expect_eq(sl_api_metrics_gauge(&m, "vllm:num_requests_running", "r", &model, 1, 1), SL_EINVAL);
+    cr_expect_eq(sl_api_metrics_counter(&m, "sluice:x_total", "x", NULL, 0, 1), SL_EINVAL);
+    cr_expect_str_eq(sl_api_metrics_text(&m, NULL), "");   /* refused before anything was written */
+    sl_api_metrics_allow_colons(&m, true);
+    cr_expect_eq(sl_api_metrics_gauge(&m, "vllm:num_requests_running", "r", &model, 1, 1), SL_OK);
+    double b[] = {1, 2};
+    uint64_t c[] = {1, 0, 1};
+    cr_expect_eq(sl_api_metrics_histogram(&m, "vllm:request_prompt_tokens", "p", &model, 1, b, 2, c, 4), SL_OK);
+    /* the other rules still hold with colons on */
+    cr_expect_eq(sl_api_metrics_counter(&m, "vllm:prompt_tokens", "p", &model, 1, 1), SL_EINVAL);
+    cr_expect_eq(sl_api_metrics_gauge(&m, "vllm:Running", "r", &model, 1, 1), SL_EINVAL);
+    sl_api_metrics_allow_colons(&m, false);
+    cr_expect_eq(sl_api_metrics_gauge(&m, "vllm:num_requests_waiting", "w", &model, 1, 0), SL_EINVAL);
+    cr_expect_str_eq(sl_api_metrics_text(&m, NULL),
+        "# HELP vllm:num_requests_running r\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        "vllm:num_requests_running{model_name=\"tiny\"} 1\n"
+        "# HELP vllm:request_prompt_tokens p\n"
+        "# TYPE vllm:request_prompt_tokens histogram\n"
+        "vllm:request_prompt_tokens_bucket{model_name=\"tiny\",le=\"1\"} 1\n"
+        "vllm:request_prompt_tokens_bucket{model_name=\"tiny\",le=\"2\"} 1\n"
+        "vllm:request_prompt_tokens_bucket{model_name=\"tiny\",le=\"+Inf\"} 2\n"
+        "vllm:request_prompt_tokens_sum{model_name=\"tiny\"} 4\n"
+        "vllm:request_prompt_tokens_count{model_name=\"tiny\"} 2\n");
+    sl_api_metrics_fini(&m);
+}
+
 Test(api_metrics, a_family_cannot_be_reopened)
 {
     sl_api_metrics m;

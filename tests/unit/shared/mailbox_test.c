@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shared/shm.h"
@@ -69,6 +70,40 @@ static sl_status submit_n(sl_shm_t *fe, uint64_t rid, uint32_t n, sl_shm_ticket 
     req.prompt = prompt;
     req.n_prompt = n;
     return sl_shm_submit(fe, &req, t);
+}
+
+/* The worker observes each gap between consecutive tokens as it pushes them:
+ * n tokens make n - 1 observations, the first token none. */
+Test(mailbox, push_observes_every_gap_between_tokens)
+{
+    fixture f;
+    setup_with(&f, "itl", small_limits());
+    sl_shm_ticket t, wt;
+    cr_assert_eq(submit_n(f.fe, 7, 4, &t), SL_OK);
+    cr_assert_eq(sl_shm_worker_pop(f.w, &wt), SL_OK);
+    uint64_t cum[SL_SHM_HISTOGRAM_BUCKETS + 1], sum;
+    cr_assert_eq(sl_shm_worker_push(f.w, wt, 1, NULL), SL_OK);
+    sl_shm_histogram_read(f.fe, SL_HISTOGRAM_INTER_TOKEN, cum, &sum);
+    cr_assert_eq(cum[SL_SHM_HISTOGRAM_BUCKETS], 0, "the first token has no gap before it");
+    int32_t toks[4];
+    uint32_t n;
+    sl_mailbox_state st;
+    for (int i = 0; i < 3; i++) {
+        struct timespec pause = {0, 2000000};   /* 2 ms: the gap lands in the le=0.0025 bucket or above */
+        nanosleep(&pause, NULL);
+        cr_assert_eq(sl_shm_worker_push(f.w, wt, 2 + i, NULL), SL_OK);
+        cr_assert_eq(sl_shm_read_tokens(f.fe, t, toks, NULL, 4, &n, &st), SL_OK);
+    }
+    sl_shm_histogram_read(f.fe, SL_HISTOGRAM_INTER_TOKEN, cum, &sum);
+    cr_assert_eq(cum[SL_SHM_HISTOGRAM_BUCKETS], 3);
+    cr_assert_eq(cum[0], 0, "no gap under 1 ms");
+    cr_assert_geq(sum, 3 * 2000000ull);
+    sl_shm_result_info res;
+    cr_assert_eq(sl_shm_result(f.w, wt, &res), SL_OK);
+    cr_assert_leq(sum, res.timings.last_token_ns - res.timings.first_token_ns, "the gaps add up to the decode time");
+    cr_assert_eq(sl_shm_worker_finish(f.w, wt, SL_FINISH_REASON_LENGTH, NULL), SL_OK);
+    cr_assert_eq(sl_shm_release(f.fe, t), SL_OK);
+    teardown(&f);
 }
 
 Test(mailbox, full_lifecycle)

@@ -257,6 +257,34 @@ Test(shm, config_snapshot_roundtrip)
     sl_shm_destroy(m);
 }
 
+Test(shm, token_histograms_count_tokens_on_a_1_2_5_scale)
+{
+    char name[64], err[SL_ERR_LEN];
+    tl_name(name, sizeof(name), "tok");
+    sl_shm_limits l = small_limits();
+    sl_shm_t *m = sl_shm_create(name, &l, err);
+    cr_assert_eq(sl_shm_histogram_unit(SL_HISTOGRAM_PROMPT_TOKENS), SL_SHM_HISTOGRAM_UNIT_TOKENS);
+    cr_assert_eq(sl_shm_histogram_unit(SL_HISTOGRAM_GENERATION_TOKENS), SL_SHM_HISTOGRAM_UNIT_TOKENS);
+    cr_assert_eq(sl_shm_histogram_unit(SL_HISTOGRAM_MAX_GENERATION_TOKENS), SL_SHM_HISTOGRAM_UNIT_TOKENS);
+    cr_assert_eq(sl_shm_histogram_unit(SL_HISTOGRAM_INTER_TOKEN), SL_SHM_HISTOGRAM_UNIT_NS);
+    const uint64_t *b = sl_shm_histogram_bounds(SL_HISTOGRAM_PROMPT_TOKENS);
+    cr_assert(b[0] == 1 && b[1] == 2 && b[2] == 5 && b[3] == 10 && b[SL_SHM_HISTOGRAM_BUCKETS - 1] == 2000000);
+    for (int i = 1; i < SL_SHM_HISTOGRAM_BUCKETS; i++)
+        cr_assert_gt(b[i], b[i - 1]);
+    cr_assert_eq(sl_shm_histogram_bounds(SL_HISTOGRAM_E2E)[0], 1000000, "1 ms");
+    sl_shm_histogram_observe(m, SL_HISTOGRAM_PROMPT_TOKENS, 1);        /* le=1 */
+    sl_shm_histogram_observe(m, SL_HISTOGRAM_PROMPT_TOKENS, 3);        /* le=5 */
+    sl_shm_histogram_observe(m, SL_HISTOGRAM_PROMPT_TOKENS, 5000000);  /* +Inf */
+    uint64_t cum[SL_SHM_HISTOGRAM_BUCKETS + 1], sum;
+    sl_shm_histogram_read(m, SL_HISTOGRAM_PROMPT_TOKENS, cum, &sum);
+    cr_assert(cum[0] == 1 && cum[1] == 1 && cum[2] == 2 && cum[SL_SHM_HISTOGRAM_BUCKETS - 1] == 2);
+    cr_assert_eq(cum[SL_SHM_HISTOGRAM_BUCKETS], 3);
+    cr_assert_eq(sum, 1 + 3 + 5000000);
+    sl_shm_histogram_read(m, SL_HISTOGRAM_GENERATION_TOKENS, cum, &sum);
+    cr_assert(cum[SL_SHM_HISTOGRAM_BUCKETS] == 0 && sum == 0, "histograms are separate");
+    sl_shm_destroy(m);
+}
+
 Test(shm, counters_and_cumulative_histograms)
 {
     char name[64], err[SL_ERR_LEN];
