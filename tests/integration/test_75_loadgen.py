@@ -156,3 +156,138 @@ def test_shared_prefix_words_refused(bad):
     r = subprocess.run([tool("loadgen"), "--show-request", "0", "--shared-prefix-words", bad],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "usage" in r.stderr
+
+
+# ---- a kept-alive connection the server closes before answering -----------
+
+def test_stale_keepalive_retried(stub, tmp_path):
+    """The stub drops every connection after 3 responses, silently, when the
+    4th request arrives (as llama.cpp's llama-server does under load). With
+    --no-retry-stale a quarter of the requests fail; by default each is sent
+    again once on a new connection and none fails, the counts exact."""
+    url = stub("--close-idle-after", "3")
+    args = ("--concurrency", "4", "--requests", "60", "--max-tokens", "8", "--threads", "2")
+    levels, _ = loadgen(tmp_path, url, *args, "--no-retry-stale", expect_rc=1)
+    lv = levels[0]
+    assert lv["errors"]["io"] >= 10 and lv["errors_total"] == lv["errors"]["io"], lv
+    assert lv["retried_stale"] == 0 and lv["requests_ok"] == 60 - lv["errors"]["io"]
+    levels, text = loadgen(tmp_path, url, *args)
+    lv = levels[0]
+    assert lv["errors_total"] == 0, lv
+    assert lv["requests_ok"] == 60 and lv["completion_tokens"] == 60 * 8 and lv["content_chunks"] == 60 * 8
+    assert lv["ttft_ms"]["n"] == 60 and lv["e2e_ms"]["n"] == 60
+    # every connection carries 3 requests; the 4th goes again on the next one
+    assert lv["retried_stale"] >= 10 and lv["connects"] == lv["retried_stale"] + 4, lv
+    assert "retried" in text.splitlines()[1]
+
+
+def _sse_response(n_tokens):
+    """A chunked chat stream of n_tokens one-token chunks, usage, [DONE]."""
+    events = ['{"choices":[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}'] * n_tokens
+    events.append('{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":%d}}' % n_tokens)
+    events.append("[DONE]")
+    body = b""
+    for e in events:
+        data = f"data: {e}\n\n".encode()
+        body += b"%x\r\n%s\r\n" % (len(data), data)
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + body + b"0\r\n\r\n")
+
+
+class ScriptedServer:
+    """A one-connection-at-a-time HTTP server that answers the k-th request
+    it reads (over all connections) as script[k] says: "ok" a full stream,
+    ("close", delay_s) a close with no response byte after delay_s, "partial"
+    a status line then a close, "reset" a TCP reset with no response byte.
+    After the script, every request gets "ok"."""
+
+    def __init__(self, script, n_tokens=4):
+        import socket
+        import threading
+        self.script, self.n_tokens, self.seen = list(script), n_tokens, 0
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.url = "127.0.0.1:%d" % self.lsock.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _read_request(self, conn, pending):
+        while b"\r\n\r\n" not in pending:
+            got = conn.recv(65536)
+            if not got:
+                return None, b""
+            pending += got
+        head, rest = pending.split(b"\r\n\r\n", 1)
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(rest) < length:
+            got = conn.recv(65536)
+            if not got:
+                return None, b""
+            rest += got
+        return head, rest[length:]
+
+    def _serve(self):
+        import socket
+        import struct
+        import time
+        while True:
+            try:
+                conn, _ = self.lsock.accept()
+            except OSError:
+                return                      # closed by stop()
+            pending = b""
+            with conn:
+                while True:
+                    head, pending = self._read_request(conn, pending)
+                    if head is None:
+                        break
+                    action = self.script[self.seen] if self.seen < len(self.script) else "ok"
+                    self.seen += 1
+                    if action == "ok":
+                        conn.sendall(_sse_response(self.n_tokens))
+                        continue
+                    if action == "partial":
+                        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                    elif action == "reset":
+                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    else:
+                        time.sleep(action[1])
+                    break                   # the with block closes the connection
+
+    def stop(self):
+        self.lsock.close()
+        self.thread.join(timeout=10)
+
+
+def test_stale_retry_once_only_reused_before_any_byte(tmp_path):
+    """One connection, requests one after another, the server's k-th read
+    request answered as the script says. Retried: a reused connection
+    closed (after 0.25 s) or reset before any response byte. Errors: the
+    retry closed too (once per request), a close on a fresh connection, a
+    close after the status line. The retried request's TTFT runs from its
+    first send, so it holds the 0.25 s the wasted attempt took."""
+    script = ["ok",                      # req 0, fresh
+              ("close", 0.25), "ok",     # req 1, reused: retried on a new connection
+              ("close", 0), ("close", 0),  # req 2, reused, sent again, closed again: io error
+              ("close", 0),              # req 3, fresh: io error
+              "ok",                      # req 4, fresh
+              "partial",                 # req 5, reused, a response byte came: io error
+              "ok",                      # req 6, fresh
+              "reset", "ok"]             # req 7, reused, reset: retried
+    srv = ScriptedServer(script, n_tokens=4)
+    try:
+        levels, text = loadgen(tmp_path, srv.url, "--requests", "8", "--max-tokens", "4", "--threads", "1",
+                               expect_rc=1)
+    finally:
+        srv.stop()
+    lv = levels[0]
+    assert srv.seen == len(script)
+    assert lv["requests_ok"] == 5 and lv["errors"]["io"] == 3 and lv["errors_total"] == 3, lv
+    # sent again: requests 1, 2 (whose second attempt failed) and 7; a new
+    # connection for requests 0, 1's and 2's second attempts, 3, 4, 6, 7's
+    assert lv["retried_stale"] == 3 and lv["connects"] == 7, lv
+    assert lv["completion_tokens"] == 5 * 4 and lv["content_chunks"] == 5 * 4
+    assert lv["ttft_ms"]["n"] == 5 and lv["ttft_ms"]["max"] >= 250 and lv["e2e_ms"]["max"] >= 250, lv
+    assert lv["ttft_ms"]["p50"] < 250, "only the retried request waited"
+    assert "io=3" in text

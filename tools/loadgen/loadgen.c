@@ -4,7 +4,7 @@
  *   loadgen --url HOST:PORT [--concurrency 1,64,256] [--requests N | --duration S]
  *           [--endpoint chat|completions] [--prompt-words W] [--shared-prefix-words P]
  *           [--max-tokens M]
- *           [--ignore-eos] [--threads T] [--timeout S] [--json FILE] ...
+ *           [--ignore-eos] [--threads T] [--timeout S] [--no-retry-stale] [--json FILE] ...
  *
  * For each concurrency level C in turn, C connections each run requests back
  * to back over HTTP/1.1 keep-alive (a new request the moment the previous one
@@ -20,7 +20,18 @@
  * together). Latencies go into log histograms with 2% buckets: percentiles are
  * accurate to 2%, memory stays fixed however long the run. The load
  * generator's own CPU time (getrusage) is printed so a run shows whether the
- * generator, not the server, was the bottleneck. */
+ * generator, not the server, was the bottleneck.
+ *
+ * A stale keep-alive connection: a server may close a kept-alive connection
+ * while a request is on its way (llama.cpp's llama-server does, under load).
+ * A request sent on a REUSED connection that sees EOF or a reset before the
+ * first response byte is sent again, once, on a new connection, and counted
+ * in retried_stale rather than as an error, as HTTP clients do (RFC 9112
+ * section 9.3.1: no response byte came, so nothing was processed that the
+ * client saw). A fresh connection closed the same way, a second stale close,
+ * or a close after any response byte is still an error. The retried request
+ * keeps its clock: TTFT and end-to-end run from the first send, so they
+ * include the wasted attempt and the reconnect, as a real client sees them. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -61,6 +72,7 @@ typedef struct {
     int chat, prompt_words, max_tokens, ignore_eos, threads, read_size;
     int shared_prefix_words;  /* the same words open every prompt (the prefix cache's load) */
     int show_request;         /* --show-request: print that request's body and exit; -1 off */
+    int no_retry_stale;       /* --no-retry-stale: a stale keep-alive close is an error (the raw behaviour) */
     const char *model, *json_path, *api_key;
     const char *extra;        /* --extra-json: members added to every body, or NULL */
 } options;
@@ -127,7 +139,7 @@ enum {
     ERR_STREAM,               /* the server sent an error event mid-stream */
     ERR_NO_USAGE,             /* [DONE] without a usage chunk */
     ERR_TIMEOUT,              /* no complete response within --timeout */
-    ERR_IO,                   /* reset or closed mid-response */
+    ERR_IO,                   /* reset or closed mid-response (a stale keep-alive close retried once is not) */
     ERR_N
 };
 static const char *err_names[ERR_N] = {"connect", "http", "malformed", "stream_error", "missing_usage",
@@ -135,6 +147,7 @@ static const char *err_names[ERR_N] = {"connect", "http", "malformed", "stream_e
 
 typedef struct {
     uint64_t ok, errors[ERR_N], connects;
+    uint64_t retried_stale;   /* requests sent again after a reused connection closed before any response byte */
     int64_t completion_tokens, prompt_tokens, content_chunks;
     hist ttft, itl, e2e;
     double cpu_s;             /* this thread's CPU time (RUSAGE_THREAD) */
@@ -158,6 +171,9 @@ typedef struct {
     double t_start, t_first, t_last, t_now, deadline, retry_at;
     int64_t n_content, completion_tokens, prompt_tokens;
     int saw_done, stream_error, bad_event;
+    int reused;               /* the current attempt went out on a connection that had carried a response */
+    int retried;              /* the current request was already sent again once (a stale close) */
+    size_t resp_bytes;        /* response bytes received by the current attempt */
 } conn;
 
 struct worker {
@@ -307,30 +323,11 @@ static int claim_request(worker *w, long *id)
 
 static void try_send(conn *c);
 
-/* Starts the next request on an idle connection, opening one if needed. */
-static void conn_start(conn *c)
+/* Opens a new connection for the request in c->req and sends it once
+ * connected (at once, or from the event loop after EINPROGRESS). */
+static void conn_connect(conn *c)
 {
-    long id;
-    if (!claim_request(c->w, &id)) {
-        conn_close(c);
-        c->state = CONN_FINISHED;
-        return;
-    }
-    if (build_request(c, id) < 0) {
-        fprintf(stderr, "loadgen: out of memory\n");
-        exit(1);
-    }
-    c->t_start = now_s();
-    c->deadline = c->t_start + opt.timeout;
-    c->n_content = 0;
-    c->completion_tokens = c->prompt_tokens = -1;
-    c->saw_done = c->stream_error = c->bad_event = 0;
-    lg_resp_init(&c->resp, on_event, c);
-    if (c->fd >= 0) {
-        c->state = CONN_SENDING;
-        try_send(c);
-        return;
-    }
+    c->reused = 0;
     c->fd = socket(opt.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c->fd < 0) {
         perror("loadgen: socket");
@@ -353,6 +350,56 @@ static void conn_start(conn *c)
     }
 }
 
+/* Starts the next request on an idle connection, opening one if needed. */
+static void conn_start(conn *c)
+{
+    long id;
+    if (!claim_request(c->w, &id)) {
+        conn_close(c);
+        c->state = CONN_FINISHED;
+        return;
+    }
+    if (build_request(c, id) < 0) {
+        fprintf(stderr, "loadgen: out of memory\n");
+        exit(1);
+    }
+    c->t_start = now_s();
+    c->deadline = c->t_start + opt.timeout;
+    c->n_content = 0;
+    c->completion_tokens = c->prompt_tokens = -1;
+    c->saw_done = c->stream_error = c->bad_event = 0;
+    c->retried = 0;
+    c->resp_bytes = 0;
+    lg_resp_init(&c->resp, on_event, c);
+    if (c->fd < 0) {
+        conn_connect(c);
+        return;
+    }
+    c->reused = 1;
+    c->state = CONN_SENDING;
+    try_send(c);
+}
+
+/* The connection closed or reset under the current attempt (what: the
+ * error's text). A first close of a reused connection before any response
+ * byte is the server dropping an idle keep-alive connection: the request is
+ * sent again, once, on a new connection, keeping its t_start and deadline
+ * (the client's view: its latency includes the wasted attempt). Anything
+ * else fails the request. */
+static void conn_lost(conn *c, const char *what)
+{
+    if (!c->reused || c->retried || c->resp_bytes || opt.no_retry_stale) {
+        conn_fail(c, ERR_IO, what);
+        return;
+    }
+    conn_close(c);
+    c->w->st.retried_stale++;
+    c->retried = 1;
+    c->req_off = 0;
+    lg_resp_init(&c->resp, on_event, c);
+    conn_connect(c);
+}
+
 static void try_send(conn *c)
 {
     while (c->req_off < c->req_len) {
@@ -367,7 +414,10 @@ static void try_send(conn *c)
         }
         char m[96];
         snprintf(m, sizeof m, "send: %s", k < 0 ? strerror(errno) : "closed");
-        conn_fail(c, ERR_IO, m);
+        if (k < 0 && (errno == EPIPE || errno == ECONNRESET))
+            conn_lost(c, m);
+        else
+            conn_fail(c, ERR_IO, m);
         return;
     }
     c->state = CONN_RECEIVING;
@@ -412,13 +462,19 @@ static void conn_readable(conn *c, char *buf)
             if (k == 0 && lg_resp_eof(&c->resp) == SL_OK) {
                 conn_close(c);
                 conn_finish(c);
+            } else if (k == 0 || errno == ECONNRESET) {
+                char m[96];
+                snprintf(m, sizeof m, "recv: %s %s", k < 0 ? strerror(errno) : "closed",
+                         c->resp_bytes ? "mid-response" : "before any response byte");
+                conn_lost(c, m);
             } else {
                 char m[96];
-                snprintf(m, sizeof m, "recv: %s mid-response", k < 0 ? strerror(errno) : "closed");
+                snprintf(m, sizeof m, "recv: %s", strerror(errno));
                 conn_fail(c, ERR_IO, m);
             }
             return;
         }
+        c->resp_bytes += (size_t)k;
         size_t used;
         sl_status rc = lg_resp_feed(&c->resp, buf, (size_t)k, &used);
         if (rc < 0) {
@@ -553,6 +609,7 @@ static void run_level(int concurrency, level_result *r)
         for (int k = 0; k < ERR_N; k++)
             r->st.errors[k] += s->errors[k];
         r->st.connects += s->connects;
+        r->st.retried_stale += s->retried_stale;
         r->st.completion_tokens += s->completion_tokens;
         r->st.prompt_tokens += s->prompt_tokens;
         r->st.content_chunks += s->content_chunks;
@@ -585,8 +642,8 @@ static uint64_t n_errors(const stats *s)
 
 static void print_header(void)
 {
-    printf("%5s %7s %6s %8s %10s %8s %7s %17s %17s %17s %6s %6s\n", "conc", "ok", "errors", "wall_s", "out_tok/s",
-           "req/s", "chk/tok", "TTFT p50/p99 ms", "ITL p50/p99 ms", "E2E p50/p99 ms", "cpu%", "thr%");
+    printf("%5s %7s %6s %7s %8s %10s %8s %7s %17s %17s %17s %6s %6s\n", "conc", "ok", "errors", "retried", "wall_s",
+           "out_tok/s", "req/s", "chk/tok", "TTFT p50/p99 ms", "ITL p50/p99 ms", "E2E p50/p99 ms", "cpu%", "thr%");
 }
 
 static void print_level(const level_result *r)
@@ -596,8 +653,8 @@ static void print_level(const level_result *r)
     snprintf(ttft, sizeof ttft, "%.2f/%.2f", hist_ms(&s->ttft, .5), hist_ms(&s->ttft, .99));
     snprintf(itl, sizeof itl, "%.2f/%.2f", hist_ms(&s->itl, .5), hist_ms(&s->itl, .99));
     snprintf(e2e, sizeof e2e, "%.1f/%.1f", hist_ms(&s->e2e, .5), hist_ms(&s->e2e, .99));
-    printf("%5d %7llu %6llu %8.2f %10.1f %8.1f %7.3f %17s %17s %17s %6.1f %6.1f\n", r->concurrency,
-           (unsigned long long)s->ok, (unsigned long long)n_errors(s), r->wall_s, s->completion_tokens / r->wall_s,
+    printf("%5d %7llu %6llu %7llu %8.2f %10.1f %8.1f %7.3f %17s %17s %17s %6.1f %6.1f\n", r->concurrency,
+           (unsigned long long)s->ok, (unsigned long long)n_errors(s), (unsigned long long)s->retried_stale, r->wall_s, s->completion_tokens / r->wall_s,
            s->ok / r->wall_s, s->completion_tokens ? (double)s->content_chunks / s->completion_tokens : 0, ttft, itl,
            e2e, 100 * r->cpu_s / r->wall_s, 100 * r->busiest_thread_s / r->wall_s);
     if (n_errors(s)) {
@@ -623,12 +680,12 @@ static json_t *level_json(const level_result *r)
     json_t *errs = json_object();
     for (int k = 0; k < ERR_N; k++)
         json_object_set_new(errs, err_names[k], json_integer((json_int_t)s->errors[k]));
-    return json_pack("{s:i,s:i,s:I,s:I,s:o,s:s,s:f,s:I,s:I,s:I,s:I,s:f,s:f,s:o,s:o,s:o,s:{s:f,s:f,s:f,s:f}}",
+    return json_pack("{s:i,s:i,s:I,s:I,s:o,s:s,s:f,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:o,s:o,s:o,s:{s:f,s:f,s:f,s:f}}",
                      "concurrency", r->concurrency, "threads", r->threads, "requests_ok", (json_int_t)s->ok,
                      "errors_total", (json_int_t)n_errors(s), "errors", errs, "first_error", s->first_error,
                      "wall_s", r->wall_s, "completion_tokens", (json_int_t)s->completion_tokens, "prompt_tokens",
                      (json_int_t)s->prompt_tokens, "content_chunks", (json_int_t)s->content_chunks, "connects",
-                     (json_int_t)s->connects, "output_tok_s", s->completion_tokens / r->wall_s, "requests_s",
+                     (json_int_t)s->connects, "retried_stale", (json_int_t)s->retried_stale, "output_tok_s", s->completion_tokens / r->wall_s, "requests_s",
                      s->ok / r->wall_s, "ttft_ms", hist_json(&s->ttft), "itl_ms", hist_json(&s->itl), "e2e_ms",
                      hist_json(&s->e2e), "cpu", "seconds", r->cpu_s, "percent_of_one_core",
                      100 * r->cpu_s / r->wall_s, "busiest_thread_s", r->busiest_thread_s, "busiest_thread_percent",
@@ -657,6 +714,8 @@ static void usage(FILE *f)
         "  --api-key KEY           send Authorization: Bearer KEY\n"
         "  --threads T             event-loop threads (default: cores, at most the concurrency)\n"
         "  --timeout S             per-request limit (default 120)\n"
+        "  --no-retry-stale        count a reused connection closed before any response byte as an error\n"
+        "                          (default: send the request again once on a new connection, retried_stale)\n"
         "  --read-size B           bytes per recv() (default 65536; small values test the parser)\n"
         "  --json FILE             also write the results as JSON\n"
         "  --show-request ID       print the body of request ID (0, 1, ...) and exit (no server needed)\n");
@@ -697,6 +756,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "--ignore-eos")) {
             opt.ignore_eos = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-retry-stale")) {
+            opt.no_retry_stale = 1;
             continue;
         }
         if (i + 1 >= argc) {

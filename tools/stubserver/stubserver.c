@@ -2,6 +2,7 @@
  * calibrating tools/loadgen: no model, no tokenizer, it only streams.
  *
  *   stubserver [--host H] [--port P] [--threads T] [--token-us U] [--ttft-us U] [--fault F]
+ *              [--close-idle-after N]
  *
  * POST /v1/chat/completions and /v1/completions answer, like sluice serve,
  * with a chunked text/event-stream: (chat) a role chunk, then max_tokens
@@ -15,6 +16,10 @@
  * bad-json (the second content chunk is not JSON), no-usage, no-done,
  * error-event (an error event instead of the end), close (the connection
  * closes after half the tokens).
+ * --close-idle-after N drops a kept-alive connection the way llama.cpp's
+ * llama-server was seen to: N responses go out without "Connection: close",
+ * then the next request on the connection is read and the connection closed
+ * with no response byte (the load generator's stale keep-alive test).
  * Prints "stubserver: listening on http://HOST:PORT" once all threads listen.
  *
  * The trade-off: each thread has its own SO_REUSEPORT listener and epoll
@@ -46,6 +51,7 @@ static struct {
     int port, threads;
     long token_ns, ttft_ns;
     const char *fault;        /* NULL, or one of the --fault names */
+    long close_idle_after;    /* --close-idle-after: responses per connection, then a silent close; 0 off */
 } opt;
 
 static int fault(const char *name)
@@ -95,6 +101,7 @@ static int buf_append(buf *b, const char *p, size_t n)
 typedef struct {
     int fd, streaming, close_after, chat, usage, watching_out, dead;
     long n_tokens, sent;      /* content chunks to send, sent so far */
+    long responses;           /* responses started on this connection */
     int64_t due_ns;           /* next token's time when paced */
     buf in, out;
 } conn;
@@ -347,6 +354,9 @@ static int parse_input(worker *w, conn *c)
             return -1;
         if (c->in.len < hlen + blen)
             return 0;
+        if (opt.close_idle_after && c->responses >= opt.close_idle_after)
+            return -1;          /* the request is read: the close is a FIN, before any response byte */
+        c->responses++;
         char save = c->in.p[hlen - 1];
         c->in.p[hlen - 1] = 0;  /* the head as a string for the checks above and below */
         int rc = handle_request(w, c, c->in.p, hlen, c->in.p + hlen, blen);
@@ -490,7 +500,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i + 1 >= argc || a[0] != '-') {
-            fprintf(stderr, "usage: stubserver [--host H] [--port P] [--threads T] [--token-us U] [--ttft-us U]\n");
+            fprintf(stderr, "usage: stubserver [--host H] [--port P] [--threads T] [--token-us U] [--ttft-us U]"
+                            " [--fault F] [--close-idle-after N]\n");
             return 2;
         }
         const char *v = argv[++i];
@@ -500,6 +511,14 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--token-us")) opt.token_ns = atol(v) * 1000;
         else if (!strcmp(a, "--ttft-us")) ttft_us = atol(v);
         else if (!strcmp(a, "--fault")) opt.fault = v;
+        else if (!strcmp(a, "--close-idle-after")) {
+            char *e;
+            opt.close_idle_after = strtol(v, &e, 10);
+            if (e == v || *e || opt.close_idle_after < 1) {
+                fprintf(stderr, "stubserver: --close-idle-after wants a count of responses >= 1\n");
+                return 2;
+            }
+        }
         else {
             fprintf(stderr, "stubserver: unknown option %s\n", a);
             return 2;
