@@ -10,6 +10,8 @@
 #          check   cudacheck on each model (CUDA vs CPU logits, greedy agreement)
 #          engine  engine batch-1 decode tok/s (enginebench --device cuda)
 #          served  sluice serve --device cuda + loadgen at each concurrency level
+#                  (and the same load against llama.cpp's llama-server when
+#                  BENCH_LLAMA_SERVER is set)
 #          prefix  prefix caching served (docs/PERF.md, "Prefix cache"): 64
 #                  clients, one ~4096-token shared prefix + ~100-token
 #                  distinct questions, max_tokens 32, run with the cache and
@@ -40,6 +42,15 @@
 #                      (default tests/data/tokenizers/llama3)
 #   BENCH_PREFIX_WORDS    prefix: shared words (default 4000, ~4100 tokens; tiny 400)
 #   BENCH_PREFIX_CLIENTS  prefix: concurrent clients (default 64; tiny 8)
+#   BENCH_LLAMA_SERVER a llama-server binary (optional): served then runs, after
+#                      sluice's levels, the same load against llama-server on
+#                      the same file (-m FILE --host 127.0.0.1 --port P -np LEVEL
+#                      -c LEVEL*BENCH_LLAMA_CTX_PER_SLOT -ngl 999 --cont-batching
+#                      BENCH_LLAMA_ARGS), one server per level; the results go to
+#                      served-SIZE-TYPE-llamacpp.json and report.md's llama.cpp columns
+#   BENCH_LLAMA_CTX_PER_SLOT  context per llama-server slot (default 512: a
+#                      100-word prompt with its template, ~150 tokens, + 128 out)
+#   BENCH_LLAMA_ARGS   extra flags for llama-server
 #   BENCH_TINY=1       CPU dry run of this script: tiny-llama3 / tiny-llama stand
 #                      in for 1b / 8b, --device cpu, levels 1,4,8, 3 s per level
 # The load: --prompt-words 100 --max-tokens 128 --ignore-eos, streaming chat
@@ -80,6 +91,13 @@ mkdir -p "$out" "$state" "$models"
 for f in "$build/sluice" "$build/tools/mkmodel" "$build/tools/enginebench" "$build/tools/loadgen"; do
   [ -x "$f" ] || { echo "gpu-bench: $f missing (build first)" >&2; exit 2; }
 done
+if [ -n "${BENCH_LLAMA_SERVER:-}" ]; then   # refused before any model is built or server started
+  [ -x "$BENCH_LLAMA_SERVER" ] && [ -f "$BENCH_LLAMA_SERVER" ] ||
+    { echo "gpu-bench: BENCH_LLAMA_SERVER=$BENCH_LLAMA_SERVER is not an executable file" >&2; exit 2; }
+fi
+llama_ctx_per_slot=${BENCH_LLAMA_CTX_PER_SLOT:-512}
+case "$llama_ctx_per_slot" in ''|*[!0-9]*|0*)
+  echo "gpu-bench: BENCH_LLAMA_CTX_PER_SLOT is a positive number of tokens" >&2; exit 2 ;; esac
 log=$state/gpu-bench.log
 say() { echo "$*" | tee -a "$log"; }
 status=0
@@ -166,11 +184,14 @@ start_server() {   # what size type log [serve flags...]: sets port and serve_pi
     sleep 0.1
   done
   if [ -z "$port" ]; then say "$what: sluice serve did not start (see $(basename "$slog"))"; stop_server; return 1; fi
-  python3 - "$port" <<'EOF' || { say "$what: not ready"; stop_server; return 1; }
+  wait_ready "$port" /ready || { say "$what: not ready"; stop_server; return 1; }
+}
+wait_ready() {   # port path: until GET path answers 200 (2 minutes at most)
+  python3 - "$1" "$2" <<'EOF'
 import sys, time, urllib.request
 for _ in range(1200):
     try:
-        if urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/ready", timeout=1).status == 200:
+        if urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}{sys.argv[2]}", timeout=1).status == 200:
             sys.exit(0)
     except OSError:
         pass
@@ -182,21 +203,77 @@ metrics() {   # port file: the server's /metrics
   python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
     "http://127.0.0.1:$1/metrics" > "$2" 2>&1
 }
-run_served() {
-  start_server "served $1 $2" "$1" "$2" "$state/serve-$1-$2.log" --ctx-size 2048 || return 1
-  local lg=("$build/tools/loadgen" --url "127.0.0.1:$port" --endpoint chat --prompt-words 100 --max-tokens 128
+served_load() {   # port [loadgen flags...]: the served load against 127.0.0.1:port
+  local p=$1; shift
+  local lg=("$build/tools/loadgen" --url "127.0.0.1:$p" --endpoint chat --prompt-words 100 --max-tokens 128
             --ignore-eos --threads "$lg_threads" --timeout 300)
   [ -n "${BENCH_EXTRA_JSON:-}" ] && lg+=(--extra-json "$BENCH_EXTRA_JSON")
+  "${lg[@]}" "$@"
+}
+run_served() {
+  start_server "served $1 $2" "$1" "$2" "$state/serve-$1-$2.log" --ctx-size 2048 || return 1
   local tag=${BENCH_TAG:+-$BENCH_TAG}
-  "${lg[@]}" --concurrency 8 --requests 16 > "$state/warmup-$1-$2.log" 2>&1   # first requests pay one-time costs
-  "${lg[@]}" --concurrency "$levels" --duration "$duration" --json "$state/served-$1-$2$tag.json" \
+  served_load "$port" --concurrency 8 --requests 16 > "$state/warmup-$1-$2.log" 2>&1   # first requests pay one-time costs
+  served_load "$port" --concurrency "$levels" --duration "$duration" --json "$state/served-$1-$2$tag.json" \
     > "$state/served-$1-$2$tag.log" 2>&1
   local rc=$?
   say "served $1 $2${BENCH_TAG:+ ($BENCH_TAG)}: loadgen rc=$rc"
   sed -n '2,$p' "$state/served-$1-$2$tag.log" | tee -a "$log"
   metrics "$port" "$state/metrics-$1-$2$tag.txt"   # the worker's counters after the load
   stop_server
+  if [ -n "${BENCH_LLAMA_SERVER:-}" ]; then run_llamacpp "$1" "$2" "$tag" || rc=1; fi
   [ $rc -eq 0 ]
+}
+
+# ---- llama.cpp: the same load against llama-server on the same file. Its
+# slots are fixed at start and -c is split between them, so each level gets
+# its own server: LEVEL slots of BENCH_LLAMA_CTX_PER_SLOT tokens. The levels'
+# results are merged into served-SIZE-TYPE[-TAG]-llamacpp.json, laid out like
+# sluice's.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+run_llamacpp() {   # size type tag
+  local f; f=$(model_path "$1" "$2")
+  local name=served-$1-$2$3-llamacpp rc=0 c
+  rm -f "$state/$name".json "$state/$name"-c*.json
+  for c in ${levels//,/ }; do
+    local what="llamacpp $1 $2 c=$c" slog=$state/llama-server-$1-$2$3-c$c.log
+    port=$(free_port)
+    # BENCH_LLAMA_ARGS unquoted on purpose: several words, like BENCH_SERVE_ARGS
+    setsid "$BENCH_LLAMA_SERVER" -m "$f" --host 127.0.0.1 --port "$port" -np "$c" -c $((c * llama_ctx_per_slot)) \
+      -ngl 999 --cont-batching ${BENCH_LLAMA_ARGS:-} > "$slog" 2>&1 &
+    serve_pid=$!
+    if ! wait_ready "$port" /health; then
+      say "$what: llama-server not ready (see $(basename "$slog"))"; stop_server; rc=1; continue
+    fi
+    local warm=$(( c < 8 ? c : 8 ))
+    served_load "$port" --concurrency "$warm" --requests "$warm" > "$state/warmup-$name-c$c.log" 2>&1
+    served_load "$port" --concurrency "$c" --duration "$duration" --json "$state/$name-c$c.json" \
+      > "$state/$name-c$c.log" 2>&1
+    local lrc=$?
+    stop_server
+    say "$what: loadgen rc=$lrc"
+    sed -n '2,$p' "$state/$name-c$c.log" | tee -a "$log"
+    [ $lrc -eq 0 ] || rc=1
+  done
+  python3 - "$state/$name" "$levels" <<'EOF' || { say "llamacpp $1 $2: no level has results"; rc=1; }
+import json, sys
+base, levels = sys.argv[1], sys.argv[2].split(",")
+doc = None
+for c in levels:
+    try:
+        d = json.load(open(f"{base}-c{c}.json"))
+    except (OSError, ValueError):
+        continue
+    if doc is None:
+        doc = dict(d, levels=[], server="llama.cpp llama-server")
+    doc["levels"] += d["levels"]
+if doc is None:
+    sys.exit(1)
+json.dump(doc, open(f"{base}.json", "w"), indent=1)
+EOF
+  return $rc
 }
 
 # ---- prefix: every client's prompt opens with the same long text (a system
@@ -309,15 +386,19 @@ def fmt(x, goal=None):
         return "-"
     s = f"{x:,.0f}"
     return s + (f" ({'ok' if x >= goal else 'below'} {goal:,})" if goal else "")
+def levels_of(name):   # concurrency -> level of a loadgen JSON, {} if none
+    try:
+        return {x["concurrency"]: x for x in json.load(open(f"{state}/{name}.json"))["levels"]}
+    except (OSError, ValueError, KeyError):
+        return {}
+# llama.cpp's llama-server under the same load (BENCH_LLAMA_SERVER): its columns appear when it ran
+llama = {(s, t): levels_of(f"served-{s}-{t}-llamacpp") for s in ("1b", "8b") for t in ("Q4_K_M", "Q8_0")}
+has_llama = any(llama.values())
 rows, detail = [], []
 for size in ("1b", "8b"):
     for typ in ("Q4_K_M", "Q8_0"):
         e = engine(size, typ)
-        try:
-            d = json.load(open(f"{state}/served-{size}-{typ}.json"))
-            lv = {x["concurrency"]: x for x in d["levels"]}
-        except (OSError, ValueError):
-            lv = {}
+        lv = levels_of(f"served-{size}-{typ}")
         if e is None and not lv and check(size, typ) == "-":
             continue
         eg, sg = goals.get((size, typ), (None, {}))
@@ -328,22 +409,35 @@ for size in ("1b", "8b"):
             if c not in lv:
                 continue
             x = lv[c]
-            detail.append(f"| {size} {typ} | {c} | {x['output_tok_s']:,.0f} | {x['requests_ok']} | {x['errors_total']} | "
-                          f"{x['ttft_ms']['p50']:.1f} / {x['ttft_ms']['p99']:.1f} | "
-                          f"{x['itl_ms']['p50']:.2f} / {x['itl_ms']['p99']:.2f} | {x['e2e_ms']['p50']:.0f} | "
-                          f"{x['content_chunks'] / max(1, x['completion_tokens']):.3f} | "
-                          f"{x['cpu']['percent_of_one_core']:.0f} / {x['cpu']['busiest_thread_percent']:.0f} |")
+            row = (f"| {size} {typ} | {c} | {x['output_tok_s']:,.0f} | {x['requests_ok']} | {x['errors_total']} | "
+                   f"{x['ttft_ms']['p50']:.1f} / {x['ttft_ms']['p99']:.1f} | "
+                   f"{x['itl_ms']['p50']:.2f} / {x['itl_ms']['p99']:.2f} | {x['e2e_ms']['p50']:.0f} | "
+                   f"{x['content_chunks'] / max(1, x['completion_tokens']):.3f} | "
+                   f"{x['cpu']['percent_of_one_core']:.0f} / {x['cpu']['busiest_thread_percent']:.0f} |")
+            if has_llama:
+                y = llama[(size, typ)].get(c)
+                if y is None:
+                    row += " - | - | - | - |"
+                else:
+                    ratio = f"{x['output_tok_s'] / y['output_tok_s']:.3g}x" if y["output_tok_s"] > 0 else "-"
+                    row += (f" {y['output_tok_s']:,.0f} | {y['ttft_ms']['p50']:.1f} | {ratio} | "
+                            f"{y['errors_total']} / {y.get('retried_stale', 0)} |")
+            detail.append(row)
 print(f"# gpu-bench results: device {device}, {gpu}, {datetime.date.today()}"
       + (" (tiny stand-in models: tiny-llama3 for 1b, tiny-llama for 8b)" if tiny else "") + "\n")
 print("Output tok/s, streaming chat completions through `sluice serve`, 100-word prompts, "
-      "128 output tokens, ignore_eos; engine = enginebench batch-1 decode.\n")
+      "128 output tokens, ignore_eos; engine = enginebench batch-1 decode."
+      + (" llama.cpp: the same load against llama-server on the same file, as many slots as clients;"
+         " retried = requests sent again after it closed a kept-alive connection." if has_llama else "") + "\n")
 print("| model | check | engine batch-1 decode tok/s | " + " | ".join(f"served c={c} tok/s" for c in levels)
       + f" | TTFT p50 ms c={levels[0]} |")
 print("| --- | --- | --- | " + " | ".join("---" for _ in levels) + " | --- |")
 print("\n".join(rows))
 print("\n| model | c | out tok/s | requests | errors | TTFT p50 / p99 ms | ITL p50 / p99 ms | E2E p50 ms "
-      "| chunks/token | loadgen CPU % (all / busiest thread) |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+      "| chunks/token | loadgen CPU % (all / busiest thread) |"
+      + (" llama.cpp tok/s | llama.cpp TTFT p50 ms | sluice / llama.cpp tok/s | llama.cpp errors / retried |"
+         if has_llama else ""))
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- | --- | --- | --- |" if has_llama else ""))
 print("\n".join(detail))
 cal = []
 for name in ("unpaced", "paced-c1", "paced-c256"):
