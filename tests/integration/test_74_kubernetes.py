@@ -165,6 +165,6 @@ def test_sluice_serves_the_configmap_and_fits_the_shm_volume(tmp_path):
         metric = docs["HorizontalPodAutoscaler"]["spec"]["metrics"][0]["pods"]["metric"]["name"]
         with urllib.request.urlopen(s.base + "/metrics", timeout=5) as r:
             text = r.read().decode()
-        assert re.search(rf"^{metric} \d+", text, re.M), f"{metric} is not on /metrics"
+        assert re.search(rf"^{metric}(\{{[^}}]*\}})? \d+", text, re.M), f"{metric} is not on /metrics"
     finally:
         s.stop()

@@ -95,7 +95,8 @@ def test_effective_config_names_the_setting(server):
 
 def counters(srv):
     text = request(srv, "/metrics", key=KEY)[2].decode()
-    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(sluice_requests_\w+_total) (\S+)$", text, re.M)}
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r"^(sluice_requests_\w+_total)(?:\{[^}]*\})? (\S+)$", text, re.M)}
 
 
 def test_page_requests_are_logged_and_not_counted_as_api_requests(server):
