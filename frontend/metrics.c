@@ -116,14 +116,6 @@ static bool snapshot_number(json_t *snap, const char *key, double *out)
     return false;
 }
 
-static json_t *read_snapshot(const sl_fe *fe)
-{
-    static char buf[SL_SHM_CONFIG_MAX + 1];
-    size_t len = 0;
-    if (sl_shm_config_read(fe->shm, buf, sizeof buf, &len) != SL_OK)
-        return NULL;
-    return json_loadb(buf, len, 0, NULL);
-}
 
 static void gauges(scrape *s, const sl_fe *fe)
 {
@@ -155,7 +147,7 @@ static void gauges(scrape *s, const sl_fe *fe)
      * both, despite "perc"); dashboards use either. */
     static const series_names kv = {"sluice_kv_cache_usage_ratio", "vllm:kv_cache_usage_perc",
                                     "vllm:gpu_cache_usage_perc", "KV-cache blocks in use (0..1)."};
-    json_t *snap = read_snapshot(fe);
+    json_t *snap = sl_fe_worker_snapshot(fe);
     if (snap != NULL) {
         double used = 0, total = 0, ratio = 0;
         if (snapshot_number(snap, "kv_cache_usage", &ratio))

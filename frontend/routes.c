@@ -174,8 +174,7 @@ static void on_metrics(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
 
 /* ================================================================ effective-config */
 
-/* The worker's own effective-config snapshot, or NULL when none is published. */
-static json_t *read_snapshot(const sl_fe *fe)
+json_t *sl_fe_worker_snapshot(const sl_fe *fe)
 {
     static char buf[SL_SHM_CONFIG_MAX + 1];
     size_t len = 0;
@@ -253,7 +252,7 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
         json_object_set_new(front, "worker_info", winfo ? winfo : json_null());
     else
         json_decref(winfo);
-    json_t *snap = read_snapshot(fe);
+    json_t *snap = sl_fe_worker_snapshot(fe);
     respond_json(fe, req, ri, 200,
                  json_pack("{s:o,s:o}", "frontend", front ? front : json_null(), "worker", snap ? snap : json_null()));
 }

@@ -291,6 +291,11 @@ uint64_t sl_fe_routes_body_limit(const sl_config *cfg);
  * SIZE_MAX. */
 size_t sl_fe_routes_h2o_body_limit(uint64_t max_body);
 
+/* The worker's own effective-config snapshot from the segment (parsed; the
+ * caller decrefs it), or NULL when none is published. Uses a static buffer:
+ * the event loop's thread only. (routes.c; metrics.c reads it too) */
+json_t *sl_fe_worker_snapshot(const sl_fe *fe);
+
 /* ---- metrics.c (called by routes.c) ---- */
 
 /* Appends every GET /metrics series to m, under vLLM's names when

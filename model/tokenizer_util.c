@@ -11,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "shared/hash.h"
 
 static uint64_t hash_bytes(const char *s, size_t n)
 {
@@ -30,15 +31,6 @@ static uint64_t hash_bytes(const char *s, size_t n)
     return h;
 }
 
-static uint64_t hash_u64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
 
 uint32_t sl_tok_table_size(size_t n)
 {
@@ -85,7 +77,7 @@ uint32_t sl_tok_merge_find(const sl_tok_merges *m, int32_t a, int32_t b, int32_t
     if (!m->n)
         return UINT32_MAX;
     uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
-    for (uint32_t i = (uint32_t)hash_u64(k) & m->mask;; i = (i + 1) & m->mask) {
+    for (uint32_t i = (uint32_t)sl_hash_mix64(k) & m->mask;; i = (i + 1) & m->mask) {
         const sl_tok_merge_slot *sl = &m->slots[i];
         if (sl->key == k) {
             *res = sl->result;
@@ -100,7 +92,7 @@ uint32_t sl_tok_merge_find(const sl_tok_merges *m, int32_t a, int32_t b, int32_t
 bool sl_tok_merge_insert(sl_tok_merges *m, int32_t a, int32_t b, uint32_t rank, int32_t res)
 {
     uint64_t k = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
-    for (uint32_t i = (uint32_t)hash_u64(k) & m->mask;; i = (i + 1) & m->mask) {
+    for (uint32_t i = (uint32_t)sl_hash_mix64(k) & m->mask;; i = (i + 1) & m->mask) {
         sl_tok_merge_slot *sl = &m->slots[i];
         if (sl->key == k)
             return false;

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "model/grammar/grammar_internal.h"
+#include "shared/hash.h"
 
 typedef struct {
     uint64_t hash;
@@ -70,16 +71,6 @@ void sl_gram_share_free(sl_gram_mask_share *s)
     free(s);
 }
 
-static uint64_t mix64(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
-}
-
 typedef struct {
     uint64_t hash;
     int32_t top;
@@ -118,19 +109,19 @@ static bool build_key(sl_grammar_matcher *m, int32_t s, uint32_t *len, uint64_t 
         uint64_t h = 0x9e3779b97f4a7c15ull;
         uint32_t n = 0;
         for (int32_t id = top; id >= 0; id = m->node_parent[id], n++)
-            h = mix64(h ^ (uint32_t)m->node_pos[id]);
-        refs[i] = (stack_ref){mix64(h ^ n), top, n};
+            h = sl_hash_mix64(h ^ (uint32_t)m->node_pos[id]);
+        refs[i] = (stack_ref){sl_hash_mix64(h ^ n), top, n};
     }
     qsort(refs, set->n, sizeof *refs, by_hash);
     uint32_t w = 0;
     key[w++] = (int32_t)set->accepting;
     key[w++] = (int32_t)set->n;
-    uint64_t h = mix64(set->accepting + 1u);
+    uint64_t h = sl_hash_mix64(set->accepting + 1u);
     for (uint32_t i = 0; i < set->n; i++) {
         key[w++] = (int32_t)refs[i].len;
         for (int32_t id = refs[i].top; id >= 0; id = m->node_parent[id])
             key[w++] = m->node_pos[id];
-        h = mix64(h ^ refs[i].hash);
+        h = sl_hash_mix64(h ^ refs[i].hash);
     }
     *len = w;
     *hash = h;
