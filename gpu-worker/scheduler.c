@@ -11,7 +11,8 @@
  *
  * The step is one backend call, sl_backend_forward_sample: the forward pass
  * and the draws (on the device or on the host, the backend's business), so
- * this file holds no logits, sampler scratch or threads. */
+ * this file holds no logits, sampler scratch or threads. A sequence's moves
+ * between states (end, preempt, park, blocks) are in scheduler_seq.c. */
 #include "shared/alloc.h"
 #include "gpu-worker/scheduler.h"
 
@@ -177,61 +178,7 @@ void sl_sched_destroy(sl_sched *s)
 }
 
 /* ------------------------------------------------------------------------ */
-/* bookkeeping                                                               */
-
-static double ms_between(uint64_t a, uint64_t b)
-{
-    return b > a ? (double)(b - a) / 1e6 : 0.0;
-}
-
-static void trace(sl_sched *s, const seq *q, const char *stage, uint64_t now)
-{
-    if (s->cfg.ttft_trace)
-        fprintf(s->trace, "TTFT_TRACE id=%llu stage=%s ms=%.3f\n", (unsigned long long)q->req.id, stage,
-                ms_between(q->req.submit_ns, now));
-}
-
-static void list_remove(int32_t *list, int32_t *n, int32_t slot)
-{
-    for (int32_t i = 0; i < *n; i++)
-        if (list[i] == slot) {
-            memmove(list + i, list + i + 1, (size_t)(*n - i - 1) * sizeof *list);
-            (*n)--;
-            return;
-        }
-    assert(!"slot not in list");
-}
-
-/* Ends a request: frees its blocks and slot, tells the source (unless it is
- * gone). Transition: any state -> SEQ_FREE. */
-static void seq_end(sl_sched *s, int32_t slot, int reason, const char *error)
-{
-    seq *q = &s->slots[slot];
-    if (q->state == SEQ_WAITING)
-        list_remove(s->waiting, &s->n_waiting, slot);
-    else if (q->state == SEQ_PREFILL || q->state == SEQ_DECODE)
-        list_remove(s->live, &s->n_live, slot);
-    else if (q->state == SEQ_PARKED)
-        list_remove(s->parked, &s->n_parked, slot);
-    sl_prefix_cache_release(&s->pc, &s->kv, &q->table);
-    sl_constraint_destroy(q->con);
-    q->con = NULL;
-    if (!q->dropped) {
-        sl_sched_timings t = {
-            .queue_ms = q->admit_ns ? ms_between(q->req.submit_ns, q->admit_ns) : 0,
-            .prompt_ms = q->first_ns ? ms_between(q->prefill_ns, q->first_ns) : 0,
-            .predicted_ms = q->first_ns ? ms_between(q->first_ns, q->last_ns) : 0,
-            .n_prompt_tokens = q->req.n_prompt,
-            .n_generated = q->n_emitted,
-            .n_preempted = q->n_preempted,
-            .n_cached_tokens = q->n_prefix_hit,
-            .n_lookup_tokens = q->n_prefix_lookup,
-        };
-        s->io.finish(s->io.ctx, q->req.id, reason, error, &t);
-    }
-    memset(&q->req, 0, sizeof q->req);
-    q->state = SEQ_FREE;
-}
+/* intake: poll, validate                                                    */
 
 static bool is_eog(const sl_sched *s, int32_t tok)
 {
@@ -240,137 +187,6 @@ static bool is_eog(const sl_sched *s, int32_t tok)
             return true;
     return false;
 }
-
-/* Frees a live sequence's blocks and puts it back at the head of the waiting
- * list: recompute re-prefills prompt + generated tokens, and sampling resumes
- * at draw_index n_gen, so nothing already emitted is produced again.
- * Transition: SEQ_PREFILL/SEQ_DECODE -> SEQ_WAITING. */
-static void seq_preempt(sl_sched *s, int32_t slot)
-{
-    seq *q = &s->slots[slot];
-    list_remove(s->live, &s->n_live, slot);
-    sl_prefix_cache_release(&s->pc, &s->kv, &q->table);
-    q->n_cached = 0;
-    q->state = SEQ_WAITING;
-    q->n_preempted++;
-    s->stats.n_preemptions++;
-    memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof *s->waiting);
-    s->waiting[0] = slot;
-    s->n_waiting++;
-}
-
-/* Takes a decoding sequence whose consumer is full out of the live set, so
- * it holds no batch slot while nobody reads; it keeps its blocks (dropped
- * later only if the pool runs short: park_drop) and its owed token.
- * Transition: SEQ_DECODE -> SEQ_PARKED. */
-static void seq_park(sl_sched *s, int32_t slot)
-{
-    seq *q = &s->slots[slot];
-    list_remove(s->live, &s->n_live, slot);
-    q->state = SEQ_PARKED;
-    s->parked[s->n_parked++] = slot;
-    s->stats.n_parkings++;
-}
-
-/* Frees the blocks of one parked sequence, the one parked longest whose
- * consumer is still full, else the one parked longest; it will recompute when
- * it returns, as a preempted sequence does. Returns false when no parked
- * sequence holds blocks. Transition: none (SEQ_PARKED, n_cached -> 0). */
-static bool park_drop(sl_sched *s)
-{
-    for (int pass = 0; pass < 2; pass++)
-        for (int32_t i = 0; i < s->n_parked; i++) {
-            seq *q = &s->slots[s->parked[i]];
-            if (q->n_cached == 0 || (pass == 0 && !q->paused))
-                continue;
-            sl_prefix_cache_release(&s->pc, &s->kv, &q->table);
-            q->n_cached = 0;
-            s->stats.n_park_drops++;
-            return true;
-        }
-    return false;
-}
-
-/* Gives a sequence about to prefill (admission, or a return that must
- * recompute) its blocks: the longest cached prefix of its history, mapped
- * from the prefix cache, then fresh blocks for the rest and room for the
- * first decode position, evicting unused cached blocks and then dropping
- * parked sequences' blocks when the pool is short. At least the last
- * position of the target is always computed (its row gives the next token).
- * Returns false, holding nothing, if the pool cannot make the room. */
-static bool seq_take_blocks(sl_sched *s, seq *q)
-{
-    uint32_t target = (uint32_t)prefill_target(q), bs = s->kv.block_size;
-    uint32_t look = echo_phase(q) ? (uint32_t)q->n_echoed : target;   /* echo: only rows it has out (§5b) */
-    uint32_t max_hit = echo_phase(q) ? look / bs : (target - 1) / bs;
-    uint32_t hit = sl_prefix_cache_match(&s->pc, &s->kv, q->hist, look, max_hit, &q->table, &q->chain);
-    /* echo with max_tokens 0 draws nothing: no first decode position */
-    uint32_t need = sl_kv_blocks_needed(&s->kv, &q->table, q->req.max_tokens > 0 ? target + 1 : target);
-    while (need > sl_kv_blocks_free_count(&s->kv) &&
-           (sl_prefix_cache_evict(&s->pc, &s->kv, need - sl_kv_blocks_free_count(&s->kv)) > 0 || park_drop(s)))
-        ;
-    if (need > sl_kv_blocks_free_count(&s->kv)) {
-        sl_prefix_cache_release(&s->pc, &s->kv, &q->table);
-        return false;
-    }
-    sl_status rc = sl_kv_blocks_reserve(&s->kv, &q->table, target);
-    assert(rc == SL_OK);
-    (void)rc;
-    q->n_cached = (int32_t)(hit * bs);
-    return true;
-}
-
-/* The live prefill a waiting sequence should wait for, or -1 (docs/
- * SCHEDULER.md §5a, "Sharing an in-flight prompt"): a live PREFILL sequence
- * l whose target and q's agree on l's next uncomputed full block and every
- * block before it, where that block is one q's lookup could map (it stops
- * (target - 1) / bs blocks in) and one l's prefill completes (its target
- * covers it). What l computed so far is cached, so q admitted now would map
- * it and then compute the very block l is computing; admitted once l has
- * computed the shared blocks, q maps them all. "Cached" is read from l's
- * progress, not looked up: a lookup maps blocks and counts a query. Where
- * that reading is wrong (another sequence cached blocks past l's progress,
- * or l's blocks could not be inserted) q waits needlessly, but only until
- * l's prefill passes the block: l is live and advances (invariant 12).
- * Cost: per live prefill one block compared, the run before it only when
- * that block is equal (then q usually waits). Nothing is allocated. */
-static int32_t defer_leader(const sl_sched *s, const seq *q)
-{
-    if (!s->pc.enabled || echo_phase(q))
-        return -1;   /* nothing would be shared; an echo request computes its prompt rows itself */
-    uint32_t bs = s->kv.block_size;
-    size_t block_bytes = (size_t)bs * sizeof *q->hist;
-    uint32_t q_blocks = ((uint32_t)prefill_target(q) - 1) / bs;
-    for (int32_t i = 0; i < s->n_live; i++) {
-        const seq *l = &s->slots[s->live[i]];
-        if (l->state != SEQ_PREFILL || echo_phase(l))
-            continue;   /* an echo request advances at its reader's pace (§5b): nobody waits on it */
-        uint32_t done = (uint32_t)l->n_cached / bs;
-        if (done >= q_blocks || done >= (uint32_t)prefill_target(l) / bs)
-            continue;
-        if (memcmp(q->hist + (size_t)done * bs, l->hist + (size_t)done * bs, block_bytes) != 0 ||
-            memcmp(q->hist, l->hist, done * block_bytes) != 0)
-            continue;
-        return s->live[i];
-    }
-    return -1;
-}
-
-/* Puts a parked sequence whose owed token was delivered back into the live
- * set, as its newest member: DECODE where it left when it kept its blocks,
- * else PREFILL of hist[0, n_hist-1) (its blocks taken by the caller's
- * seq_take_blocks). Transition: SEQ_PARKED -> SEQ_DECODE / SEQ_PREFILL. */
-static void seq_unpark(sl_sched *s, int32_t slot)
-{
-    seq *q = &s->slots[slot];
-    list_remove(s->parked, &s->n_parked, slot);
-    s->live[s->n_live++] = slot;
-    q->chunk = 0;
-    q->state = q->table.n_used > 0 && q->n_cached == q->n_hist - 1 ? SEQ_DECODE : SEQ_PREFILL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* intake: poll, validate                                                    */
 
 static int32_t free_slot(const sl_sched *s)
 {
@@ -448,14 +264,14 @@ static void intake(sl_sched *s, uint64_t now)
         q->req.grammar = NULL;   /* compiled: the text is not read again */
         if (why) {
             q->n_hist = q->req.n_prompt > 0 ? q->req.n_prompt : 0;   /* keeps invariant 5 for the checker */
-            seq_end(s, slot, SL_SCHED_FINISH_ERROR, why);
+            sl_sched_seq_end(s, slot, SL_SCHED_FINISH_ERROR, why);
             continue;
         }
         memcpy(q->hist, q->req.prompt, (size_t)q->req.n_prompt * sizeof *q->hist);
         q->n_hist = q->req.n_prompt;
-        trace(s, q, "queued", now);
+        sl_sched_trace(s, q, "queued", now);
         if (q->req.max_tokens == 0 && q->req.n_prompt == 1)
-            seq_end(s, slot, SL_SCHED_FINISH_LENGTH, NULL);   /* echo of one token: no record, nothing drawn */
+            sl_sched_seq_end(s, slot, SL_SCHED_FINISH_LENGTH, NULL);   /* echo of one token: no record, nothing drawn */
     }
 }
 
@@ -503,11 +319,11 @@ static void stats_refresh(sl_sched *s)
 static void fail_all(sl_sched *s, const char *why)
 {
     while (s->n_live > 0)
-        seq_end(s, s->live[0], SL_SCHED_FINISH_ERROR, why);
+        sl_sched_seq_end(s, s->live[0], SL_SCHED_FINISH_ERROR, why);
     while (s->n_waiting > 0)
-        seq_end(s, s->waiting[0], SL_SCHED_FINISH_ERROR, why);
+        sl_sched_seq_end(s, s->waiting[0], SL_SCHED_FINISH_ERROR, why);
     while (s->n_parked > 0)
-        seq_end(s, s->parked[0], SL_SCHED_FINISH_ERROR, why);
+        sl_sched_seq_end(s, s->parked[0], SL_SCHED_FINISH_ERROR, why);
     sl_prefix_cache_clear(&s->pc, &s->kv);   /* cached blocks are read-only, but trust nothing after a failure */
     assert(sl_kv_blocks_free_count(&s->kv) == s->kv.n_blocks);
     s->last_step_seqs = 0;
@@ -526,27 +342,27 @@ static bool deliver(sl_sched *s, int32_t slot, uint64_t now)
     if (rc == SL_AGAIN) {
         q->paused = true;
         if (q->state != SEQ_PARKED)
-            seq_park(s, slot);
+            sl_sched_seq_park(s, slot);
         return true;
     }
     if (rc == SL_ESTALE) {
         q->dropped = true;
-        seq_end(s, slot, SL_SCHED_FINISH_CANCELLED, NULL);
+        sl_sched_seq_end(s, slot, SL_SCHED_FINISH_CANCELLED, NULL);
         return false;
     }
     if (rc < 0) {
-        seq_end(s, slot, SL_SCHED_FINISH_ERROR, "delivering a token failed");
+        sl_sched_seq_end(s, slot, SL_SCHED_FINISH_ERROR, "delivering a token failed");
         return false;
     }
     q->paused = false;
     q->n_emitted++;
     q->last_ns = now;
     if (!q->req.ignore_eos && is_eog(s, tok))
-        seq_end(s, slot, SL_SCHED_FINISH_STOP, NULL);
+        sl_sched_seq_end(s, slot, SL_SCHED_FINISH_STOP, NULL);
     else if (q->con && sl_constraint_finished(q->con))
-        seq_end(s, slot, SL_SCHED_FINISH_STOP, NULL);   /* the grammar is complete: even with ignore_eos */
+        sl_sched_seq_end(s, slot, SL_SCHED_FINISH_STOP, NULL);   /* the grammar is complete: even with ignore_eos */
     else if (q->n_gen >= q->req.max_tokens || q->n_hist >= s->n_ctx)
-        seq_end(s, slot, SL_SCHED_FINISH_LENGTH, NULL);
+        sl_sched_seq_end(s, slot, SL_SCHED_FINISH_LENGTH, NULL);
     else
         return true;
     return false;
@@ -598,15 +414,15 @@ static void take_sample(sl_sched *s, int32_t slot, int32_t tok, uint64_t now)
 {
     seq *q = &s->slots[slot];
     if (tok < 0) {
-        seq_end(s, slot, SL_SCHED_FINISH_ERROR, q->con ? sl_constraint_error(q->con) : "sampling failed");
+        sl_sched_seq_end(s, slot, SL_SCHED_FINISH_ERROR, q->con ? sl_constraint_error(q->con) : "sampling failed");
         return;
     }
     if (q->con && sl_constraint_accept(q->con, tok) < 0) {
-        seq_end(s, slot, SL_SCHED_FINISH_ERROR, "grammar: the drawn token does not match");
+        sl_sched_seq_end(s, slot, SL_SCHED_FINISH_ERROR, "grammar: the drawn token does not match");
         return;
     }
     if (q->req.params.n_logprobs >= 0 && q->rec.token != tok) {
-        seq_end(s, slot, SL_SCHED_FINISH_ERROR, "the token's logprob record is missing");
+        sl_sched_seq_end(s, slot, SL_SCHED_FINISH_ERROR, "the token's logprob record is missing");
         return;
     }
     q->hist[q->n_hist++] = tok;
@@ -614,7 +430,7 @@ static void take_sample(sl_sched *s, int32_t slot, int32_t tok, uint64_t now)
     q->state = SEQ_DECODE;
     if (!q->first_ns) {
         q->first_ns = now;
-        trace(s, q, "first_token", now);
+        sl_sched_trace(s, q, "first_token", now);
     }
     deliver(s, slot, now);
 }
@@ -626,7 +442,7 @@ sl_status sl_sched_step(sl_sched *s)
     /* 1. cancels: every request held, live or waiting, frees at once */
     for (int32_t i = 0; i < s->n_slots; i++)
         if (s->slots[i].state != SEQ_FREE && s->io.cancelled(s->io.ctx, s->slots[i].req.id))
-            seq_end(s, i, SL_SCHED_FINISH_CANCELLED, NULL);
+            sl_sched_seq_end(s, i, SL_SCHED_FINISH_CANCELLED, NULL);
 
     /* 2. retry the owed emits of parked sequences (oldest parking first) */
     for (int32_t i = 0; i < s->n_parked;) {
@@ -656,13 +472,13 @@ sl_status sl_sched_step(sl_sched *s)
         if (q->n_cached == 0) {
             if (s->cfg.staggered_prefill && admitted >= 1)
                 break;
-            if (!seq_take_blocks(s, q)) {
+            if (!sl_sched_seq_take_blocks(s, q)) {
                 return_blocked = true;
                 break;
             }
             admitted++;
         }
-        seq_unpark(s, slot);   /* left the list: same index is the next one */
+        sl_sched_seq_unpark(s, slot);   /* left the list: same index is the next one */
     }
 
     /* 5. decodes: each running sequence needs a block for its next position;
@@ -679,17 +495,17 @@ sl_status sl_sched_step(sl_sched *s)
             continue;
         sl_status rc;
         while ((rc = sl_kv_blocks_reserve(&s->kv, &q->table, (uint32_t)q->n_hist)) == SL_AGAIN) {
-            if (sl_prefix_cache_evict(&s->pc, &s->kv, 1) > 0 || park_drop(s))
+            if (sl_prefix_cache_evict(&s->pc, &s->kv, 1) > 0 || sl_sched_park_drop(s))
                 continue;   /* unused cached and parked blocks go before any live sequence's */
             int32_t victim = s->live[s->n_live - 1];
-            seq_preempt(s, victim);
+            sl_sched_seq_preempt(s, victim);
             if (victim == slot)
                 break;
         }
         if (q->state != SEQ_DECODE)
             { i--; continue; }  /* preempted itself: it was the last live entry */
         if (rc < 0) {
-            seq_end(s, slot, SL_SCHED_FINISH_ERROR, "KV table capacity exceeded");
+            sl_sched_seq_end(s, slot, SL_SCHED_FINISH_ERROR, "KV table capacity exceeded");
             i--;
             continue;
         }
@@ -715,20 +531,20 @@ sl_status sl_sched_step(sl_sched *s)
                 break;
             int32_t slot = s->waiting[i];
             seq *q = &s->slots[slot];
-            if (defer_leader(s, q) >= 0) {
+            if (sl_sched_defer_leader(s, q) >= 0) {
                 if (!q->deferred) {
                     q->deferred = true;
                     s->stats.n_deferrals++;
-                    trace(s, q, "deferred", now);
+                    sl_sched_trace(s, q, "deferred", now);
                 }
                 s->n_deferred_now++;
                 i++;
                 continue;
             }
             /* blocks for the prefill plus the first decode position */
-            if (!seq_take_blocks(s, q))
+            if (!sl_sched_seq_take_blocks(s, q))
                 break;   /* FIFO: nobody overtakes a request that does not fit */
-            list_remove(s->waiting, &s->n_waiting, slot);   /* same index is the next one */
+            sl_sched_list_remove(s->waiting, &s->n_waiting, slot);   /* same index is the next one */
             s->live[s->n_live++] = slot;
             q->state = SEQ_PREFILL;
             q->chunk = 0;
@@ -739,7 +555,7 @@ sl_status sl_sched_step(sl_sched *s)
                 q->n_prefix_lookup = s->pc.enabled && !q->req.echo_logprobs ? q->n_hist : 0;
                 if (s->io.admitted)
                     s->io.admitted(s->io.ctx, q->req.id, q->n_prefix_hit);
-                trace(s, q, "admitted", now);
+                sl_sched_trace(s, q, "admitted", now);
             }
             admitted++;
         }
@@ -812,7 +628,7 @@ sl_status sl_sched_step(sl_sched *s)
         if (q->state == SEQ_PREFILL && !q->prefill_started && (b < n_batch || q->echo_rows > 0)) {
             q->prefill_started = true;
             q->prefill_ns = t0;
-            trace(s, q, "first_prefill_chunk", t0);
+            sl_sched_trace(s, q, "first_prefill_chunk", t0);
         }
     }
     int32_t n_masks = 0;
@@ -835,7 +651,7 @@ sl_status sl_sched_step(sl_sched *s)
     for (int32_t b = 0; echo_rc > 0 && b < s->n_echo_batch; b++) {   /* what the echo call ended */
         const seq *q = &s->slots[s->echo_slot[b]];
         if (q->echo_end >= 0)
-            seq_end(s, s->echo_slot[b], q->echo_end, q->echo_error);
+            sl_sched_seq_end(s, s->echo_slot[b], q->echo_end, q->echo_error);
     }
     sl_allow_fill fill = {masks_fill, s};
     sl_status rc = echo_rc < 0    ? (sl_status)echo_rc
@@ -878,7 +694,7 @@ void sl_sched_step_paused(sl_sched *s)
     uint64_t now = s->io.now_ns(s->io.ctx);
     for (int32_t i = 0; i < s->n_slots; i++)
         if (s->slots[i].state != SEQ_FREE && s->io.cancelled(s->io.ctx, s->slots[i].req.id))
-            seq_end(s, i, SL_SCHED_FINISH_CANCELLED, NULL);
+            sl_sched_seq_end(s, i, SL_SCHED_FINISH_CANCELLED, NULL);
     intake(s, now);
     s->stats.in_flight = s->n_live;
     s->stats.n_waiting = s->n_waiting;

@@ -139,6 +139,18 @@ static inline int32_t prefill_stop(const seq *q)
     return echo_phase(q) ? q->n_echoed : prefill_target(q);
 }
 
+/* scheduler_seq.c: a sequence's moves between states (each function's
+ * comment there states its transition). */
+void sl_sched_trace(sl_sched *s, const seq *q, const char *stage, uint64_t now);   /* --ttft-trace line */
+void sl_sched_list_remove(int32_t *list, int32_t *n, int32_t slot);               /* slot must be listed */
+void sl_sched_seq_end(sl_sched *s, int32_t slot, int reason, const char *error);  /* any -> FREE */
+void sl_sched_seq_preempt(sl_sched *s, int32_t slot);   /* PREFILL/DECODE -> WAITING (head), blocks freed */
+void sl_sched_seq_park(sl_sched *s, int32_t slot);      /* DECODE -> PARKED, blocks kept */
+bool sl_sched_park_drop(sl_sched *s);                   /* one parked sequence's blocks freed; false: none */
+bool sl_sched_seq_take_blocks(sl_sched *s, seq *q);     /* a prefill's blocks, cache hits first; false: none */
+int32_t sl_sched_defer_leader(const sl_sched *s, const seq *q);   /* the live prefill q waits for, or -1 */
+void sl_sched_seq_unpark(sl_sched *s, int32_t slot);    /* PARKED -> DECODE/PREFILL, newest live */
+
 /* scheduler_echo.c: plans q's echo rows this step (q is in the echo phase
  * with n_cached == n_echoed): at most the tokens left to the budget, the
  * rows left to the call (*rows_used, updated) and its consumer's room.
