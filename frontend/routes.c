@@ -174,15 +174,6 @@ static void on_metrics(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
 
 /* ================================================================ effective-config */
 
-json_t *sl_fe_worker_snapshot(const sl_fe *fe)
-{
-    static char buf[SL_SHM_CONFIG_MAX + 1];
-    size_t len = 0;
-    if (sl_shm_config_read(fe->shm, buf, sizeof buf, &len) != SL_OK)
-        return NULL;
-    return json_loadb(buf, len, 0, NULL);
-}
-
 static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *ri)
 {
     static const char *source_names[] = {"default", "file", "env", "seed_alias", "flag"};

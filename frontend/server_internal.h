@@ -293,7 +293,7 @@ size_t sl_fe_routes_h2o_body_limit(uint64_t max_body);
 
 /* The worker's own effective-config snapshot from the segment (parsed; the
  * caller decrefs it), or NULL when none is published. Uses a static buffer:
- * the event loop's thread only. (routes.c; metrics.c reads it too) */
+ * the event loop's thread only. (worker_snapshot.c) */
 json_t *sl_fe_worker_snapshot(const sl_fe *fe);
 
 /* ---- metrics.c (called by routes.c) ---- */
