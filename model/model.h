@@ -24,6 +24,10 @@ enum sl_arch {
                       * sliding window on every other layer */
     SL_ARCH_GEMMA3,  /* gemma2's layout with per-head q/k norms and no soft-capping; five
                       * sliding-window layers (own rope base) to one global */
+    SL_ARCH_GRANITE, /* IBM Granite 3.x dense: llama's layout with four scalars from the file
+                      * (embedding, residual, attention and logit scales) */
+    SL_ARCH_PHI3,    /* Phi-3/3.5 mini: fused qkv and gate|up matrices (split into row views
+                      * at load), NEOX rope, possibly partial; no rope scaling */
 };
 
 enum sl_ffn_act {
@@ -37,7 +41,9 @@ enum sl_rope_style {
 };
 
 /* A weight matrix stored row-major in its GGUF type: ne1 rows of ne0
- * elements, each row `row_bytes` bytes. y = W x means y[r] = dot(row r, x). */
+ * elements, each row `row_bytes` bytes. y = W x means y[r] = dot(row r, x).
+ * It may be a row range of a larger tensor (phi3's fused attn_qkv and
+ * ffn_up): every type's rows are independent, so a range is a matrix. */
 typedef struct {
     uint32_t type;          /* enum sl_ggml_type */
     int64_t ne0, ne1;       /* (in, out) */
@@ -83,6 +89,9 @@ typedef struct {
     float attn_scale;           /* q.k multiplier: 1/sqrt(head_dim) unless the architecture says otherwise */
     float attn_softcap;         /* > 0: scores become cap * tanh(score / cap) (gemma2); 0 = none */
     float final_softcap;        /* > 0: the same on the output logits (gemma2); 0 = none */
+    float residual_scale;       /* each block's attention and FFN output is multiplied by this before
+                                 * its residual add (granite.residual_scale), else 1 */
+    float logit_mul;            /* output logits are multiplied by this (granite: 1/logit_scale), else 1 */
     enum sl_ffn_act ffn_act;
 } sl_hparams;
 

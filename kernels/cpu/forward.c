@@ -1,6 +1,7 @@
 /* kernels/cpu/forward.c: the CPU backend's forward pass for the llama, qwen2,
- * qwen3, gemma2 and gemma3 architectures over a batch of sequences with paged
- * KV caches.
+ * qwen3, gemma2, gemma3, granite and phi3 architectures over a batch of
+ * sequences with paged KV caches (phi3's fused matrices arrive as separate
+ * row views, model.h, so nothing here knows about them).
  * Runs in the worker process (and `sluice generate`) on the scheduler thread,
  * fanning work out to a sleeping thread pool.
  *
@@ -375,6 +376,8 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
         matmul1(cb, cb->att, q_dim, T, &L->wo, cb->xn, E);
         for (int64_t t = 0; L->post_attn_norm && t < T; t++)
             sl_cpu_rmsnorm(cb->xn + t * E, cb->xn + t * E, L->post_attn_norm, E, hp->norm_eps);
+        if (hp->residual_scale != 1.0f)
+            sl_cpu_scale(cb->xn, T * E, hp->residual_scale);
         sl_cpu_add(cb->x, cb->xn, T * E);
 
         for (int64_t t = 0; t < T; t++)
@@ -388,6 +391,8 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
         matmul1(cb, cb->gate, F, T, &L->w_down, cb->xn, E);
         for (int64_t t = 0; L->post_ffn_norm && t < T; t++)
             sl_cpu_rmsnorm(cb->xn + t * E, cb->xn + t * E, L->post_ffn_norm, E, hp->norm_eps);
+        if (hp->residual_scale != 1.0f)
+            sl_cpu_scale(cb->xn, T * E, hp->residual_scale);
         sl_cpu_add(cb->x, cb->xn, T * E);
     }
 
@@ -397,6 +402,8 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
     matmul1(cb, cb->xn, E, n_out, &m->output, logits, hp->n_vocab);
     if (hp->final_softcap > 0.0f)
         sl_cpu_softcap(logits, n_out * hp->n_vocab, hp->final_softcap);
+    if (hp->logit_mul != 1.0f)
+        sl_cpu_scale(logits, n_out * hp->n_vocab, hp->logit_mul);
     return SL_OK;
 }
 
