@@ -26,7 +26,7 @@ enum sl_arch {
                       * sliding-window layers (own rope base) to one global */
     SL_ARCH_GRANITE, /* IBM Granite 3.x dense: llama's layout with four scalars from the file
                       * (embedding, residual, attention and logit scales) */
-    SL_ARCH_PHI3,    /* Phi-3/3.5 mini: fused qkv and gate|up matrices (split into row views
+    SL_ARCH_PHI3,    /* Phi-3 4k (mini, medium): fused qkv and gate|up matrices (split into row views
                       * at load), NEOX rope, possibly partial; no rope scaling */
 };
 
