@@ -202,10 +202,11 @@ static sl_status bind_hparams(binder *b, sl_hparams *hp)
         if (sl_gguf_str_eq(type, "linear")) {
             if ((rc = get_float(b, "rope.scaling.factor", true, 1e-3, 1e3, 1.0f, &factor)) < 0)
                 return rc;
-        } else if (!sl_gguf_str_eq(type, "none") && !sl_gguf_str_eq(type, "llama3")) {
+        } else if (!sl_gguf_str_eq(type, "none") && !sl_gguf_str_eq(type, "llama3") &&
+                   !sl_gguf_str_eq(type, "longrope")) {
             char t[32];
             snprintf(t, sizeof t, "%.*s", (int)(type.len < 31 ? type.len : 31), type.ptr);
-            snprintf(b->err, SL_ERR_LEN, "%s: %s = '%s' is not supported (none, linear, llama3 are)",
+            snprintf(b->err, SL_ERR_LEN, "%s: %s = '%s' is not supported (none, linear, llama3, longrope are)",
                      sl_gguf_path(b->g), key, t);
             return SL_EUNSUPPORTED;
         }
@@ -213,6 +214,10 @@ static sl_status bind_hparams(binder *b, sl_hparams *hp)
         return rc;
     }
     hp->rope_freq_scale = 1.0f / factor;
+    if ((rc = get_int(b, "rope.scaling.original_context_length", false, 1, 1 << 24, hp->n_ctx_train,
+                      &hp->n_ctx_orig)) < 0 ||
+        (rc = get_float(b, "rope.scaling.attn_factor", false, 1e-3, 1e3, 1.0f, &hp->rope_attn_factor)) < 0)
+        return rc;
     return bind_family(b, hp);
 }
 
@@ -307,28 +312,24 @@ static sl_status bind_fused(binder *b, const char *name, int64_t ne0, const int6
     return SL_OK;
 }
 
-/* Longrope (Phi-3 128k, Phi-3.5, Phi-4 mini): two tables of frequency
- * divisors, the long one chosen past the original context, with an
- * attention factor on cos/sin. sluice does not compute it yet: such a file
- * is refused by name rather than run with the wrong positions. */
-static sl_status refuse_longrope(binder *b)
+/* Longrope (Phi-3 128k, Phi-3.5, Phi-4 mini): two tables of per-pair
+ * frequency divisors (sl_model_rope_divisors picks one), with
+ * rope.scaling.attn_factor on cos/sin (bind_hparams). One table without
+ * the other, or with llama3's rope_freqs, has no meaning: refused. */
+static sl_status bind_longrope(binder *b, sl_model *m)
 {
-    static const char *const tables[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
-    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
-        if (sl_gguf_find_tensor(b->g, tables[i])) {
-            snprintf(b->err, SL_ERR_LEN, "%s: tensor '%s': longrope scaling (Phi-3 128k, Phi-3.5 and Phi-4 mini "
-                     "files) is not supported", sl_gguf_path(b->g), tables[i]);
-            return SL_EUNSUPPORTED;
-        }
-    float attn_factor = 1.0f;
-    sl_status rc = get_float(b, "rope.scaling.attn_factor", false, 1e-6, 1e6, 1.0f, &attn_factor);
-    if (rc < 0)
+    int64_t half = m->hp.n_rot / 2;
+    sl_status rc;
+    if ((rc = bind_vector(b, "rope_factors_long.weight", half, false, &m->rope_factors_long, &m->weight_bytes)) < 0 ||
+        (rc = bind_vector(b, "rope_factors_short.weight", half, false, &m->rope_factors_short,
+                          &m->weight_bytes)) < 0)
         return rc;
-    if (attn_factor != 1.0f) {
-        snprintf(b->err, SL_ERR_LEN, "%s: %s.rope.scaling.attn_factor = %g is not supported (rope scaled by an "
-                 "attention factor)", sl_gguf_path(b->g), b->arch, (double)attn_factor);
-        return SL_EUNSUPPORTED;
-    }
+    if (!m->rope_factors_long != !m->rope_factors_short)
+        return fail(b, "tensor '%s' without '%s' (longrope needs both)",
+                    m->rope_factors_long ? "rope_factors_long.weight" : "rope_factors_short.weight",
+                    m->rope_factors_long ? "rope_factors_short.weight" : "rope_factors_long.weight");
+    if (m->rope_factors_long && m->rope_freqs)
+        return fail(b, "tensors 'rope_freqs.weight' and 'rope_factors_long.weight': two rope scalings");
     return SL_OK;
 }
 
@@ -459,7 +460,7 @@ sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN])
     if (rc == SL_OK)
         rc = bind_vector(&b, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, &m->weight_bytes);
     if (rc == SL_OK)
-        rc = refuse_longrope(&b);
+        rc = bind_longrope(&b, m);
     if (rc == SL_OK && !(m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers))) {
         snprintf(err, SL_ERR_LEN, "%s: out of memory", sl_gguf_path(g));
         rc = SL_ENOMEM;

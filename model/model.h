@@ -26,8 +26,8 @@ enum sl_arch {
                       * sliding-window layers (own rope base) to one global */
     SL_ARCH_GRANITE, /* IBM Granite 3.x dense: llama's layout with four scalars from the file
                       * (embedding, residual, attention and logit scales) */
-    SL_ARCH_PHI3,    /* Phi-3 4k (mini, medium): fused qkv and gate|up matrices (split into row views
-                      * at load), NEOX rope, possibly partial; no rope scaling */
+    SL_ARCH_PHI3,    /* Phi-3, Phi-3.5 mini, Phi-4 mini: fused qkv and gate|up matrices (split into row
+                      * views at load), NEOX rope, possibly partial, longrope on the long files */
 };
 
 enum sl_ffn_act {
@@ -82,6 +82,9 @@ typedef struct {
     float norm_eps;
     float rope_freq_base;
     float rope_freq_scale; /* 1/factor for linear rope scaling, else 1 */
+    int32_t n_ctx_orig;    /* longrope: rope.scaling.original_context_length (else n_ctx_train) */
+    float rope_attn_factor; /* rope.scaling.attn_factor: cos and sin of every rotated pair are
+                             * multiplied by it (longrope's magnitude correction), else 1 */
     float rope_freq_base_swa;   /* rope base and scale of sliding-window layers (gemma3: 10000 and 1, */
     float rope_freq_scale_swa;  /* fixed by the architecture; else the global pair) */
     int32_t sliding_window;     /* window of the sliding-window layers; 0 = none */
@@ -100,6 +103,8 @@ typedef struct sl_model {
     char name[128];                  /* general.name or the file's base name */
     char arch_name[16];
     const float *rope_freqs;         /* (n_rot/2) llama3 frequency divisors, or NULL */
+    const float *rope_factors_long;  /* (n_rot/2) longrope divisors past n_ctx_orig, or NULL */
+    const float *rope_factors_short; /* (n_rot/2) longrope divisors within it; both or neither */
     sl_weight tok_embd;              /* (n_embd, n_vocab): rows are embeddings */
     const float *output_norm;        /* (n_embd) */
     sl_weight output;                /* (n_embd -> n_vocab); same as tok_embd when tied */
@@ -118,6 +123,20 @@ sl_status sl_model_load(const char *path, sl_model **out, char err[SL_ERR_LEN]);
 sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN]);
 
 void sl_model_destroy(sl_model *m);
+
+/* The per-pair rope frequency divisors a backend serving sequences of up
+ * to max_ctx positions applies (n_rot/2 floats), or NULL for none: the
+ * llama3 table; for longrope, the long table when max_ctx exceeds the
+ * original context and the short one otherwise (llama.cpp's rule, which
+ * looks at the configured context, not each position, so a sequence's
+ * cached keys never need re-rotating). Inline: the CUDA library, which
+ * links no model code, calls it too. */
+static inline const float *sl_model_rope_divisors(const sl_model *m, int32_t max_ctx)
+{
+    if (m->rope_factors_long)
+        return max_ctx > m->hp.n_ctx_orig ? m->rope_factors_long : m->rope_factors_short;
+    return m->rope_freqs;
+}
 
 /* Multiply-accumulate count per token (for tok/s vs roofline figures). */
 uint64_t sl_model_flops_per_token(const sl_model *m);

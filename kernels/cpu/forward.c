@@ -346,15 +346,16 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
             if (hp->embd_scale != 1.0f)
                 for (int64_t e = 0; e < E; e++)
                     cb->x[T * E + e] *= hp->embd_scale;
+            double mscale = hp->rope_attn_factor;   /* longrope's magnitude correction, else 1 */
             for (int r = 0; r < half; r++) {
                 double theta = (double)cb->tok_pos[T] * hp->rope_freq_scale * cb->inv_freq[r];
-                cb->cos_t[T * half + r] = (float)cos(theta);
-                cb->sin_t[T * half + r] = (float)sin(theta);
+                cb->cos_t[T * half + r] = (float)(mscale * cos(theta));
+                cb->sin_t[T * half + r] = (float)(mscale * sin(theta));
             }
             for (int r = 0; cb->cos_swa && r < half; r++) {
                 double theta = (double)cb->tok_pos[T] * hp->rope_freq_scale_swa * cb->inv_freq_swa[r];
-                cb->cos_swa[T * half + r] = (float)cos(theta);
-                cb->sin_swa[T * half + r] = (float)sin(theta);
+                cb->cos_swa[T * half + r] = (float)(mscale * cos(theta));
+                cb->sin_swa[T * half + r] = (float)(mscale * sin(theta));
             }
         }
     }
@@ -537,14 +538,15 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
         cpu_destroy(&cb->base);
         return SL_ENOMEM;
     }
+    const float *divisors = sl_model_rope_divisors(m, cfg->max_ctx);   /* llama3 or longrope, or NULL */
     for (int64_t i = 0; i < half; i++) {
         cb->inv_freq[i] = pow((double)hp->rope_freq_base, -2.0 * (double)i / (double)hp->n_rot);
-        if (m->rope_freqs)
-            cb->inv_freq[i] /= m->rope_freqs[i];
+        if (divisors)
+            cb->inv_freq[i] /= divisors[i];
         if (cb->inv_freq_swa) {
             cb->inv_freq_swa[i] = pow((double)hp->rope_freq_base_swa, -2.0 * (double)i / (double)hp->n_rot);
-            if (m->rope_freqs)
-                cb->inv_freq_swa[i] /= m->rope_freqs[i];
+            if (divisors)
+                cb->inv_freq_swa[i] /= divisors[i];
         }
     }
     *out = &cb->base;

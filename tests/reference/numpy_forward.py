@@ -23,7 +23,12 @@ granite.logit_scale (each optional but logit_scale; absent or 0 = no change).
 
 Phi-3: fused blk.N.attn_qkv (Q rows, then K, then V) and blk.N.ffn_up
 (gate rows, then up rows), split here into the separate matrices; NEOX rope
-over the first rope.dimension_count dims of each head.
+over the first rope.dimension_count dims of each head. Longrope (any
+architecture, as llama.cpp): each pair's frequency divided by
+rope_factors_long when the context the model is run with (max_ctx, default
+4096, fwdump's) exceeds rope.scaling.original_context_length, else by
+rope_factors_short; cos and sin of every rotated pair times
+rope.scaling.attn_factor.
 
 Before each weight matmul the input row is rounded the way llama.cpp (and the
 engine by default) feeds it to a weight of that type: 8-bit Q8_0 blocks of 32
@@ -109,7 +114,7 @@ def _field(reader, key, default=None):
 
 
 class Model:
-    def __init__(self, path, act_quant=True):
+    def __init__(self, path, act_quant=True, max_ctx=4096):
         r = GGUFReader(path)
         self.arch = _field(r, "general.architecture")
         a = self.arch
@@ -121,6 +126,9 @@ class Model:
         self.n_rot = _field(r, f"{a}.rope.dimension_count", self.head_dim)
         self.eps = _field(r, f"{a}.attention.layer_norm_rms_epsilon")
         self.rope_base = _field(r, f"{a}.rope.freq_base", 10000.0)
+        self.n_ctx_orig = _field(r, f"{a}.rope.scaling.original_context_length", _field(r, f"{a}.context_length"))
+        self.rope_mscale = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
+        self.max_ctx = max_ctx
         self.neox = a in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3")
         granite = (lambda k, d: (_field(r, f"granite.{k}", 0.0) or d)) if a == "granite" else (lambda k, d: d)
         self.embd_scale = granite("embedding_scale", 1.0)
@@ -192,8 +200,11 @@ class Model:
         inv = (base or self.rope_base) ** (-2.0 * np.arange(half) / self.n_rot)
         if "rope_freqs.weight" in self.t:
             inv = inv / self.t["rope_freqs.weight"]
+        if "rope_factors_long.weight" in self.t:
+            table = "long" if self.max_ctx > self.n_ctx_orig else "short"
+            inv = inv / self.t[f"rope_factors_{table}.weight"]
         ang = pos[:, None] * inv[None, :]           # (T, half)
-        c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        c, s = np.cos(ang)[:, None, :] * self.rope_mscale, np.sin(ang)[:, None, :] * self.rope_mscale
         x = x.copy()
         if self.neox:
             a, b = x[..., :half].copy(), x[..., half:2 * half].copy()

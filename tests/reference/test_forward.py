@@ -36,7 +36,7 @@ from paths import tool
 from numpy_forward import Model
 
 PRESETS = ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-granite",
-           "tiny-phi3"]
+           "tiny-phi3", "tiny-phi3-longrope"]
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M", "Q5_0", "Q4_1", "Q5_1",
          "IQ4_NL", "Q8_1"]
 # The low-bit 256-element types run on two presets only (llama; qwen2 with

@@ -3,8 +3,8 @@
 test_forward.py and test_llamacpp.py): each of Granite's four scalars moves
 the logits far, so the match shows each is applied where llama.cpp applies
 it; Phi-3's fused matrices are split in the right order and its partial
-rotary is what llama.cpp computes; what sluice does not compute (longrope,
-Granite without rope) and broken files are refused by name."""
+rotary and longrope are what llama.cpp computes; what sluice does not
+compute (Granite without rope) and broken files are refused by name."""
 import os
 import subprocess
 
@@ -129,18 +129,44 @@ def minimal_file(path, arch, keys, tensors):
 EMBED = {"token_embd.weight": np.zeros((16, 32)), "output_norm.weight": np.ones(32)}
 
 
-@pytest.mark.parametrize("table", ["rope_factors_long.weight", "rope_factors_short.weight"])
-def test_phi3_longrope_tables_are_refused(tmp_path, table):
+@pytest.mark.parametrize("max_ctx,table", [(4096, "long"), (256, "short")])
+def test_phi3_longrope_matches_llamacpp(make_model, tmp_path, max_ctx, table):
+    """tiny-phi3-longrope (original context 512): served with a context past
+    it the long factors apply, within it the short ones (llama.cpp's rule,
+    by the configured context), with the attention factor on cos/sin either
+    way. The engine within 1e-5 of the float64 reference and 1e-4 of
+    llama.cpp run with the same context size (measured ~3e-7), while the
+    reference with the other table, or without the attention factor, is far."""
+    path = make_model("tiny-phi3-longrope", "F32", n_vocab=1024, peak=4)
+    out = tmp_path / "logits.bin"
+    subprocess.run([tool("fwdump"), "-m", str(path), "--tokens", ",".join(map(str, PROMPT)), "--out", str(out),
+                    "--max-ctx", str(max_ctx)], check=True, capture_output=True, env={**os.environ, **F32})
+    ours = np.fromfile(out, dtype=np.float32).reshape(len(PROMPT), -1)
+    llama_cpp = pytest.importorskip("llama_cpp")
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=max_ctx, n_batch=64, n_threads=2, logits_all=True,
+                          verbose=False, type_k=0, type_v=0)
+    llm.eval(PROMPT)
+    theirs = np.array(llm.scores[:llm.n_tokens])
+    ref = Model(str(path), act_quant=False, max_ctx=max_ctx)
+    assert ref.n_ctx_orig == 512 and ref.rope_mscale == pytest.approx(np.sqrt(1 + np.log(16) / np.log(512)))
+    base = ref.logits(PROMPT)
+    print(f"tiny-phi3-longrope max_ctx {max_ctx} ({table} factors): ours-float64 {rel(ours, base):.2e}, "
+          f"ours-llama.cpp {rel(ours, theirs):.2e}")
+    assert rel(ours, base) < 1e-5
+    assert rel(ours, theirs) < 1e-4
+    ref.max_ctx = 256 if max_ctx > 512 else 4096
+    other = ref.logits(PROMPT)
+    ref.max_ctx, ref.rope_mscale = max_ctx, 1.0
+    no_mscale = ref.logits(PROMPT)
+    for what, wrong in (("the other table", other), ("no attention factor", no_mscale)):
+        print(f"  {what}: {rel(wrong, theirs):.2e} from llama.cpp")
+        assert rel(wrong, theirs) > 1e-2
+
+
+def test_longrope_table_alone_is_refused(tmp_path):
     p = tmp_path / "longrope.gguf"
-    minimal_file(p, "phi3", {}, {**EMBED, table: np.ones(8)})
-    err = refused(p)
-    assert f"tensor '{table}': longrope scaling" in err and "is not supported" in err, err
-
-
-def test_rope_attention_factor_is_refused(tmp_path):
-    p = tmp_path / "attn_factor.gguf"
-    minimal_file(p, "phi3", {"rope.scaling.attn_factor": 1.19}, EMBED)
-    assert "phi3.rope.scaling.attn_factor = 1.19 is not supported" in refused(p)
+    minimal_file(p, "phi3", {}, {**EMBED, "rope_factors_long.weight": np.ones(8)})
+    assert "tensor 'rope_factors_long.weight' without 'rope_factors_short.weight' (longrope needs both)" in refused(p)
 
 
 def test_granite_without_rope_is_refused(tmp_path):
@@ -171,3 +197,10 @@ def test_unknown_architecture_lists_the_supported_ones(make_model, tmp_path):
     p.write_bytes(data)
     assert ("architecture 'phiX' is not supported (llama, qwen2, qwen3, gemma2, gemma3, granite, phi3 are)"
             in refused(p))
+
+
+def test_longrope_with_llama3_table_is_refused(tmp_path):
+    p = tmp_path / "two_scalings.gguf"
+    minimal_file(p, "phi3", {}, {**EMBED, "rope_freqs.weight": np.ones(8), "rope_factors_long.weight": np.ones(8),
+                                 "rope_factors_short.weight": np.ones(8)})
+    assert "tensors 'rope_freqs.weight' and 'rope_factors_long.weight': two rope scalings" in refused(p)

@@ -36,6 +36,7 @@ typedef struct {
     int tied;
     int window;                     /* gemma: attention.sliding_window */
     int n_rot;                      /* rope.dimension_count: rotated dims per head; 0 = head_dim */
+    int longrope_orig;              /* > 0: longrope tables and keys, this original context (phi3) */
 } shape;
 
 /* Real shapes: the tiny ones keep real ratios (GQA, head_dim 64/128) at dims
@@ -49,18 +50,21 @@ typedef struct {
  * output picks the input token again: greedy tests would see one token);
  * tiny-phi3 has fused attn_qkv and gate|up matrices, grouped KV heads (so
  * the K and V row ranges differ from Q's) and partial rotary (48 of 64
- * dims, as Phi-4 mini rotates 3/4 of each head). */
+ * dims, as Phi-4 mini rotates 3/4 of each head); tiny-phi3-longrope adds
+ * Phi-3 128k's longrope (long and short factor tables, an original context
+ * of 512 in 8192, and the attention factor its converter writes). */
 static const shape presets[] = {
-    {"tiny-llama", "llama", 256, 2, 4, 2, 64, 768, 2048, 0, 10000.0f, 0, 0, 0, 0},
-    {"tiny-llama3", "llama", 512, 2, 8, 2, 64, 1536, 4096, 0, 500000.0f, 32.0f, 1, 0, 0},
-    {"tiny-qwen2", "qwen2", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0},
-    {"tiny-qwen3", "qwen3", 256, 3, 4, 2, 128, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0},
-    {"tiny-gemma2", "gemma2", 256, 2, 4, 2, 128, 768, 8192, 0, 10000.0f, 0, 1, 8, 0},
-    {"tiny-gemma3", "gemma3", 256, 6, 2, 1, 256, 768, 32768, 0, 1000000.0f, 0, 1, 8, 0},
-    {"tiny-granite", "granite", 256, 2, 4, 2, 64, 768, 4096, 0, 10000000.0f, 0, 0, 0, 0},
-    {"tiny-phi3", "phi3", 256, 2, 4, 2, 64, 768, 4096, 0, 10000.0f, 0, 0, 0, 48},
-    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 131072, 0, 500000.0f, 32.0f, 1, 0, 0},
-    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 131072, 0, 500000.0f, 8.0f, 0, 0, 0},
+    {"tiny-llama", "llama", 256, 2, 4, 2, 64, 768, 2048, 0, 10000.0f, 0, 0, 0, 0, 0},
+    {"tiny-llama3", "llama", 512, 2, 8, 2, 64, 1536, 4096, 0, 500000.0f, 32.0f, 1, 0, 0, 0},
+    {"tiny-qwen2", "qwen2", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0, 0},
+    {"tiny-qwen3", "qwen3", 256, 3, 4, 2, 128, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0, 0},
+    {"tiny-gemma2", "gemma2", 256, 2, 4, 2, 128, 768, 8192, 0, 10000.0f, 0, 1, 8, 0, 0},
+    {"tiny-gemma3", "gemma3", 256, 6, 2, 1, 256, 768, 32768, 0, 1000000.0f, 0, 1, 8, 0, 0},
+    {"tiny-granite", "granite", 256, 2, 4, 2, 64, 768, 4096, 0, 10000000.0f, 0, 0, 0, 0, 0},
+    {"tiny-phi3", "phi3", 256, 2, 4, 2, 64, 768, 4096, 0, 10000.0f, 0, 0, 0, 48, 0},
+    {"tiny-phi3-longrope", "phi3", 256, 2, 4, 2, 64, 768, 8192, 0, 10000.0f, 0, 0, 0, 48, 512},
+    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 131072, 0, 500000.0f, 32.0f, 1, 0, 0, 0},
+    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 131072, 0, 500000.0f, 8.0f, 0, 0, 0, 0},
 };
 
 typedef struct {
@@ -213,6 +217,13 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
         add(p, "rope_freqs.weight", SL_GGML_TYPE_F32, s->head_dim / 2, 0, (dist){0, 0});
         p->t[p->n - 1].fixed = rope_freqs;
     }
+    if (s->longrope_orig > 0) {   /* rope_freqs holds the long table, then the short one */
+        int half = (s->n_rot ? s->n_rot : s->head_dim) / 2;
+        add(p, "rope_factors_long.weight", SL_GGML_TYPE_F32, half, 0, (dist){0, 0});
+        p->t[p->n - 1].fixed = rope_freqs;
+        add(p, "rope_factors_short.weight", SL_GGML_TYPE_F32, half, 0, (dist){0, 0});
+        p->t[p->n - 1].fixed = rope_freqs + half;
+    }
 }
 
 /* Llama 3.x frequency scaling (low_freq_factor 1, high_freq_factor 4,
@@ -231,6 +242,19 @@ static void llama3_rope_freqs(const shape *s, float *out)
             double smooth = (old_ctx / wavelen - lo) / (hi - lo);
             out[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
         }
+    }
+}
+
+/* Longrope tables shaped like Phi-3 128k's: short divisors near 1 (1 to
+ * 1.25), long ones growing to 16 at the slowest pairs; out holds the long
+ * table, then the short one (n_rot/2 each). */
+static void longrope_factors(const shape *s, float *out)
+{
+    int half = (s->n_rot ? s->n_rot : s->head_dim) / 2;
+    for (int i = 0; i < half; i++) {
+        double f = half > 1 ? (double)i / (half - 1) : 0.0;
+        out[i] = (float)(1.0 + 15.0 * f * f);
+        out[half + i] = (float)(1.0 + 0.25 * f);
     }
 }
 
@@ -274,7 +298,8 @@ static void usage(FILE *f)
         "usage: mkmodel -o OUT.gguf [options]\n"
         "Writes a GGUF test model with seeded random weights.\n\n"
         "  --preset NAME        shape: tiny-llama, tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma2, tiny-gemma3,\n"
-        "                       tiny-granite, tiny-phi3, 1b, 8b (default tiny-llama)\n"
+        "                       tiny-granite, tiny-phi3, tiny-phi3-longrope, 1b, 8b\n"
+        "                       (default tiny-llama)\n"
         "  --arch A             llama | qwen2 | qwen3 | gemma2 | gemma3 | granite | phi3 (overrides the preset's)\n"
         "  --window N           gemma: sliding window of the sliding layers (0: none)\n"
         "  --n-embd N --n-layer N --n-head N --n-head-kv N --head-dim N --n-ff N --n-ctx N\n"
@@ -496,6 +521,12 @@ int main(int argc, char **argv)
         sl_gguf_writer_set_f32(w, K("attn_logit_softcapping"), 50.0f);
         sl_gguf_writer_set_f32(w, K("final_logit_softcapping"), 30.0f);
     }
+    if (s->longrope_orig > 0) {   /* Phi-3's converter: sqrt(1 + ln(scale) / ln(original context)) */
+        double scale = (double)s->n_ctx / s->longrope_orig;
+        sl_gguf_writer_set_u32(w, K("rope.scaling.original_context_length"), (uint32_t)s->longrope_orig);
+        sl_gguf_writer_set_f32(w, K("rope.scaling.attn_factor"),
+                               (float)sqrt(1.0 + log(scale) / log((double)s->longrope_orig)));
+    }
     if (!strcmp(A, "granite")) {
         /* Granite 3.x's own values: each far from 1, and the attention scale
          * (1/128) far from 1/sqrt(head_dim) = 1/8, so a scale applied at the
@@ -507,9 +538,11 @@ int main(int argc, char **argv)
     }
 #undef K
 
-    float *rope_freqs = calloc((size_t)s->head_dim / 2 + 1, sizeof(float));
+    float *rope_freqs = calloc((size_t)s->head_dim + 1, sizeof(float));
     if (s->llama3_factor > 0)
         llama3_rope_freqs(s, rope_freqs);
+    if (s->longrope_orig > 0)
+        longrope_factors(s, rope_freqs);
     plan p = {0};
     build_plan(&o, tc, &p, rope_freqs);
     for (size_t i = 0; i < p.n; i++) {
