@@ -77,9 +77,9 @@ static bool is_gemma(enum sl_arch a)
 /* Granite's four scalars, as llama.cpp reads them: logit_scale is
  * required (the logits are divided by it); the other three are optional,
  * and absent or 0 means llama's behaviour (no embedding or residual
- * scaling, scores scaled by 1/sqrt(head_dim)). Granite turns rope off when
- * rope.scaling.finetuned is false (its hybrid models); no dense file does
- * that, so sluice refuses it rather than compute without positions. */
+ * scaling, scores scaled by 1/sqrt(head_dim)). llama.cpp turns rope off
+ * when rope.scaling.finetuned is false; no Granite 3.x file sets that, so
+ * sluice refuses such a file rather than compute without positions. */
 static sl_status bind_granite(binder *b, sl_hparams *hp)
 {
     sl_status rc;
