@@ -1,5 +1,6 @@
 /* model/model.c: binds a GGUF file's hyperparameters and tensors into an
- * sl_model for the llama, qwen2, qwen3, gemma2 and gemma3 architectures.
+ * sl_model for the llama, qwen2, qwen3, gemma2, gemma3, granite and phi3
+ * architectures.
  * Every hyperparameter comes from metadata and is range-checked; every tensor
  * is checked for presence, exact shape and a supported type before any
  * backend sees it, so compute code never validates. */
@@ -73,10 +74,47 @@ static bool is_gemma(enum sl_arch a)
     return a == SL_ARCH_GEMMA2 || a == SL_ARCH_GEMMA3;
 }
 
+/* Granite's four scalars, as llama.cpp reads them: logit_scale is
+ * required (the logits are divided by it); the other three are optional,
+ * and absent or 0 means llama's behaviour (no embedding or residual
+ * scaling, scores scaled by 1/sqrt(head_dim)). llama.cpp turns rope off
+ * when rope.scaling.finetuned is false; no Granite 3.x file sets that, so
+ * sluice refuses such a file rather than compute without positions. */
+static sl_status bind_granite(binder *b, sl_hparams *hp)
+{
+    sl_status rc;
+    float logit_scale = 1.0f, embd = 0.0f, residual = 0.0f, attn = 0.0f;
+    if ((rc = get_float(b, "logit_scale", true, 1e-6, 1e6, 1.0f, &logit_scale)) < 0 ||
+        (rc = get_float(b, "embedding_scale", false, 0.0, 1e6, 0.0f, &embd)) < 0 ||
+        (rc = get_float(b, "residual_scale", false, 0.0, 1e6, 0.0f, &residual)) < 0 ||
+        (rc = get_float(b, "attention.scale", false, 0.0, 1e6, 0.0f, &attn)) < 0)
+        return rc;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.finetuned", b->arch);
+    bool rope_on = true;
+    if (sl_gguf_find_key(b->g, key) >= 0 && sl_gguf_get_bool(b->g, key, &rope_on) < 0)
+        return fail(b, "key %s must be a bool", key);
+    if (!rope_on) {
+        snprintf(b->err, SL_ERR_LEN, "%s: %s = false (no rope) is not supported", sl_gguf_path(b->g), key);
+        return SL_EUNSUPPORTED;
+    }
+    hp->logit_mul = 1.0f / logit_scale;
+    if (embd != 0.0f)
+        hp->embd_scale = embd;
+    if (residual != 0.0f)
+        hp->residual_scale = residual;
+    if (attn != 0.0f)
+        hp->attn_scale = attn;
+    return SL_OK;
+}
+
 /* What llama.cpp derives per architecture rather than reads: the gemma
  * embedding scale, GELU, the sliding-window layout and its rope, the
  * attention scale (Gemma's 27B sizes scale by n_embd/n_head instead of
- * head_dim) and gemma2's soft caps (keys optional, llama.cpp's defaults). */
+ * head_dim) and gemma2's soft caps (keys optional, llama.cpp's defaults);
+ * granite's scalars. phi3 files may carry attention.sliding_window, which
+ * llama.cpp ignores (its Phi-3 support runs full attention): so does
+ * sluice, computing what llama.cpp computes. */
 static sl_status bind_family(binder *b, sl_hparams *hp)
 {
     hp->rope_freq_base_swa = hp->rope_freq_base;
@@ -85,7 +123,11 @@ static sl_status bind_family(binder *b, sl_hparams *hp)
     hp->embd_scale = 1.0f;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->attn_softcap = hp->final_softcap = 0.0f;
+    hp->residual_scale = 1.0f;
+    hp->logit_mul = 1.0f;
     hp->ffn_act = SL_FFN_SILU;
+    if (hp->arch == SL_ARCH_GRANITE)
+        return bind_granite(b, hp);
     if (!is_gemma(hp->arch))
         return SL_OK;
     bool g2 = hp->arch == SL_ARCH_GEMMA2;
@@ -160,10 +202,11 @@ static sl_status bind_hparams(binder *b, sl_hparams *hp)
         if (sl_gguf_str_eq(type, "linear")) {
             if ((rc = get_float(b, "rope.scaling.factor", true, 1e-3, 1e3, 1.0f, &factor)) < 0)
                 return rc;
-        } else if (!sl_gguf_str_eq(type, "none") && !sl_gguf_str_eq(type, "llama3")) {
+        } else if (!sl_gguf_str_eq(type, "none") && !sl_gguf_str_eq(type, "llama3") &&
+                   !sl_gguf_str_eq(type, "longrope")) {
             char t[32];
             snprintf(t, sizeof t, "%.*s", (int)(type.len < 31 ? type.len : 31), type.ptr);
-            snprintf(b->err, SL_ERR_LEN, "%s: %s = '%s' is not supported (none, linear, llama3 are)",
+            snprintf(b->err, SL_ERR_LEN, "%s: %s = '%s' is not supported (none, linear, llama3, longrope are)",
                      sl_gguf_path(b->g), key, t);
             return SL_EUNSUPPORTED;
         }
@@ -171,6 +214,10 @@ static sl_status bind_hparams(binder *b, sl_hparams *hp)
         return rc;
     }
     hp->rope_freq_scale = 1.0f / factor;
+    if ((rc = get_int(b, "rope.scaling.original_context_length", false, 1, 1 << 24, hp->n_ctx_train,
+                      &hp->n_ctx_orig)) < 0 ||
+        (rc = get_float(b, "rope.scaling.attn_factor", false, 1e-3, 1e3, 1.0f, &hp->rope_attn_factor)) < 0)
+        return rc;
     return bind_family(b, hp);
 }
 
@@ -237,26 +284,94 @@ static sl_status bind_vector(binder *b, const char *name, int64_t n, bool requir
     return rc;
 }
 
+/* Binds a fused matrix of n_parts stacked row ranges (rows[i] each, in
+ * order) as one view per part into the same data, so every backend
+ * computes the parts as separate matrices: a row range of any GGUF type is
+ * a valid matrix, its rows being independent. The tensor's bytes count
+ * once. *found is false (and nothing bound) when the file has no such
+ * tensor and !required. */
+static sl_status bind_fused(binder *b, const char *name, int64_t ne0, const int64_t *rows, int n_parts,
+                            bool required, sl_weight *const *parts, bool *found, uint64_t *bytes)
+{
+    int64_t total = 0;
+    for (int i = 0; i < n_parts; i++)
+        total += rows[i];
+    const sl_gguf_tensor *t;
+    sl_status rc = bind_tensor(b, name, ne0, total, required, false, &t);
+    *found = t != NULL;
+    if (rc < 0 || !t)
+        return rc;
+    size_t row_bytes = sl_ggml_row_bytes(t->type, (uint64_t)ne0);
+    int64_t r0 = 0;
+    for (int i = 0; i < n_parts; i++) {
+        *parts[i] = (sl_weight){.type = t->type, .ne0 = ne0, .ne1 = rows[i], .row_bytes = row_bytes,
+                                .data = (const char *)t->data + (size_t)r0 * row_bytes};
+        r0 += rows[i];
+    }
+    *bytes += t->nbytes;
+    return SL_OK;
+}
+
+/* Longrope (Phi-3 128k, Phi-3.5, Phi-4 mini): two tables of per-pair
+ * frequency divisors (sl_model_rope_divisors picks one), with
+ * rope.scaling.attn_factor on cos/sin (bind_hparams). One table without
+ * the other, or with llama3's rope_freqs, has no meaning: refused. */
+static sl_status bind_longrope(binder *b, sl_model *m)
+{
+    int64_t half = m->hp.n_rot / 2;
+    sl_status rc;
+    if ((rc = bind_vector(b, "rope_factors_long.weight", half, false, &m->rope_factors_long, &m->weight_bytes)) < 0 ||
+        (rc = bind_vector(b, "rope_factors_short.weight", half, false, &m->rope_factors_short,
+                          &m->weight_bytes)) < 0)
+        return rc;
+    if (!m->rope_factors_long != !m->rope_factors_short)
+        return fail(b, "tensor '%s' without '%s' (longrope needs both)",
+                    m->rope_factors_long ? "rope_factors_long.weight" : "rope_factors_short.weight",
+                    m->rope_factors_long ? "rope_factors_short.weight" : "rope_factors_long.weight");
+    if (m->rope_factors_long && m->rope_freqs)
+        return fail(b, "tensors 'rope_freqs.weight' and 'rope_factors_long.weight': two rope scalings");
+    return SL_OK;
+}
+
 static sl_status bind_layers(binder *b, sl_model *m)
 {
     const sl_hparams *hp = &m->hp;
     int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
     bool biases = hp->arch == SL_ARCH_QWEN2, qk_norm = hp->arch == SL_ARCH_QWEN3 || hp->arch == SL_ARCH_GEMMA3;
-    bool post_norms = is_gemma(hp->arch);
+    bool post_norms = is_gemma(hp->arch), phi3 = hp->arch == SL_ARCH_PHI3;
     uint64_t *B = &m->weight_bytes;
     for (int32_t i = 0; i < hp->n_layer; i++) {
         sl_layer *L = &m->layers[i];
         char n[96];
         sl_status rc;
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, i), n)
+        /* phi3: q/k/v from the fused attn_qkv (Q rows, then K, then V) or,
+         * as llama.cpp also accepts, separate matrices; gate and up from the
+         * fused ffn_up of 2 x n_ff rows, gate first (llama.cpp's SWIGLU
+         * activates the first half of its output) */
+        bool fused_qkv = false;
+        if (phi3) {
+            bool found;
+            if ((rc = bind_fused(b, NAME("attn_qkv.weight"), hp->n_embd, (const int64_t[]){q_dim, kv_dim, kv_dim},
+                                 3, false, (sl_weight *const[]){&L->wq, &L->wk, &L->wv}, &fused_qkv, B)) < 0 ||
+                (rc = bind_fused(b, NAME("ffn_up.weight"), hp->n_embd, (const int64_t[]){hp->n_ff, hp->n_ff}, 2,
+                                 true, (sl_weight *const[]){&L->w_gate, &L->w_up}, &found, B)) < 0)
+                return rc;
+            if (!fused_qkv && !sl_gguf_find_tensor(b->g, NAME("attn_q.weight")))
+                return fail(b, "missing tensor 'blk.%d.attn_qkv.weight' (or attn_q, attn_k and attn_v)", i);
+        }
+        if (!fused_qkv &&
+            ((rc = bind_weight(b, NAME("attn_q.weight"), hp->n_embd, q_dim, true, &L->wq, B)) < 0 ||
+             (rc = bind_weight(b, NAME("attn_k.weight"), hp->n_embd, kv_dim, true, &L->wk, B)) < 0 ||
+             (rc = bind_weight(b, NAME("attn_v.weight"), hp->n_embd, kv_dim, true, &L->wv, B)) < 0))
+            return rc;
+        if (!phi3 &&
+            ((rc = bind_weight(b, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, true, &L->w_gate, B)) < 0 ||
+             (rc = bind_weight(b, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, true, &L->w_up, B)) < 0))
+            return rc;
         if ((rc = bind_vector(b, NAME("attn_norm.weight"), hp->n_embd, true, &L->attn_norm, B)) < 0 ||
-            (rc = bind_weight(b, NAME("attn_q.weight"), hp->n_embd, q_dim, true, &L->wq, B)) < 0 ||
-            (rc = bind_weight(b, NAME("attn_k.weight"), hp->n_embd, kv_dim, true, &L->wk, B)) < 0 ||
-            (rc = bind_weight(b, NAME("attn_v.weight"), hp->n_embd, kv_dim, true, &L->wv, B)) < 0 ||
             (rc = bind_weight(b, NAME("attn_output.weight"), q_dim, hp->n_embd, true, &L->wo, B)) < 0 ||
             (rc = bind_vector(b, NAME("ffn_norm.weight"), hp->n_embd, true, &L->ffn_norm, B)) < 0 ||
-            (rc = bind_weight(b, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, true, &L->w_gate, B)) < 0 ||
-            (rc = bind_weight(b, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, true, &L->w_up, B)) < 0 ||
             (rc = bind_weight(b, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, true, &L->w_down, B)) < 0 ||
             (rc = bind_vector(b, NAME("attn_q.bias"), q_dim, biases, &L->bq, B)) < 0 ||
             (rc = bind_vector(b, NAME("attn_k.bias"), kv_dim, biases, &L->bk, B)) < 0 ||
@@ -305,8 +420,15 @@ sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN])
     } else if (sl_gguf_str_eq(arch, "gemma3")) {
         hp->arch = SL_ARCH_GEMMA3;
         hp->rope_style = SL_ROPE_NEOX;
+    } else if (sl_gguf_str_eq(arch, "granite")) {
+        hp->arch = SL_ARCH_GRANITE;
+        hp->rope_style = SL_ROPE_ADJACENT;
+    } else if (sl_gguf_str_eq(arch, "phi3")) {
+        hp->arch = SL_ARCH_PHI3;
+        hp->rope_style = SL_ROPE_NEOX;
     } else {
-        snprintf(err, SL_ERR_LEN, "%s: architecture '%.*s' is not supported (llama, qwen2, qwen3, gemma2, gemma3 are)",
+        snprintf(err, SL_ERR_LEN, "%s: architecture '%.*s' is not supported "
+                 "(llama, qwen2, qwen3, gemma2, gemma3, granite, phi3 are)",
                  sl_gguf_path(g), (int)(arch.len < 32 ? arch.len : 32), arch.ptr);
         free(m);
         return SL_EUNSUPPORTED;
@@ -337,6 +459,8 @@ sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN])
     }
     if (rc == SL_OK)
         rc = bind_vector(&b, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, &m->weight_bytes);
+    if (rc == SL_OK)
+        rc = bind_longrope(&b, m);
     if (rc == SL_OK && !(m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers))) {
         snprintf(err, SL_ERR_LEN, "%s: out of memory", sl_gguf_path(g));
         rc = SL_ENOMEM;

@@ -24,6 +24,10 @@ enum sl_arch {
                       * sliding window on every other layer */
     SL_ARCH_GEMMA3,  /* gemma2's layout with per-head q/k norms and no soft-capping; five
                       * sliding-window layers (own rope base) to one global */
+    SL_ARCH_GRANITE, /* IBM Granite 3.x dense: llama's layout with four scalars from the file
+                      * (embedding, residual, attention and logit scales) */
+    SL_ARCH_PHI3,    /* Phi-3, Phi-3.5 mini, Phi-4 mini: fused qkv and gate|up matrices (split into row
+                      * views at load), NEOX rope, possibly partial, longrope on the long files */
 };
 
 enum sl_ffn_act {
@@ -37,7 +41,9 @@ enum sl_rope_style {
 };
 
 /* A weight matrix stored row-major in its GGUF type: ne1 rows of ne0
- * elements, each row `row_bytes` bytes. y = W x means y[r] = dot(row r, x). */
+ * elements, each row `row_bytes` bytes. y = W x means y[r] = dot(row r, x).
+ * It may be a row range of a larger tensor (phi3's fused attn_qkv and
+ * ffn_up): every type's rows are independent, so a range is a matrix. */
 typedef struct {
     uint32_t type;          /* enum sl_ggml_type */
     int64_t ne0, ne1;       /* (in, out) */
@@ -76,6 +82,9 @@ typedef struct {
     float norm_eps;
     float rope_freq_base;
     float rope_freq_scale; /* 1/factor for linear rope scaling, else 1 */
+    int32_t n_ctx_orig;    /* longrope: rope.scaling.original_context_length (else n_ctx_train) */
+    float rope_attn_factor; /* rope.scaling.attn_factor: cos and sin of every rotated pair are
+                             * multiplied by it (longrope's magnitude correction), else 1 */
     float rope_freq_base_swa;   /* rope base and scale of sliding-window layers (gemma3: 10000 and 1, */
     float rope_freq_scale_swa;  /* fixed by the architecture; else the global pair) */
     int32_t sliding_window;     /* window of the sliding-window layers; 0 = none */
@@ -83,6 +92,9 @@ typedef struct {
     float attn_scale;           /* q.k multiplier: 1/sqrt(head_dim) unless the architecture says otherwise */
     float attn_softcap;         /* > 0: scores become cap * tanh(score / cap) (gemma2); 0 = none */
     float final_softcap;        /* > 0: the same on the output logits (gemma2); 0 = none */
+    float residual_scale;       /* each block's attention and FFN output is multiplied by this before
+                                 * its residual add (granite.residual_scale), else 1 */
+    float logit_mul;            /* output logits are multiplied by this (granite: 1/logit_scale), else 1 */
     enum sl_ffn_act ffn_act;
 } sl_hparams;
 
@@ -91,6 +103,8 @@ typedef struct sl_model {
     char name[128];                  /* general.name or the file's base name */
     char arch_name[16];
     const float *rope_freqs;         /* (n_rot/2) llama3 frequency divisors, or NULL */
+    const float *rope_factors_long;  /* (n_rot/2) longrope divisors past n_ctx_orig, or NULL */
+    const float *rope_factors_short; /* (n_rot/2) longrope divisors within it; both or neither */
     sl_weight tok_embd;              /* (n_embd, n_vocab): rows are embeddings */
     const float *output_norm;        /* (n_embd) */
     sl_weight output;                /* (n_embd -> n_vocab); same as tok_embd when tied */
@@ -109,6 +123,20 @@ sl_status sl_model_load(const char *path, sl_model **out, char err[SL_ERR_LEN]);
 sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN]);
 
 void sl_model_destroy(sl_model *m);
+
+/* The per-pair rope frequency divisors a backend serving sequences of up
+ * to max_ctx positions applies (n_rot/2 floats), or NULL for none: the
+ * llama3 table; for longrope, the long table when max_ctx exceeds the
+ * original context and the short one otherwise (llama.cpp's rule, which
+ * looks at the configured context, not each position, so a sequence's
+ * cached keys never need re-rotating). Inline: the CUDA library, which
+ * links no model code, calls it too. */
+static inline const float *sl_model_rope_divisors(const sl_model *m, int32_t max_ctx)
+{
+    if (m->rope_factors_long)
+        return max_ctx > m->hp.n_ctx_orig ? m->rope_factors_long : m->rope_factors_short;
+    return m->rope_freqs;
+}
 
 /* Multiply-accumulate count per token (for tok/s vs roofline figures). */
 uint64_t sl_model_flops_per_token(const sl_model *m);

@@ -56,7 +56,7 @@ grep -E '^  |^result' "$out/kernels.log" | tee -a "$summary"
 # 1. models (a few seconds each; the 1B shape ~10 s)
 types="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_0 Q4_1 Q5_1 Q3_K Q2_K IQ4_XS IQ4_NL Q8_1"
 tiny=()
-for preset in tiny-llama tiny-llama3 tiny-qwen2 tiny-qwen3 tiny-gemma2 tiny-gemma3; do
+for preset in tiny-llama tiny-llama3 tiny-qwen2 tiny-qwen3 tiny-gemma2 tiny-gemma3 tiny-granite tiny-phi3 tiny-phi3-longrope; do
   for type in $types; do
     f=$models/$preset-$type.gguf
     [ -s "$f" ] || "$mk" -o "$f" --preset "$preset" --type "$type" --n-vocab 1024 --peak 8 >/dev/null \

@@ -1,6 +1,7 @@
 /* kernels/cpu/forward.c: the CPU backend's forward pass for the llama, qwen2,
- * qwen3, gemma2 and gemma3 architectures over a batch of sequences with paged
- * KV caches.
+ * qwen3, gemma2, gemma3, granite and phi3 architectures over a batch of
+ * sequences with paged KV caches (phi3's fused matrices arrive as separate
+ * row views, model.h, so nothing here knows about them).
  * Runs in the worker process (and `sluice generate`) on the scheduler thread,
  * fanning work out to a sleeping thread pool.
  *
@@ -345,15 +346,16 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
             if (hp->embd_scale != 1.0f)
                 for (int64_t e = 0; e < E; e++)
                     cb->x[T * E + e] *= hp->embd_scale;
+            double mscale = hp->rope_attn_factor;   /* longrope's magnitude correction, else 1 */
             for (int r = 0; r < half; r++) {
                 double theta = (double)cb->tok_pos[T] * hp->rope_freq_scale * cb->inv_freq[r];
-                cb->cos_t[T * half + r] = (float)cos(theta);
-                cb->sin_t[T * half + r] = (float)sin(theta);
+                cb->cos_t[T * half + r] = (float)(mscale * cos(theta));
+                cb->sin_t[T * half + r] = (float)(mscale * sin(theta));
             }
             for (int r = 0; cb->cos_swa && r < half; r++) {
                 double theta = (double)cb->tok_pos[T] * hp->rope_freq_scale_swa * cb->inv_freq_swa[r];
-                cb->cos_swa[T * half + r] = (float)cos(theta);
-                cb->sin_swa[T * half + r] = (float)sin(theta);
+                cb->cos_swa[T * half + r] = (float)(mscale * cos(theta));
+                cb->sin_swa[T * half + r] = (float)(mscale * sin(theta));
             }
         }
     }
@@ -375,6 +377,8 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
         matmul1(cb, cb->att, q_dim, T, &L->wo, cb->xn, E);
         for (int64_t t = 0; L->post_attn_norm && t < T; t++)
             sl_cpu_rmsnorm(cb->xn + t * E, cb->xn + t * E, L->post_attn_norm, E, hp->norm_eps);
+        if (hp->residual_scale != 1.0f)
+            sl_cpu_scale(cb->xn, T * E, hp->residual_scale);
         sl_cpu_add(cb->x, cb->xn, T * E);
 
         for (int64_t t = 0; t < T; t++)
@@ -388,6 +392,8 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
         matmul1(cb, cb->gate, F, T, &L->w_down, cb->xn, E);
         for (int64_t t = 0; L->post_ffn_norm && t < T; t++)
             sl_cpu_rmsnorm(cb->xn + t * E, cb->xn + t * E, L->post_ffn_norm, E, hp->norm_eps);
+        if (hp->residual_scale != 1.0f)
+            sl_cpu_scale(cb->xn, T * E, hp->residual_scale);
         sl_cpu_add(cb->x, cb->xn, T * E);
     }
 
@@ -397,6 +403,8 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
     matmul1(cb, cb->xn, E, n_out, &m->output, logits, hp->n_vocab);
     if (hp->final_softcap > 0.0f)
         sl_cpu_softcap(logits, n_out * hp->n_vocab, hp->final_softcap);
+    if (hp->logit_mul != 1.0f)
+        sl_cpu_scale(logits, n_out * hp->n_vocab, hp->logit_mul);
     return SL_OK;
 }
 
@@ -530,14 +538,15 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
         cpu_destroy(&cb->base);
         return SL_ENOMEM;
     }
+    const float *divisors = sl_model_rope_divisors(m, cfg->max_ctx);   /* llama3 or longrope, or NULL */
     for (int64_t i = 0; i < half; i++) {
         cb->inv_freq[i] = pow((double)hp->rope_freq_base, -2.0 * (double)i / (double)hp->n_rot);
-        if (m->rope_freqs)
-            cb->inv_freq[i] /= m->rope_freqs[i];
+        if (divisors)
+            cb->inv_freq[i] /= divisors[i];
         if (cb->inv_freq_swa) {
             cb->inv_freq_swa[i] = pow((double)hp->rope_freq_base_swa, -2.0 * (double)i / (double)hp->n_rot);
-            if (m->rope_freqs)
-                cb->inv_freq_swa[i] /= m->rope_freqs[i];
+            if (divisors)
+                cb->inv_freq_swa[i] /= divisors[i];
         }
     }
     *out = &cb->base;

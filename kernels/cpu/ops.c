@@ -51,6 +51,12 @@ void sl_cpu_softcap(float *x, int64_t n, float cap)
         x[i] = cap * tanhf(x[i] / cap);
 }
 
+void sl_cpu_scale(float *x, int64_t n, float s)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
 void sl_cpu_add(float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)

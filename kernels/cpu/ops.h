@@ -25,6 +25,9 @@ void sl_cpu_geglu_tanh(float *out, const float *gate, const float *up, int64_t n
 /* x[i] = cap * tanh(x[i] / cap): soft-capping of scores or logits (cap > 0) */
 void sl_cpu_softcap(float *x, int64_t n, float cap);
 
+/* x[i] *= s: granite's residual and logit scales */
+void sl_cpu_scale(float *x, int64_t n, float s);
+
 /* y[i] += x[i] */
 void sl_cpu_add(float *y, const float *x, int64_t n);
 

@@ -323,12 +323,13 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         double *inv_freq = (double *)malloc((size_t)(half > 0 ? 2 * half : 1) * sizeof(double));
         if (!inv_freq)
             FAIL(SL_ENOMEM, "cuda backend: out of host memory");
+        const float *divisors = sl_model_rope_divisors(m, cfg->max_ctx);   /* llama3 or longrope, or NULL */
         for (int i = 0; i < half; i++) {
             inv_freq[i] = pow((double)hp->rope_freq_base, -2.0 * (double)i / (double)hp->n_rot);
             inv_freq[half + i] = pow((double)hp->rope_freq_base_swa, -2.0 * (double)i / (double)hp->n_rot);
-            if (m->rope_freqs) {
-                inv_freq[i] /= m->rope_freqs[i];
-                inv_freq[half + i] /= m->rope_freqs[i];
+            if (divisors) {
+                inv_freq[i] /= divisors[i];
+                inv_freq[half + i] /= divisors[i];
             }
         }
         arena a = {NULL, 0, cudaSuccess};
@@ -347,6 +348,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
 
         cb->qkv.inv_freq = cb->inv_freq;
         cb->qkv.freq_scale = hp->rope_freq_scale;
+        cb->qkv.mscale = hp->rope_attn_factor;
         cb->qkv.n_head = hp->n_head;
         cb->qkv.n_rot = hp->n_rot;
         cb->qkv.neox = hp->rope_style == SL_ROPE_NEOX;

@@ -1,5 +1,6 @@
 /* kernels/cuda/forward.cu: the CUDA backend's step: the forward pass for
- * the llama, qwen2, qwen3, gemma2 and gemma3 architectures over a batch of
+ * the llama, qwen2, qwen3, gemma2, gemma3, granite and phi3 architectures
+ * (phi3's fused matrices arrive as separate row views) over a batch of
  * sequences with paged KV caches, and the forward/forward_sample entry points
  * (forward.cuh) that backend.cu puts in the vtable. It runs on the state
  * backend.cu created (backend.cuh).
@@ -194,6 +195,8 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
         TRY(mm(cb, &L->wo, cb->att, q_dim, T, cb->xn, E));
         if (L->post_attn_norm)   /* in place; the residual add stays fused into the next norm */
             TRY(sl_cuda_rmsnorm(cb->xn, cb->xn, NULL, L->post_attn_norm, T, E, hp->norm_eps, st));
+        if (hp->residual_scale != 1.0f)   /* granite: before the add, which the next norm fuses */
+            TRY(sl_cuda_scale(cb->xn, hp->residual_scale, T * E, st));
         sl_cuda_profile_mark(pf, SL_PROF_WO, st);
         TRY(sl_cuda_add_rmsnorm(cb->x, cb->xn, cb->xn, L->ffn_norm, T, E, hp->norm_eps, st));
         sl_cuda_profile_mark(pf, SL_PROF_NORM, st);
@@ -219,6 +222,8 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
         TRY(mm(cb, &L->w_down, cb->gate, F, T, cb->xn, E));
         if (L->post_ffn_norm)
             TRY(sl_cuda_rmsnorm(cb->xn, cb->xn, NULL, L->post_ffn_norm, T, E, hp->norm_eps, st));
+        if (hp->residual_scale != 1.0f)
+            TRY(sl_cuda_scale(cb->xn, hp->residual_scale, T * E, st));
         sl_cuda_profile_mark(pf, SL_PROF_DOWN, st);
     }
     /* the last layer's residual add (the others' are fused into the next norm) */
@@ -238,6 +243,8 @@ static sl_status enqueue_logits(cuda_backend *cb, int64_t r0, int64_t nr)
     TRY(mm(cb, &cb->output, cb->xn, hp->n_embd, nr, cb->logits, hp->n_vocab));
     if (hp->final_softcap > 0.0f)
         TRY(sl_cuda_softcap(cb->logits, hp->final_softcap, nr * hp->n_vocab, cb->stream));
+    if (hp->logit_mul != 1.0f)   /* granite: 1/logit_scale */
+        TRY(sl_cuda_scale(cb->logits, hp->logit_mul, nr * hp->n_vocab, cb->stream));
     sl_cuda_profile_mark(cb->prof, SL_PROF_OUTPUT, cb->stream);
     return SL_OK;
 }

@@ -48,7 +48,7 @@ qkv_post_head_per_warp(float *q, float *k, float *v, sl_cuda_qkv_params p, sl_cu
         for (int i = lane; i < half; i += SL_WARP) {
             double theta = (double)pos * p.freq_scale * p.inv_freq[i], sd, cd;
             sincos(theta, &sd, &cd);
-            float c = (float)cd, s = (float)sd;
+            float c = (float)(p.mscale * cd), s = (float)(p.mscale * sd);
             int a = p.neox ? i : 2 * i, bi = p.neox ? i + half : 2 * i + 1;
             float x0 = vec[a], x1 = vec[bi];
             vec[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));

@@ -1,7 +1,8 @@
 /* kernels/cuda/qkv_post.cuh: what follows the q/k/v projections for each
  * token row, in the CPU's order: qwen2 biases, qwen3 per-head q/k RMS norms,
- * rope on q and k (adjacent or NEOX pairs, llama3 frequency divisors and
- * linear scaling folded into inv_freq/freq_scale), then k and v into the
+ * rope on q and k (adjacent or NEOX pairs, llama3 or longrope frequency
+ * divisors and linear scaling folded into inv_freq/freq_scale, cos and sin
+ * times mscale), then k and v into the
  * paged KV cache at the row's position.
  * Where: libsluice_cuda.so, launched by forward.cu on the backend stream. */
 #ifndef SL_CUDA_QKV_POST_CUH
@@ -18,6 +19,7 @@ typedef struct {
     const float *q_norm, *k_norm;   /* device (head_dim) each, or NULL: no per-head norms */
     const double *inv_freq;         /* device (n_rot/2): base^(-2i/n_rot) / rope_freqs[i] */
     double freq_scale;              /* linear rope scaling (1/factor), else 1 */
+    double mscale;                  /* rope.scaling.attn_factor on cos and sin, else 1 */
     int32_t n_head, n_rot;          /* kv heads and head_dim come from the cache */
     int32_t neox;                   /* 1: rotate (x[i], x[i+n_rot/2]); 0: (x[2i], x[2i+1]) */
     float eps;                      /* norm epsilon */

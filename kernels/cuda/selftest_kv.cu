@@ -88,6 +88,7 @@ static int check_writer(FILE *out, cudaStream_t st, sl_kv_type kt, int HD)
         sl_cuda_qkv_params p;
         memset(&p, 0, sizeof p);
         p.freq_scale = 1.0;
+        p.mscale = 1.0;
         p.n_head = NH;
         p.eps = 1e-6f;
         sl_cuda_kv ckv = {dcache, NB, BS, NKV, HD, kt};

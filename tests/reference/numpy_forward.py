@@ -1,5 +1,5 @@
-"""A float64 numpy forward pass for the llama, qwen2, qwen3, gemma2 and gemma3
-architectures that reads a GGUF file only through the `gguf` package (its
+"""A float64 numpy forward pass for the llama, qwen2, qwen3, gemma2, gemma3,
+granite and phi3 architectures that reads a GGUF file only through the `gguf` package (its
 reader and its reference dequantizers). This is the engine's reference:
 nothing in it comes from sluice's C code. One exception: Q8_1, which the
 package cannot read (its size table keeps the old 40-byte block_q8_1 with
@@ -14,6 +14,21 @@ residual add; gelu(gate) * up with GELU's tanh form; sliding-window layers
 (p - window, p], at rope base 10000 on gemma3; gemma2 soft-caps attention
 scores and the logits (cap * tanh(x / cap)). The norm weights are used as
 stored: the converter already wrote 1 + w.
+
+Granite, as llama.cpp computes it: llama's pass with the embeddings times
+granite.embedding_scale, the scores times granite.attention.scale instead of
+1/sqrt(head_dim), each block's attention and FFN output times
+granite.residual_scale before its residual add, and the logits divided by
+granite.logit_scale (each optional but logit_scale; absent or 0 = no change).
+
+Phi-3: fused blk.N.attn_qkv (Q rows, then K, then V) and blk.N.ffn_up
+(gate rows, then up rows), split here into the separate matrices; NEOX rope
+over the first rope.dimension_count dims of each head. Longrope (any
+architecture, as llama.cpp): each pair's frequency divided by
+rope_factors_long when the context the model is run with (max_ctx, default
+4096, fwdump's) exceeds rope.scaling.original_context_length, else by
+rope_factors_short; cos and sin of every rotated pair times
+rope.scaling.attn_factor.
 
 Before each weight matmul the input row is rounded the way llama.cpp (and the
 engine by default) feeds it to a weight of that type: 8-bit Q8_0 blocks of 32
@@ -99,7 +114,7 @@ def _field(reader, key, default=None):
 
 
 class Model:
-    def __init__(self, path, act_quant=True):
+    def __init__(self, path, act_quant=True, max_ctx=4096):
         r = GGUFReader(path)
         self.arch = _field(r, "general.architecture")
         a = self.arch
@@ -111,7 +126,15 @@ class Model:
         self.n_rot = _field(r, f"{a}.rope.dimension_count", self.head_dim)
         self.eps = _field(r, f"{a}.attention.layer_norm_rms_epsilon")
         self.rope_base = _field(r, f"{a}.rope.freq_base", 10000.0)
-        self.neox = a in ("qwen2", "qwen3", "gemma2", "gemma3")
+        self.n_ctx_orig = _field(r, f"{a}.rope.scaling.original_context_length", _field(r, f"{a}.context_length"))
+        self.rope_mscale = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
+        self.max_ctx = max_ctx
+        self.neox = a in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3")
+        granite = (lambda k, d: (_field(r, f"granite.{k}", 0.0) or d)) if a == "granite" else (lambda k, d: d)
+        self.embd_scale = granite("embedding_scale", 1.0)
+        self.attn_scale = granite("attention.scale", 1.0 / np.sqrt(self.head_dim))
+        self.residual_scale = granite("residual_scale", 1.0)
+        self.logit_scale = granite("logit_scale", 1.0)
         self.gemma = a in ("gemma2", "gemma3")
         self.window = _field(r, f"{a}.attention.sliding_window", 4096 if a == "gemma2" else 0) if self.gemma else 0
         self.attn_cap = _field(r, f"{a}.attn_logit_softcapping", 50.0) if a == "gemma2" else 0.0
@@ -129,10 +152,33 @@ class Model:
                 raw = np.asarray(t.data, dtype=np.uint8).reshape(-1, MIN_TYPES[t.tensor_type.name])
                 m = raw[:, 2:4].copy().view(np.float16)[:, 0].astype(np.float64)
                 self.mins[t.name] = m.reshape(shape[0], -1)
+        if a == "phi3":
+            self._split_fused()
         out = "output.weight" if "output.weight" in self.t else "token_embd.weight"
         self.output = self.t[out]
         self.output_type = self.types[out]
         self.output_name = out
+
+    def _split_fused(self):
+        """phi3's fused matrices as the separate ones the pass reads (a row
+        range of a quantized matrix is a matrix: its rows are independent)."""
+        q, kv, E = self.n_head * self.head_dim, self.n_head_kv * self.head_dim, self.n_embd
+        for l in range(self.n_layer):
+            p = f"blk.{l}."
+            parts = [("attn_qkv.weight", [("attn_q.weight", q), ("attn_k.weight", kv), ("attn_v.weight", kv)])]
+            n_ff = self.t[p + "ffn_up.weight"].shape[0] // 2
+            parts.append(("ffn_up.weight", [("ffn_gate.weight", n_ff), ("ffn_up.weight", n_ff)]))
+            for fused, split in parts:
+                if p + fused not in self.t:
+                    continue
+                w, wtype, mins = self.t.pop(p + fused), self.types.pop(p + fused), self.mins.pop(p + fused, None)
+                assert w.shape == (sum(n for _, n in split), E), (fused, w.shape)
+                r0 = 0
+                for name, n in split:
+                    self.t[p + name], self.types[p + name] = w[r0:r0 + n], wtype
+                    if mins is not None:
+                        self.mins[p + name] = mins[r0:r0 + n]
+                    r0 += n
 
     def _mm(self, x, w, wtype, name=None):
         """x @ w.T with x rounded as activations for a weight of type wtype."""
@@ -154,8 +200,11 @@ class Model:
         inv = (base or self.rope_base) ** (-2.0 * np.arange(half) / self.n_rot)
         if "rope_freqs.weight" in self.t:
             inv = inv / self.t["rope_freqs.weight"]
+        if "rope_factors_long.weight" in self.t:
+            table = "long" if self.max_ctx > self.n_ctx_orig else "short"
+            inv = inv / self.t[f"rope_factors_{table}.weight"]
         ang = pos[:, None] * inv[None, :]           # (T, half)
-        c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        c, s = np.cos(ang)[:, None, :] * self.rope_mscale, np.sin(ang)[:, None, :] * self.rope_mscale
         x = x.copy()
         if self.neox:
             a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
@@ -177,6 +226,7 @@ class Model:
         x = self.t["token_embd.weight"][np.array(tokens)]
         if self.gemma:
             x = x * np.sqrt(self.n_embd)
+        x = x * self.embd_scale
         H, KV, D = self.n_head, self.n_head_kv, self.head_dim
         mask = np.triu(np.full((T, T), -np.inf), 1)
         # sliding window: key s is masked for query t when t - s >= window
@@ -198,7 +248,7 @@ class Model:
             q, k = self._rope(q, pos, base), self._rope(k, pos, base)
             rep = H // KV
             k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-            s = np.einsum("thd,shd->hts", q, k) / np.sqrt(D)
+            s = np.einsum("thd,shd->hts", q, k) * self.attn_scale
             if self.attn_cap:
                 s = self.attn_cap * np.tanh(s / self.attn_cap)
             s = s + (swa_mask if slides else mask)
@@ -206,7 +256,7 @@ class Model:
             s /= s.sum(axis=-1, keepdims=True)
             att = np.einsum("hts,shd->thd", s, v).reshape(T, H * D)
             o = mm(att, "attn_output.weight")
-            x = x + (self._norm(o, g("post_attention_norm.weight")) if self.gemma else o)
+            x = x + (self._norm(o, g("post_attention_norm.weight")) if self.gemma else o) * self.residual_scale
             h = self._norm(x, g("ffn_norm.weight"))
             gate, up = mm(h, "ffn_gate.weight"), mm(h, "ffn_up.weight")
             if self.gemma:
@@ -214,9 +264,9 @@ class Model:
             else:
                 act = gate / (1 + np.exp(-gate))
             o = mm(act * up, "ffn_down.weight")
-            x = x + (self._norm(o, g("post_ffw_norm.weight")) if self.gemma else o)
+            x = x + (self._norm(o, g("post_ffw_norm.weight")) if self.gemma else o) * self.residual_scale
         out = self._mm(self._norm(x, self.t["output_norm.weight"]), self.output, self.output_type,
                        self.output_name)
         if self.final_cap:
             out = self.final_cap * np.tanh(out / self.final_cap)
-        return out
+        return out / self.logit_scale

@@ -35,7 +35,8 @@ import pytest
 from paths import tool
 from numpy_forward import Model
 
-PRESETS = ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3"]
+PRESETS = ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-granite",
+           "tiny-phi3", "tiny-phi3-longrope"]
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M", "Q5_0", "Q4_1", "Q5_1",
          "IQ4_NL", "Q8_1"]
 # The low-bit 256-element types run on two presets only (llama; qwen2 with
@@ -139,7 +140,8 @@ def test_q8_rounding_agrees_at_position_0_in_most_cases(make_model, tmp_path):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("preset,qtype", [("tiny-llama", "Q4_K"), ("tiny-qwen3", "Q8_0"), ("tiny-qwen2", "F16"),
                                           ("tiny-llama3", "Q6_K"), ("tiny-qwen2", "Q4_0"), ("tiny-llama", "Q5_1"),
-                                          ("tiny-qwen2", "Q3_K"), ("tiny-gemma3", "Q4_K"), ("tiny-gemma2", "Q8_0")])
+                                          ("tiny-qwen2", "Q3_K"), ("tiny-gemma3", "Q4_K"), ("tiny-gemma2", "Q8_0"),
+                                          ("tiny-granite", "Q4_K"), ("tiny-phi3", "Q8_0")])
 def test_batch_of_eight_is_bitwise_alone(make_model, tmp_path, preset, qtype, threads, act):
     """Each sequence's logits are bitwise the same alone or batched with 7
     others of different lengths, at 1 and 2 threads, whatever the chunking,
@@ -155,7 +157,7 @@ def test_batch_of_eight_is_bitwise_alone(make_model, tmp_path, preset, qtype, th
 @pytest.mark.parametrize("preset,qtype", [("tiny-llama", "Q4_K_M"), ("tiny-qwen3", "Q8_0"), ("tiny-qwen2", "Q6_K"),
                                           ("tiny-qwen2", "Q5_0"), ("tiny-llama3", "Q4_1"),
                                           ("tiny-llama", "Q2_K"), ("tiny-qwen3", "Q3_K"), ("tiny-llama", "IQ4_XS"),
-                                          ("tiny-gemma3", "Q5_K")])
+                                          ("tiny-gemma3", "Q5_K"), ("tiny-phi3", "Q4_K_M")])
 def test_default_path_avx2_bitwise_equals_portable(make_model, tmp_path, preset, qtype):
     """The 16-bit dots promise AVX2 == portable bit for bit (exact integer
     sums, one shared float tail), so the whole forward pass agrees too."""

@@ -17,7 +17,8 @@ from paths import data_path, tool
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
-PRESETS = ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3"]
+PRESETS = ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-granite",
+           "tiny-phi3"]
 # Not Q8_1: llama.cpp's CPU backend has no dot for Q8_1 weights (only for
 # Q8_1 activations) and dies of a segfault on such a file.
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M", "Q5_0", "Q4_1", "Q5_1",

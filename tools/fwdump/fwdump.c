@@ -3,13 +3,15 @@
  * llama.cpp) and the batch-invariance tests.
  *
  *   fwdump -m MODEL --tokens 1,2,3 [--steps N] [--chunk C] [--threads T]
- *          [--out FILE] [--batch-with M]
+ *          [--out FILE] [--batch-with M] [--max-ctx P]
  *
  * Feeds the prompt in chunks of C tokens (logits for every position), then N
  * greedy decode steps. FILE receives float32 rows, (n_prompt + N) x n_vocab.
  * stdout: the fed token ids, one line. With --batch-with M, every call also
  * carries M unrelated sequences of other lengths (a different prompt each),
- * whose logits are discarded: the output must not change. */
+ * whose logits are discarded: the output must not change. --max-ctx sets the
+ * backend's context size (default 4096, the most it takes), which picks a
+ * longrope model's factor table (model.h, sl_model_rope_divisors). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +54,7 @@ typedef struct {
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *tokens_arg = NULL, *out_path = NULL;
-    int steps = 0, chunk = 512, threads = 1, batch_with = 0;
+    int steps = 0, chunk = 512, threads = 1, batch_with = 0, max_ctx = MAX_TOKENS;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-m")) model_path = argv[i + 1];
         else if (!strcmp(argv[i], "--tokens")) tokens_arg = argv[i + 1];
@@ -61,14 +63,16 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--chunk")) chunk = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch-with")) batch_with = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--max-ctx")) max_ctx = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "fwdump: unknown option %s\n", argv[i]);
             return 2;
         }
     }
-    if (!model_path || !tokens_arg || chunk < 1 || steps < 0 || batch_with < 0 || batch_with > 16) {
+    if (!model_path || !tokens_arg || chunk < 1 || steps < 0 || batch_with < 0 || batch_with > 16 ||
+        max_ctx < 1 || max_ctx > MAX_TOKENS) {
         fprintf(stderr, "usage: fwdump -m MODEL --tokens 1,2,3 [--steps N] [--chunk C] [--threads T] "
-                        "[--out FILE] [--batch-with M]\n");
+                        "[--out FILE] [--batch-with M] [--max-ctx P (1-%d)]\n", MAX_TOKENS);
         return 2;
     }
     char err[SL_ERR_LEN];
@@ -80,7 +84,7 @@ int main(int argc, char **argv)
     int n_seq = 1 + batch_with;
     seq *seqs = calloc((size_t)n_seq, sizeof *seqs);
     int n_prompt = parse_tokens(tokens_arg, seqs[0].tokens, MAX_TOKENS);
-    if (n_prompt < 1 || n_prompt + steps > MAX_TOKENS) {
+    if (n_prompt < 1 || n_prompt + steps > max_ctx) {
         fprintf(stderr, "fwdump: bad --tokens\n");
         return 2;
     }
@@ -99,7 +103,7 @@ int main(int argc, char **argv)
     int max_batch = chunk * n_seq + n_seq;
     sl_backend_config cfg = {.device = "cpu", .n_threads = threads, .kv_block_size = BLOCK,
                              .n_kv_blocks = (uint32_t)(blocks_per_seq * n_seq),
-                             .max_batch_tokens = max_batch, .max_ctx = MAX_TOKENS};
+                             .max_batch_tokens = max_batch, .max_ctx = max_ctx};
     sl_backend *b;
     if (sl_backend_create(m, &cfg, &b, err) < 0) {
         fprintf(stderr, "fwdump: %s\n", err);

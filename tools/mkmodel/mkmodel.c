@@ -35,6 +35,8 @@ typedef struct {
     float rope_base, llama3_factor; /* llama3_factor > 0: write rope_freqs as Llama 3.x does */
     int tied;
     int window;                     /* gemma: attention.sliding_window */
+    int n_rot;                      /* rope.dimension_count: rotated dims per head; 0 = head_dim */
+    int longrope_orig;              /* > 0: longrope tables and keys, this original context (phi3) */
 } shape;
 
 /* Real shapes: the tiny ones keep real ratios (GQA, head_dim 64/128) at dims
@@ -42,16 +44,27 @@ typedef struct {
  * The gemma ones have Gemma's wide heads (q_dim > n_embd; gemma3's head_dim
  * 256 and one KV head, as in Gemma 3 270M), enough layers for both kinds
  * (gemma3: layers 0-4 slide, 5 is global) and a window of 8 positions, so
- * a test prompt of 12+ tokens reaches past it. */
+ * a test prompt of 12+ tokens reaches past it. tiny-granite is llama's
+ * layout with Granite's four scalars (see main), its output untied (Granite
+ * ties it, but 12x random embeddings then dominate the stream and a tied
+ * output picks the input token again: greedy tests would see one token);
+ * tiny-phi3 has fused attn_qkv and gate|up matrices, grouped KV heads (so
+ * the K and V row ranges differ from Q's) and partial rotary (48 of 64
+ * dims, as Phi-4 mini rotates 3/4 of each head); tiny-phi3-longrope adds
+ * Phi-3 128k's longrope (long and short factor tables, an original context
+ * of 512 in 8192, and the attention factor its converter writes). */
 static const shape presets[] = {
-    {"tiny-llama", "llama", 256, 2, 4, 2, 64, 768, 2048, 0, 10000.0f, 0, 0, 0},
-    {"tiny-llama3", "llama", 512, 2, 8, 2, 64, 1536, 4096, 0, 500000.0f, 32.0f, 1, 0},
-    {"tiny-qwen2", "qwen2", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 1, 0},
-    {"tiny-qwen3", "qwen3", 256, 3, 4, 2, 128, 768, 4096, 0, 1000000.0f, 0, 1, 0},
-    {"tiny-gemma2", "gemma2", 256, 2, 4, 2, 128, 768, 8192, 0, 10000.0f, 0, 1, 8},
-    {"tiny-gemma3", "gemma3", 256, 6, 2, 1, 256, 768, 32768, 0, 1000000.0f, 0, 1, 8},
-    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 131072, 0, 500000.0f, 32.0f, 1, 0},
-    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 131072, 0, 500000.0f, 8.0f, 0, 0},
+    {"tiny-llama", "llama", 256, 2, 4, 2, 64, 768, 2048, 0, 10000.0f, 0, 0, 0, 0, 0},
+    {"tiny-llama3", "llama", 512, 2, 8, 2, 64, 1536, 4096, 0, 500000.0f, 32.0f, 1, 0, 0, 0},
+    {"tiny-qwen2", "qwen2", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0, 0},
+    {"tiny-qwen3", "qwen3", 256, 3, 4, 2, 128, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0, 0},
+    {"tiny-gemma2", "gemma2", 256, 2, 4, 2, 128, 768, 8192, 0, 10000.0f, 0, 1, 8, 0, 0},
+    {"tiny-gemma3", "gemma3", 256, 6, 2, 1, 256, 768, 32768, 0, 1000000.0f, 0, 1, 8, 0, 0},
+    {"tiny-granite", "granite", 256, 2, 4, 2, 64, 768, 4096, 0, 10000000.0f, 0, 0, 0, 0, 0},
+    {"tiny-phi3", "phi3", 256, 2, 4, 2, 64, 768, 4096, 0, 10000.0f, 0, 0, 0, 48, 0},
+    {"tiny-phi3-longrope", "phi3", 256, 2, 4, 2, 64, 768, 8192, 0, 10000.0f, 0, 0, 0, 48, 512},
+    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 131072, 0, 500000.0f, 32.0f, 1, 0, 0, 0},
+    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 131072, 0, 500000.0f, 8.0f, 0, 0, 0, 0},
 };
 
 typedef struct {
@@ -149,6 +162,7 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
     uint32_t base = tc->base, hi = tc->mix ? SL_GGML_TYPE_Q6_K : base;
     int qwen2 = !strcmp(s->arch, "qwen2"), qwen3 = !strcmp(s->arch, "qwen3");
     int gemma = !strncmp(s->arch, "gemma", 5), gemma3 = !strcmp(s->arch, "gemma3");
+    int phi3 = !strcmp(s->arch, "phi3");   /* fused q|k|v and gate|up, as Phi-3's converter writes them */
     dist norm = {1.0, 0.1}, bias = {0.0, 0.1};
     /* output (or tied embedding) scale sets how peaked next-token distributions are */
     dist out = {0.0, o->peak / sqrt((double)E)};
@@ -165,9 +179,13 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
 #define T(fmt) (snprintf(n, sizeof n, "blk.%d." fmt, l), n)
         int more = tc->mix && use_more_bits(l, s->n_layer);
         add(p, T("attn_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
-        add(p, T("attn_q.weight"), base, E, Q, (dist){0, 1 / sqrt((double)E)});
-        add(p, T("attn_k.weight"), base, E, KV, (dist){0, 1 / sqrt((double)E)});
-        add(p, T("attn_v.weight"), more ? hi : base, E, KV, (dist){0, 1 / sqrt((double)E)});
+        if (phi3) {
+            add(p, T("attn_qkv.weight"), base, E, Q + 2 * KV, (dist){0, 1 / sqrt((double)E)});
+        } else {
+            add(p, T("attn_q.weight"), base, E, Q, (dist){0, 1 / sqrt((double)E)});
+            add(p, T("attn_k.weight"), base, E, KV, (dist){0, 1 / sqrt((double)E)});
+            add(p, T("attn_v.weight"), more ? hi : base, E, KV, (dist){0, 1 / sqrt((double)E)});
+        }
         if (qwen2) {
             add(p, T("attn_q.bias"), SL_GGML_TYPE_F32, Q, 0, bias);
             add(p, T("attn_k.bias"), SL_GGML_TYPE_F32, KV, 0, bias);
@@ -181,8 +199,12 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
         if (gemma)
             add(p, T("post_attention_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
         add(p, T("ffn_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
-        add(p, T("ffn_gate.weight"), base, E, F, (dist){0, 1 / sqrt((double)E)});
-        add(p, T("ffn_up.weight"), base, E, F, (dist){0, 1 / sqrt((double)E)});
+        if (phi3) {
+            add(p, T("ffn_up.weight"), base, E, 2 * F, (dist){0, 1 / sqrt((double)E)});
+        } else {
+            add(p, T("ffn_gate.weight"), base, E, F, (dist){0, 1 / sqrt((double)E)});
+            add(p, T("ffn_up.weight"), base, E, F, (dist){0, 1 / sqrt((double)E)});
+        }
         add(p, T("ffn_down.weight"), more ? hi : base, F, E, branch_f);
         if (gemma)
             add(p, T("post_ffw_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
@@ -194,6 +216,13 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
     if (s->llama3_factor > 0) {
         add(p, "rope_freqs.weight", SL_GGML_TYPE_F32, s->head_dim / 2, 0, (dist){0, 0});
         p->t[p->n - 1].fixed = rope_freqs;
+    }
+    if (s->longrope_orig > 0) {   /* rope_freqs holds the long table, then the short one */
+        int half = (s->n_rot ? s->n_rot : s->head_dim) / 2;
+        add(p, "rope_factors_long.weight", SL_GGML_TYPE_F32, half, 0, (dist){0, 0});
+        p->t[p->n - 1].fixed = rope_freqs;
+        add(p, "rope_factors_short.weight", SL_GGML_TYPE_F32, half, 0, (dist){0, 0});
+        p->t[p->n - 1].fixed = rope_freqs + half;
     }
 }
 
@@ -213,6 +242,19 @@ static void llama3_rope_freqs(const shape *s, float *out)
             double smooth = (old_ctx / wavelen - lo) / (hi - lo);
             out[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
         }
+    }
+}
+
+/* Longrope tables shaped like Phi-3 128k's: short divisors near 1 (1 to
+ * 1.25), long ones growing to 16 at the slowest pairs; out holds the long
+ * table, then the short one (n_rot/2 each). */
+static void longrope_factors(const shape *s, float *out)
+{
+    int half = (s->n_rot ? s->n_rot : s->head_dim) / 2;
+    for (int i = 0; i < half; i++) {
+        double f = half > 1 ? (double)i / (half - 1) : 0.0;
+        out[i] = (float)(1.0 + 15.0 * f * f);
+        out[half + i] = (float)(1.0 + 0.25 * f);
     }
 }
 
@@ -256,11 +298,13 @@ static void usage(FILE *f)
         "usage: mkmodel -o OUT.gguf [options]\n"
         "Writes a GGUF test model with seeded random weights.\n\n"
         "  --preset NAME        shape: tiny-llama, tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma2, tiny-gemma3,\n"
-        "                       1b, 8b (default tiny-llama)\n"
-        "  --arch A             llama | qwen2 | qwen3 | gemma2 | gemma3 (overrides the preset's)\n"
+        "                       tiny-granite, tiny-phi3, tiny-phi3-longrope, 1b, 8b\n"
+        "                       (default tiny-llama)\n"
+        "  --arch A             llama | qwen2 | qwen3 | gemma2 | gemma3 | granite | phi3 (overrides the preset's)\n"
         "  --window N           gemma: sliding window of the sliding layers (0: none)\n"
         "  --n-embd N --n-layer N --n-head N --n-head-kv N --head-dim N --n-ff N --n-ctx N\n"
         "                       override the preset's dimensions\n"
+        "  --n-rot N            rotated dims per head (even, <= head_dim; default: the preset's, else head_dim)\n"
         "  --tied 0|1           output weights tied to the token embedding\n"
         "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M Q5_0 Q4_1 Q5_1\n"
         "                       IQ4_NL Q8_1 Q2_K Q3_K IQ4_XS (default F32)\n"
@@ -330,7 +374,7 @@ static void parse_args(int argc, char **argv, options *o)
         }
         else if (!strcmp(a, "--arch")) {
             if (strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3") && strcmp(v, "gemma2") &&
-                strcmp(v, "gemma3")) {
+                strcmp(v, "gemma3") && strcmp(v, "granite") && strcmp(v, "phi3")) {
                 fprintf(stderr, "mkmodel: unknown architecture '%s'\n", v);
                 exit(2);
             }
@@ -346,6 +390,7 @@ static void parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--n-vocab")) o->s.n_vocab = parse_int(a, v, 4, 1 << 22);
         else if (!strcmp(a, "--tied")) o->s.tied = parse_int(a, v, 0, 1);
         else if (!strcmp(a, "--window")) o->s.window = parse_int(a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--n-rot")) o->s.n_rot = parse_int(a, v, 2, 1024);
         else if (!strcmp(a, "--type")) o->type_name = v;
         else if (!strcmp(a, "--tokenizer")) o->tokenizer_json = v;
         else if (!strcmp(a, "--tokenizer-config")) o->tokenizer_config = v;
@@ -363,8 +408,10 @@ static void parse_args(int argc, char **argv, options *o)
         usage(stderr);
         exit(2);
     }
-    if (o->s.n_head % o->s.n_head_kv || o->s.head_dim % 2 || !(o->peak > 0)) {
-        fprintf(stderr, "mkmodel: n_head must be a multiple of n_head_kv, head_dim even, peak > 0\n");
+    if (o->s.n_head % o->s.n_head_kv || o->s.head_dim % 2 || o->s.n_rot % 2 || o->s.n_rot > o->s.head_dim ||
+        !(o->peak > 0)) {
+        fprintf(stderr, "mkmodel: n_head must be a multiple of n_head_kv, head_dim even, n_rot even and "
+                "<= head_dim, peak > 0\n");
         exit(2);
     }
     if (!o->tokenizer_json && o->s.n_vocab == 0) {
@@ -440,8 +487,17 @@ int main(int argc, char **argv)
     char key[128];
 #define K(suffix) (snprintf(key, sizeof key, "%s." suffix, A), key)
     sl_gguf_writer_set_str(w, "general.architecture", A);
-    char name[96];
-    snprintf(name, sizeof name, "sluice-test %s %s", s->name, tc->name);
+    /* "phi3" spelt "phi_3": llama.cpp gives any file whose general.name
+     * holds "phi3" or "phi-3" Phi-3's token attributes, looking tokens
+     * such as <|endoftext|> up by text, and fails to load a vocabulary
+     * without them (the synthetic one, or another model's) */
+    char name[96], preset_name[48];
+    const char *phi = strstr(s->name, "phi3");
+    if (phi)
+        snprintf(preset_name, sizeof preset_name, "%.*sphi_3%s", (int)(phi - s->name), s->name, phi + 4);
+    else
+        snprintf(preset_name, sizeof preset_name, "%s", s->name);
+    snprintf(name, sizeof name, "sluice-test %s %s", preset_name, tc->name);
     sl_gguf_writer_set_str(w, "general.name", name);
     sl_gguf_writer_set_u32(w, "general.file_type", tc->file_type);
     sl_gguf_writer_set_u32(w, "general.quantization_version", 2);
@@ -453,7 +509,7 @@ int main(int argc, char **argv)
     sl_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)s->n_head_kv);
     sl_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-5f);
     sl_gguf_writer_set_f32(w, K("rope.freq_base"), s->rope_base);
-    sl_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)s->head_dim);
+    sl_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)(s->n_rot ? s->n_rot : s->head_dim));
     if (s->head_dim * s->n_head != s->n_embd) {
         sl_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)s->head_dim);
         sl_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)s->head_dim);
@@ -465,11 +521,28 @@ int main(int argc, char **argv)
         sl_gguf_writer_set_f32(w, K("attn_logit_softcapping"), 50.0f);
         sl_gguf_writer_set_f32(w, K("final_logit_softcapping"), 30.0f);
     }
+    if (s->longrope_orig > 0) {   /* Phi-3's converter: sqrt(1 + ln(scale) / ln(original context)) */
+        double scale = (double)s->n_ctx / s->longrope_orig;
+        sl_gguf_writer_set_u32(w, K("rope.scaling.original_context_length"), (uint32_t)s->longrope_orig);
+        sl_gguf_writer_set_f32(w, K("rope.scaling.attn_factor"),
+                               (float)sqrt(1.0 + log(scale) / log((double)s->longrope_orig)));
+    }
+    if (!strcmp(A, "granite")) {
+        /* Granite 3.x's own values: each far from 1, and the attention scale
+         * (1/128) far from 1/sqrt(head_dim) = 1/8, so a scale applied at the
+         * wrong place or not at all shows in the logits */
+        sl_gguf_writer_set_f32(w, K("embedding_scale"), 12.0f);
+        sl_gguf_writer_set_f32(w, K("residual_scale"), 0.22f);
+        sl_gguf_writer_set_f32(w, K("attention.scale"), 0.0078125f);
+        sl_gguf_writer_set_f32(w, K("logit_scale"), 8.0f);
+    }
 #undef K
 
-    float *rope_freqs = calloc((size_t)s->head_dim / 2 + 1, sizeof(float));
+    float *rope_freqs = calloc((size_t)s->head_dim + 1, sizeof(float));
     if (s->llama3_factor > 0)
         llama3_rope_freqs(s, rope_freqs);
+    if (s->longrope_orig > 0)
+        longrope_factors(s, rope_freqs);
     plan p = {0};
     build_plan(&o, tc, &p, rope_freqs);
     for (size_t i = 0; i < p.n; i++) {
