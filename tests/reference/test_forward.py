@@ -43,7 +43,7 @@ TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M",
 # every preset would add 4 x 3 x 3 engine runs. Not tiny-qwen3: its IQ4_XS
 # model is at the edge of FLIP on the q8 path (the reference against itself
 # with inputs nudged by 1e-7 moves by up to 3.0e-2, ours by 3.2e-2).
-LOW_TYPES = ["Q2_K", "Q3_K", "IQ4_XS"]
+LOW_TYPES = ["Q2_K", "Q3_K", "IQ4_XS", "TQ1_0", "TQ2_0"]
 CASES = ([(p, t) for p in PRESETS for t in TYPES]
          + [(p, t) for p in ("tiny-llama", "tiny-qwen2") for t in LOW_TYPES])
 PROMPT = [1, 17, 254, 3, 99, 512, 7, 42, 300, 11, 600, 2]
