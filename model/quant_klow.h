@@ -50,8 +50,9 @@ typedef struct {
 /* The grid formats (no quantizer here: llama.cpp writes them from an
  * importance matrix). Each picks the magnitudes of 8 (IQ2) or 4 (IQ3)
  * consecutive elements by one grid index, with one sign bit per element;
- * sub-block scales are 4-bit s, applied as (2s+1) times a power of two
- * (sl_quant_iq_unpack). */
+ * IQ1 picks 8 signed values -1..1 and adds a delta of +-1/8 per group.
+ * Sub-block scales are 4-bit (IQ1: 3-bit) s, applied as (2s+1) times a
+ * power of two (sl_quant_iq_unpack). */
 
 /* IQ2_XXS: sub-block ib of 32 is two uint32 (qs[4ib..4ib+3] as 16-bit
  * halves): the first's 4 bytes are grid indices of its 4 groups of 8; the

@@ -231,13 +231,15 @@ static bool check_types(const sl_model *m, char err[SL_ERR_LEN])
                      i ? "output" : "token_embd", type_label(w[i]->type, buf));
             return false;
         }
+    static const char *const names[7] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                                         "ffn_down"};
     for (int l = 0; l < m->hp.n_layer; l++) {
         const sl_layer *L = &m->layers[l];
         const sl_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++)
             if (!sl_cuda_matmul_supports(lw[i]->type)) {
-                snprintf(err, SL_ERR_LEN, "cuda backend: layer %d has a matrix of type %s, a tensor type only "
-                         "the CPU backend computes", l, type_label(lw[i]->type, buf));
+                snprintf(err, SL_ERR_LEN, "cuda backend: blk.%d.%s is %s, a tensor type only the CPU backend "
+                         "computes", l, names[i], type_label(lw[i]->type, buf));
                 return false;
             }
     }
