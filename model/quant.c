@@ -146,7 +146,8 @@ sl_status sl_quant_dequantize_row(uint32_t type, const void *src, float *dst, in
     case SL_GGML_TYPE_IQ4_NL: sl_quant_legacy_dequantize(type, src, dst, nb); break;
     case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
     case SL_GGML_TYPE_IQ2_XXS: case SL_GGML_TYPE_IQ2_XS: case SL_GGML_TYPE_IQ2_S:
-    case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S:
+    case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S: case SL_GGML_TYPE_IQ1_S: case SL_GGML_TYPE_IQ1_M:
+    case SL_GGML_TYPE_TQ1_0: case SL_GGML_TYPE_TQ2_0:
         sl_quant_klow_dequantize(type, src, dst, nb); break;
     }
     return SL_OK;
@@ -569,9 +570,10 @@ sl_status sl_quant_quantize_row(uint32_t type, const float *src, void *dst, int6
     case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
     case SL_GGML_TYPE_IQ4_NL: sl_quant_legacy_quantize(type, src, dst, nb); break;
     case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
+    case SL_GGML_TYPE_TQ1_0: case SL_GGML_TYPE_TQ2_0:
         sl_quant_klow_quantize(type, src, dst, nb); break;
     case SL_GGML_TYPE_IQ2_XXS: case SL_GGML_TYPE_IQ2_XS: case SL_GGML_TYPE_IQ2_S:
-    case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S:
+    case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S: case SL_GGML_TYPE_IQ1_S: case SL_GGML_TYPE_IQ1_M:
         return SL_EUNSUPPORTED;   /* read-only formats: no quantizer */
     }
     return SL_OK;

@@ -154,19 +154,21 @@ static inline void sl_quant_get_scale_min_k4(int j, const uint8_t *q, uint8_t *s
 
 /* Decodes `n` elements of a row stored in `type` (the sl_ggml_type_supported
  * types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; Q5_0, Q4_1, Q5_1, Q8_1,
- * IQ4_NL in quant_legacy.c; Q2_K, Q3_K, IQ4_XS and the IQ2/IQ3 grid formats
- * in quant_klow.c) from `src` into `dst` (n floats).
+ * IQ4_NL in quant_legacy.c; Q2_K, Q3_K, IQ4_XS and the IQ1/IQ2/IQ3 grid
+ * formats in quant_klow.c; TQ1_0, TQ2_0 in quant_ternary.c) from `src` into
+ * `dst` (n floats).
  * Returns SL_OK; SL_EINVAL (bad n); SL_EUNSUPPORTED (other type). `dst` is
  * untouched on failure. The arithmetic follows the gguf package's order, so
  * results match its dequantizer bit for bit. */
 sl_status sl_quant_dequantize_row(uint32_t type, const void *src, float *dst /* OUT */, int64_t n);
 
 /* Encodes `n` floats of `src` into `dst` (sl_ggml_row_bytes(type, n) bytes)
- * in `type` (the same types but the IQ2/IQ3 grid formats, which are read
- * only: SL_EUNSUPPORTED). Q8_0/Q4_0 take the block scale from the
+ * in `type` (the same types but the IQ1/IQ2/IQ3 grid formats, which are
+ * read only: SL_EUNSUPPORTED). Q8_0/Q4_0 take the block scale from the
  * absolute maximum as the format defines; Q5_0, Q4_1 and Q5_1 are the gguf
  * package's reference quantizers byte for byte, IQ4_NL searches the block
- * scale, Q8_1 is Q8_0 plus its sum (model/quant_legacy.c); the K-quants search each
+ * scale, Q8_1 is Q8_0 plus its sum (model/quant_legacy.c), TQ1_0 and TQ2_0
+ * are the gguf package's quantizers byte for byte; the K-quants search each
  * sub-block's scale (and min) by a grid of candidate scales refined by least
  * squares, then quantize the 6/8-bit scales and re-fit the values to them.
  * Returns SL_OK; SL_EINVAL (bad n); SL_EUNSUPPORTED (other type). `dst` is

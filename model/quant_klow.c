@@ -1,5 +1,7 @@
 /* model/quant_klow.c: reference dequantizers and quantizers of the low-bit
- * K-formats Q2_K, Q3_K and IQ4_XS (layouts in quant_klow.h).
+ * K-formats Q2_K, Q3_K and IQ4_XS, and the dequantizers of the grid formats
+ * IQ1_*, IQ2_*, IQ3_* (layouts in quant_klow.h; the ternary TQ1_0/TQ2_0
+ * in quant_ternary.c).
  * Runs in mkmodel and tools/quantdump (quantize), the GGUF loader's checks
  * and tests (dequantize); model/quant.c dispatches here.
  * Trade-off: as in quant.c's K-quant quantizers, each sub-block's scale
@@ -26,17 +28,20 @@ _Static_assert(sizeof(sl_block_iq2_xs) == 74, "IQ2_XS block is 74 bytes");
 _Static_assert(sizeof(sl_block_iq2_s) == 82, "IQ2_S block is 82 bytes");
 _Static_assert(sizeof(sl_block_iq3_xxs) == 98, "IQ3_XXS block is 98 bytes");
 _Static_assert(sizeof(sl_block_iq3_s) == 110, "IQ3_S block is 110 bytes");
+_Static_assert(sizeof(sl_block_iq1_s) == 50, "IQ1_S block is 50 bytes");
+_Static_assert(sizeof(sl_block_iq1_m) == 56, "IQ1_M block is 56 bytes");
 
 bool sl_quant_iq_grid_type(uint32_t type)
 {
     return type == SL_GGML_TYPE_IQ2_XXS || type == SL_GGML_TYPE_IQ2_XS || type == SL_GGML_TYPE_IQ2_S
-        || type == SL_GGML_TYPE_IQ3_XXS || type == SL_GGML_TYPE_IQ3_S;
+        || type == SL_GGML_TYPE_IQ3_XXS || type == SL_GGML_TYPE_IQ3_S || type == SL_GGML_TYPE_IQ1_S
+        || type == SL_GGML_TYPE_IQ1_M;
 }
 
 bool sl_quant_klow_type(uint32_t type)
 {
     return type == SL_GGML_TYPE_Q2_K || type == SL_GGML_TYPE_Q3_K || type == SL_GGML_TYPE_IQ4_XS
-        || sl_quant_iq_grid_type(type);
+        || sl_quant_iq_grid_type(type) || sl_quant_tq_type(type);
 }
 
 /* ======================================================================
@@ -105,9 +110,45 @@ static inline void put_signed(int16_t *q, const uint8_t *g, uint8_t signs, int n
         q[j] = (int16_t)((signs >> j) & 1 ? -g[j] : g[j]);
 }
 
+/* 8 IQ1 grid values of row g as 8*v + delta (delta +-1: the format's +-1/8
+ * under d/8). */
+static inline void put_iq1(int16_t *q, const int8_t *g, int delta)
+{
+    for (int j = 0; j < 8; j++)
+        q[j] = (int16_t)(8 * g[j] + delta);
+}
+
 void sl_quant_iq_unpack(uint32_t type, const void *row, int64_t b, float *d, int *sub, int sc[16], int16_t q[256])
 {
     switch (type) {
+    case SL_GGML_TYPE_IQ1_S: {
+        const sl_block_iq1_s *x = (const sl_block_iq1_s *)row + b;
+        *d = sl_fp16_to_fp32(x->d) * 0.125f;
+        *sub = 32;
+        for (int ib = 0; ib < 8; ib++) {
+            unsigned qh = x->qh[ib];
+            sc[ib] = 2 * (int)((qh >> 12) & 7) + 1;
+            int delta = qh & 0x8000 ? -1 : 1;
+            for (int l = 0; l < 4; l++)
+                put_iq1(q + 32 * ib + 8 * l, sl_quant_iq1s_grid[x->qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)],
+                        delta);
+        }
+        break;
+    }
+    case SL_GGML_TYPE_IQ1_M: {
+        const sl_block_iq1_m *x = (const sl_block_iq1_m *)row + b;
+        uint16_t hd = (uint16_t)((x->scales[0] >> 12) | ((x->scales[1] >> 8) & 0x00F0)
+                                 | ((x->scales[2] >> 4) & 0x0F00) | (x->scales[3] & 0xF000));
+        *d = sl_fp16_to_fp32(hd) * 0.125f;
+        *sub = 16;
+        for (int k = 0; k < 16; k++)
+            sc[k] = 2 * ((x->scales[k / 4] >> (3 * (k % 4))) & 7) + 1;
+        for (int g = 0; g < 32; g++) {
+            unsigned nib = (x->qh[g / 2] >> (4 * (g % 2))) & 0xF;
+            put_iq1(q + 8 * g, sl_quant_iq1s_grid[x->qs[g] | ((nib & 7) << 8)], nib & 8 ? -1 : 1);
+        }
+        break;
+    }
     case SL_GGML_TYPE_IQ2_XXS: {
         const sl_block_iq2_xxs *x = (const sl_block_iq2_xxs *)row + b;
         *d = sl_fp16_to_fp32(x->d) * 0.125f;
@@ -176,15 +217,20 @@ void sl_quant_iq_unpack(uint32_t type, const void *row, int64_t b, float *d, int
 }
 
 /* All products exact (fp16 d times 2s+1 <= 31 times a grid value <= 62 and
- * a power of two: <= 22 significant bits), so this equals the gguf
- * package's d*(s+1/2)*c * grid * sign whatever the order. */
+ * a power of two: <= 22 significant bits; IQ1: 2s+1 <= 15 times 8g+-1 <= 9;
+ * ternary: d times -1..1), so this equals the gguf package's
+ * d*(s+1/2)*c * grid * sign (IQ1: d*(2s+1) * (grid + delta); ternary:
+ * d * t) whatever the order, zeros' signs included. */
 static void dequant_iq_grid(uint32_t type, const void *src, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, y += SL_QK_K) {
         float d;
         int sub, sc[16];
         int16_t q[SL_QK_K];
-        sl_quant_iq_unpack(type, src, i, &d, &sub, sc, q);
+        if (sl_quant_tq_type(type))
+            sl_quant_tq_unpack(type, src, i, &d, &sub, sc, q);
+        else
+            sl_quant_iq_unpack(type, src, i, &d, &sub, sc, q);
         for (int k = 0; k < SL_QK_K; k++)
             y[k] = (d * (float)sc[k / sub]) * (float)q[k];
     }
@@ -547,5 +593,6 @@ void sl_quant_klow_quantize(uint32_t type, const float *src, void *dst, int64_t 
     case SL_GGML_TYPE_Q2_K: quant_q2_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q3_K: quant_q3_K(src, dst, nb); break;
     case SL_GGML_TYPE_IQ4_XS: quant_iq4_xs(src, dst, nb); break;
+    case SL_GGML_TYPE_TQ1_0: case SL_GGML_TYPE_TQ2_0: sl_quant_tq_quantize(type, src, dst, nb); break;
     }
 }

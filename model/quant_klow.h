@@ -1,5 +1,6 @@
-/* model/quant_klow.h: the low-bit 256-element GGUF formats Q2_K, Q3_K and
- * IQ4_XS: block layouts, reference dequantizers and sluice's quantizers.
+/* model/quant_klow.h: the low-bit 256-element GGUF formats Q2_K, Q3_K,
+ * IQ4_XS, the grid formats (IQ1_*, IQ2_*, IQ3_*) and the ternary TQ1_0 and
+ * TQ2_0: block layouts, reference dequantizers and sluice's quantizers.
  * Where:     model/quant.c dispatches to these; kernels/cpu/vec_dot_klow*.c
  *            read the layouts.
  * Who:       any thread; pure functions, no state, no allocation.
@@ -49,8 +50,9 @@ typedef struct {
 /* The grid formats (no quantizer here: llama.cpp writes them from an
  * importance matrix). Each picks the magnitudes of 8 (IQ2) or 4 (IQ3)
  * consecutive elements by one grid index, with one sign bit per element;
- * sub-block scales are 4-bit s, applied as (2s+1) times a power of two
- * (sl_quant_iq_unpack). */
+ * IQ1 picks 8 signed values -1..1 and adds a delta of +-1/8 per group.
+ * Sub-block scales are 4-bit (IQ1: 3-bit) s, applied as (2s+1) times a
+ * power of two (sl_quant_iq_unpack). */
 
 /* IQ2_XXS: sub-block ib of 32 is two uint32 (qs[4ib..4ib+3] as 16-bit
  * halves): the first's 4 bytes are grid indices of its 4 groups of 8; the
@@ -99,22 +101,77 @@ typedef struct {
     uint8_t  scales[SL_QK_K / 64];
 } sl_block_iq3_s;
 
+/* IQ1_S: sub-block ib of 32 is qs[4ib..4ib+3] (low 8 bits of the grid
+ * indices of its 4 groups of 8) and qh[ib]: bits 3l..3l+2 the high 3 bits
+ * of group l's index, bits 12-14 the scale s, bit 15 the sign of the
+ * sub-block's delta. x = d*(2s+1) * (grid +- 1/8), grid in {-1, 0, 1}. */
+typedef struct {
+    uint16_t d;
+    uint8_t  qs[SL_QK_K / 8];
+    uint16_t qh[SL_QK_K / 32];
+} sl_block_iq1_s;
+
+/* IQ1_M: group g of 8 has index qs[g] | (bits 0-2 of nibble g%2 of
+ * qh[g/2]) << 8 and its own delta sign (bit 3 of that nibble); 16 scales
+ * of 3 bits, one per 16 elements, at bits 3j..3j+2 of scales[k/4] (j =
+ * k%4); the fp16 d is the top nibbles of scales[0..3] (scales[0] the low
+ * one). x = d*(2s+1) * (grid +- 1/8). No separate d field. */
+typedef struct {
+    uint8_t  qs[SL_QK_K / 8];
+    uint8_t  qh[SL_QK_K / 16];
+    uint16_t scales[4];
+} sl_block_iq1_m;
+
 extern const uint8_t sl_quant_iq2xxs_grid[256][8];
 extern const uint8_t sl_quant_iq2xs_grid[512][8];
 extern const uint8_t sl_quant_iq2s_grid[1024][8];
 extern const uint8_t sl_quant_iq3xxs_grid[256][4];
 extern const uint8_t sl_quant_iq3s_grid[512][4];
 extern const uint8_t sl_quant_iq_ksigns[128];
+extern const int8_t sl_quant_iq1s_grid[2048][8];   /* IQ1_S and IQ1_M: -1, 0, 1 */
 
-/* True for the five grid formats above. */
+/* True for the seven grid formats above. */
 bool sl_quant_iq_grid_type(uint32_t type);
 
 /* Block b of a grid-format row as integers: x[k] = d * sc[k / sub] * q[k]
- * with q = +-grid value and sc = 2s+1 (odd, 1..31); *d is the fp16 scale
- * times the format's power of two (exact), *sub 16 or 32. Every product is
- * exact in float32, so this is also the reference dequantization. */
+ * with q = +-grid value (IQ1: 8*grid +- 1) and sc = 2s+1 (odd, 1..31); *d
+ * is the fp16 scale times the format's power of two (IQ1: 1/8, exact),
+ * *sub 16 or 32. Every product is exact in float32, so this is also the
+ * reference dequantization. */
 void sl_quant_iq_unpack(uint32_t type, const void *row, int64_t b, float *d /* OUT */, int *sub /* OUT */,
                         int sc[16] /* OUT */, int16_t q[256] /* OUT */);
+
+/* The ternary formats (quant_ternary.c): one fp16 d per 256 elements,
+ * x = d * (t - 1) with t in 0..2.
+ * TQ2_0: element 128h + 32j + m is bits 2j..2j+1 of qs[32h + m].
+ * TQ1_0: five trits per byte of qs, four per byte of qh, each byte holding
+ * ceil(v * 256 / 243) for v = the trits as a base-3 number (first trit the
+ * most significant); trit j of byte b is ((uint8_t)(b * 3^j) * 3) >> 8.
+ * Element 32j + m is trit j of qs[m] (m < 32), 160 + 16j + m trit j of
+ * qs[32 + m] (m < 16), 240 + 4j + m trit j of qh[m]. */
+typedef struct {
+    uint8_t  qs[(SL_QK_K - 4 * SL_QK_K / 64) / 5];   /* 48 */
+    uint8_t  qh[SL_QK_K / 64];
+    uint16_t d;
+} sl_block_tq1_0;
+
+typedef struct {
+    uint8_t  qs[SL_QK_K / 4];
+    uint16_t d;
+} sl_block_tq2_0;
+
+/* True for TQ1_0 and TQ2_0. */
+bool sl_quant_tq_type(uint32_t type);
+
+/* Block b of a ternary row as sl_quant_iq_unpack gives a grid block:
+ * *d the fp16 scale, *sub 256 with sc[0] = 1, q = t - 1 in -1..1. */
+void sl_quant_tq_unpack(uint32_t type, const void *row, int64_t b, float *d /* OUT */, int *sub /* OUT */,
+                        int sc[16] /* OUT */, int16_t q[256] /* OUT */);
+
+/* Encodes nb*256 floats into nb ternary blocks as the gguf package's
+ * quantizer does, byte for byte: d = max |x| (float, stored as fp16),
+ * t = 1 + round-half-away(x / d) from the float reciprocal of d. */
+void sl_quant_tq_quantize(uint32_t type, const float *src, void *dst /* OUT */, int64_t nb);
 
 /* The 16 non-linear levels of IQ4_NL / IQ4_XS (a fact of the format). */
 extern const int8_t sl_quant_iq4_values[16];
@@ -135,16 +192,17 @@ static inline int sl_quant_iq4_xs_scale(const sl_block_iq4_xs *b, int s)
     return (lo | (hi << 4)) - 32;
 }
 
-/* True for the types this file implements (Q2_K, Q3_K, IQ4_XS and the
- * grid formats). */
+/* True for the types of this header (Q2_K, Q3_K, IQ4_XS, the grid and
+ * the ternary formats). */
 bool sl_quant_klow_type(uint32_t type);
 
 /* Decodes nb blocks of `type` (a sl_quant_klow_type) into dst (256*nb
  * floats), in the gguf package's operation order: bit-identical to it. */
 void sl_quant_klow_dequantize(uint32_t type, const void *src, float *dst /* OUT */, int64_t nb);
 
-/* Encodes nb*256 floats into nb blocks of `type` (Q2_K, Q3_K, IQ4_XS; the
- * caller refuses the grid formats): per sub-block scale (and min) search
+/* Encodes nb*256 floats into nb blocks of `type` (Q2_K, Q3_K, IQ4_XS, and
+ * the ternary formats through sl_quant_tq_quantize; the caller refuses the
+ * grid formats): per sub-block scale (and min) search
  * with least-squares refits, then the scale codes searched against the
  * values under an fp16 super-scale. */
 void sl_quant_klow_quantize(uint32_t type, const float *src, void *dst /* OUT */, int64_t nb);

@@ -52,7 +52,8 @@ enum sl_act_format sl_act_format_of_type(uint32_t type)
     case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K: case SL_GGML_TYPE_Q6_K: return SL_ACT_Q8_K;
     case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
     case SL_GGML_TYPE_IQ2_XXS: case SL_GGML_TYPE_IQ2_XS: case SL_GGML_TYPE_IQ2_S:
-    case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S:
+    case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S: case SL_GGML_TYPE_IQ1_S: case SL_GGML_TYPE_IQ1_M:
+    case SL_GGML_TYPE_TQ1_0: case SL_GGML_TYPE_TQ2_0:
         return SL_ACT_Q8_K;
     default: return SL_ACT_F32;
     }

@@ -18,7 +18,8 @@
  * Types:     F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q8_1, IQ4_NL,
  *            Q4_K, Q5_K, Q6_K (the 32-element ones other than Q8_0/Q4_0:
  *            vec_dot_legacy*.c), and Q2_K, Q3_K, IQ4_XS, IQ2_XXS, IQ2_XS,
- *            IQ2_S, IQ3_XXS, IQ3_S (vec_dot_klow*.c). Preconditions
+ *            IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0
+ *            (vec_dot_klow*.c). Preconditions
  *            (checked by assert only; this is the hot path): the type is one
  *            of these and n is a multiple of its block size.
  * Speed:     activations aligned to 32 bytes (x and ldx*4) run ~30% faster

@@ -1,6 +1,7 @@
 /* kernels/cpu/vec_dot_klow.c: the portable (C17) dot products of Q2_K, Q3_K,
- * IQ4_XS and the grid formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) with
- * float32, Q8_K and Q16_K activation rows.
+ * IQ4_XS, the grid formats (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+ * IQ3_S) and the ternary TQ1_0, TQ2_0 with float32, Q8_K and Q16_K
+ * activation rows.
  * Runs in the CPU backend's threads; the readable reference that
  * vec_dot_klow_avx2.c is tested against.
  *   float32: each block dequantized exactly as model/quant_klow.c does,
@@ -11,7 +12,8 @@
  *     Q8_K:  d*da*isum - dmin*da*msum (float, as llama.cpp; msum from bsums)
  *     Q16_K: sl_q16_termk (double), msum from the codes (bsums there are
  *            sums of 32, Q2_K's mins cover 16).
- *   Bounds: |sc*q| <= 32*127 = 4064 (IQ4_XS; Q3_K 128, Q2_K 45). A
+ *   Bounds: |sc*q| <= 32*127 = 4064 (IQ4_XS; Q3_K 128, IQ1 15*9 = 135,
+ *   Q2_K 45, ternary 1; a ternary "sub-block" is the whole 256). A
  *   sub-block's sum p <= 32*127*32767 < 2^27 fits int32 and isum is int64;
  *   with 8-bit codes the whole isum <= 256*4064*127 < 2^27.
  * Trade-off: one unpack per block per group of rows; clarity over speed. */
@@ -77,10 +79,14 @@ void sl_vec_dot_klow_unpack(uint32_t type, const void *w, int64_t b, sl_klow_blo
         }
         break;
     }
-    default: {   /* the grid formats */
-        assert(sl_quant_iq_grid_type(type));
+    default: {   /* the grid and ternary formats: x = d*sc*q, no mins */
         int16_t q[SL_QK_K];
-        sl_quant_iq_unpack(type, w, b, &u->d, &u->sub, u->sc, q);
+        if (sl_quant_tq_type(type)) {
+            sl_quant_tq_unpack(type, w, b, &u->d, &u->sub, u->sc, q);
+        } else {
+            assert(sl_quant_iq_grid_type(type));
+            sl_quant_iq_unpack(type, w, b, &u->d, &u->sub, u->sc, q);
+        }
         u->nsub = SL_QK_K / u->sub;
         u->has_min = 0;
         u->dmin = 0.0f;

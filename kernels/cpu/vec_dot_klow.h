@@ -1,6 +1,6 @@
 /* kernels/cpu/vec_dot_klow.h: private to the CPU dot kernels: the dot
- * products of Q2_K, Q3_K, IQ4_XS and grid-format (IQ2_*, IQ3_*) weight
- * rows (model/quant_klow.h) on
+ * products of Q2_K, Q3_K, IQ4_XS, grid-format (IQ1_*, IQ2_*, IQ3_*) and
+ * ternary (TQ1_0, TQ2_0) weight rows (model/quant_klow.h) on
  * each activation path, portable and AVX2. The dispatchers (vec_dot.c,
  * vec_dot_q8*.c, vec_dot_q16*.c, vec_dot_avx2.c) hand these types here.
  * Contracts: those of the matching sl_vec_dot_*multi* in vec_dot.h (same
@@ -15,7 +15,8 @@
 #include <stdint.h>
 
 /* One weight block unpacked for the portable kernels: codes q (Q2_K 0..3,
- * Q3_K -4..3, IQ4_XS the IQ4 levels, grids +-grid value), nsub sub-blocks of `sub` elements with
+ * Q3_K -4..3, IQ4_XS the IQ4 levels, grids +-grid value, IQ1 8*grid+-1,
+ * ternary -1..1), nsub sub-blocks of `sub` elements with
  * integer scales sc and (Q2_K) mins mn; x = d*sc*q - dmin*mn. */
 typedef struct {
     int sub, nsub;

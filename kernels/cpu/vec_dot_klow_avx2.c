@@ -1,15 +1,19 @@
-/* kernels/cpu/vec_dot_klow_avx2.c: AVX2 dot products of Q2_K, Q3_K, IQ4_XS
- * and the grid formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) with
- * float32, Q8_K and Q16_K activation rows.
+/* kernels/cpu/vec_dot_klow_avx2.c: AVX2 dot products of Q2_K, Q3_K, IQ4_XS,
+ * the grid formats (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
+ * and the ternary TQ1_0, TQ2_0 with float32, Q8_K and Q16_K activation rows.
  * Compiled with -mavx2 -mfma -mf16c; called only after vec_dot.c has seen
  * the CPU support them. Runs in the CPU backend's threads.
  * Algorithm: each super-block is staged once for all activation rows of the
  * group: codes unpacked with byte shifts / masks (Q2_K, Q3_K), a vpshufb
- * table lookup (IQ4_XS) or a vpgather of grid rows with the sign bits
- * spread by vpshufb (grid formats), widened to int16 and
+ * table lookup (IQ4_XS), a vpgather of grid rows with the sign bits
+ * spread by vpshufb (IQ2/IQ3) or the group's delta added (IQ1: 8*grid+-1),
+ * widened to int16 and
  * multiplied by their sub-block scale (|sc*q| <= 32*127 = 4064 for IQ4_XS,
- * 31*62 = 1922 for IQ3_XXS, 128 for Q3_K, 45 for Q2_K: int16, exact), plus,
- * for Q2_K, each element's sub-block min (<= 15).
+ * 31*62 = 1922 for IQ3_XXS, 135 for IQ1, 128 for Q3_K, 45 for Q2_K: int16,
+ * exact), plus, for Q2_K, each element's sub-block min (<= 15). The ternary
+ * formats store their codes -1..1 unscaled: TQ2_0 by shifts and masks,
+ * TQ1_0's base-3 bytes by 16-bit multiplies (trit j of byte b is
+ * ((b * 3^j) & 0xFF) * 3 >> 8).
  *   Q16_K: vpmaddwd of the staged codes with the row's int16 codes; the same
  *     overflow argument as vec_dot_q16_avx2.c's (lanes <= 2*4096*32767, 8 per
  *     accumulator); the mins term likewise (<= 2*15*32767 per lane, 16
@@ -53,6 +57,13 @@ static inline void put32(struct staged *st, int k, __m256i codes, int sc0, int s
     __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(codes, 1));
     _mm256_store_si256((__m256i *)(st->c16 + k), _mm256_mullo_epi16(lo, _mm256_set1_epi16((int16_t)sc0)));
     _mm256_store_si256((__m256i *)(st->c16 + k + 16), _mm256_mullo_epi16(hi, _mm256_set1_epi16((int16_t)sc1)));
+}
+
+/* Stores 32 int8 codes as int16 with no scale (the ternary formats). */
+static inline void put32_unscaled(struct staged *st, int k, __m256i codes)
+{
+    _mm256_store_si256((__m256i *)(st->c16 + k), _mm256_cvtepi8_epi16(_mm256_castsi256_si128(codes)));
+    _mm256_store_si256((__m256i *)(st->c16 + k + 16), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(codes, 1)));
 }
 
 static inline void stage_q2_K(const sl_block_q2_K *b, struct staged *st)
@@ -160,6 +171,21 @@ static inline __m256i gather2(const uint8_t (*grid)[8], __m128i idx)
     return _mm256_i32gather_epi64((const long long *)grid, idx, 8);
 }
 
+/* IQ1_S / IQ1_M: 4 grid rows (values -1..1) gathered as 32 int8, then
+ * 8*g + delta, the delta +-1 of each group of 8 in its 64-bit lane. */
+static inline __m256i iq1_codes(__m128i idx, __m256i delta)
+{
+    __m256i g = gather2((const uint8_t (*)[8])sl_quant_iq1s_grid, idx);
+    g = _mm256_add_epi8(g, g);
+    g = _mm256_add_epi8(g, g);
+    return _mm256_add_epi8(_mm256_add_epi8(g, g), delta);
+}
+
+static inline long long iq1_delta8(unsigned negative)
+{
+    return negative ? -1LL : 0x0101010101010101LL;   /* eight int8 -1 or +1 */
+}
+
 /* The grid formats, 32 elements at a time: indices gathered from the grid
  * (one vpgather per 32 elements), signs spread from their bits. */
 static inline void stage_iq_grid(uint32_t type, const void *w_row, int64_t c, struct staged *st)
@@ -167,6 +193,40 @@ static inline void stage_iq_grid(uint32_t type, const void *w_row, int64_t c, st
     st->dmin = 0.0f;
     st->has_min = 0;
     switch (type) {
+    case SL_GGML_TYPE_IQ1_S: {
+        const sl_block_iq1_s *b = (const sl_block_iq1_s *)w_row + c;
+        st->d = _cvtsh_ss(b->d) * 0.125f;
+        /* (qh >> 3l & 7) << 8 for l = 0..3 is (qh << 8 >> 3l) & 0x700 */
+        const __m128i shifts = _mm_setr_epi32(0, 3, 6, 9), high = _mm_set1_epi32(0x700);
+        for (int ib = 0; ib < 8; ib++) {
+            unsigned qh = b->qh[ib];
+            __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)(qh << 8)), shifts), high);
+            __m128i lo = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)load32(b->qs + 4 * ib)));
+            int sc = 2 * (int)((qh >> 12) & 7) + 1;
+            put32(st, 32 * ib, iq1_codes(_mm_or_si128(lo, hi), _mm256_set1_epi64x(iq1_delta8(qh & 0x8000))), sc, sc);
+        }
+        return;
+    }
+    case SL_GGML_TYPE_IQ1_M: {
+        const sl_block_iq1_m *b = (const sl_block_iq1_m *)w_row + c;
+        uint16_t hd = (uint16_t)((b->scales[0] >> 12) | ((b->scales[1] >> 8) & 0x00F0)
+                                 | ((b->scales[2] >> 4) & 0x0F00) | (b->scales[3] & 0xF000));
+        st->d = _cvtsh_ss(hd) * 0.125f;
+        /* group 4ib + l: nibble l of h = qh[2ib] | qh[2ib + 1] << 8 */
+        const __m128i shifts = _mm_setr_epi32(0, 4, 8, 12), high = _mm_set1_epi32(0x700);
+        for (int ib = 0; ib < 8; ib++) {
+            unsigned h = (unsigned)b->qh[2 * ib] | ((unsigned)b->qh[2 * ib + 1] << 8);
+            __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)(h << 8)), shifts), high);
+            __m128i lo = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)load32(b->qs + 4 * ib)));
+            __m256i delta = _mm256_setr_epi64x(iq1_delta8(h & 0x8), iq1_delta8(h & 0x80), iq1_delta8(h & 0x800),
+                                               iq1_delta8(h & 0x8000));
+            int k = 2 * ib;   /* the two scales of 16 */
+            int sc0 = 2 * ((b->scales[k / 4] >> (3 * (k % 4))) & 7) + 1;
+            int sc1 = 2 * ((b->scales[(k + 1) / 4] >> (3 * ((k + 1) % 4))) & 7) + 1;
+            put32(st, 32 * ib, iq1_codes(_mm_or_si128(lo, hi), delta), sc0, sc1);
+        }
+        return;
+    }
     case SL_GGML_TYPE_IQ3_S: {
         const sl_block_iq3_s *b = (const sl_block_iq3_s *)w_row + c;
         st->d = _cvtsh_ss(b->d);
@@ -235,12 +295,57 @@ static inline void stage_iq_grid(uint32_t type, const void *w_row, int64_t c, st
     assert(!"vec_dot_klow_avx2: not a grid format");
 }
 
+static inline void stage_tq2_0(const sl_block_tq2_0 *b, struct staged *st)
+{
+    st->d = _cvtsh_ss(b->d);
+    st->dmin = 0.0f;
+    st->has_min = 0;
+    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    for (int h = 0; h < 2; h++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+        for (int j = 0; j < 4; j++)
+            put32_unscaled(st, 128 * h + 32 * j,
+                           _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(v, 2 * j), three), one));
+    }
+}
+
+/* Trit j of 16 bytes b (uint16 lanes), minus 1, with pow = 3^j per lane. */
+static inline __m256i tq1_trits(__m256i b, __m256i pow)
+{
+    __m256i t = _mm256_and_si256(_mm256_mullo_epi16(b, pow), _mm256_set1_epi16(0xFF));
+    return _mm256_sub_epi16(_mm256_srli_epi16(_mm256_mullo_epi16(t, _mm256_set1_epi16(3)), 8),
+                            _mm256_set1_epi16(1));
+}
+
+static inline void stage_tq1_0(const sl_block_tq1_0 *b, struct staged *st)
+{
+    static const int16_t pow3[5] = {1, 3, 9, 27, 81};
+    st->d = _cvtsh_ss(b->d);
+    st->dmin = 0.0f;
+    st->has_min = 0;
+    __m256i q0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)b->qs));
+    __m256i q1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b->qs + 16)));
+    __m256i q2 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b->qs + 32)));
+    for (int j = 0; j < 5; j++) {
+        __m256i p = _mm256_set1_epi16(pow3[j]);
+        _mm256_store_si256((__m256i *)(st->c16 + 32 * j), tq1_trits(q0, p));
+        _mm256_store_si256((__m256i *)(st->c16 + 32 * j + 16), tq1_trits(q1, p));
+        _mm256_store_si256((__m256i *)(st->c16 + 160 + 16 * j), tq1_trits(q2, p));
+    }
+    /* element 240 + 4j + m: trit j of qh[m] (lanes repeat qh[0..3]) */
+    __m256i h = _mm256_cvtepu8_epi16(_mm_set1_epi32((int)load32(b->qh)));
+    __m256i p = _mm256_setr_epi16(1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27);
+    _mm256_store_si256((__m256i *)(st->c16 + 240), tq1_trits(h, p));
+}
+
 static inline void stage(uint32_t type, const void *w_row, int64_t c, struct staged *st)
 {
     switch (type) {
     case SL_GGML_TYPE_Q2_K: stage_q2_K((const sl_block_q2_K *)w_row + c, st); break;
     case SL_GGML_TYPE_Q3_K: stage_q3_K((const sl_block_q3_K *)w_row + c, st); break;
     case SL_GGML_TYPE_IQ4_XS: stage_iq4_xs((const sl_block_iq4_xs *)w_row + c, st); break;
+    case SL_GGML_TYPE_TQ2_0: stage_tq2_0((const sl_block_tq2_0 *)w_row + c, st); break;
+    case SL_GGML_TYPE_TQ1_0: stage_tq1_0((const sl_block_tq1_0 *)w_row + c, st); break;
     default: stage_iq_grid(type, w_row, c, st); break;
     }
 }
@@ -315,6 +420,10 @@ static inline __attribute__((always_inline)) void rows16(uint32_t type, const vo
     case SL_GGML_TYPE_IQ2_XS: ROWS(SL_GGML_TYPE_IQ2_XS); break;                            \
     case SL_GGML_TYPE_IQ2_S: ROWS(SL_GGML_TYPE_IQ2_S); break;                              \
     case SL_GGML_TYPE_IQ3_XXS: ROWS(SL_GGML_TYPE_IQ3_XXS); break;                          \
+    case SL_GGML_TYPE_IQ1_S: ROWS(SL_GGML_TYPE_IQ1_S); break;                              \
+    case SL_GGML_TYPE_IQ1_M: ROWS(SL_GGML_TYPE_IQ1_M); break;                              \
+    case SL_GGML_TYPE_TQ1_0: ROWS(SL_GGML_TYPE_TQ1_0); break;                              \
+    case SL_GGML_TYPE_TQ2_0: ROWS(SL_GGML_TYPE_TQ2_0); break;                              \
     default: ROWS(SL_GGML_TYPE_IQ3_S); break;                                              \
     }
 

@@ -305,7 +305,8 @@ static inline __attribute__((always_inline)) void dot_group(uint32_t type, const
     case SL_GGML_TYPE_IQ4_NL: sl_vec_dot_legacy_q8_avx2(type, w_row, xa, ldxa, mt, out, n); break;
     case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
     case SL_GGML_TYPE_IQ2_XXS: case SL_GGML_TYPE_IQ2_XS: case SL_GGML_TYPE_IQ2_S:
-    case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S:
+    case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S: case SL_GGML_TYPE_IQ1_S: case SL_GGML_TYPE_IQ1_M:
+    case SL_GGML_TYPE_TQ1_0: case SL_GGML_TYPE_TQ2_0:
         sl_vec_dot_klow_q8_avx2(type, w_row, xa, ldxa, mt, out, n); break;
     default: assert(!"vec_dot_q8_avx2: unsupported type");
     }

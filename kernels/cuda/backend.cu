@@ -208,23 +208,38 @@ static sl_status setup_gemm(cuda_backend *cb, char err[SL_ERR_LEN])
     return rc;
 }
 
-/* The model's matrices must be of a type the matmul kernel computes. */
+/* The type's name for a message ("type 99" if GGUF has none). */
+static const char *type_label(uint32_t type, char buf[16])
+{
+    const char *n = sl_ggml_type_name(type);
+    if (n)
+        return n;
+    snprintf(buf, 16, "type %u", type);
+    return buf;
+}
+
+/* The model's matrices must be of a type the matmul kernel computes; the
+ * others (the IQ1/IQ2/IQ3 grid and TQ1_0/TQ2_0 ternary formats: CPU only)
+ * are refused here, before any upload, never computed wrong. */
 static bool check_types(const sl_model *m, char err[SL_ERR_LEN])
 {
+    char buf[16];
     const sl_weight *w[] = {&m->tok_embd, &m->output};
     for (int i = 0; i < 2; i++)
         if (!sl_cuda_matmul_supports(w[i]->type)) {
-            snprintf(err, SL_ERR_LEN, "cuda backend: tensor type %u of %s is not supported", w[i]->type,
-                     i ? "output" : "token_embd");
+            snprintf(err, SL_ERR_LEN, "cuda backend: %s is %s, a tensor type only the CPU backend computes",
+                     i ? "output" : "token_embd", type_label(w[i]->type, buf));
             return false;
         }
+    static const char *const names[7] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                                         "ffn_down"};
     for (int l = 0; l < m->hp.n_layer; l++) {
         const sl_layer *L = &m->layers[l];
         const sl_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++)
             if (!sl_cuda_matmul_supports(lw[i]->type)) {
-                snprintf(err, SL_ERR_LEN, "cuda backend: layer %d has a matrix of unsupported type %u", l,
-                         lw[i]->type);
+                snprintf(err, SL_ERR_LEN, "cuda backend: blk.%d.%s is %s, a tensor type only the CPU backend "
+                         "computes", l, names[i], type_label(lw[i]->type, buf));
                 return false;
             }
     }

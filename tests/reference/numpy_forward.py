@@ -80,7 +80,8 @@ def act_round(x, wtype):
         # x86 quantizer, the one llama.cpp runs on x86; Q8_1 has the same)
         q, amax = _q8_codes(x)
         return (q * (amax / 127.0).astype(np.float16).astype(np.float64)).reshape(x.shape)
-    if wtype in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"):
+    if wtype in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S",
+                 "IQ1_S", "IQ1_M", "TQ1_0", "TQ2_0"):
         # the element of largest magnitude, sign kept, maps to -127;
         # q = min(127, nearest-even(iscale*x)), d = 1/iscale
         b = x.reshape(*x.shape[:-1], -1, 256)

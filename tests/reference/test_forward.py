@@ -44,7 +44,7 @@ TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M",
 # every preset would add 4 x 3 x 3 engine runs. Not tiny-qwen3: its IQ4_XS
 # model is at the edge of FLIP on the q8 path (the reference against itself
 # with inputs nudged by 1e-7 moves by up to 3.0e-2, ours by 3.2e-2).
-LOW_TYPES = ["Q2_K", "Q3_K", "IQ4_XS"]
+LOW_TYPES = ["Q2_K", "Q3_K", "IQ4_XS", "TQ1_0", "TQ2_0"]
 CASES = ([(p, t) for p in PRESETS for t in TYPES]
          + [(p, t) for p in ("tiny-llama", "tiny-qwen2") for t in LOW_TYPES])
 PROMPT = [1, 17, 254, 3, 99, 512, 7, 42, 300, 11, 600, 2]
@@ -141,7 +141,7 @@ def test_q8_rounding_agrees_at_position_0_in_most_cases(make_model, tmp_path):
 @pytest.mark.parametrize("preset,qtype", [("tiny-llama", "Q4_K"), ("tiny-qwen3", "Q8_0"), ("tiny-qwen2", "F16"),
                                           ("tiny-llama3", "Q6_K"), ("tiny-qwen2", "Q4_0"), ("tiny-llama", "Q5_1"),
                                           ("tiny-qwen2", "Q3_K"), ("tiny-gemma3", "Q4_K"), ("tiny-gemma2", "Q8_0"),
-                                          ("tiny-granite", "Q4_K"), ("tiny-phi3", "Q8_0")])
+                                          ("tiny-granite", "Q4_K"), ("tiny-phi3", "Q8_0"), ("tiny-llama", "TQ1_0")])
 def test_batch_of_eight_is_bitwise_alone(make_model, tmp_path, preset, qtype, threads, act):
     """Each sequence's logits are bitwise the same alone or batched with 7
     others of different lengths, at 1 and 2 threads, whatever the chunking,
@@ -157,7 +157,8 @@ def test_batch_of_eight_is_bitwise_alone(make_model, tmp_path, preset, qtype, th
 @pytest.mark.parametrize("preset,qtype", [("tiny-llama", "Q4_K_M"), ("tiny-qwen3", "Q8_0"), ("tiny-qwen2", "Q6_K"),
                                           ("tiny-qwen2", "Q5_0"), ("tiny-llama3", "Q4_1"),
                                           ("tiny-llama", "Q2_K"), ("tiny-qwen3", "Q3_K"), ("tiny-llama", "IQ4_XS"),
-                                          ("tiny-gemma3", "Q5_K"), ("tiny-phi3", "Q4_K_M")])
+                                          ("tiny-gemma3", "Q5_K"), ("tiny-phi3", "Q4_K_M"), ("tiny-qwen2", "TQ1_0"),
+                                          ("tiny-llama", "TQ2_0")])
 def test_default_path_avx2_bitwise_equals_portable(make_model, tmp_path, preset, qtype):
     """The 16-bit dots promise AVX2 == portable bit for bit (exact integer
     sums, one shared float tail), so the whole forward pass agrees too."""
@@ -167,3 +168,82 @@ def test_default_path_avx2_bitwise_equals_portable(make_model, tmp_path, preset,
     portable = run_engine(path, tmp_path, PROMPT, STEPS, env={**env, "SLUICE_CPU_ISA": "portable"}, chunk=5)
     assert avx2[0] == portable[0]
     assert avx2[2] == portable[2]
+
+
+# The IQ1 grid formats have no writer anywhere (llama.cpp needs an importance
+# matrix, the gguf package has no quantizer), so their models are an F32
+# mkmodel file with every layer matrix replaced by random blocks (indices,
+# scales and delta signs uniform; d sized so a matrix keeps std ~1/sqrt(fan
+# in)), written by the gguf package's own writer. token_embd and output stay
+# F32, as llama.cpp keeps them in a wider type.
+GRID_CASES = [("tiny-llama", "IQ1_S"), ("tiny-llama", "IQ1_M"), ("tiny-qwen2", "IQ1_S"), ("tiny-qwen2", "IQ1_M")]
+LAYER_MATRICES = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                  "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
+
+
+def random_grid_rows(rows, cols, qtype, rng):
+    """rows x cols weights of `qtype` (IQ1_S or IQ1_M) as raw block bytes."""
+    bb = {"IQ1_S": 50, "IQ1_M": 56}[qtype]
+    q = rng.integers(0, 256, size=(rows, cols // 256, bb), dtype=np.uint8)
+    # |x| = d (2s+1) |grid +- 1/8|: E[(2s+1)^2] = 85, E[(grid +- 1/8)^2] ~ 0.7
+    d = (1.0 / (np.sqrt(85 * 0.7) * np.sqrt(cols)) * rng.choice([-1.0, 1.0], size=(rows, cols // 256)))
+    h = d.astype(np.float16).view(np.uint16)
+    if qtype == "IQ1_S":
+        q[..., 0], q[..., 1] = h & 0xFF, h >> 8
+    else:   # the fp16 d is the top nibbles of the four uint16 scales (bytes 48..55)
+        for k in range(4):
+            hi = q[..., 48 + 2 * k + 1]
+            q[..., 48 + 2 * k + 1] = (hi & 0x0F) | (((h >> (4 * k)) & 0xF) << 4).astype(np.uint8)
+    return q.reshape(rows, -1)
+
+
+@pytest.fixture(scope="module")
+def grid_model(make_model, tmp_path_factory):
+    """grid_model(preset, qtype, **opts) -> path of the random-block file (cached)."""
+    gguf = pytest.importorskip("gguf")
+    cache = {}
+
+    def make(preset, qtype, **opts):
+        if (preset, qtype) in cache:
+            return cache[(preset, qtype)]
+        reader = gguf.GGUFReader(str(make_model(preset, "F32", **opts)))
+        path = tmp_path_factory.mktemp("grid") / f"{preset}-{qtype}.gguf"
+        arch = reader.fields["general.architecture"].contents()
+        writer = gguf.GGUFWriter(str(path), arch=arch)
+        for f in reader.fields.values():
+            if f.name == "general.architecture" or f.name.startswith("GGUF."):
+                continue   # written by GGUFWriter itself
+            sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub)
+        rng = np.random.default_rng(7)
+        for t in reader.tensors:
+            if t.name.endswith(LAYER_MATRICES):
+                cols, rows = (int(n) for n in t.shape)
+                writer.add_tensor(t.name, random_grid_rows(rows, cols, qtype, rng),
+                                  raw_dtype=gguf.GGMLQuantizationType[qtype])
+            else:
+                writer.add_tensor(t.name, np.array(t.data))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        cache[(preset, qtype)] = path
+        return path
+
+    return make
+
+
+@pytest.mark.parametrize("act", ["", "f32"])
+@pytest.mark.parametrize("preset,qtype", GRID_CASES)
+def test_random_grid_models_match_numpy_float64(grid_model, tmp_path, preset, qtype, act):
+    """IQ1 models on the default (16-bit) and f32 paths against the plain float64 pass."""
+    check_against_float64(grid_model, tmp_path, preset, qtype, env={"SLUICE_CPU_ACT": act})
+
+
+@pytest.mark.parametrize("preset,qtype", GRID_CASES)
+def test_random_grid_models_q8_match_llamacpp_rounding(grid_model, tmp_path, preset, qtype):
+    """The q8 path against the rounding reference (the module note on flips)."""
+    rel = rounded_path_errors(grid_model, tmp_path, preset, qtype)
+    print(f"{preset} {qtype}: per-position relative L2 max {rel.max():.2e}, position 0 {rel[0]:.2e}")
+    assert rel.max() < FLIP
+

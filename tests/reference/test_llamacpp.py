@@ -25,7 +25,7 @@ TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M",
          "IQ4_NL"]
 # The low-bit 256-element types on two presets only, as in test_forward.py
 # (same kernels for every architecture; each case costs two engine runs).
-LOW_TYPES = ["Q2_K", "Q3_K", "IQ4_XS"]
+LOW_TYPES = ["Q2_K", "Q3_K", "IQ4_XS", "TQ1_0", "TQ2_0"]
 CASES = ([(p, t) for p in PRESETS for t in TYPES]
          + [(p, t) for p in ("tiny-llama", "tiny-qwen2") for t in LOW_TYPES])
 PROMPT = [1, 17, 254, 3, 99, 512, 7, 42, 300, 11, 600, 2, 77, 123, 901, 5]
@@ -154,7 +154,9 @@ def test_default_path_matches_llamacpp(make_model, tmp_path, preset, qtype):
                                         (10, "Q2_K"), (12, "Q3_K_M"), (30, "IQ4_XS"),
                                         # the one grid format llama.cpp writes without an importance
                                         # matrix (it refuses IQ3_XXS and IQ2_*)
-                                        (26, "IQ3_S")])
+                                        (26, "IQ3_S"),
+                                        # ternary (llama.cpp keeps some matrices in other types)
+                                        (36, "TQ1_0"), (37, "TQ2_0")])
 def test_llamacpp_quantized_files_load(make_model, tmp_path, ftype, name):
     src = make_model("tiny-llama", "F32", n_vocab=1024, peak=8)
     dst = tmp_path / f"llamacpp-{name}.gguf"

@@ -47,7 +47,8 @@ def test_branch_scale_refuses_bad_values(tmp_path, value):
     assert not (tmp_path / "x.gguf").exists()
 
 
-@pytest.mark.parametrize("qtype,file_type", [("Q2_K", 10), ("Q3_K", 11), ("IQ4_XS", 30)])
+@pytest.mark.parametrize("qtype,file_type", [("Q2_K", 10), ("Q3_K", 11), ("IQ4_XS", 30), ("TQ1_0", 36),
+                                             ("TQ2_0", 37)])
 def test_low_bit_types_write_every_matrix_in_the_type(tmp_path, qtype, file_type):
     path = tmp_path / f"{qtype}.gguf"
     subprocess.run([tool("mkmodel"), "-o", str(path), "--preset", "tiny-llama", "--type", qtype, "--n-vocab", "256",
@@ -58,8 +59,9 @@ def test_low_bit_types_write_every_matrix_in_the_type(tmp_path, qtype, file_type
     assert int(r.fields["general.file_type"].parts[-1][0]) == file_type
 
 
-def test_grid_types_have_no_writer(tmp_path):
-    """IQ2/IQ3 grids are read-only (llama.cpp needs an importance matrix)."""
-    r = subprocess.run([tool("mkmodel"), "-o", str(tmp_path / "x.gguf"), "--n-vocab", "256", "--type", "IQ3_S"],
+@pytest.mark.parametrize("qtype", ["IQ3_S", "IQ1_S", "IQ1_M"])
+def test_grid_types_have_no_writer(tmp_path, qtype):
+    """IQ1/IQ2/IQ3 grids are read-only (llama.cpp needs an importance matrix)."""
+    r = subprocess.run([tool("mkmodel"), "-o", str(tmp_path / "x.gguf"), "--n-vocab", "256", "--type", qtype],
                        capture_output=True, text=True)
-    assert r.returncode == 2 and "unknown type 'IQ3_S'" in r.stderr
+    assert r.returncode == 2 and f"unknown type '{qtype}'" in r.stderr

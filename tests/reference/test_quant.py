@@ -32,12 +32,15 @@ RMSE_MAX = {
     "IQ4_NL": 0.0772,   # our own search; llama.cpp's measures 0.0763 here (it weights by x^2)
     "Q2_K": 0.275, "Q3_K": 0.150, "IQ4_XS": 0.0772,
     "Q8_1": 0.0057,     # Q8_0's codes
+    # ternary: the gguf package's quantizers byte for byte (test below); three
+    # levels at max |x| leave most of a Gaussian at 0 (0.81 measured)
+    "TQ1_0": 0.85, "TQ2_0": 0.85,
 }
 
 # Types whose dequantizer follows gguf's operation order exactly: 0 ulp
 # (every product in their dequantization is exact or rounded once in the
 # reference's order).
-BITWISE = {"Q5_0", "Q4_1", "Q5_1", "IQ4_NL", "Q8_1", "Q2_K", "Q3_K", "IQ4_XS"}
+BITWISE = {"Q5_0", "Q4_1", "Q5_1", "IQ4_NL", "Q8_1", "Q2_K", "Q3_K", "IQ4_XS", "TQ1_0", "TQ2_0"}
 
 
 def dequantize(q, name):
@@ -91,7 +94,8 @@ def test_reference_dequantizes_our_bytes_to_our_floats(dump_dir, name):
 
 
 # Read-only formats (no quantizer): quantdump writes seeded random blocks.
-GRID = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"]
+GRID = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]
+TERNARY = ["TQ1_0", "TQ2_0"]
 
 
 @pytest.mark.parametrize("name", GRID)
@@ -101,6 +105,21 @@ def test_reference_decodes_random_grid_blocks_as_we_do(dump_dir, name):
     assert ours.size == N
     ref = gguf.quants.dequantize(q, T[name]).reshape(-1).astype(np.float32)
     assert np.all(np.isfinite(ref)) and np.abs(ref).max() > 0
+    assert np.array_equal(ref.view(np.uint32), ours.view(np.uint32)), f"{name}: not bit-identical"
+
+
+@pytest.mark.parametrize("name", GRID + TERNARY)
+def test_reference_decodes_edge_blocks_as_we_do(dump_dir, name):
+    """Blocks of every byte pattern the quantizers may never write: d of +0
+    and -0 (zeros keep the sign of d * code), subnormal, the largest finite,
+    over all-zero, all-one and alternating bytes, then random blocks
+    (tests/seeded_blocks.h). Bit for bit, signed zeros included."""
+    q = np.fromfile(dump_dir / f"{name}.edge.q", dtype=np.uint8)
+    ours = np.fromfile(dump_dir / f"{name}.edge.deq", dtype=np.float32)
+    assert ours.size == N
+    ref = gguf.quants.dequantize(q, T[name]).reshape(-1).astype(np.float32)
+    assert np.all(np.isfinite(ref))
+    assert np.signbit(ref).any() and (ref == 0).any() and np.abs(ref).max() > 1e4
     assert np.array_equal(ref.view(np.uint32), ours.view(np.uint32)), f"{name}: not bit-identical"
 
 
@@ -117,13 +136,13 @@ def test_q8_1_is_q8_0_codes_with_ggml_sum(dump_dir):
     assert np.array_equal(q1[:, 2:4].copy().view(np.float16)[:, 0].view(np.uint16), s.view(np.uint16))
 
 
-@pytest.mark.parametrize("name", ["F16", "BF16", "Q8_0", "Q5_0", "Q4_1", "Q5_1"])
+@pytest.mark.parametrize("name", ["F16", "BF16", "Q8_0", "Q5_0", "Q4_1", "Q5_1", "TQ1_0", "TQ2_0"])
 def test_simple_types_match_reference_quantizer(dump_dir, name):
     """Where gguf has a reference quantizer that rounds like ggml's, the
     bytes agree (Q8_0 may differ on an exact .5 tie: ggml rounds half away
-    from zero, we round half to even; none occur in this data). Q5_0, Q4_1
-    and Q5_1 follow gguf's rounding rules themselves, so they agree on any
-    data."""
+    from zero, we round half to even; none occur in this data). Q5_0, Q4_1,
+    Q5_1, TQ1_0 and TQ2_0 follow gguf's rounding rules themselves, so they
+    agree on any data."""
     src = np.fromfile(dump_dir / f"{name}.src", dtype=np.float32)
     q = np.fromfile(dump_dir / f"{name}.q", dtype=np.uint8)
     ref = gguf.quants.quantize(src, T[name]).view(np.uint8).reshape(-1)

@@ -152,6 +152,8 @@ static const type_choice type_choices[] = {
      * all-Q3_K file type Q3_K_S) */
     {"Q2_K", SL_GGML_TYPE_Q2_K, 0, 10},   {"Q3_K", SL_GGML_TYPE_Q3_K, 0, 11},
     {"IQ4_XS", SL_GGML_TYPE_IQ4_XS, 0, 30},
+    /* ternary, every matrix too: the gguf package's quantizer (d = max |x|) */
+    {"TQ1_0", SL_GGML_TYPE_TQ1_0, 0, 36}, {"TQ2_0", SL_GGML_TYPE_TQ2_0, 0, 37},
 };
 
 static void build_plan(const options *o, const type_choice *tc, plan *p, float *rope_freqs)
@@ -307,7 +309,7 @@ static void usage(FILE *f)
         "  --n-rot N            rotated dims per head (even, <= head_dim; default: the preset's, else head_dim)\n"
         "  --tied 0|1           output weights tied to the token embedding\n"
         "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M Q5_0 Q4_1 Q5_1\n"
-        "                       IQ4_NL Q8_1 Q2_K Q3_K IQ4_XS (default F32)\n"
+        "                       IQ4_NL Q8_1 Q2_K Q3_K IQ4_XS TQ1_0 TQ2_0 (default F32)\n"
         "  --tokenizer FILE     tokenizer.json giving the vocabulary (required unless --n-vocab)\n"
         "  --tokenizer-config F tokenizer_config.json (chat template, BOS/EOS flags)\n"
         "  --n-vocab N          synthetic vocabulary of N tokens instead of a tokenizer\n"

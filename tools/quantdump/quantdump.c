@@ -5,6 +5,10 @@
  *                            seeded N(0,1) float32), DIR/T.q (our quantized
  *                            bytes), DIR/T.deq (our dequantized float32), and
  *                            prints the RMSE per type. N defaults to 4096.
+ *                            The types read from random blocks (grid and
+ *                            ternary) also get DIR/T.edge.q and .edge.deq:
+ *                            N elements opening with the edge blocks of
+ *                            tests/seeded_blocks.h.
  *   quantdump --bench [ROWS COLS [ITERS]]
  *                            GB/s of weights streamed by one thread through
  *                            sl_vec_dot over a ROWS x COLS matrix (default
@@ -32,9 +36,10 @@ static const uint32_t types[] = {
     SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
     SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_NL,
     SL_GGML_TYPE_Q8_1,
-    SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS,
+    SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_TQ1_0, SL_GGML_TYPE_TQ2_0,
     /* no quantizer: seeded random blocks (T.src is then our decoding too) */
     SL_GGML_TYPE_IQ2_XXS, SL_GGML_TYPE_IQ2_XS, SL_GGML_TYPE_IQ2_S, SL_GGML_TYPE_IQ3_XXS, SL_GGML_TYPE_IQ3_S,
+    SL_GGML_TYPE_IQ1_S, SL_GGML_TYPE_IQ1_M,
 };
 enum { NTYPES = sizeof types / sizeof types[0] };
 
@@ -90,6 +95,12 @@ static int dump(const char *dir, int64_t n)
         if (write_file(dir, name, "src", src, (size_t)n * 4) || write_file(dir, name, "q", q, qbytes)
             || write_file(dir, name, "deq", deq, (size_t)n * 4))
             rc = 1;
+        if (rc == 0 && (grid || sl_quant_tq_type(types[t]))) {
+            sl_seeded_edge_row(types[t], q, n, 4321 + (uint64_t)t);
+            if (sl_quant_dequantize_row(types[t], q, deq, n) < 0 || write_file(dir, name, "edge.q", q, qbytes)
+                || write_file(dir, name, "edge.deq", deq, (size_t)n * 4))
+                rc = 1;
+        }
     }
 out:
     free(src);

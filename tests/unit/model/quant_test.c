@@ -141,6 +141,14 @@ Test(quant, block_structs_match_type_table)
     cr_expect_eq(sizeof(sl_block_iq2_s), sl_ggml_block_bytes(SL_GGML_TYPE_IQ2_S));
     cr_expect_eq(sizeof(sl_block_iq3_xxs), sl_ggml_block_bytes(SL_GGML_TYPE_IQ3_XXS));
     cr_expect_eq(sizeof(sl_block_iq3_s), sl_ggml_block_bytes(SL_GGML_TYPE_IQ3_S));
+    cr_expect_eq(sizeof(sl_block_iq1_s), sl_ggml_block_bytes(SL_GGML_TYPE_IQ1_S));
+    cr_expect_eq(sizeof(sl_block_iq1_m), sl_ggml_block_bytes(SL_GGML_TYPE_IQ1_M));
+    cr_expect_eq(sizeof(sl_block_tq1_0), sl_ggml_block_bytes(SL_GGML_TYPE_TQ1_0));
+    cr_expect_eq(sizeof(sl_block_tq2_0), sl_ggml_block_bytes(SL_GGML_TYPE_TQ2_0));
+    cr_expect_eq(sl_ggml_block_bytes(SL_GGML_TYPE_IQ1_S), 50);
+    cr_expect_eq(sl_ggml_block_bytes(SL_GGML_TYPE_IQ1_M), 56);
+    cr_expect_eq(sl_ggml_block_bytes(SL_GGML_TYPE_TQ1_0), 54);
+    cr_expect_eq(sl_ggml_block_bytes(SL_GGML_TYPE_TQ2_0), 66);
 }
 
 Test(quant, bad_n_and_types_are_errors_and_leave_dst)
@@ -156,10 +164,13 @@ Test(quant, bad_n_and_types_are_errors_and_leave_dst)
     cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q6_K, q, dst, 300), SL_EINVAL);
     cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q8_0, q, dst, 33), SL_EINVAL);
     cr_expect_eq(dst[0], 123.0f);
-    cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_IQ1_S, q, dst, 256), SL_EUNSUPPORTED);
+    cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_MXFP4, q, dst, 256), SL_EUNSUPPORTED);
     cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q5_0, q, dst, 48), SL_EINVAL);
-    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_IQ1_S, src, q, 256), SL_EUNSUPPORTED);
-    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_IQ2_XXS, src, q, 256), SL_EUNSUPPORTED);   /* read-only */
+    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_IQ1_S, src, q, 256), SL_EUNSUPPORTED);    /* read-only */
+    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_IQ1_M, src, q, 256), SL_EUNSUPPORTED);
+    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_IQ2_XXS, src, q, 256), SL_EUNSUPPORTED);
+    cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_TQ1_0, src, q, 128), SL_EINVAL);
+    cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_TQ2_0, q, dst, 300), SL_EINVAL);
     cr_expect_eq(q[0], 0xAB);
     cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_Q3_K, src, q, 128), SL_EINVAL);
     cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_IQ4_XS, q, dst, 255), SL_EINVAL);
@@ -252,7 +263,8 @@ Test(quant, non_finite_inputs_do_not_crash)
     uint32_t qt[] = {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K,
                      SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_F16, SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q5_0,
                      SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1,
-                     SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS};
+                     SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_TQ1_0,
+                     SL_GGML_TYPE_TQ2_0};
     sl_seeded_normal(src, 256, 9);
     src[3] = NAN;
     src[40] = INFINITY;
@@ -420,6 +432,105 @@ Test(quant, legacy_layouts_by_hand)
     cr_expect_eq(y[7], 0.5f);
     cr_expect_eq(y[23], 56.5f);
     cr_expect_eq(y[0], -63.5f);
+}
+
+/* ---- the ternary and IQ1 formats ------------------------------------------ */
+
+/* Weights already on the three levels (a ternary-trained model) come back
+ * exactly, in both formats, with every trit position used. */
+Test(quant, ternary_levels_round_trip_exactly)
+{
+    float src[512], deq[512];
+    uint8_t q[512];
+    const uint32_t qt[] = {SL_GGML_TYPE_TQ1_0, SL_GGML_TYPE_TQ2_0};
+    for (int i = 0; i < 512; i++)
+        src[i] = (float)((i * 7 + i / 3) % 3 - 1) * (i < 256 ? 0.375f : -0.0078125f);
+    src[0] = 0.375f;        /* the block's max |x| is its scale */
+    src[256] = -0.0078125f;
+    for (size_t t = 0; t < 2; t++) {
+        cr_assert_eq(sl_quant_quantize_row(qt[t], src, q, 512), SL_OK);
+        cr_assert_eq(sl_quant_dequantize_row(qt[t], q, deq, 512), SL_OK);
+        for (int i = 0; i < 512; i++)
+            cr_assert_eq(deq[i], src[i], "%s [%d]: %g vs %g", sl_ggml_type_name(qt[t]), i, deq[i], src[i]);
+    }
+}
+
+/* Ternary rounding: to the nearest of -d, 0, d, halves away from zero
+ * (x/d = +-0.5 exactly becomes +-d), an all-zero block to zeros. */
+Test(quant, ternary_rounds_half_away_from_zero)
+{
+    /* 2 is the scale; 1 and -1 are halves; 0.99999994 is just under one */
+    const float x[5] = {2.0f, 1.0f, -1.0f, 0.99999994f, -1.5f}, want[5] = {2.0f, 2.0f, -2.0f, 0.0f, -2.0f};
+    float src[256], zeros[256] = {0}, deq[256];
+    uint8_t q[66];
+    for (uint32_t type = SL_GGML_TYPE_TQ1_0; type <= SL_GGML_TYPE_TQ2_0; type++) {
+        memset(src, 0, sizeof src);
+        memcpy(src, x, sizeof x);
+        cr_assert_eq(sl_quant_quantize_row(type, src, q, 256), SL_OK);
+        cr_assert_eq(sl_quant_dequantize_row(type, q, deq, 256), SL_OK);
+        for (int i = 0; i < 5; i++)
+            cr_expect_eq(deq[i], want[i], "%s [%d] = %g", sl_ggml_type_name(type), i, deq[i]);
+        cr_assert_eq(sl_quant_quantize_row(type, zeros, q, 256), SL_OK);
+        cr_assert_eq(sl_quant_dequantize_row(type, q, deq, 256), SL_OK);
+        for (int i = 0; i < 256; i++)
+            cr_expect_eq(bits(deq[i]), 0u);
+    }
+}
+
+/* Hand-built blocks: the placement rules of quant_klow.h. */
+Test(quant, ternary_layouts_by_hand)
+{
+    float y[256];
+    sl_block_tq2_0 t2;
+    memset(&t2, 0x55, sizeof t2);                  /* every code 1: zeros */
+    t2.d = sl_fp32_to_fp16(0.5f);
+    t2.qs[32 + 5] = (uint8_t)((0x55 & ~0x30) | (2 << 4));   /* element 128 + 64 + 5: +d */
+    t2.qs[7] = (uint8_t)((0x55 & ~0x03) | 0);                /* element 7: -d */
+    sl_quant_dequantize_row(SL_GGML_TYPE_TQ2_0, &t2, y, 256);
+    cr_expect_eq(y[128 + 64 + 5], 0.5f);
+    cr_expect_eq(y[7], -0.5f);
+    cr_expect_eq(y[8], 0.0f);
+
+    sl_block_tq1_0 t1;
+    /* 1,1,1,1,1 in base 3 = 121: ceil(121 * 256 / 243) = 128; 4 trits 1 = 120 -> 127 */
+    memset(t1.qs, 128, sizeof t1.qs);
+    memset(t1.qh, 127, sizeof t1.qh);
+    t1.d = sl_fp32_to_fp16(2.0f);
+    t1.qs[32 + 3] = (uint8_t)(((81 + 27 + 2 * 9 + 3 + 1) * 256 + 242) / 243);   /* trit 2 of byte 35 is 2 */
+    t1.qh[1] = (uint8_t)(((81 + 27 + 9 + 0) * 256 + 242) / 243);                /* trit 3 of qh[1] is 0 */
+    sl_quant_dequantize_row(SL_GGML_TYPE_TQ1_0, &t1, y, 256);
+    for (int k = 0; k < 256; k++) {
+        float want = k == 160 + 16 * 2 + 3 ? 2.0f : k == 240 + 4 * 3 + 1 ? -2.0f : 0.0f;
+        cr_expect_eq(y[k], want, "TQ1_0 [%d] = %g", k, y[k]);
+    }
+}
+
+Test(quant, iq1_layouts_by_hand)
+{
+    float y[256];
+    sl_block_iq1_s s;
+    memset(&s, 0, sizeof s);
+    s.d = sl_fp32_to_fp16(1.0f);
+    /* sub-block 1: scale 3 (x 7), negative delta, group 2 index 0x512 */
+    s.qh[1] = (uint16_t)((3 << 12) | 0x8000 | (5 << 6));
+    s.qs[4 + 2] = 0x12;
+    sl_quant_dequantize_row(SL_GGML_TYPE_IQ1_S, &s, y, 256);
+    for (int j = 0; j < 8; j++)
+        cr_expect_eq(y[32 + 16 + j], 7.0f * ((float)sl_quant_iq1s_grid[0x512][j] - 0.125f));
+    cr_expect_eq(y[0], (float)sl_quant_iq1s_grid[0][0] + 0.125f);   /* scale 0 (x 1), delta +1/8 */
+
+    sl_block_iq1_m m;
+    memset(&m, 0, sizeof m);
+    /* d = 0.5 = 0x3800: nibbles 0, 0, 8, 3 on top of scales[0..3] */
+    m.scales[2] = (uint16_t)(0x8000 | (6 << 6));   /* and scale 10 (elements 160..175): 6 (x 13) */
+    m.scales[3] = 0x3000;
+    m.qh[10] = (uint8_t)((0x8 | 3) << 4);   /* group 21 (elements 168..175): index 0x3xx, delta -1/8 */
+    m.qs[21] = 0xA7;
+    sl_quant_dequantize_row(SL_GGML_TYPE_IQ1_M, &m, y, 256);
+    for (int j = 0; j < 8; j++) {
+        cr_expect_eq(y[168 + j], 0.5f * 13.0f * ((float)sl_quant_iq1s_grid[0x3A7][j] - 0.125f));
+        cr_expect_eq(y[160 + j], 0.5f * 13.0f * ((float)sl_quant_iq1s_grid[0][j] + 0.125f));
+    }
 }
 
 /* mkmodel quantizes rows on several threads: the quantizers keep no state,
