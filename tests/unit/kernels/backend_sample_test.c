@@ -219,6 +219,7 @@ Test(backend_sample, overlap_without_its_slot_fills_the_masks_before_the_draw)
     cr_assert_eq(sl_backend_forward_sample_overlap(&p.base, s, 1, r, tok, &fill), SL_OK);
     cr_assert_eq(f.calls, 1);
     cr_assert_eq(tok[0], 42, "the draw saw the mask fill wrote");
+    sl_backend_destroy(&p.base);   /* frees the default's rows (probe_destroy frees nothing) */
 
     probe_init(&p, &ops_sampling);   /* a sampling slot without the overlap slot */
     f = (fill_probe){allow, 0, &p, -1};
@@ -231,4 +232,5 @@ Test(backend_sample, overlap_without_its_slot_fills_the_masks_before_the_draw)
     s[0].logits_all = true;
     cr_assert_eq(sl_backend_forward_sample_overlap(&p.base, s, 1, r, tok, &fill), SL_EINVAL);
     cr_assert_eq(f.calls, 0);
+    sl_backend_destroy(&p.base);
 }
