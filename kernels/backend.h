@@ -196,8 +196,10 @@ sl_status sl_backend_forward_sample(sl_backend *b, const sl_batch_seq *seqs, int
  * queued and before any draw, so on a GPU the host's mask work hides behind
  * the device's pass instead of adding to the step. A backend that computes
  * on the caller's threads (the CPU's) calls fill first: the same result as
- * filling before sl_backend_forward_sample. fill is always called when the
- * batch is valid (not when validation refuses it). */
+ * filling before sl_backend_forward_sample. fill is called once in every
+ * step that reaches its draws; not when validation refuses the batch or the
+ * backend fails before the draws (the step's status then says so, and no
+ * token is taken). */
 sl_status sl_backend_forward_sample_overlap(sl_backend *b, const sl_batch_seq *seqs, int32_t n_seqs,
                                             const sl_sample_req *reqs, int32_t *tokens, const sl_allow_fill *fill);
 
