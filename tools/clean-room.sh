@@ -35,6 +35,9 @@ mnt --bind /dev "$root/dev"
 mnt -t devpts devpts "$root/dev/pts"
 mnt -t tmpfs -o size=8g tmpfs "$root/dev/shm"
 cp /etc/resolv.conf "$root/etc/"
+# debootstrap writes no /etc/hosts, which every installed Debian has; without
+# it "localhost" does not resolve (selenium reaches chromedriver there)
+[ -e "$root/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > "$root/etc/hosts"
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
   mkdir -p "$root/usr/local/share/ca-certificates"   # minbase has no ca-certificates package yet
   cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
