@@ -1,6 +1,6 @@
 /* kernels/cpu/act_quant.c: activation rows rounded to the format a weight
- * type is dotted with (see act_quant.h), 16-bit by default, llama.cpp's
- * 8-bit ones with SLUICE_CPU_ACT=q8. Runs in the CPU backend's threads.
+ * type is dotted with (see act_quant.h): llama.cpp's 8-bit ones by default,
+ * 16-bit ones with SLUICE_CPU_ACT=q16. Runs in the CPU backend's threads.
  * Plain C on purpose: one code path on every ISA, so the AVX2 and portable
  * dot kernels see the same integer codes and differ only in float sums.
  * Cost: a few ns per element, once per matmul input row; the matmul it feeds
@@ -17,17 +17,17 @@
 #include "model/ggml_types.h"
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-static enum sl_act_mode mode = SL_ACT_MODE_Q16;
+static enum sl_act_mode mode = SL_ACT_MODE_Q8;
 
 static void env_read(void)
 {
     const char *e = getenv("SLUICE_CPU_ACT");
     if (e && strcmp(e, "f32") == 0)
         mode = SL_ACT_MODE_F32;
-    else if (e && strcmp(e, "q8") == 0)
-        mode = SL_ACT_MODE_Q8;
-    else if (e && *e && strcmp(e, "q16") != 0)   /* a typo must not pass for a choice */
-        fprintf(stderr, "sluice: SLUICE_CPU_ACT=%s is not q16, q8 or f32: using q16\n", e);
+    else if (e && strcmp(e, "q16") == 0)
+        mode = SL_ACT_MODE_Q16;
+    else if (e && *e && strcmp(e, "q8") != 0)   /* a typo must not pass for a choice */
+        fprintf(stderr, "sluice: SLUICE_CPU_ACT=%s is not q8, q16 or f32: using q8\n", e);
 }
 
 enum sl_act_mode sl_act_mode(void)

@@ -98,11 +98,12 @@ REAL_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a ti
 def test_real_gemma3_f32_path_matches_float64(tmp_path):
     """Gemma 3 270M (Q5_0/Q8_0/Q4_K/Q6_K, tied 262144-row Q8_0 output):
     float32 activations within 1e-5 of the float64 reference (measured
-    5.2e-7), the default 16-bit path within 1e-3 (measured 1.8e-4).
+    5.2e-7), the 16-bit path (SLUICE_CPU_ACT=q16) within 1e-3 (measured
+    1.8e-4), the default 8-bit path within 5e-2 (its rounding noise).
     Loads the whole file into float64: ~3 GB and ~40 s."""
     toks = [2, 818, 5279, 529, 7001, 563]   # <bos>The capital of France is
     ref = Model(str(REAL), act_quant=False).logits(toks)
-    for act, bound in (("f32", 1e-5), ("", 1e-3)):
+    for act, bound in (("f32", 1e-5), ("q16", 1e-3), ("", 5e-2)):
         ours, _ = engine(REAL, tmp_path, toks, 0, env={"SLUICE_CPU_ACT": act})
         print(f"gemma-3-270m SLUICE_CPU_ACT={act or 'default'}: relative L2 vs float64 {rel(ours, ref):.2e}")
         assert rel(ours, ref) < bound
