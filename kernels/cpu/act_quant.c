@@ -84,7 +84,8 @@ enum sl_act_format sl_act_format_of(uint32_t type)
 size_t sl_act_row_bytes(enum sl_act_format f, int64_t n)
 {
     switch (f) {
-    case SL_ACT_Q8_0: return (size_t)(n / SL_QK8_0) * sizeof(sl_block_q8_0);
+    case SL_ACT_Q8_0:   /* the blocks, then their scales as floats (sl_act_q8_0_scales) */
+        return ((size_t)(n / SL_QK8_0) * sizeof(sl_block_q8_0) + 3) / 4 * 4 + (size_t)(n / SL_QK8_0) * sizeof(float);
     case SL_ACT_Q8_1: return (size_t)(n / SL_QK_LEGACY) * sizeof(sl_block_q8_1);
     case SL_ACT_Q8_K: return (size_t)(n / SL_QK_K) * sizeof(sl_block_q8_K);
     case SL_ACT_Q16_0: return (size_t)(n / SL_QK8_0) * sizeof(sl_block_q16_0);
@@ -213,6 +214,12 @@ void sl_act_quantize_row(enum sl_act_format f, const float *x, void *dst, int64_
     case SL_ACT_Q8_0:
         assert(n % SL_QK8_0 == 0);
         quantize_q8_0(x, dst, n);
+        {
+            const sl_block_q8_0 *y = dst;
+            float *s = (float *)sl_act_q8_0_scales(dst, n);
+            for (int64_t b = 0; b < n / SL_QK8_0; b++)
+                s[b] = sl_fp16_to_fp32(y[b].d);
+        }
         break;
     case SL_ACT_Q8_K:
         assert(n % SL_QK_K == 0);

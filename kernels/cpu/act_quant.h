@@ -79,7 +79,7 @@ enum sl_act_format {
     SL_ACT_F32,   /* float32, unchanged */
     SL_ACT_F16,   /* float32 storage, each value rounded to fp16 (nearest even) */
     SL_ACT_BF16,  /* float32 storage, each value rounded to bf16 (nearest even) */
-    SL_ACT_Q8_0,  /* sl_block_q8_0[n/32] */
+    SL_ACT_Q8_0,  /* sl_block_q8_0[n/32], then float[n/32] (sl_act_q8_0_scales) */
     SL_ACT_Q8_K,  /* sl_block_q8_K[n/256] */
     SL_ACT_Q16_0, /* sl_block_q16_0[n/32] */
     SL_ACT_Q16_K, /* sl_block_q16_K[n/256] */
@@ -107,6 +107,18 @@ enum sl_act_format sl_act_format_of_mode(enum sl_act_mode mode, uint32_t type);
 
 /* The q8 mode's mapping, ignoring the environment (tests, benchmarks). */
 enum sl_act_format sl_act_format_of_type(uint32_t type);
+
+/* A Q8_0 row of n elements (a multiple of 32) holds its n/32 ggml blocks,
+ * then, from the next multiple of 4 bytes, each block's d as a float (the
+ * exact value of its fp16 d): the AVX2 kernels read eight of them with one
+ * load and multiply them by eight weight scales at once, where reading the
+ * fp16 ones cost two conversions and a broadcast per block for every
+ * weight row. row must be 4-byte aligned (the dot contract's). */
+static inline const float *sl_act_q8_0_scales(const void *row, int64_t n)
+{
+    size_t blocks = (size_t)(n / SL_QK8_0) * sizeof(sl_block_q8_0);
+    return (const float *)((const char *)row + (blocks + 3) / 4 * 4);
+}
 
 /* Bytes of one row of n elements in format f. n must be a multiple of 32
  * (Q8_0, Q8_1, Q16_0) or 256 (Q8_K, Q16_K); any n for the float formats. */
