@@ -130,7 +130,8 @@ size_t sl_act_row_bytes(enum sl_act_format f, int64_t n);
  * The 8-bit formats follow ggml:
  *   Q8_0: d = amax/127 kept as fp16, q = nearest-even(x * (127/amax)) (the
  *         rule of ggml's x86 quantizer, which llama.cpp runs on this CPU;
- *         its reference C one rounds x/d half away from zero);
+ *         its reference C one rounds x/d half away from zero), then
+ *         each block's d as a float (sl_act_q8_0_scales);
  *   Q8_1: Q8_0's d and codes, s = fp16(d * sum(q)) with d the float
  *         amax/127 (ggml's x86 quantize_row_q8_1);
  *   Q8_K: v = the element of largest magnitude, iscale = -127/v,
