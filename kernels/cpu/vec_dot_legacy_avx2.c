@@ -179,21 +179,44 @@ static inline __m256 block8(const struct staged8 *st, int i, const void *a, cons
     return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(st->d + i), _mm256_broadcast_ss(da)), s, acc);
 }
 
+/* block8 for a signed-code block against Q8_0 with the product dw * da
+ * given (rows8x4). */
+static inline __m256 block8p(__m256i w, __m256i aw, float pr, const sl_block_q8_0 *x, __m256 acc)
+{
+    __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x->qs), w));
+    __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    return _mm256_fmadd_ps(_mm256_set1_ps(pr), s, acc);
+}
+
 /* Four Q8_0 rows (not IQ4_NL's two lanes, not Q8_1) through the chunk's
- * blocks 0..nblk-1, sharing each code load: per row the same block8 calls
- * in the same order as the one-row loop, so the same bits. Accumulators in
+ * blocks 0..nblk-1, sharing each code load: per row block8's operations on
+ * the same values in the same order as the one-row loop, so the same bits. Accumulators in
  * locals (in memory they are stored after every block: the int8 loads may
  * alias them). */
 static inline void rows8x4(const struct staged8 *st, int nblk, const char *const a[4], const float *const da[4],
-                           uint32_t type, struct row8 r[4])
+                           struct row8 r[4])
 {
     __m256 c0 = r[0].acc, c1 = r[1].acc, c2 = r[2].acc, c3 = r[3].acc;
     size_t ab = sizeof(sl_block_q8_0);
+    /* the 4 x nblk products dw * da first (the same floats as block8's),
+     * eight per multiply, then broadcast from memory */
+    _Alignas(32) float pr[4][8];
+    if (nblk == 8) {
+        __m256 dw = _mm256_loadu_ps(st->d);
+        for (int j = 0; j < 4; j++)
+            _mm256_store_ps(pr[j], _mm256_mul_ps(dw, _mm256_loadu_ps(da[j])));
+    } else {
+        for (int j = 0; j < 4; j++)
+            for (int i = 0; i < nblk; i++)
+                pr[j][i] = st->d[i] * da[j][i];
+    }
     for (int i = 0; i < nblk; i++) {
-        c0 = block8(st, i, a[0] + i * ab, da[0] + i, type, c0);
-        c1 = block8(st, i, a[1] + i * ab, da[1] + i, type, c1);
-        c2 = block8(st, i, a[2] + i * ab, da[2] + i, type, c2);
-        c3 = block8(st, i, a[3] + i * ab, da[3] + i, type, c3);
+        __m256i w = _mm256_load_si256((const __m256i *)(st->codes + QK * i));
+        __m256i aw = _mm256_sign_epi8(w, w);
+        c0 = block8p(w, aw, pr[0][i], (const sl_block_q8_0 *)(a[0] + i * ab), c0);
+        c1 = block8p(w, aw, pr[1][i], (const sl_block_q8_0 *)(a[1] + i * ab), c1);
+        c2 = block8p(w, aw, pr[2][i], (const sl_block_q8_0 *)(a[2] + i * ab), c2);
+        c3 = block8p(w, aw, pr[3][i], (const sl_block_q8_0 *)(a[3] + i * ab), c3);
     }
     r[0].acc = c0;
     r[1].acc = c1;
@@ -266,7 +289,7 @@ static inline __attribute__((always_inline)) void rows8(uint32_t type, const voi
                     a4[k] = xa + (size_t)(j + k) * ldxa + (size_t)b0 * ab;
                     d4[k] = sl_act_q8_0_scales(xa + (size_t)(j + k) * ldxa, n) + b0;
                 }
-                rows8x4(&st, nblk, a4, d4, type, r + j);
+                rows8x4(&st, nblk, a4, d4, r + j);
             }
         for (; j < mt; j++) {
             const char *a = xa + (size_t)j * ldxa + (size_t)b0 * ab;
