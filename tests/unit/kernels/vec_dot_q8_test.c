@@ -337,7 +337,7 @@ Test(vec_dot_q8, q5_0_edge_codes_exact_on_both_paths)
         memset(w[b].qs, qs[b % 5], 16);
     }
     size_t lda = (sl_act_row_bytes(SL_ACT_Q8_0, N) + 3) / 4 * 4;
-    char *a = aligned_alloc(32, lda * M);
+    char *a = aligned_alloc(32, (lda * M + 31) / 32 * 32);   /* C17: size a multiple of the alignment */
     float x[N];
     for (int j = 0; j < M; j++) {
         for (int i = 0; i < N; i++)
