@@ -242,6 +242,7 @@ static inline float row8_q5_0(const void *w_row, const char *xa, int64_t n)
 {
     const sl_block_q5_0 *w = w_row;
     const sl_block_q8_0 *a = (const sl_block_q8_0 *)xa;
+    const float *da = sl_act_q8_0_scales(xa, n);
     __m256 acc = _mm256_setzero_ps();
     int64_t nb = n / QK;
     for (int64_t b = 0; b < nb; b++) {
@@ -251,7 +252,7 @@ static inline float row8_q5_0(const void *w_row, const char *xa, int64_t n)
         __m256i x = _mm256_loadu_si256((const __m256i *)a[b].qs);
         __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(c, c), _mm256_sign_epi8(x, c));
         __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * _cvtsh_ss(a[b].d)), s, acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(w[b].d) * da[b]), s, acc);
     }
     return sl_avx2_hsum_ps(acc);
 }
