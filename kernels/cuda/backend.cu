@@ -458,10 +458,15 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
 #undef CUDA_OR_FAIL
 #undef FAIL
     sl_cuda_alloc_fail_after(0);
-    if (sl_cuda_attention_prepare() < 0) {
+    if (sl_cuda_attention_prepare() < 0 || sl_cuda_attention_fa_prepare() < 0) {
         snprintf(err, SL_ERR_LEN, "cuda backend: attention kernels: %s", cudaGetErrorString(cudaGetLastError()));
         rc = SL_EBACKEND;
         goto fail;
+    }
+    {
+        /* flash attention for prefill steps: f16 cache and the head shapes its kernel takes */
+        const char *fa = getenv("SLUICE_CUDA_FLASH_ATTN");
+        cb->fa_ok = !(fa && !strcmp(fa, "0")) && sl_cuda_fa_supported(&cb->kv, hp->n_head);
     }
     if (sl_cuda_sampler_create(hp->n_vocab, &cb->sampler) < 0) {
         snprintf(err, SL_ERR_LEN, "cuda backend: out of host memory");

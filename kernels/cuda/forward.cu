@@ -25,6 +25,7 @@
 
 #include "kernels/cuda/alloc.cuh"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_fa.cuh"
 #include "kernels/cuda/backend.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/eltwise.cuh"
@@ -110,7 +111,12 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
     int64_t n_tab = 0;
     for (int32_t i = 0; i < n_seqs; i++)
         n_tab += ((int64_t)seqs[i].pos + seqs[i].n_tokens + bs - 1) / bs;
-    TRY(sl_cuda_forward_meta_reserve(cb, 4 * Tmax + n_tab));
+    int64_t n_rows = 0;
+    for (int32_t i = 0; i < n_seqs; i++)
+        n_rows += seqs[i].n_tokens;
+    /* a flash-attention step's group bounds follow the tables (at most one group per row, plus the end) */
+    int64_t n_fa = cb->use_fa ? n_rows + 1 : 0;
+    TRY(sl_cuda_forward_meta_reserve(cb, 4 * Tmax + n_tab + n_fa));
     int32_t *tokens = cb->meta_h, *tok_pos = tokens + Tmax, *tok_table = tok_pos + Tmax;
     int32_t *out_rows = tok_table + Tmax, *blocks = out_rows + Tmax;
     int64_t T = 0, n_out = 0, off = 0;
@@ -127,7 +133,15 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
         }
         off += need;
     }
-    SL_CUDA_CHECK(cudaMemcpyAsync(cb->meta_d, cb->meta_h, (size_t)(4 * Tmax + n_tab) * sizeof(int32_t),
+    cb->fa_groups = 0;
+    cb->fa_off = 4 * Tmax + n_tab;
+    if (cb->use_fa) {
+        const sl_hparams *hp = &cb->base.model->hp;
+        cb->fa_groups = sl_cuda_fa_groups(tok_pos, tok_table, T, sl_cuda_fa_group_positions(hp->n_head / hp->n_head_kv),
+                                          cb->meta_h + cb->fa_off);
+        n_fa = cb->fa_groups + 1;
+    }
+    SL_CUDA_CHECK(cudaMemcpyAsync(cb->meta_d, cb->meta_h, (size_t)(4 * Tmax + n_tab + n_fa) * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, cb->stream));
     *T_out = T;
     *n_out_out = n_out;
@@ -189,8 +203,12 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
         TRY(sl_cuda_qkv_post(cb->q, cb->k, cb->v, T, &p, &cb->kv, &batch, l, st));
         sl_cuda_profile_mark(pf, SL_PROF_ROPE, st);
         sl_cuda_attn_opts ao = {hp->attn_scale, hp->attn_softcap, L->window};
-        TRY(sl_cuda_attention_layer(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, l, cb->step_ctx, &ao,
-                                    cb->att_split, cb->att_split_floats, st));
+        if (cb->use_fa)
+            TRY(sl_cuda_attention_fa(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, cb->meta_d + cb->fa_off,
+                                     cb->fa_groups, l, &ao, st));
+        else
+            TRY(sl_cuda_attention_layer(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, l, cb->step_ctx, &ao,
+                                        cb->att_split, cb->att_split_floats, st));
         sl_cuda_profile_mark(pf, SL_PROF_ATTN, st);
         TRY(mm(cb, &L->wo, cb->att, q_dim, T, cb->xn, E));
         if (L->post_attn_norm)   /* in place; the residual add stays fused into the next norm */
@@ -336,7 +354,14 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
             cb->step_ctx = (int64_t)seqs[i].pos + seqs[i].n_tokens;
     }
 
-    int64_t T, n_out;
+    int64_t T, n_out, n_rows = 0;
+    for (int32_t i = 0; i < n_seqs; i++)
+        n_rows += seqs[i].n_tokens;
+    cb->use_gemm = cb->gemm && (n_rows >= cb->gemm_min || !decode);
+    /* flash attention for every row of a step with a prompt chunk on the
+     * tensor-core path (its decode rows are groups of one); a decode-only
+     * step keeps the split kernel, and never holds an FA launch in a graph */
+    cb->use_fa = cb->use_gemm && !decode && cb->fa_ok;
     sl_cuda_profile_begin(cb->prof, st);
     TRY(stage_batch(cb, seqs, n_seqs, &T, &n_out));
     if (reqs && fill)
@@ -345,7 +370,6 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
         TRY(sl_cuda_sampler_stage(cb->sampler, reqs, n_seqs, st));
     else
         pin_logits(cb, logits, (size_t)(n_out * V) * sizeof(float));
-    cb->use_gemm = cb->gemm && (T >= cb->gemm_min || !decode);
     /* a decode graph that draws holds the sampler's launch: every row must
      * draw, and the staging it points into must be the one it was captured
      * with (the sampler reallocates it when a step outgrows it) */
