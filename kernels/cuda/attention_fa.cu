@@ -54,7 +54,10 @@ using namespace nvcuda;
 #define FT (FW * SL_WARP)          /* threads per block */
 #define BM SL_CUDA_FA_ROWS         /* query rows per block */
 #define BN SL_CUDA_FA_TILE         /* K/V positions per tile */
-#define LDS (BN + 4)               /* floats per score row (a multiple of 4, as wmma asks) */
+/* floats per score row: a multiple of 4 (wmma), and 8 past the tile so the
+ * float4 reads of step 2 (lane pair columns interleaved by 4) hit 8 rows'
+ * distinct banks */
+#define LDS (BN + 8)
 #define LDP (2 * LDS)              /* halves per weight row, written over its score row */
 static_assert(BM == FW * 16, "a warp owns 16 query rows");
 
@@ -135,7 +138,7 @@ attention_fa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_h
 
     /* the row this lane scores (two lanes per row, 32 columns each) */
     float *sSw = sS + warp * 16 * LDS;
-    const int rl = lane >> 1, c0 = (lane & 1) * (BN / 2);
+    const int rl = lane >> 1, c4 = (lane & 1) * 4;
     const int rr = warp * 16 + rl, rq = rr / G;
     const bool rvalid = rr < qp * G && rq < nrows;
     const int32_t rpos = pos0 + rq, rlo = sl_cuda_attention_window_start(rpos, window);
@@ -197,19 +200,25 @@ attention_fa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_h
                 wmma::store_matrix_sync(sSw + j * 16, acc[j], LDS, wmma::mem_row_major);
             __syncwarp();
 
-            /* 2. the row's masked scores, its running max and sum, its f16 weights */
+            /* 2. the row's masked scores, its running max and sum, its f16 weights
+             * (this lane: columns 8i + c4 .. 8i + c4 + 3) */
             float s[BN / 2], mx = -INFINITY;
 #pragma unroll
-            for (int c = 0; c < BN / 2; c++) {
-                int32_t p = kt + c0 + c;
-                float v = -INFINITY;
-                if (rvalid && p >= rlo && p <= rpos) {
-                    v = __fmul_rn(sSw[rl * LDS + c0 + c], scale);
-                    if (softcap > 0.0f)
-                        v = __fmul_rn(softcap, tanhf(__fdiv_rn(v, softcap)));
+            for (int i = 0; i < BN / 8; i++) {
+                float4 v4 = *(const float4 *)(sSw + rl * LDS + 8 * i + c4);
+                float vv[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    int32_t p = kt + 8 * i + c4 + j;
+                    float v = -INFINITY;
+                    if (rvalid && p >= rlo && p <= rpos) {
+                        v = __fmul_rn(vv[j], scale);
+                        if (softcap > 0.0f)
+                            v = __fmul_rn(softcap, tanhf(__fdiv_rn(v, softcap)));
+                    }
+                    s[4 * i + j] = v;
+                    mx = fmaxf(mx, v);
                 }
-                s[c] = v;
-                mx = fmaxf(mx, v);
             }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             float m_new = fmaxf(m, mx);
@@ -228,10 +237,12 @@ attention_fa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_h
             l = fmaf(l, corr, sum);
             m = m_new;
             __syncwarp();   /* every score is read before the weights overwrite them */
-            __half *prow = (__half *)(sSw + rl * LDS) + c0;
+            __half *prow = (__half *)(sSw + rl * LDS);
 #pragma unroll
-            for (int c = 0; c < BN / 2; c += 2)
-                *(__half2 *)(prow + c) = __halves2half2(ph[c], ph[c + 1]);
+            for (int i = 0; i < BN / 8; i++) {
+                __half2 w[2] = {__halves2half2(ph[4 * i], ph[4 * i + 1]), __halves2half2(ph[4 * i + 2], ph[4 * i + 3])};
+                *(uint2 *)(prow + 8 * i + c4) = *(const uint2 *)w;
+            }
             if ((lane & 1) == 0)
                 sCorr[warp][rl] = corr;
             __syncwarp();

@@ -75,15 +75,15 @@ static inline int64_t sl_cuda_fa_groups(const int32_t *tok_pos, const int32_t *t
 
 /* Dynamic shared memory of a block at head_dim hd, in bytes: the Q tile,
  * two K and two V tiles (f16, rows padded by 8 halves) and each warp's
- * 16 x (TILE + 4) float score tile; 0 for a head_dim the kernel lacks.
- * 63,488 at 64, 104,448 at 128 (two blocks per H200 SM), 186,368 at 256. */
+ * 16 x (TILE + 8) float score tile; 0 for a head_dim the kernel lacks.
+ * 64,512 at 64, 105,472 at 128 (two blocks per H200 SM), 187,392 at 256. */
 static inline int64_t sl_cuda_fa_smem_bytes(int hd)
 {
     if (hd != 64 && hd != 128 && hd != 256)
         return 0;
     int64_t ldh = hd + 8;
     return (int64_t)SL_CUDA_FA_ROWS * ldh * 2 + 4 * (int64_t)SL_CUDA_FA_TILE * ldh * 2 +
-           (int64_t)SL_CUDA_FA_WARPS * 16 * (SL_CUDA_FA_TILE + 4) * 4;
+           (int64_t)SL_CUDA_FA_WARPS * 16 * (SL_CUDA_FA_TILE + 8) * 4;
 }
 
 /* Lets the kernels use the shared memory they need (above 48 KiB); call
