@@ -241,7 +241,9 @@ attention_fa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_h
 #pragma unroll
             for (int i = 0; i < BN / 8; i++) {
                 __half2 w[2] = {__halves2half2(ph[4 * i], ph[4 * i + 1]), __halves2half2(ph[4 * i + 2], ph[4 * i + 3])};
-                *(uint2 *)(prow + 8 * i + c4) = *(const uint2 *)w;
+                uint2 u;
+                memcpy(&u, w, sizeof u);
+                *(uint2 *)(prow + 8 * i + c4) = u;
             }
             if ((lane & 1) == 0)
                 sCorr[warp][rl] = corr;

@@ -459,15 +459,21 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
 #undef CUDA_OR_FAIL
 #undef FAIL
     sl_cuda_alloc_fail_after(0);
-    if (sl_cuda_attention_prepare() < 0 || sl_cuda_attention_fa_prepare() < 0) {
+    if (sl_cuda_attention_prepare() < 0) {
         snprintf(err, SL_ERR_LEN, "cuda backend: attention kernels: %s", cudaGetErrorString(cudaGetLastError()));
         rc = SL_EBACKEND;
         goto fail;
     }
     {
-        /* flash attention for prefill steps: f16 cache and the head shapes its kernel takes */
+        /* flash attention for prefill steps: f16 cache and the head shapes its kernel takes; a
+         * device that cannot give its shared memory keeps the split kernel (the error is not sticky) */
         const char *fa = getenv("SLUICE_CUDA_FLASH_ATTN");
         cb->fa_ok = !(fa && !strcmp(fa, "0")) && sl_cuda_fa_supported(&cb->kv, hp->n_head);
+        if (cb->fa_ok && sl_cuda_attention_fa_prepare() < 0) {
+            cudaGetLastError();
+            fprintf(stderr, "cuda backend: flash attention off: its shared memory was refused\n");
+            cb->fa_ok = false;
+        }
     }
     if (sl_cuda_sampler_create(hp->n_vocab, &cb->sampler) < 0) {
         snprintf(err, SL_ERR_LEN, "cuda backend: out of host memory");

@@ -79,7 +79,8 @@ int main(void)
         cuts(37, 4900, qp, 29, d);
         for (int32_t p = 38; p < 4900; p++) {
             /* a cut the chunking forces at a chunk's start is not a group rule cut */
-            if ((a[p] && p % qp != 0 && p != 37 + 4096) || (!a[p] && p % qp == 0) || (c[p] && p % qp != 0 && (p - 37) % 512 != 0) ||
+            if ((a[p] && p % qp != 0 && p != 37 + 4096) || (!a[p] && p % qp == 0) ||
+                (c[p] && p % qp != 0 && (p - 37) % 512 != 0) ||
                 (d[p] && p % qp != 0 && (p - 37) % 29 != 0) || (p % qp == 0 && (!c[p] || !d[p]))) {
                 printf("fa groups: qp %d: position %d cut differently across chunkings\n", qp, (int)p);
                 fails++;
@@ -88,7 +89,8 @@ int main(void)
         }
     }
     int64_t s64 = sl_cuda_fa_smem_bytes(64), s128 = sl_cuda_fa_smem_bytes(128), s256 = sl_cuda_fa_smem_bytes(256);
-    const int64_t block_max = 227 * 1024, sm = 228 * 1024, stat = 2048;   /* static shared memory and reserve, rounded up */
+    /* an H200's per-block and per-SM limits; stat: a block's static shared memory and reserve, rounded up */
+    const int64_t block_max = 227 * 1024, sm = 228 * 1024, stat = 2048;
     if (sl_cuda_fa_smem_bytes(96) != 0 || s64 + stat > block_max || s256 + stat > block_max ||
         2 * (s128 + stat) > sm) {
         printf("fa smem: %lld / %lld / %lld bytes do not fit\n", (long long)s64, (long long)s128, (long long)s256);

@@ -196,7 +196,8 @@ static int fa_check(FILE *out, cudaStream_t st, const fa_case *c)
              c->hd, c->nh, c->nkv, c->bs, c->window, c->softcap, c->a_start, c->a_ctx, c->b_start, c->b_ctx,
              c->c_ctx);
     if (!kv || !q || !res || !res2 || !res_split || !ref || !ref16 || !sc || !kvb || !s.pos || !s.tab || !s.blocks ||
-        cudaMalloc((void **)&s.dkv, kv_bytes) != cudaSuccess || cudaMalloc((void **)&s.dq, (size_t)qn * 4) != cudaSuccess ||
+        cudaMalloc((void **)&s.dkv, kv_bytes) != cudaSuccess ||
+        cudaMalloc((void **)&s.dq, (size_t)qn * 4) != cudaSuccess ||
         cudaMalloc((void **)&s.dout, (size_t)qn * 4) != cudaSuccess ||
         cudaMalloc((void **)&s.dmeta, (size_t)(3 * s.T + s.n_tab + 1) * 4) != cudaSuccess ||
         (s.part_n > 0 && cudaMalloc((void **)&s.dpart, (size_t)s.part_n * 4) != cudaSuccess)) {
