@@ -9,10 +9,10 @@
  *   1. S (16 x 64) = Q_w K^T with nvcuda::wmma 16x16x16 (f16 in, f32 out),
  *      stored to the warp's score tile in shared memory;
  *   2. two lanes per row apply scale, soft cap and the row's mask (causal
- *      and window), and update the row's running max m and sum l; the
- *      weights P = exp(s - m) are rounded to f16 and written over the
- *      row's scores (l sums the rounded weights, so O / l normalises what
- *      was multiplied);
+ *      and window), and update the row's running max m and sum l (of the
+ *      float32 weights, as FlashAttention does: the f16 rounding of P then
+ *      stays a 2^-11 relative error per weight); the weights P = exp(s - m)
+ *      are rounded to f16 and written over the row's scores;
  *   3. the output accumulators (16 x head_dim in wmma fragments, kept in
  *      registers) are rescaled by each row's exp(m_old - m_new), then
  *      O += P V.
@@ -227,11 +227,10 @@ attention_fa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_h
              * -inf, factor 1 and weights 0 */
             float corr = m == m_new ? 1.0f : __expf(m - m_new);
             float sum = 0.0f;
-            __half ph[BN / 2];
 #pragma unroll
             for (int c = 0; c < BN / 2; c++) {
-                ph[c] = __float2half_rn(m_new == -INFINITY ? 0.0f : __expf(s[c] - m_new));
-                sum += __half2float(ph[c]);
+                s[c] = m_new == -INFINITY ? 0.0f : __expf(s[c] - m_new);
+                sum += s[c];
             }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);   /* a + b == b + a: both lanes agree */
             l = fmaf(l, corr, sum);
@@ -240,7 +239,9 @@ attention_fa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_h
             __half *prow = (__half *)(sSw + rl * LDS);
 #pragma unroll
             for (int i = 0; i < BN / 8; i++) {
-                __half2 w[2] = {__halves2half2(ph[4 * i], ph[4 * i + 1]), __halves2half2(ph[4 * i + 2], ph[4 * i + 3])};
+                /* one conversion instruction per pair */
+                __half2 w[2] = {__floats2half2_rn(s[4 * i], s[4 * i + 1]),
+                                __floats2half2_rn(s[4 * i + 2], s[4 * i + 3])};
                 uint2 u;
                 memcpy(&u, w, sizeof u);
                 *(uint2 *)(prow + 8 * i + c4) = u;

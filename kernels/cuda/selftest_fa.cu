@@ -216,8 +216,17 @@ static int fa_check(FILE *out, cudaStream_t st, const fa_case *c)
             q[i] = fa_uniform(&seed) * 8;   /* peaked scores: masks, windows and caps all matter */
         /* physical blocks in a shuffled order (a stride coprime to the count) */
         int32_t stride = 7;
-        while (s.nb % stride == 0)
+        for (;;) {   /* the first odd stride from 7 coprime to the count */
+            int32_t x = s.nb, y = stride;
+            while (y) {
+                int32_t r = x % y;
+                x = y;
+                y = r;
+            }
+            if (x == 1)
+                break;
             stride += 2;
+        }
         for (int32_t i = 0; i < s.nb; i++)
             s.blocks[i] = (int32_t)(((int64_t)i * stride + 3) % s.nb);
         int32_t t = 0;
