@@ -121,7 +121,7 @@ attention_fa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_h
     const int warp = threadIdx.x / SL_WARP, lane = threadIdx.x % SL_WARP;
     const int64_t gi = n_groups - 1 - blockIdx.x;   /* longest first */
     const int kvh = blockIdx.y, G = n_head / kv.n_head_kv, qp = sl_cuda_fa_group_positions(G);
-    const int32_t t0 = groups[gi], nrows = groups[gi + 1] - t0;
+    const int32_t t0 = groups[2 * gi], nrows = groups[2 * gi + 1] - t0;
     const int32_t pos0 = b.tok_pos[t0], table = b.tok_table[t0], pmax = pos0 + nrows - 1;
     const int32_t lo0 = sl_cuda_attention_window_start(pos0, window);   /* the group's first visible position */
 
@@ -315,9 +315,9 @@ sl_status sl_cuda_attention_fa(float *out, const float *q, int64_t T, int n_head
                                const sl_cuda_batch *batch, const int32_t *groups, int64_t n_groups, int layer,
                                const sl_cuda_attn_opts *opts, cudaStream_t stream)
 {
-    if (T < 1)
+    if (T < 1 || n_groups == 0)
         return SL_OK;
-    if (!sl_cuda_fa_supported(kv, n_head) || n_groups < 1 || n_groups > T || !groups || opts->window < 0 ||
+    if (!sl_cuda_fa_supported(kv, n_head) || n_groups < 0 || n_groups > T || !groups || opts->window < 0 ||
         !(opts->softcap >= 0.0f) || kv->n_head_kv > 65535)
         return SL_EINVAL;
     if (sl_cuda_attention_fa_prepare() < 0)

@@ -57,19 +57,22 @@ static inline bool sl_cuda_fa_supported(const sl_cuda_kv *kv, int n_head)
  * t-1's, when its position is not row t-1's + 1, or when its position is a
  * multiple of qp (sl_cuda_fa_group_positions). So a group is at most qp
  * consecutive positions of one sequence inside one aligned window of qp,
- * and whether a row starts a group depends only on it and the row before.
- * A decode row alone in its sequence is a group of one.
- * bounds (OUT): n_groups + 1 entries, group i being rows
- * [bounds[i], bounds[i+1]); it needs room for T + 1. Returns n_groups (0
- * for T < 1, bounds[0] = 0 then). Host code. */
+ * and whether a row starts a group depends only on it and the row before;
+ * a sequence's rows are cut the same whether they are passed alone or with
+ * other sequences' (forward.cu passes some sequences only).
+ * groups (OUT): 2 * n_groups entries, group i being rows [groups[2i],
+ * groups[2i+1]) (consecutive groups here, but the kernel takes any list of
+ * such pairs); it needs room for 2 T. Returns n_groups (0 for T < 1).
+ * Host code. */
 static inline int64_t sl_cuda_fa_groups(const int32_t *tok_pos, const int32_t *tok_table, int64_t T, int qp,
-                                        int32_t *bounds)
+                                        int32_t *groups)
 {
     int64_t n = 0;
-    for (int64_t t = 0; t < T; t++)
+    for (int64_t t = 0; t < T; t++) {
         if (t == 0 || tok_table[t] != tok_table[t - 1] || tok_pos[t] != tok_pos[t - 1] + 1 || tok_pos[t] % qp == 0)
-            bounds[n++] = (int32_t)t;
-    bounds[n] = (int32_t)(T > 0 ? T : 0);
+            groups[2 * n++] = (int32_t)t;
+        groups[2 * n - 1] = (int32_t)(t + 1);
+    }
     return n;
 }
 
@@ -94,12 +97,14 @@ sl_status sl_cuda_attention_fa_prepare(void);
 /* out (T, n_head*head_dim) = softmax(softcap(scale * q k^T), masked) v per
  * row and head, for layer `layer` of the cache; q (T, n_head*head_dim) f32.
  * A row at position p sees [window_start(p, window), p] of its sequence
- * (sl_cuda_attention_window_start). groups: device, n_groups + 1 bounds
- * from sl_cuda_fa_groups(batch's tok_pos, tok_table, T,
- * sl_cuda_fa_group_positions(n_head / n_head_kv)). Every row of the step
- * must be in a group, and a group's rows must have consecutive positions
- * (what sl_cuda_fa_groups gives). Async; SL_OK, SL_EINVAL (unsupported
- * shape, n_groups < 1 with T >= 1, negative window or cap), SL_EBACKEND. */
+ * (sl_cuda_attention_window_start). groups: device, n_groups (start, end)
+ * pairs from sl_cuda_fa_groups(batch's tok_pos, tok_table, T,
+ * sl_cuda_fa_group_positions(n_head / n_head_kv), ...), or from it over
+ * some sequences' rows, offset; rows in no group
+ * are not written. A group's rows must have consecutive positions (what
+ * sl_cuda_fa_groups gives). Async; SL_OK (nothing to do for n_groups 0),
+ * SL_EINVAL (unsupported shape, n_groups > T, negative window or cap),
+ * SL_EBACKEND. */
 sl_status sl_cuda_attention_fa(float *out, const float *q, int64_t T, int n_head, const sl_cuda_kv *kv,
                                const sl_cuda_batch *batch, const int32_t *groups, int64_t n_groups, int layer,
                                const sl_cuda_attn_opts *opts, cudaStream_t stream);

@@ -401,10 +401,10 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         }
         int64_t per_seq = ((int64_t)cfg->max_ctx + cfg->kv_block_size - 1) / cfg->kv_block_size;
         int64_t tab = T * per_seq < (4 << 20) ? T * per_seq : (4 << 20);
-        /* rows, their tables, and the flash-attention group bounds (one per row, plus the end) */
-        if (sl_cuda_forward_meta_reserve(cb, 5 * T + 1 + tab) < 0)
+        /* rows, their tables, and a flash-attention step's groups and decode rows (3 per row at most) */
+        if (sl_cuda_forward_meta_reserve(cb, 7 * T + tab) < 0)
             FAIL(SL_ENOMEM, "cuda backend: per-step staging (%llu MiB) does not fit",
-                 MIB((uint64_t)(5 * T + 1 + tab) * 4));
+                 MIB((uint64_t)(7 * T + tab) * 4));
 
         rc = setup_gemm(cb, err);
         if (rc != SL_OK)

@@ -6,7 +6,7 @@
  *            here locks.
  * Ownership: backend.cu allocates every buffer at creation and frees it in
  *            its destroy slot. forward.cu writes only the per-step fields
- *            (use_gemm, use_fa, fa_groups, fa_off, step_ctx, sampler_gen,
+ *            (use_gemm, use_fa, fa_groups, fa_decode, fa_off, step_ctx, sampler_gen,
  *            graph_max), the graph table's
  *            slots and the pinned logits array, and grows the staging only
  *            through sl_cuda_forward_meta_reserve(). */
@@ -64,7 +64,8 @@ typedef struct {
     float *logits;               /* (logit_rows, n_vocab) */
 
     /* per-step integers: host pinned staging, mirrored on the device:
-     * [tokens T | tok_pos T | tok_table T | out_rows T | blocks | FA group bounds (fa_groups + 1, FA steps only)] */
+     * [tokens T | tok_pos T | tok_table T | out_rows T | blocks | FA steps only: query groups
+     *  2 fa_groups | decode rows fa_decode] */
     int32_t *meta_h, *meta_d;
     int64_t meta_cap;            /* int32 entries both hold */
 
@@ -88,7 +89,8 @@ typedef struct {
      * cache allow it and SLUICE_CUDA_FLASH_ATTN is not 0 (read at creation) */
     bool fa_ok;
     bool use_fa;                 /* this step's choice (forward_steps) */
-    int64_t fa_groups;           /* this step's query groups; their bounds are staged at meta + fa_off */
+    int64_t fa_groups;           /* this step's query groups: (start, end) pairs staged at meta + fa_off */
+    int64_t fa_decode;           /* its decode rows, listed after the pairs, for the split kernel */
     int64_t fa_off;
     int64_t step_ctx;            /* this step's longest context, max(pos) + 1 (forward_steps) */
 

@@ -114,8 +114,8 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
     int64_t n_rows = 0;
     for (int32_t i = 0; i < n_seqs; i++)
         n_rows += seqs[i].n_tokens;
-    /* a flash-attention step's group bounds follow the tables (at most one group per row, plus the end) */
-    int64_t n_fa = cb->use_fa ? n_rows + 1 : 0;
+    /* a flash-attention step's groups (two entries each, at most one per row) and decode rows follow the tables */
+    int64_t n_fa = cb->use_fa ? 3 * n_rows : 0;
     TRY(sl_cuda_forward_meta_reserve(cb, 4 * Tmax + n_tab + n_fa));
     int32_t *tokens = cb->meta_h, *tok_pos = tokens + Tmax, *tok_table = tok_pos + Tmax;
     int32_t *out_rows = tok_table + Tmax, *blocks = out_rows + Tmax;
@@ -133,13 +133,29 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
         }
         off += need;
     }
-    cb->fa_groups = 0;
+    cb->fa_groups = cb->fa_decode = 0;
     cb->fa_off = 4 * Tmax + n_tab;
     if (cb->use_fa) {
+        /* prompt chunks: query groups (sequence by sequence cuts the same, a
+         * sequence always starts a group); decode rows: a list for the split
+         * kernel, written after the groups once their count is known */
         const sl_hparams *hp = &cb->base.model->hp;
-        cb->fa_groups = sl_cuda_fa_groups(tok_pos, tok_table, T, sl_cuda_fa_group_positions(hp->n_head / hp->n_head_kv),
-                                          cb->meta_h + cb->fa_off);
-        n_fa = cb->fa_groups + 1;
+        int qp = sl_cuda_fa_group_positions(hp->n_head / hp->n_head_kv);
+        int32_t *g = cb->meta_h + cb->fa_off, *dec = g + 2 * T;   /* dec: moved down below */
+        int64_t t0 = 0;
+        for (int32_t i = 0; i < n_seqs; t0 += seqs[i].n_tokens, i++) {
+            if (seqs[i].n_tokens == 1 && !seqs[i].prompt) {
+                dec[cb->fa_decode++] = (int32_t)t0;
+                continue;
+            }
+            int32_t *gi = g + 2 * cb->fa_groups;
+            int64_t n = sl_cuda_fa_groups(tok_pos + t0, tok_table + t0, seqs[i].n_tokens, qp, gi);
+            for (int64_t j = 0; j < 2 * n; j++)
+                gi[j] += (int32_t)t0;
+            cb->fa_groups += n;
+        }
+        memmove(g + 2 * cb->fa_groups, dec, (size_t)cb->fa_decode * sizeof(int32_t));
+        n_fa = 2 * cb->fa_groups + cb->fa_decode;
     }
     SL_CUDA_CHECK(cudaMemcpyAsync(cb->meta_d, cb->meta_h, (size_t)(4 * Tmax + n_tab + n_fa) * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, cb->stream));
@@ -203,10 +219,14 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
         TRY(sl_cuda_qkv_post(cb->q, cb->k, cb->v, T, &p, &cb->kv, &batch, l, st));
         sl_cuda_profile_mark(pf, SL_PROF_ROPE, st);
         sl_cuda_attn_opts ao = {hp->attn_scale, hp->attn_softcap, L->window};
-        if (cb->use_fa)
-            TRY(sl_cuda_attention_fa(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, cb->meta_d + cb->fa_off,
-                                     cb->fa_groups, l, &ao, st));
-        else
+        if (cb->use_fa) {
+            /* prompt rows by flash attention, decode rows (if any) by the split kernel */
+            const int32_t *groups = cb->meta_d + cb->fa_off, *dec = groups + 2 * cb->fa_groups;
+            TRY(sl_cuda_attention_fa(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, groups, cb->fa_groups, l, &ao,
+                                     st));
+            TRY(sl_cuda_attention_layer_rows(cb->att, cb->q, T, dec, cb->fa_decode, hp->n_head, &cb->kv, &batch, l,
+                                             cb->step_ctx, &ao, cb->att_split, cb->att_split_floats, st));
+        } else
             TRY(sl_cuda_attention_layer(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, l, cb->step_ctx, &ao,
                                         cb->att_split, cb->att_split_floats, st));
         sl_cuda_profile_mark(pf, SL_PROF_ATTN, st);
@@ -358,9 +378,10 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
     for (int32_t i = 0; i < n_seqs; i++)
         n_rows += seqs[i].n_tokens;
     cb->use_gemm = cb->gemm && (n_rows >= cb->gemm_min || !decode);
-    /* flash attention for every row of a step with a prompt chunk on the
-     * tensor-core path (its decode rows are groups of one); a decode-only
-     * step keeps the split kernel, and never holds an FA launch in a graph */
+    /* flash attention for the prompt rows of a step with a prompt chunk on
+     * the tensor-core path; its decode rows and decode-only steps keep the
+     * split kernel (whose rows do not depend on what else it computes), so
+     * the rule is per row, and no FA launch is ever held in a graph */
     cb->use_fa = cb->use_gemm && !decode && cb->fa_ok;
     sl_cuda_profile_begin(cb->prof, st);
     TRY(stage_batch(cb, seqs, n_seqs, &T, &n_out));

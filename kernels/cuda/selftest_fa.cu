@@ -110,7 +110,7 @@ static int fa_run(fa_step *s, cudaStream_t st, const float *q, int32_t r0, int32
 {
     const fa_case *c = s->c;
     int64_t row = (int64_t)c->nh * c->hd;
-    int32_t *meta = (int32_t *)malloc((size_t)(2 * n + s->n_tab + n + 1) * sizeof(int32_t));
+    int32_t *meta = (int32_t *)malloc((size_t)(2 * n + s->n_tab + 2 * n) * sizeof(int32_t));
     if (!meta)
         return -1;
     int32_t *pos = meta, *tab = meta + n, *blocks = meta + 2 * n, *groups = blocks + s->n_tab;
@@ -121,7 +121,7 @@ static int fa_run(fa_step *s, cudaStream_t st, const float *q, int32_t r0, int32
     sl_cuda_kv kv = {s->dkv, s->nb, c->bs, c->nkv, c->hd, SL_KV_TYPE_F16};
     sl_cuda_batch b = {s->dmeta, s->dmeta + n, s->dmeta + 2 * n};
     sl_cuda_attn_opts o = {c->scale, c->softcap, c->window};
-    int rc = cudaMemcpy(s->dmeta, meta, (size_t)(2 * n + s->n_tab + ng + 1) * 4, cudaMemcpyHostToDevice) ==
+    int rc = cudaMemcpy(s->dmeta, meta, (size_t)(2 * n + s->n_tab + 2 * ng) * 4, cudaMemcpyHostToDevice) ==
                      cudaSuccess &&
                  cudaMemcpy(s->dq, q + r0 * row, (size_t)(n * row) * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
                  sl_cuda_attention_fa(s->dout, s->dq, n, c->nh, &kv, &b, s->dmeta + 2 * n + s->n_tab, ng, LAYER,
@@ -135,28 +135,34 @@ static int fa_run(fa_step *s, cudaStream_t st, const float *q, int32_t r0, int32
     return rc;
 }
 
-/* attention.cu's kernel over the whole step, the same metadata layout */
-static int fa_run_split(fa_step *s, cudaStream_t st, const float *q, float *res)
+/* attention.cu's kernel over the whole step, the same metadata layout;
+ * with row >= 0, over that row alone through a row map
+ * (sl_cuda_attention_layer_rows, as forward.cu sends a flash-attention
+ * step's decode rows), the others' outputs left as they were */
+static int fa_run_split(fa_step *s, cudaStream_t st, const float *q, float *res, int32_t row_only)
 {
     const fa_case *c = s->c;
     int32_t n = s->T;
     int64_t row = (int64_t)c->nh * c->hd;
-    int32_t *meta = (int32_t *)malloc((size_t)(2 * n + s->n_tab) * sizeof(int32_t));
+    int32_t *meta = (int32_t *)malloc((size_t)(2 * n + s->n_tab + 1) * sizeof(int32_t));
     if (!meta)
         return -1;
     memcpy(meta, s->pos, (size_t)n * 4);
     memcpy(meta + n, s->tab, (size_t)n * 4);
     memcpy(meta + 2 * n, s->blocks, (size_t)s->n_tab * 4);
+    meta[2 * n + s->n_tab] = row_only;
     int32_t ctx = 0;
     for (int32_t t = 0; t < n; t++)
         ctx = s->pos[t] + 1 > ctx ? s->pos[t] + 1 : ctx;
     sl_cuda_kv kv = {s->dkv, s->nb, c->bs, c->nkv, c->hd, SL_KV_TYPE_F16};
     sl_cuda_batch b = {s->dmeta, s->dmeta + n, s->dmeta + 2 * n};
     sl_cuda_attn_opts o = {c->scale, c->softcap, c->window};
-    int rc = cudaMemcpy(s->dmeta, meta, (size_t)(2 * n + s->n_tab) * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
+    const int32_t *rows = row_only >= 0 ? s->dmeta + 2 * n + s->n_tab : NULL;
+    int rc = cudaMemcpy(s->dmeta, meta, (size_t)(2 * n + s->n_tab + 1) * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
                  cudaMemcpy(s->dq, q, (size_t)(n * row) * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
-                 sl_cuda_attention_layer(s->dout, s->dq, n, c->nh, &kv, &b, LAYER, ctx, &o, s->dpart, s->part_n,
-                                         st) == SL_OK &&
+                 cudaMemcpy(s->dout, res, (size_t)(n * row) * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
+                 sl_cuda_attention_layer_rows(s->dout, s->dq, n, rows, rows ? 1 : n, c->nh, &kv, &b, LAYER, ctx, &o,
+                                              s->dpart, s->part_n, st) == SL_OK &&
                  cudaMemcpyAsync(res, s->dout, (size_t)(n * row) * 4, cudaMemcpyDeviceToHost, st) == cudaSuccess &&
                  cudaStreamSynchronize(st) == cudaSuccess
              ? 0
@@ -199,7 +205,7 @@ static int fa_check(FILE *out, cudaStream_t st, const fa_case *c)
         cudaMalloc((void **)&s.dkv, kv_bytes) != cudaSuccess ||
         cudaMalloc((void **)&s.dq, (size_t)qn * 4) != cudaSuccess ||
         cudaMalloc((void **)&s.dout, (size_t)qn * 4) != cudaSuccess ||
-        cudaMalloc((void **)&s.dmeta, (size_t)(3 * s.T + s.n_tab + 1) * 4) != cudaSuccess ||
+        cudaMalloc((void **)&s.dmeta, (size_t)(4 * s.T + s.n_tab + 1) * 4) != cudaSuccess ||
         (s.part_n > 0 && cudaMalloc((void **)&s.dpart, (size_t)s.part_n * 4) != cudaSuccess)) {
         fprintf(out, "  flash attention %s: could not allocate  FAIL\n", what);
         goto done;
@@ -253,7 +259,17 @@ static int fa_check(FILE *out, cudaStream_t st, const fa_case *c)
         }
         /* the whole step, then the same rows as other steps */
         int rc = fa_run(&s, st, q, 0, s.T, res);
-        rc = rc < 0 ? rc : fa_run_split(&s, st, q, res_split);
+        memset(res_split, 0, (size_t)qn * 4);
+        rc = rc < 0 ? rc : fa_run_split(&s, st, q, res_split, -1);
+        /* the decode row through a row map: its split-kernel bits, the other rows untouched */
+        int mapped = 1;
+        if (rc == 0 && nc) {
+            memcpy(res2, res_split, (size_t)qn * 4);
+            for (int64_t i = (int64_t)(s.T - 1) * row; i < qn; i++)
+                res2[i] = 0.0f;
+            rc = fa_run_split(&s, st, q, res2, s.T - 1);
+            mapped = rc == 0 && memcmp(res2, res_split, (size_t)qn * 4) == 0;
+        }
         for (int32_t r0 = 0; rc == 0 && r0 < na; r0 += CHUNK)
             rc = fa_run(&s, st, q, r0, na - r0 < CHUNK ? na - r0 : CHUNK, res2);
         if (rc == 0 && nbr > 0)
@@ -277,10 +293,12 @@ static int fa_check(FILE *out, cudaStream_t st, const fa_case *c)
         }
         es = den > 0 ? sqrt(es / den) : sqrt(es);
         double esr = fa_rel_l2(res_split, ref, qn);
-        bad = !(e16 < 4e-3) || !(es < 2e-2) || !(esr < 1e-5) || !same;
+        bad = !(e16 < 4e-3) || !(es < 2e-2) || !(esr < 1e-5) || !same || !mapped;
         fprintf(out, "  flash attention %s, %d rows: vs float64 (q f16) %.2e (bound 4e-3), vs float64 %.2e, vs split "
-                "kernel %.2e (bound 2e-2; split kernel vs float64 %.2e), other chunkings %s  %s\n",
-                what, s.T, e16, e, es, esr, same ? "bitwise identical" : "DIFFER", bad ? "FAIL" : "PASS");
+                "kernel %.2e (bound 2e-2; split kernel vs float64 %.2e), other chunkings %s%s  %s\n",
+                what, s.T, e16, e, es, esr, same ? "bitwise identical" : "DIFFER",
+                !nc ? "" : mapped ? ", decode row by row map identical" : ", decode row by row map DIFFERS",
+                bad ? "FAIL" : "PASS");
     }
 done:
     cudaFree(s.dkv);
@@ -308,8 +326,8 @@ static int fa_check_groups(FILE *out)
 {
     const int32_t pos[] = {5, 6, 7, 8, 9, 16, 17, 0, 1, 2, 3, 40};
     const int32_t tab[] = {0, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 20};
-    const int32_t want[] = {0, 3, 5, 7, 11, 12};   /* qp 8: 5..7 | 8,9 | 16,17 | 0..3 | 40 */
-    int32_t got[13];
+    const int32_t want[] = {0, 3, 3, 5, 5, 7, 7, 11, 11, 12};   /* qp 8: 5..7 | 8,9 | 16,17 | 0..3 | 40 */
+    int32_t got[24];
     int64_t n = sl_cuda_fa_groups(pos, tab, 12, 8, got);
     int bad = n != 5 || memcmp(got, want, sizeof want) != 0;
     fprintf(out, "  flash attention grouping: %lld groups  %s\n", (long long)n, bad ? "FAIL" : "PASS");
