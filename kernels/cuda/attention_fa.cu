@@ -39,9 +39,10 @@
  * ldmatrix/mma.sync, no wgmma): slower than a Hopper-tuned kernel, but
  * its correctness rests on the documented API only. Blocks are launched
  * longest-first (the last group of a chunk sees the most positions). No
- * split over positions: a decode row in a prefill step walks its whole
- * context in one block (decode-only steps keep attention.cu's split
- * kernel). */
+ * split over positions: a group walks its whole span in one block, which
+ * suits prompt chunks (many groups per step); decode rows, which would be
+ * one long-walking block each, stay with attention.cu's split kernel
+ * (forward.cu sends them there, also beside a prompt chunk). */
 #include <cuda_pipeline.h>
 #include <mma.h>
 

@@ -1,8 +1,9 @@
 /* kernels/cuda/attention_fa.cuh: flash attention on tensor cores for the
  * rows of prefill steps, over the f16 paged KV cache.
  * Where: libsluice_cuda.so, launched by forward.cu on the backend stream for
- *        steps that take the tensor-core matmul path and carry a prompt
- *        chunk (decode-only steps and other cache types keep attention.cuh).
+ *        the prompt rows of steps that take the tensor-core matmul path and
+ *        carry a prompt chunk (decode rows, decode-only steps and other cache
+ *        types keep attention.cuh).
  * Tiles: a block takes one "query group" (up to sl_cuda_fa_group_positions(G)
  *        consecutive positions of one sequence) times the G query heads that
  *        share one kv head: 64 query rows, position-major, (position, head).
