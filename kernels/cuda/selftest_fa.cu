@@ -16,7 +16,9 @@
  *     of 29 rows, its first rows one by one, B and C alone) give the same
  *     bits row for row.
  * Exercised: head_dim 64/128/256, GQA 1, 2, 3, 4, 8, windows, soft caps,
- * contexts of 1, 63, 64, 65, 1000 and 5000 positions. */
+ * contexts of 1, 63, 64, 65, 1000 and 5000 positions. After the total, when
+ * every case passed, one timing line (not a check): a 512-row chunk at the
+ * end of a 16K context, FA against the split kernel. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,6 +336,97 @@ static int fa_check_groups(FILE *out)
     return bad;
 }
 
+/* Not a check: the time of one prompt chunk's attention at the end of a
+ * long context, FA against the split kernel, for the integrator's first
+ * look at the kernel (an 8B shape: 32 query heads, 8 kv heads, head_dim
+ * 128, blocks of 16 positions; 512 rows at positions 15,872..16,383).
+ * Prints one line; returns 0, or -1 when it could not run (not counted). */
+static int fa_timing(FILE *out, cudaStream_t st)
+{
+    enum { NH = 32, NKV = 8, HD = 128, BS = 16, CTX = 16384, ROWS = 512, REPS = 5 };
+    const int32_t nb = CTX / BS;
+    size_t kv_bytes = (size_t)2 * nb * NKV * BS * HD * 2;   /* one layer, K and V, f16 */
+    int64_t qn = (int64_t)ROWS * NH * HD, part_n = sl_cuda_attention_scratch_floats(ROWS, NH, HD, CTX);
+    int32_t *meta = (int32_t *)malloc((size_t)(2 * ROWS + nb + 2 * ROWS) * 4);
+    __half *kvh = (__half *)malloc(kv_bytes);
+    float *q = (float *)malloc((size_t)qn * 4);
+    uint8_t *dkv = NULL;
+    float *dq = NULL, *dout = NULL, *dpart = NULL;
+    int32_t *dmeta = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int rc = -1;
+    if (!meta || !kvh || !q || cudaMalloc((void **)&dkv, kv_bytes) != cudaSuccess ||
+        cudaMalloc((void **)&dq, (size_t)qn * 4) != cudaSuccess ||
+        cudaMalloc((void **)&dout, (size_t)qn * 4) != cudaSuccess ||
+        cudaMalloc((void **)&dpart, (size_t)part_n * 4) != cudaSuccess ||
+        cudaMalloc((void **)&dmeta, (size_t)(2 * ROWS + nb + 2 * ROWS) * 4) != cudaSuccess ||
+        cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
+        goto done;
+    {
+        uint64_t seed = 5;
+        for (size_t i = 0; i < kv_bytes / 2; i++)
+            kvh[i] = __float2half_rn(fa_uniform(&seed));
+        for (int64_t i = 0; i < qn; i++)
+            q[i] = fa_uniform(&seed) * 8;
+        int32_t *pos = meta, *tab = meta + ROWS, *blocks = meta + 2 * ROWS, *groups = blocks + nb;
+        for (int32_t t = 0; t < ROWS; t++) {
+            pos[t] = CTX - ROWS + t;
+            tab[t] = 0;
+        }
+        for (int32_t i = 0; i < nb; i++)
+            blocks[i] = i;
+        int64_t ng = sl_cuda_fa_groups(pos, tab, ROWS, sl_cuda_fa_group_positions(NH / NKV), groups);
+        if (cudaMemcpy(dkv, kvh, kv_bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemcpy(dq, q, (size_t)qn * 4, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemcpy(dmeta, meta, (size_t)(2 * ROWS + nb + 2 * ng) * 4, cudaMemcpyHostToDevice) != cudaSuccess)
+            goto done;
+        sl_cuda_kv kv = {dkv, nb, BS, NKV, HD, SL_KV_TYPE_F16};
+        sl_cuda_batch b = {dmeta, dmeta + ROWS, dmeta + 2 * ROWS};
+        sl_cuda_attn_opts o = {1.0f / sqrtf((float)HD), 0.0f, 0};
+        float ms[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            for (int r = 0; r <= REPS; r++) {   /* the first run warms up */
+                if (r == 1 && cudaEventRecord(e0, st) != cudaSuccess)
+                    goto done;
+                sl_status s = k == 0 ? sl_cuda_attention_fa(dout, dq, ROWS, NH, &kv, &b, dmeta + 2 * ROWS + nb, ng,
+                                                             0, &o, st)
+                                     : sl_cuda_attention_layer(dout, dq, ROWS, NH, &kv, &b, 0, CTX, &o, dpart, part_n,
+                                                               st);
+                if (s != SL_OK)
+                    goto done;
+            }
+            if (cudaEventRecord(e1, st) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+                cudaEventElapsedTime(&ms[k], e0, e1) != cudaSuccess)
+                goto done;
+            ms[k] /= REPS;
+        }
+        /* 2 matmuls of 2 flops per multiply-add, over each row's context */
+        double flops = 4.0 * NH * HD * ROWS * (CTX - ROWS / 2.0);
+        fprintf(out, "  flash attention timing (not a check): 8B shape, %d rows at positions %d..%d: FA %.3f ms "
+                "(%.0f TFLOP/s), split kernel %.3f ms (%.0f TFLOP/s)\n", ROWS, CTX - ROWS, CTX - 1, ms[0],
+                flops / (ms[0] * 1e-3) / 1e12, ms[1], flops / (ms[1] * 1e-3) / 1e12);
+        rc = 0;
+    }
+done:
+    if (rc < 0) {
+        cudaGetLastError();
+        fprintf(out, "  flash attention timing: could not run\n");
+    }
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(dkv);
+    cudaFree(dq);
+    cudaFree(dout);
+    cudaFree(dpart);
+    cudaFree(dmeta);
+    free(meta);
+    free(kvh);
+    free(q);
+    return rc;
+}
+
 /* Runs every case, one line each to `out`, then a total. Returns the
  * number that failed, or -1 when there is no usable device. */
 extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest_fa(FILE *out)
@@ -361,6 +454,8 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest_fa(FILE *
     for (int i = 0; i < n; i++)
         bad += fa_check(out, st, &cases[i]);
     fprintf(out, "flash attention: %d of %d checks passed  %s\n", n + 1 - bad, n + 1, bad ? "FAIL" : "PASS");
+    if (bad == 0)
+        fa_timing(out, st);
     cudaStreamDestroy(st);
     return bad;
 }
