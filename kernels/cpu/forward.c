@@ -95,7 +95,7 @@ typedef struct {
     int32_t *grp_fill;        /* (n_expert) fill cursor while grouping */
     float *xg;                /* (R, n_embd) inputs grouped by expert */
     float *gg, *ug;           /* (R, n_ff_exp) expert gate and up outputs */
-    float *yg;                /* (R, n_embd) expert outputs */
+    float *yg;                /* (R, n_embd) expert outputs: xg's memory, free once gate and up are computed */
     float *shg;               /* (T) shared expert gate logits (qwen2moe) */
     float *sh_out;            /* (T, n_embd) shared expert outputs (qwen2moe) */
     struct matmul_entry *mm_entries; /* (2 * n_expert) one expert matmul job's entries */
@@ -632,7 +632,6 @@ static void cpu_destroy(sl_backend *b)
     free(cb->xg);
     free(cb->gg);
     free(cb->ug);
-    free(cb->yg);
     free(cb->shg);
     free(cb->sh_out);
     free(cb->mm_entries);
@@ -699,7 +698,7 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
         ALLOC(cb->xg, R * E);
         ALLOC(cb->gg, R * hp->n_ff_exp);
         ALLOC(cb->ug, R * hp->n_ff_exp);
-        ALLOC(cb->yg, R * E);
+        cb->yg = cb->xg;
         ALLOC(cb->mm_entries, 2 * hp->n_expert);
         if (hp->n_ff_shexp > 0) {
             ALLOC(cb->shg, T);
