@@ -171,8 +171,9 @@ typedef struct matmul_entry {
     int64_t first_task;            /* tasks [first_task, next entry's first_task) */
 } matmul_entry;
 
-/* n entries (MAX_FUSED for the dense matmuls, two per expert in use for
- * the MoE ones) and a sentinel whose first_task is the task count. */
+/* n entries (up to MAX_FUSED for the dense matmuls, n_w per expert in use
+ * for the MoE ones) in increasing first_task: a task belongs to the last
+ * entry that starts at or before it. */
 typedef struct {
     matmul_entry *e;
     int n;
@@ -215,7 +216,7 @@ static int64_t matmul_tasks(const sl_weight *w)
 static void matmul(cpu_backend *cb, const float *x, int64_t ldx, int64_t T, int n, const sl_weight *const *w,
                    float *const *y, const int64_t *ldy)
 {
-    matmul_entry e[MAX_FUSED + 1];
+    matmul_entry e[MAX_FUSED];
     matmul_job j = {.e = e, .n = n, .cb = cb};
     act_plan plan;
     act_plan_make(w, n, &plan);
