@@ -265,6 +265,14 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
                  hp->head_dim, SL_CUDA_ATTN_MAX_HEAD_DIM, hp->n_head, hp->n_head_kv);
         return SL_EUNSUPPORTED;
     }
+    /* mixture-of-experts FFNs have no CUDA kernels yet: refused here, so
+     * --device auto falls back to the CPU backend (kernels/backend.c) and
+     * --device cuda fails at load with this line */
+    if (m->hp.n_expert > 0) {
+        snprintf(err, SL_ERR_LEN, "cuda backend: %s with %d experts (a mixture of experts) is computed by the CPU "
+                 "backend only (--device cpu)", m->arch_name, m->hp.n_expert);
+        return SL_EUNSUPPORTED;
+    }
     if (!check_types(m, err))
         return SL_EUNSUPPORTED;
     if (cfg->kv_block_size < 1 || cfg->max_batch_tokens < 1 || cfg->max_ctx < 1) {
