@@ -255,7 +255,11 @@ static uint64_t step_bound(const worker *w)
 static uint64_t first_step_bound(const sl_hparams *hp, int32_t token_budget, int n_threads)
 {
     double q = (double)hp->n_head * hp->head_dim, kv = (double)hp->n_head_kv * hp->head_dim;
-    double per_layer = (double)hp->n_embd * (2 * q + 2 * kv) + 3.0 * hp->n_embd * hp->n_ff;
+    /* a MoE layer: the router and the experts a token is routed to (plus a shared one) */
+    double ffn = hp->n_expert > 0 ? (double)hp->n_embd * hp->n_expert +
+                                        3.0 * hp->n_embd * ((double)hp->n_expert_used * hp->n_ff_exp + hp->n_ff_shexp)
+                                  : 3.0 * hp->n_embd * hp->n_ff;
+    double per_layer = (double)hp->n_embd * (2 * q + 2 * kv) + ffn;
     double flops = 2.0 * per_layer * hp->n_layer * token_budget;
     double s = flops / (FLOOR_FLOPS_PER_THREAD * (n_threads > 0 ? n_threads : 1));
     return s > 3600.0 ? 3600000000000ull : (uint64_t)(s * 1e9);

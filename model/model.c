@@ -1,6 +1,7 @@
 /* model/model.c: binds a GGUF file's hyperparameters and tensors into an
- * sl_model for the llama, qwen2, qwen3, gemma2, gemma3, granite and phi3
- * architectures.
+ * sl_model for the llama (and Mixtral), qwen2, qwen3, gemma2, gemma3,
+ * granite, phi3, qwen2moe and qwen3moe architectures (the MoE FFNs in
+ * model_moe.c).
  * Every hyperparameter comes from metadata and is range-checked; every tensor
  * is checked for presence, exact shape and a supported type before any
  * backend sees it, so compute code never validates. */
@@ -12,15 +13,9 @@
 
 #include "model/ggml_types.h"
 #include "model/model.h"
+#include "model/model_bind.h"
 
-typedef struct {
-    const sl_gguf *g;
-    const char *arch;
-    char *err;
-} binder;
-
-__attribute__((format(printf, 2, 3)))
-static sl_status fail(binder *b, const char *fmt, ...)
+sl_status sl_bind_fail(sl_binder *b, const char *fmt, ...)
 {
     char what[200];
     va_list ap;
@@ -32,7 +27,7 @@ static sl_status fail(binder *b, const char *fmt, ...)
 }
 
 /* {arch}.suffix as an integer in [lo, hi]; *out keeps def if absent and !required. */
-static sl_status get_int(binder *b, const char *suffix, bool required, int64_t lo, int64_t hi,
+sl_status sl_bind_int(sl_binder *b, const char *suffix, bool required, int64_t lo, int64_t hi,
                          int32_t def, int32_t *out)
 {
     char key[128];
@@ -40,18 +35,18 @@ static sl_status get_int(binder *b, const char *suffix, bool required, int64_t l
     int64_t v = def;
     sl_status rc = sl_gguf_get_int(b->g, key, &v);
     if (rc == SL_EINVAL && sl_gguf_find_key(b->g, key) >= 0)
-        return fail(b, "key %s must be an integer", key);
+        return sl_bind_fail(b, "key %s must be an integer", key);
     if (rc < 0 && sl_gguf_find_key(b->g, key) >= 0)
-        return fail(b, "key %s is out of range", key);
+        return sl_bind_fail(b, "key %s is out of range", key);
     if (rc < 0 && required)
-        return fail(b, "missing required key %s", key);
+        return sl_bind_fail(b, "missing required key %s", key);
     if (v < lo || v > hi)
-        return fail(b, "key %s = %lld is out of range", key, (long long)v);
+        return sl_bind_fail(b, "key %s = %lld is out of range", key, (long long)v);
     *out = (int32_t)v;
     return SL_OK;
 }
 
-static sl_status get_float(binder *b, const char *suffix, bool required, double lo, double hi,
+sl_status sl_bind_float(sl_binder *b, const char *suffix, bool required, double lo, double hi,
                            float def, float *out)
 {
     char key[128];
@@ -59,11 +54,11 @@ static sl_status get_float(binder *b, const char *suffix, bool required, double 
     double v = def;
     sl_status rc = sl_gguf_get_float(b->g, key, &v);
     if (rc < 0 && sl_gguf_find_key(b->g, key) >= 0)
-        return fail(b, "key %s must be a float", key);
+        return sl_bind_fail(b, "key %s must be a float", key);
     if (rc < 0 && required)
-        return fail(b, "missing required key %s", key);
+        return sl_bind_fail(b, "missing required key %s", key);
     if (!isfinite(v) || v < lo || v > hi) {
-        return fail(b, "key %s = %g is out of range", key, v);
+        return sl_bind_fail(b, "key %s = %g is out of range", key, v);
     }
     *out = (float)v;
     return SL_OK;
@@ -80,20 +75,20 @@ static bool is_gemma(enum sl_arch a)
  * scaling, scores scaled by 1/sqrt(head_dim)). llama.cpp turns rope off
  * when rope.scaling.finetuned is false; no Granite 3.x file sets that, so
  * sluice refuses such a file rather than compute without positions. */
-static sl_status bind_granite(binder *b, sl_hparams *hp)
+static sl_status bind_granite(sl_binder *b, sl_hparams *hp)
 {
     sl_status rc;
     float logit_scale = 1.0f, embd = 0.0f, residual = 0.0f, attn = 0.0f;
-    if ((rc = get_float(b, "logit_scale", true, 1e-6, 1e6, 1.0f, &logit_scale)) < 0 ||
-        (rc = get_float(b, "embedding_scale", false, 0.0, 1e6, 0.0f, &embd)) < 0 ||
-        (rc = get_float(b, "residual_scale", false, 0.0, 1e6, 0.0f, &residual)) < 0 ||
-        (rc = get_float(b, "attention.scale", false, 0.0, 1e6, 0.0f, &attn)) < 0)
+    if ((rc = sl_bind_float(b, "logit_scale", true, 1e-6, 1e6, 1.0f, &logit_scale)) < 0 ||
+        (rc = sl_bind_float(b, "embedding_scale", false, 0.0, 1e6, 0.0f, &embd)) < 0 ||
+        (rc = sl_bind_float(b, "residual_scale", false, 0.0, 1e6, 0.0f, &residual)) < 0 ||
+        (rc = sl_bind_float(b, "attention.scale", false, 0.0, 1e6, 0.0f, &attn)) < 0)
         return rc;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.finetuned", b->arch);
     bool rope_on = true;
     if (sl_gguf_find_key(b->g, key) >= 0 && sl_gguf_get_bool(b->g, key, &rope_on) < 0)
-        return fail(b, "key %s must be a bool", key);
+        return sl_bind_fail(b, "key %s must be a bool", key);
     if (!rope_on) {
         snprintf(b->err, SL_ERR_LEN, "%s: %s = false (no rope) is not supported", sl_gguf_path(b->g), key);
         return SL_EUNSUPPORTED;
@@ -115,7 +110,7 @@ static sl_status bind_granite(binder *b, sl_hparams *hp)
  * granite's scalars. phi3 files may carry attention.sliding_window, which
  * llama.cpp ignores (its Phi-3 support runs full attention): so does
  * sluice, computing what llama.cpp computes. */
-static sl_status bind_family(binder *b, sl_hparams *hp)
+static sl_status bind_family(sl_binder *b, sl_hparams *hp)
 {
     hp->rope_freq_base_swa = hp->rope_freq_base;
     hp->rope_freq_scale_swa = hp->rope_freq_scale;
@@ -134,11 +129,11 @@ static sl_status bind_family(binder *b, sl_hparams *hp)
     sl_status rc;
     hp->embd_scale = sqrtf((float)hp->n_embd);
     hp->ffn_act = SL_FFN_GELU_TANH;
-    if ((rc = get_int(b, "attention.sliding_window", !g2, 0, 1 << 24, 4096, &hp->sliding_window)) < 0)
+    if ((rc = sl_bind_int(b, "attention.sliding_window", !g2, 0, 1 << 24, 4096, &hp->sliding_window)) < 0)
         return rc;
     if (g2) {
-        if ((rc = get_float(b, "attn_logit_softcapping", false, 1e-3, 1e6, 50.0f, &hp->attn_softcap)) < 0 ||
-            (rc = get_float(b, "final_logit_softcapping", false, 1e-3, 1e6, 30.0f, &hp->final_softcap)) < 0)
+        if ((rc = sl_bind_float(b, "attn_logit_softcapping", false, 1e-3, 1e6, 50.0f, &hp->attn_softcap)) < 0 ||
+            (rc = sl_bind_float(b, "final_logit_softcapping", false, 1e-3, 1e6, 30.0f, &hp->final_softcap)) < 0)
             return rc;
     } else {
         hp->rope_freq_base_swa = 10000.0f;
@@ -162,33 +157,33 @@ static bool layer_slides(const sl_hparams *hp, int32_t il)
     return false;
 }
 
-static sl_status bind_hparams(binder *b, sl_hparams *hp)
+static sl_status bind_hparams(sl_binder *b, sl_hparams *hp)
 {
     sl_status rc;
-    if ((rc = get_int(b, "context_length", true, 1, 1 << 24, 0, &hp->n_ctx_train)) < 0 ||
-        (rc = get_int(b, "embedding_length", true, 1, 65536, 0, &hp->n_embd)) < 0 ||
-        (rc = get_int(b, "block_count", true, 1, 1024, 0, &hp->n_layer)) < 0 ||
-        (rc = get_int(b, "feed_forward_length", true, 1, 1 << 20, 0, &hp->n_ff)) < 0 ||
-        (rc = get_int(b, "attention.head_count", true, 1, 4096, 0, &hp->n_head)) < 0 ||
-        (rc = get_int(b, "attention.head_count_kv", false, 1, 4096, hp->n_head, &hp->n_head_kv)) < 0)
+    if ((rc = sl_bind_int(b, "context_length", true, 1, 1 << 24, 0, &hp->n_ctx_train)) < 0 ||
+        (rc = sl_bind_int(b, "embedding_length", true, 1, 65536, 0, &hp->n_embd)) < 0 ||
+        (rc = sl_bind_int(b, "block_count", true, 1, 1024, 0, &hp->n_layer)) < 0 ||
+        (rc = sl_bind_int(b, "feed_forward_length", true, 1, 1 << 20, 0, &hp->n_ff)) < 0 ||
+        (rc = sl_bind_int(b, "attention.head_count", true, 1, 4096, 0, &hp->n_head)) < 0 ||
+        (rc = sl_bind_int(b, "attention.head_count_kv", false, 1, 4096, hp->n_head, &hp->n_head_kv)) < 0)
         return rc;
     if (hp->n_head % hp->n_head_kv != 0)
-        return fail(b, "%s.attention.head_count is not a multiple of head_count_kv (%d)", b->arch,
+        return sl_bind_fail(b, "%s.attention.head_count is not a multiple of head_count_kv (%d)", b->arch,
                     hp->n_head_kv);
     int32_t def_head_dim = hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : 0;
     int32_t v_dim = 0;
-    if ((rc = get_int(b, "attention.key_length", def_head_dim == 0, 2, 1024, def_head_dim, &hp->head_dim)) < 0 ||
-        (rc = get_int(b, "attention.value_length", false, 2, 1024, hp->head_dim, &v_dim)) < 0)
+    if ((rc = sl_bind_int(b, "attention.key_length", def_head_dim == 0, 2, 1024, def_head_dim, &hp->head_dim)) < 0 ||
+        (rc = sl_bind_int(b, "attention.value_length", false, 2, 1024, hp->head_dim, &v_dim)) < 0)
         return rc;
     if (v_dim != hp->head_dim || hp->head_dim % 2 != 0)
-        return fail(b, "%s: key_length and value_length must be equal and even (value_length %d)", b->arch,
+        return sl_bind_fail(b, "%s: key_length and value_length must be equal and even (value_length %d)", b->arch,
                     v_dim);
-    if ((rc = get_int(b, "rope.dimension_count", false, 2, hp->head_dim, hp->head_dim, &hp->n_rot)) < 0)
+    if ((rc = sl_bind_int(b, "rope.dimension_count", false, 2, hp->head_dim, hp->head_dim, &hp->n_rot)) < 0)
         return rc;
     if (hp->n_rot % 2 != 0)
-        return fail(b, "%s.rope.dimension_count must be even (%d)", b->arch, hp->n_rot);
-    if ((rc = get_float(b, "attention.layer_norm_rms_epsilon", true, 1e-12, 0.1, 0, &hp->norm_eps)) < 0 ||
-        (rc = get_float(b, "rope.freq_base", false, 1.0, 1e12, 10000.0f, &hp->rope_freq_base)) < 0)
+        return sl_bind_fail(b, "%s.rope.dimension_count must be even (%d)", b->arch, hp->n_rot);
+    if ((rc = sl_bind_float(b, "attention.layer_norm_rms_epsilon", true, 1e-12, 0.1, 0, &hp->norm_eps)) < 0 ||
+        (rc = sl_bind_float(b, "rope.freq_base", false, 1.0, 1e12, 10000.0f, &hp->rope_freq_base)) < 0)
         return rc;
 
     /* Rope scaling: none or linear; llama3-style scaling arrives as the
@@ -200,7 +195,7 @@ static sl_status bind_hparams(binder *b, sl_hparams *hp)
     float factor = 1.0f;
     if (sl_gguf_get_str(b->g, key, &type) == SL_OK) {
         if (sl_gguf_str_eq(type, "linear")) {
-            if ((rc = get_float(b, "rope.scaling.factor", true, 1e-3, 1e3, 1.0f, &factor)) < 0)
+            if ((rc = sl_bind_float(b, "rope.scaling.factor", true, 1e-3, 1e3, 1.0f, &factor)) < 0)
                 return rc;
         } else if (!sl_gguf_str_eq(type, "none") && !sl_gguf_str_eq(type, "llama3") &&
                    !sl_gguf_str_eq(type, "longrope")) {
@@ -210,32 +205,32 @@ static sl_status bind_hparams(binder *b, sl_hparams *hp)
                      sl_gguf_path(b->g), key, t);
             return SL_EUNSUPPORTED;
         }
-    } else if ((rc = get_float(b, "rope.scale_linear", false, 1e-3, 1e3, 1.0f, &factor)) < 0) {
+    } else if ((rc = sl_bind_float(b, "rope.scale_linear", false, 1e-3, 1e3, 1.0f, &factor)) < 0) {
         return rc;
     }
     hp->rope_freq_scale = 1.0f / factor;
-    if ((rc = get_int(b, "rope.scaling.original_context_length", false, 1, 1 << 24, hp->n_ctx_train,
+    if ((rc = sl_bind_int(b, "rope.scaling.original_context_length", false, 1, 1 << 24, hp->n_ctx_train,
                       &hp->n_ctx_orig)) < 0 ||
-        (rc = get_float(b, "rope.scaling.attn_factor", false, 1e-3, 1e3, 1.0f, &hp->rope_attn_factor)) < 0)
+        (rc = sl_bind_float(b, "rope.scaling.attn_factor", false, 1e-3, 1e3, 1.0f, &hp->rope_attn_factor)) < 0)
         return rc;
     return bind_family(b, hp);
 }
 
 /* Finds `name`, checks its shape (ne1 = 0 for a 1-D tensor) and type. */
-static sl_status bind_tensor(binder *b, const char *name, int64_t ne0, int64_t ne1, bool required,
+sl_status sl_bind_tensor(sl_binder *b, const char *name, int64_t ne0, int64_t ne1, bool required,
                              bool f32_only, const sl_gguf_tensor **out)
 {
     *out = NULL;
     const sl_gguf_tensor *t = sl_gguf_find_tensor(b->g, name);
     if (!t) {
         if (required)
-            return fail(b, "missing tensor '%s'", name);
+            return sl_bind_fail(b, "missing tensor '%s'", name);
         return SL_OK;
     }
     uint32_t want_dims = ne1 ? 2 : 1;
     bool shape_ok = t->n_dims == want_dims && (int64_t)t->ne[0] == ne0 && (ne1 == 0 || (int64_t)t->ne[1] == ne1);
     if (!shape_ok) {
-        return fail(b, "tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]", name,
+        return sl_bind_fail(b, "tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]", name,
                     (unsigned long long)t->ne[0], (unsigned long long)(t->n_dims > 1 ? t->ne[1] : 1),
                     (long long)ne0, (long long)(ne1 ? ne1 : 1));
     }
@@ -259,11 +254,11 @@ static sl_status bind_tensor(binder *b, const char *name, int64_t ne0, int64_t n
     return SL_OK;
 }
 
-static sl_status bind_weight(binder *b, const char *name, int64_t ne0, int64_t ne1, bool required,
+sl_status sl_bind_weight(sl_binder *b, const char *name, int64_t ne0, int64_t ne1, bool required,
                              sl_weight *w, uint64_t *bytes)
 {
     const sl_gguf_tensor *t;
-    sl_status rc = bind_tensor(b, name, ne0, ne1, required, false, &t);
+    sl_status rc = sl_bind_tensor(b, name, ne0, ne1, required, false, &t);
     memset(w, 0, sizeof *w);
     if (rc < 0 || !t)
         return rc;
@@ -273,11 +268,11 @@ static sl_status bind_weight(binder *b, const char *name, int64_t ne0, int64_t n
     return SL_OK;
 }
 
-static sl_status bind_vector(binder *b, const char *name, int64_t n, bool required, const float **v,
+sl_status sl_bind_vector(sl_binder *b, const char *name, int64_t n, bool required, const float **v,
                              uint64_t *bytes)
 {
     const sl_gguf_tensor *t;
-    sl_status rc = bind_tensor(b, name, n, 0, required, true, &t);
+    sl_status rc = sl_bind_tensor(b, name, n, 0, required, true, &t);
     *v = t ? (const float *)t->data : NULL;
     if (t)
         *bytes += t->nbytes;
@@ -290,14 +285,14 @@ static sl_status bind_vector(binder *b, const char *name, int64_t n, bool requir
  * a valid matrix, its rows being independent. The tensor's bytes count
  * once. *found is false (and nothing bound) when the file has no such
  * tensor and !required. */
-static sl_status bind_fused(binder *b, const char *name, int64_t ne0, const int64_t *rows, int n_parts,
+static sl_status bind_fused(sl_binder *b, const char *name, int64_t ne0, const int64_t *rows, int n_parts,
                             bool required, sl_weight *const *parts, bool *found, uint64_t *bytes)
 {
     int64_t total = 0;
     for (int i = 0; i < n_parts; i++)
         total += rows[i];
     const sl_gguf_tensor *t;
-    sl_status rc = bind_tensor(b, name, ne0, total, required, false, &t);
+    sl_status rc = sl_bind_tensor(b, name, ne0, total, required, false, &t);
     *found = t != NULL;
     if (rc < 0 || !t)
         return rc;
@@ -316,28 +311,30 @@ static sl_status bind_fused(binder *b, const char *name, int64_t ne0, const int6
  * frequency divisors (sl_model_rope_divisors picks one), with
  * rope.scaling.attn_factor on cos/sin (bind_hparams). One table without
  * the other, or with llama3's rope_freqs, has no meaning: refused. */
-static sl_status bind_longrope(binder *b, sl_model *m)
+static sl_status bind_longrope(sl_binder *b, sl_model *m)
 {
     int64_t half = m->hp.n_rot / 2;
     sl_status rc;
-    if ((rc = bind_vector(b, "rope_factors_long.weight", half, false, &m->rope_factors_long, &m->weight_bytes)) < 0 ||
-        (rc = bind_vector(b, "rope_factors_short.weight", half, false, &m->rope_factors_short,
+    if ((rc = sl_bind_vector(b, "rope_factors_long.weight", half, false, &m->rope_factors_long, &m->weight_bytes)) < 0 ||
+        (rc = sl_bind_vector(b, "rope_factors_short.weight", half, false, &m->rope_factors_short,
                           &m->weight_bytes)) < 0)
         return rc;
     if (!m->rope_factors_long != !m->rope_factors_short)
-        return fail(b, "tensor '%s' without '%s' (longrope needs both)",
+        return sl_bind_fail(b, "tensor '%s' without '%s' (longrope needs both)",
                     m->rope_factors_long ? "rope_factors_long.weight" : "rope_factors_short.weight",
                     m->rope_factors_long ? "rope_factors_short.weight" : "rope_factors_long.weight");
     if (m->rope_factors_long && m->rope_freqs)
-        return fail(b, "tensors 'rope_freqs.weight' and 'rope_factors_long.weight': two rope scalings");
+        return sl_bind_fail(b, "tensors 'rope_freqs.weight' and 'rope_factors_long.weight': two rope scalings");
     return SL_OK;
 }
 
-static sl_status bind_layers(binder *b, sl_model *m)
+static sl_status bind_layers(sl_binder *b, sl_model *m)
 {
     const sl_hparams *hp = &m->hp;
     int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
-    bool biases = hp->arch == SL_ARCH_QWEN2, qk_norm = hp->arch == SL_ARCH_QWEN3 || hp->arch == SL_ARCH_GEMMA3;
+    bool biases = hp->arch == SL_ARCH_QWEN2 || hp->arch == SL_ARCH_QWEN2MOE;
+    bool qk_norm = hp->arch == SL_ARCH_QWEN3 || hp->arch == SL_ARCH_GEMMA3 || hp->arch == SL_ARCH_QWEN3MOE;
+    bool moe = hp->n_expert > 0;
     bool post_norms = is_gemma(hp->arch), phi3 = hp->arch == SL_ARCH_PHI3;
     uint64_t *B = &m->weight_bytes;
     for (int32_t i = 0; i < hp->n_layer; i++) {
@@ -358,30 +355,34 @@ static sl_status bind_layers(binder *b, sl_model *m)
                                  true, (sl_weight *const[]){&L->w_gate, &L->w_up}, &found, B)) < 0)
                 return rc;
             if (!fused_qkv && !sl_gguf_find_tensor(b->g, NAME("attn_q.weight")))
-                return fail(b, "missing tensor 'blk.%d.attn_qkv.weight' (or attn_q, attn_k and attn_v)", i);
+                return sl_bind_fail(b, "missing tensor 'blk.%d.attn_qkv.weight' (or attn_q, attn_k and attn_v)", i);
         }
         if (!fused_qkv &&
-            ((rc = bind_weight(b, NAME("attn_q.weight"), hp->n_embd, q_dim, true, &L->wq, B)) < 0 ||
-             (rc = bind_weight(b, NAME("attn_k.weight"), hp->n_embd, kv_dim, true, &L->wk, B)) < 0 ||
-             (rc = bind_weight(b, NAME("attn_v.weight"), hp->n_embd, kv_dim, true, &L->wv, B)) < 0))
+            ((rc = sl_bind_weight(b, NAME("attn_q.weight"), hp->n_embd, q_dim, true, &L->wq, B)) < 0 ||
+             (rc = sl_bind_weight(b, NAME("attn_k.weight"), hp->n_embd, kv_dim, true, &L->wk, B)) < 0 ||
+             (rc = sl_bind_weight(b, NAME("attn_v.weight"), hp->n_embd, kv_dim, true, &L->wv, B)) < 0))
             return rc;
-        if (!phi3 &&
-            ((rc = bind_weight(b, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, true, &L->w_gate, B)) < 0 ||
-             (rc = bind_weight(b, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, true, &L->w_up, B)) < 0))
+        if (!phi3 && !moe &&
+            ((rc = sl_bind_weight(b, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, true, &L->w_gate, B)) < 0 ||
+             (rc = sl_bind_weight(b, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, true, &L->w_up, B)) < 0 ||
+             (rc = sl_bind_weight(b, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, true, &L->w_down, B)) < 0))
             return rc;
-        if ((rc = bind_vector(b, NAME("attn_norm.weight"), hp->n_embd, true, &L->attn_norm, B)) < 0 ||
-            (rc = bind_weight(b, NAME("attn_output.weight"), q_dim, hp->n_embd, true, &L->wo, B)) < 0 ||
-            (rc = bind_vector(b, NAME("ffn_norm.weight"), hp->n_embd, true, &L->ffn_norm, B)) < 0 ||
-            (rc = bind_weight(b, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, true, &L->w_down, B)) < 0 ||
-            (rc = bind_vector(b, NAME("attn_q.bias"), q_dim, biases, &L->bq, B)) < 0 ||
-            (rc = bind_vector(b, NAME("attn_k.bias"), kv_dim, biases, &L->bk, B)) < 0 ||
-            (rc = bind_vector(b, NAME("attn_v.bias"), kv_dim, biases, &L->bv, B)) < 0 ||
-            (rc = bind_vector(b, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm, B)) < 0 ||
-            (rc = bind_vector(b, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm, B)) < 0)
+        if (phi3 && (rc = sl_bind_weight(b, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, true, &L->w_down, B)) < 0)
+            return rc;
+        if (moe && (rc = sl_bind_moe_layer(b, hp, i, L, m->experts + (size_t)i * 3 * hp->n_expert, B)) < 0)
+            return rc;
+        if ((rc = sl_bind_vector(b, NAME("attn_norm.weight"), hp->n_embd, true, &L->attn_norm, B)) < 0 ||
+            (rc = sl_bind_weight(b, NAME("attn_output.weight"), q_dim, hp->n_embd, true, &L->wo, B)) < 0 ||
+            (rc = sl_bind_vector(b, NAME("ffn_norm.weight"), hp->n_embd, true, &L->ffn_norm, B)) < 0 ||
+            (rc = sl_bind_vector(b, NAME("attn_q.bias"), q_dim, biases, &L->bq, B)) < 0 ||
+            (rc = sl_bind_vector(b, NAME("attn_k.bias"), kv_dim, biases, &L->bk, B)) < 0 ||
+            (rc = sl_bind_vector(b, NAME("attn_v.bias"), kv_dim, biases, &L->bv, B)) < 0 ||
+            (rc = sl_bind_vector(b, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &L->q_norm, B)) < 0 ||
+            (rc = sl_bind_vector(b, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &L->k_norm, B)) < 0)
             return rc;
         if (post_norms &&
-            ((rc = bind_vector(b, NAME("post_attention_norm.weight"), hp->n_embd, true, &L->post_attn_norm, B)) < 0 ||
-             (rc = bind_vector(b, NAME("post_ffw_norm.weight"), hp->n_embd, true, &L->post_ffn_norm, B)) < 0))
+            ((rc = sl_bind_vector(b, NAME("post_attention_norm.weight"), hp->n_embd, true, &L->post_attn_norm, B)) < 0 ||
+             (rc = sl_bind_vector(b, NAME("post_ffw_norm.weight"), hp->n_embd, true, &L->post_ffn_norm, B)) < 0))
             return rc;
 #undef NAME
         bool slides = layer_slides(hp, i);
@@ -395,10 +396,10 @@ static sl_status bind_layers(binder *b, sl_model *m)
 sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN])
 {
     *out = NULL;
-    binder b = {.g = g, .err = err};
+    sl_binder b = {.g = g, .err = err};
     sl_gguf_str arch;
     if (sl_gguf_get_str(g, "general.architecture", &arch) < 0)
-        return fail(&b, "missing required key %s", "general.architecture");
+        return sl_bind_fail(&b, "missing required key %s", "general.architecture");
     sl_model *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(err, SL_ERR_LEN, "%s: out of memory", sl_gguf_path(g));
@@ -426,9 +427,15 @@ sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN])
     } else if (sl_gguf_str_eq(arch, "phi3")) {
         hp->arch = SL_ARCH_PHI3;
         hp->rope_style = SL_ROPE_NEOX;
+    } else if (sl_gguf_str_eq(arch, "qwen2moe")) {
+        hp->arch = SL_ARCH_QWEN2MOE;
+        hp->rope_style = SL_ROPE_NEOX;
+    } else if (sl_gguf_str_eq(arch, "qwen3moe")) {
+        hp->arch = SL_ARCH_QWEN3MOE;
+        hp->rope_style = SL_ROPE_NEOX;
     } else {
         snprintf(err, SL_ERR_LEN, "%s: architecture '%.*s' is not supported "
-                 "(llama, qwen2, qwen3, gemma2, gemma3, granite, phi3 are)",
+                 "(llama, qwen2, qwen3, gemma2, gemma3, granite, phi3, qwen2moe, qwen3moe are)",
                  sl_gguf_path(g), (int)(arch.len < 32 ? arch.len : 32), arch.ptr);
         free(m);
         return SL_EUNSUPPORTED;
@@ -437,37 +444,45 @@ sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN])
     b.arch = m->arch_name;
 
     sl_status rc = bind_hparams(&b, hp);
+    if (rc == SL_OK)
+        rc = sl_bind_moe_hparams(&b, hp);
     const sl_gguf_tensor *emb = NULL;
     if (rc == SL_OK && !(emb = sl_gguf_find_tensor(g, "token_embd.weight")))
-        rc = fail(&b, "missing tensor '%s'", "token_embd.weight");
+        rc = sl_bind_fail(&b, "missing tensor '%s'", "token_embd.weight");
     if (rc == SL_OK) {
         if (emb->n_dims != 2 || emb->ne[1] > (1u << 24) || (int64_t)emb->ne[0] != hp->n_embd)
-            rc = fail(&b, "tensor 'token_embd.weight' does not have shape [n_embd=%d, n_vocab]",
+            rc = sl_bind_fail(&b, "tensor 'token_embd.weight' does not have shape [n_embd=%d, n_vocab]",
                       hp->n_embd);
         else
             hp->n_vocab = (int32_t)emb->ne[1];
     }
     if (rc == SL_OK)
-        rc = bind_weight(&b, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd, &m->weight_bytes);
+        rc = sl_bind_weight(&b, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd, &m->weight_bytes);
     if (rc == SL_OK)
-        rc = bind_vector(&b, "output_norm.weight", hp->n_embd, true, &m->output_norm, &m->weight_bytes);
+        rc = sl_bind_vector(&b, "output_norm.weight", hp->n_embd, true, &m->output_norm, &m->weight_bytes);
     if (rc == SL_OK)
-        rc = bind_weight(&b, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output, &m->weight_bytes);
+        rc = sl_bind_weight(&b, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output, &m->weight_bytes);
     if (rc == SL_OK && !m->output.data) {
         m->output = m->tok_embd;
         m->tied_output = true;
     }
     if (rc == SL_OK)
-        rc = bind_vector(&b, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, &m->weight_bytes);
+        rc = sl_bind_vector(&b, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, &m->weight_bytes);
     if (rc == SL_OK)
         rc = bind_longrope(&b, m);
     if (rc == SL_OK && !(m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers))) {
         snprintf(err, SL_ERR_LEN, "%s: out of memory", sl_gguf_path(g));
         rc = SL_ENOMEM;
     }
+    if (rc == SL_OK && hp->n_expert > 0 &&
+        !(m->experts = calloc((size_t)hp->n_layer * 3 * (size_t)hp->n_expert, sizeof *m->experts))) {
+        snprintf(err, SL_ERR_LEN, "%s: out of memory", sl_gguf_path(g));
+        rc = SL_ENOMEM;
+    }
     if (rc == SL_OK)
         rc = bind_layers(&b, m);
     if (rc < 0) {
+        free(m->experts);
         free(m->layers);
         free(m);
         return rc;
@@ -502,6 +517,7 @@ void sl_model_destroy(sl_model *m)
     if (!m)
         return;
     sl_gguf_close(m->gguf);
+    free(m->experts);
     free(m->layers);
     free(m);
 }
@@ -510,6 +526,10 @@ uint64_t sl_model_flops_per_token(const sl_model *m)
 {
     const sl_hparams *hp = &m->hp;
     uint64_t q = (uint64_t)hp->n_head * hp->head_dim, kv = (uint64_t)hp->n_head_kv * hp->head_dim;
-    uint64_t per_layer = (uint64_t)hp->n_embd * (q + 2 * kv) + q * hp->n_embd + 3ull * hp->n_embd * hp->n_ff;
+    /* a MoE layer: the router, the experts a token is routed to, the shared expert */
+    uint64_t ffn = hp->n_expert > 0 ? (uint64_t)hp->n_embd * hp->n_expert +
+                                          3ull * hp->n_embd * ((uint64_t)hp->n_expert_used * hp->n_ff_exp + hp->n_ff_shexp)
+                                    : 3ull * hp->n_embd * hp->n_ff;
+    uint64_t per_layer = (uint64_t)hp->n_embd * (q + 2 * kv) + q * hp->n_embd + ffn;
     return per_layer * hp->n_layer + (uint64_t)hp->n_embd * hp->n_vocab;
 }

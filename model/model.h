@@ -28,7 +28,14 @@ enum sl_arch {
                       * (embedding, residual, attention and logit scales) */
     SL_ARCH_PHI3,    /* Phi-3, Phi-3.5 mini, Phi-4 mini: fused qkv and gate|up matrices (split into row
                       * views at load), NEOX rope, possibly partial, longrope on the long files */
-};
+    SL_ARCH_QWEN2MOE, /* Qwen1.5-MoE, Qwen2-57B-A14B: qwen2's attention, a MoE FFN (weights not
+                       * renormalised) plus a sigmoid-gated shared expert */
+    SL_ARCH_QWEN3MOE, /* Qwen3-30B-A3B, -235B-A22B: qwen3's attention, a MoE FFN (top-k weights
+                       * renormalised to sum 1) */
+};                    /* Mixtral is SL_ARCH_LLAMA with hp.n_expert > 0 (renormalised top-k) */
+
+/* The most experts a layer may have: llama.cpp's limit too (LLAMA_MAX_EXPERTS). */
+#define SL_MOE_MAX_EXPERTS 512
 
 enum sl_ffn_act {
     SL_FFN_SILU,        /* silu(gate) * up */
@@ -51,6 +58,20 @@ typedef struct {
     const void *data;       /* NULL when the model has no such tensor */
 } sl_weight;
 
+/* A mixture-of-experts FFN (model/model_moe.c binds it). Each expert e is
+ * swiglu: down[e](silu(gate[e] x) * up[e] x); the per-expert views point
+ * into the file's 3-D tensors (ne0, ne1, n_expert), one matrix after
+ * another. Routing (kernels/cpu/ops.h sl_cpu_moe_route): softmax over all
+ * router outputs, the top n_expert_used, optionally renormalised. */
+typedef struct {
+    sl_weight router;                /* ffn_gate_inp: (n_embd -> n_expert) */
+    sl_weight *gate, *up;            /* n_expert views each: (n_embd -> n_ff_exp) */
+    sl_weight *down;                 /* n_expert views: (n_ff_exp -> n_embd) */
+    sl_weight sh_gate, sh_up;        /* qwen2moe's shared expert: (n_embd -> n_ff_shexp), data NULL otherwise */
+    sl_weight sh_down;               /* (n_ff_shexp -> n_embd) */
+    sl_weight sh_gate_inp;           /* (n_embd -> 1): its output's sigmoid scales the shared expert */
+} sl_moe;
+
 typedef struct {
     const float *attn_norm;          /* (n_embd) */
     sl_weight wq, wk, wv;            /* (n_embd -> n_head*head_dim), (n_embd -> n_head_kv*head_dim) x2 */
@@ -59,8 +80,9 @@ typedef struct {
     sl_weight wo;                    /* (n_head*head_dim -> n_embd) */
     const float *post_attn_norm;     /* gemma: RMS norm of the attention output before the residual add, or NULL */
     const float *ffn_norm;           /* (n_embd) */
-    sl_weight w_gate, w_up;          /* (n_embd -> n_ff) */
-    sl_weight w_down;                /* (n_ff -> n_embd) */
+    sl_weight w_gate, w_up;          /* (n_embd -> n_ff); data NULL on a MoE layer */
+    sl_weight w_down;                /* (n_ff -> n_embd); data NULL on a MoE layer */
+    sl_moe moe;                      /* MoE layer: moe.gate != NULL (then the three above are unused) */
     const float *post_ffn_norm;      /* gemma: RMS norm of the FFN output before the residual add, or NULL */
     int32_t window;                  /* sliding window: position p attends to (p - window, p]; 0 = all of [0, p] */
     float rope_freq_base;            /* this layer's rope base and linear scale: the file's, or */
@@ -96,6 +118,11 @@ typedef struct {
                                  * its residual add (granite.residual_scale), else 1 */
     float logit_mul;            /* output logits are multiplied by this (granite: 1/logit_scale), else 1 */
     enum sl_ffn_act ffn_act;
+    int32_t n_expert;           /* experts per MoE layer ({arch}.expert_count); 0 = dense model */
+    int32_t n_expert_used;      /* experts each token is routed to (expert_used_count), 1..n_expert */
+    int32_t n_ff_exp;           /* each expert's hidden size (qwen*moe: expert_feed_forward_length; llama: n_ff) */
+    int32_t n_ff_shexp;         /* shared expert's hidden size (qwen2moe), else 0 */
+    bool moe_norm_w;            /* renormalise the top-k weights to sum 1 (qwen3moe, Mixtral; not qwen2moe) */
 } sl_hparams;
 
 typedef struct sl_model {
@@ -110,6 +137,7 @@ typedef struct sl_model {
     sl_weight output;                /* (n_embd -> n_vocab); same as tok_embd when tied */
     bool tied_output;
     sl_layer *layers;                /* n_layer */
+    sl_weight *experts;              /* (n_layer, 3, n_expert) views the layers' sl_moe point into, or NULL */
     sl_gguf *gguf;                   /* owned */
     uint64_t weight_bytes;           /* all tensor data the forward pass reads */
 } sl_model;
@@ -136,6 +164,12 @@ static inline const float *sl_model_rope_divisors(const sl_model *m, int32_t max
     if (m->rope_factors_long)
         return max_ctx > m->hp.n_ctx_orig ? m->rope_factors_long : m->rope_factors_short;
     return m->rope_freqs;
+}
+
+/* True when the model's FFNs are mixtures of experts. */
+static inline bool sl_model_is_moe(const sl_model *m)
+{
+    return m->hp.n_expert > 0;
 }
 
 /* Multiply-accumulate count per token (for tok/s vs roofline figures). */

@@ -46,7 +46,7 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=$PATH:/usr/local/cuda/bin
   cmake -S . -B build-cuda -DSLUICE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build-cuda -j"$jobs" >/dev/null
-  ctest --test-dir build-cuda -R "test_cuda_(decode|split_rule|kv_layout)" --output-on-failure | tail -3
+  ctest --test-dir build-cuda -R "test_cuda_(decode|split_rule|fa_rule|kv_layout)" --output-on-failure | tail -3
 else
   echo "nvcc not found: CUDA build skipped"
 fi

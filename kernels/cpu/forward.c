@@ -1,5 +1,6 @@
 /* kernels/cpu/forward.c: the CPU backend's forward pass for the llama, qwen2,
- * qwen3, gemma2, gemma3, granite and phi3 architectures over a batch of
+ * qwen3, gemma2, gemma3, granite and phi3 architectures and the
+ * mixture-of-experts ones (qwen2moe, qwen3moe, Mixtral) over a batch of
  * sequences with paged KV caches (phi3's fused matrices arrive as separate
  * row views, model.h, so nothing here knows about them).
  * Runs in the worker process (and `sluice generate`) on the scheduler thread,
@@ -26,6 +27,14 @@
  * sliding-window layer reads only the positions of its window, so its cost
  * is bounded by the window whatever the context (the blocks before it stay
  * allocated: the scheduler's block tables do not know about windows).
+ *
+ * MoE layers (moe_ffn): each token row is routed on its own
+ * (sl_cpu_moe_route: softmax, top-k, ties to the lower expert index), the
+ * routed rows are gathered by expert, and each expert in use runs as one
+ * matmul over all its rows, all experts in one pool run, so a step reads
+ * each chosen expert's weights once whatever the batch. Each row then sums
+ * its k outputs in slot order (a fixed order, independent of which other
+ * rows share its experts), which keeps the batch invariance above.
  *
  * forward_sample: the forward pass into host rows, then each asked row drawn
  * by the reference sampler on the same thread pool (the compute threads are
@@ -64,7 +73,7 @@ typedef struct {
     float *q;                 /* (T, q_dim) */
     float *k, *v;             /* (T, kv_dim) */
     float *att;               /* (T, q_dim) attention output */
-    float *gate, *up;         /* (T, n_ff) */
+    float *gate, *up;         /* (T, n_ff), or (T, n_ff_shexp) for a MoE model's shared expert */
     float *cos_t, *sin_t;     /* (T, n_rot/2) at the global layers' rope base */
     float *cos_swa, *sin_swa; /* (T, n_rot/2) at the sliding-window layers' base; NULL when the same */
     int32_t *tok_seq;         /* (T) batch index of each token row */
@@ -76,7 +85,24 @@ typedef struct {
     size_t act_stride;        /* bytes per row of act[], the most any matmul needs */
     double *inv_freq;         /* (n_rot/2) rope inverse frequencies */
     double *inv_freq_swa;     /* (n_rot/2) the same at rope_freq_base_swa, with cos_swa */
+
+    /* MoE scratch (NULL for a dense model), R = T * n_expert_used routed rows */
+    float *router;            /* (T, n_expert) router outputs */
+    float *route_tmp;         /* (n_expert) routing probabilities of one row */
+    int32_t *route_id;        /* (T, n_expert_used) chosen experts, by slot (decreasing weight) */
+    float *route_w;           /* (T, n_expert_used) their weights */
+    int32_t *slot_row;        /* (T, n_expert_used) each slot's row in the grouped arrays */
+    int32_t *grp_off;         /* (n_expert + 1) expert e's grouped rows are [grp_off[e], grp_off[e+1]) */
+    int32_t *grp_fill;        /* (n_expert) fill cursor while grouping */
+    float *xg;                /* (R, n_embd) inputs grouped by expert */
+    float *gg, *ug;           /* (R, n_ff_exp) expert gate and up outputs */
+    float *yg;                /* (R, n_embd) expert outputs: xg's memory, free once gate and up are computed */
+    float *shg;               /* (T) shared expert gate logits (qwen2moe) */
+    float *sh_out;            /* (T, n_embd) shared expert outputs (qwen2moe) */
+    struct matmul_entry *mm_entries; /* (2 * n_expert) one expert matmul job's entries */
 } cpu_backend;
+
+static void moe_ffn(cpu_backend *cb, const sl_layer *L, int64_t T);
 
 /* ------------------------------------------------------------------------ */
 /* matmul: Y[t, r] = dot(W row r, X[t]) for up to MAX_FUSED weights        */
@@ -134,45 +160,65 @@ static void act_task(void *ctx, int64_t t, int thread)
         sl_act_quantize_row(j->plan->fmt[s], j->x + t * j->ldx, (char *)j->dst[s] + t * j->plan->stride[s], j->ne);
 }
 
-typedef struct {
-    const sl_weight *w[MAX_FUSED];
-    enum sl_act_format fmt[MAX_FUSED];
-    const void *xa[MAX_FUSED];     /* prepared input rows of weight i */
-    size_t ldxa[MAX_FUSED];        /* their stride in bytes */
-    float *y[MAX_FUSED];
-    int64_t ldy[MAX_FUSED];
-    int64_t first_task[MAX_FUSED + 1];
-    int n;
+/* One weight's part of a matmul job: its T input rows (prepared) and outputs. */
+typedef struct matmul_entry {
+    const sl_weight *w;
+    enum sl_act_format fmt;
+    const void *xa;                /* prepared input rows */
+    size_t ldxa;                   /* their stride in bytes */
+    float *y;
+    int64_t ldy;
     int64_t T;
+    int64_t first_task;            /* tasks [first_task, next entry's first_task) */
+} matmul_entry;
+
+/* n entries (up to MAX_FUSED for the dense matmuls, n_w per expert in use
+ * for the MoE ones) in increasing first_task: a task belongs to the last
+ * entry that starts at or before it. */
+typedef struct {
+    matmul_entry *e;
+    int n;
     cpu_backend *cb;
 } matmul_job;
 
 static void matmul_task(void *ctx, int64_t task, int thread)
 {
     matmul_job *j = ctx;
-    int m = 0;
-    while (task >= j->first_task[m + 1])
-        m++;
-    const sl_weight *w = j->w[m];
-    int64_t r0 = (task - j->first_task[m]) * ROWS_PER_TASK;
+    int lo = 0, hi = j->n - 1;   /* the last entry whose first_task <= task */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (j->e[mid].first_task <= task)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const matmul_entry *me = &j->e[lo];
+    const sl_weight *w = me->w;
+    int64_t r0 = (task - me->first_task) * ROWS_PER_TASK;
     int64_t r1 = r0 + ROWS_PER_TASK < w->ne1 ? r0 + ROWS_PER_TASK : w->ne1;
     float *tmp = j->cb->tmp + (int64_t)thread * TOKEN_TILE;
-    for (int64_t t0 = 0; t0 < j->T; t0 += TOKEN_TILE) {
-        int mt = (int)(j->T - t0 < TOKEN_TILE ? j->T - t0 : TOKEN_TILE);
+    for (int64_t t0 = 0; t0 < me->T; t0 += TOKEN_TILE) {
+        int mt = (int)(me->T - t0 < TOKEN_TILE ? me->T - t0 : TOKEN_TILE);
         for (int64_t r = r0; r < r1; r++) {
             const void *row = (const char *)w->data + r * w->row_bytes;
-            sl_vec_dot_act_multi(w->type, j->fmt[m], row, (const char *)j->xa[m] + t0 * j->ldxa[m], j->ldxa[m],
-                                 mt, tmp, w->ne0);
+            sl_vec_dot_act_multi(w->type, me->fmt, row, (const char *)me->xa + t0 * me->ldxa, me->ldxa, mt, tmp,
+                                 w->ne0);
             for (int t = 0; t < mt; t++)
-                j->y[m][(t0 + t) * j->ldy[m] + r] = tmp[t];
+                me->y[(t0 + t) * me->ldy + r] = tmp[t];
         }
     }
+}
+
+static int64_t matmul_tasks(const sl_weight *w)
+{
+    return (w->ne1 + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
 }
 
 static void matmul(cpu_backend *cb, const float *x, int64_t ldx, int64_t T, int n, const sl_weight *const *w,
                    float *const *y, const int64_t *ldy)
 {
-    matmul_job j = {.n = n, .T = T, .cb = cb};
+    matmul_entry e[MAX_FUSED];
+    matmul_job j = {.e = e, .n = n, .cb = cb};
     act_plan plan;
     act_plan_make(w, n, &plan);
     for (int s = 0; s < plan.n; s++)   /* sized for every matmul at creation */
@@ -181,22 +227,15 @@ static void matmul(cpu_backend *cb, const float *x, int64_t ldx, int64_t T, int 
         act_job aj = {.plan = &plan, .x = x, .ldx = ldx, .ne = w[0]->ne0, .dst = cb->act};
         sl_threadpool_run(cb->pool, act_task, &aj, T);
     }
-    j.first_task[0] = 0;
+    int64_t tasks = 0;
     for (int i = 0; i < n; i++) {
-        j.w[i] = w[i];
-        j.fmt[i] = sl_act_format_of(w[i]->type);
-        if (plan.slot_of[i] < 0) {
-            j.xa[i] = x;
-            j.ldxa[i] = (size_t)ldx * sizeof(float);
-        } else {
-            j.xa[i] = cb->act[plan.slot_of[i]];
-            j.ldxa[i] = plan.stride[plan.slot_of[i]];
-        }
-        j.y[i] = y[i];
-        j.ldy[i] = ldy[i];
-        j.first_task[i + 1] = j.first_task[i] + (w[i]->ne1 + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+        int s = plan.slot_of[i];
+        e[i] = (matmul_entry){.w = w[i], .fmt = sl_act_format_of(w[i]->type), .xa = s < 0 ? (const void *)x : cb->act[s],
+                              .ldxa = s < 0 ? (size_t)ldx * sizeof(float) : plan.stride[s], .y = y[i], .ldy = ldy[i],
+                              .T = T, .first_task = tasks};
+        tasks += matmul_tasks(w[i]);
     }
-    sl_threadpool_run(cb->pool, matmul_task, &j, j.first_task[n]);
+    sl_threadpool_run(cb->pool, matmul_task, &j, tasks);
 }
 
 static void matmul1(cpu_backend *cb, const float *x, int64_t ldx, int64_t T, const sl_weight *w, float *y,
@@ -268,7 +307,8 @@ static void attn_task(void *ctx, int64_t task, int thread)
 /* element-wise jobs over token rows                                         */
 
 typedef struct {
-    cpu_backend *cb;
+    float *gate;           /* (rows, n_ff): becomes act(gate) * up */
+    const float *up;       /* (rows, n_ff) */
     int64_t n_ff;
     enum sl_ffn_act act;
 } glu_job;
@@ -277,11 +317,11 @@ static void glu_task(void *ctx, int64_t t, int thread)
 {
     (void)thread;
     glu_job *j = ctx;
-    float *g = j->cb->gate + t * j->n_ff;
+    float *g = j->gate + t * j->n_ff;
     if (j->act == SL_FFN_GELU_TANH)
-        sl_cpu_geglu_tanh(g, g, j->cb->up + t * j->n_ff, j->n_ff);
+        sl_cpu_geglu_tanh(g, g, j->up + t * j->n_ff, j->n_ff);
     else
-        sl_cpu_swiglu(g, g, j->cb->up + t * j->n_ff, j->n_ff);
+        sl_cpu_swiglu(g, g, j->up + t * j->n_ff, j->n_ff);
 }
 
 /* Biases, per-head q/k norms and rope for token row t, then its K/V into the cache. */
@@ -320,6 +360,134 @@ static void qkv_post(cpu_backend *cb, const sl_layer *L, const sl_batch_seq *seq
         memcpy(kbase + off, k + (int64_t)h * hd, (size_t)hd * sizeof(float));
         memcpy(vbase + off, v + (int64_t)h * hd, (size_t)hd * sizeof(float));
     }
+}
+
+
+/* ------------------------------------------------------------------------ */
+/* mixture-of-experts FFN                                                    */
+
+/* For every expert e in use, rows [grp_off[e], grp_off[e+1]) of x through
+ * n_w of its matrices (views[i][e]: gate and up, or down) in one pool run,
+ * so each expert's weights are read once per step for all its rows. The
+ * rows are prepared once for all experts: the experts of one tensor share
+ * its type. */
+static void matmul_experts(cpu_backend *cb, const float *x, int64_t ldx, int n_w, const sl_weight *const *views,
+                           float *const *y, const int64_t *ldy)
+{
+    int32_t n_exp = cb->base.model->hp.n_expert;
+    const int32_t *off = cb->grp_off;
+    const sl_weight *w0[MAX_FUSED];
+    for (int i = 0; i < n_w; i++)
+        w0[i] = &views[i][0];
+    act_plan plan;
+    act_plan_make(w0, n_w, &plan);
+    for (int s = 0; s < plan.n; s++)   /* sized for every matmul at creation */
+        assert(cb->act[s] && plan.stride[s] <= cb->act_stride);
+    if (plan.n > 0) {
+        act_job aj = {.plan = &plan, .x = x, .ldx = ldx, .ne = w0[0]->ne0, .dst = cb->act};
+        sl_threadpool_run(cb->pool, act_task, &aj, off[n_exp]);
+    }
+    matmul_entry *e = cb->mm_entries;
+    matmul_job j = {.e = e, .n = 0, .cb = cb};
+    int64_t tasks = 0;
+    for (int32_t ex = 0; ex < n_exp; ex++) {
+        int64_t r0 = off[ex], rows = off[ex + 1] - off[ex];
+        if (rows == 0)
+            continue;
+        for (int i = 0; i < n_w; i++) {
+            const sl_weight *w = &views[i][ex];
+            int s = plan.slot_of[i];
+            e[j.n++] = (matmul_entry){
+                .w = w, .fmt = sl_act_format_of(w->type),
+                .xa = s < 0 ? (const void *)(x + r0 * ldx) : (const char *)cb->act[s] + r0 * plan.stride[s],
+                .ldxa = s < 0 ? (size_t)ldx * sizeof(float) : plan.stride[s],
+                .y = y[i] + r0 * ldy[i], .ldy = ldy[i], .T = rows, .first_task = tasks};
+            tasks += matmul_tasks(w);
+        }
+    }
+    sl_threadpool_run(cb->pool, matmul_task, &j, tasks);
+}
+
+typedef struct {
+    cpu_backend *cb;
+    bool shared;
+} moe_sum_job;
+
+/* Row t's FFN output into xn: its k expert outputs weighted and summed in
+ * slot order (decreasing routing weight, the lower expert index first on a
+ * tie), then qwen2moe's gated shared expert: a fixed order per row, so the
+ * sum is the same bits whatever the batch or the thread count. */
+static void moe_sum_task(void *ctx, int64_t t, int thread)
+{
+    (void)thread;
+    moe_sum_job *j = ctx;
+    cpu_backend *cb = j->cb;
+    const sl_hparams *hp = &cb->base.model->hp;
+    int64_t E = hp->n_embd;
+    int k = hp->n_expert_used;
+    const int32_t *pos = cb->slot_row + t * k;
+    const float *w = cb->route_w + t * k;
+    float *out = cb->xn + t * E;
+    const float *y0 = cb->yg + (int64_t)pos[0] * E;
+    for (int64_t i = 0; i < E; i++)
+        out[i] = w[0] * y0[i];
+    for (int s = 1; s < k; s++) {
+        const float *ys = cb->yg + (int64_t)pos[s] * E;
+        for (int64_t i = 0; i < E; i++)
+            out[i] += w[s] * ys[i];
+    }
+    if (j->shared) {
+        float g = 1.0f / (1.0f + expf(-cb->shg[t]));
+        const float *sh = cb->sh_out + t * E;
+        for (int64_t i = 0; i < E; i++)
+            out[i] += g * sh[i];
+    }
+}
+
+/* The MoE FFN of xn's T rows, into xn: route each row (router matmul,
+ * softmax, top-k), group the routed rows by expert (rows in token order
+ * within an expert), run each expert over its rows, sum per row. */
+static void moe_ffn(cpu_backend *cb, const sl_layer *L, int64_t T)
+{
+    const sl_hparams *hp = &cb->base.model->hp;
+    const sl_moe *moe = &L->moe;
+    int n = hp->n_expert, k = hp->n_expert_used;
+    int64_t E = hp->n_embd, F = hp->n_ff_exp, S = hp->n_ff_shexp;
+    matmul1(cb, cb->xn, E, T, &moe->router, cb->router, n);
+    memset(cb->grp_off, 0, (size_t)(n + 1) * sizeof *cb->grp_off);
+    for (int64_t t = 0; t < T; t++) {
+        sl_cpu_moe_route(cb->router + t * n, n, k, hp->moe_norm_w, cb->route_tmp, cb->route_id + t * k,
+                         cb->route_w + t * k);
+        for (int s = 0; s < k; s++)
+            cb->grp_off[cb->route_id[t * k + s] + 1]++;
+    }
+    for (int e = 0; e < n; e++) {
+        cb->grp_off[e + 1] += cb->grp_off[e];
+        cb->grp_fill[e] = cb->grp_off[e];
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int s = 0; s < k; s++) {
+            int32_t r = cb->grp_fill[cb->route_id[t * k + s]]++;
+            cb->slot_row[t * k + s] = r;
+            memcpy(cb->xg + (int64_t)r * E, cb->xn + t * E, (size_t)E * sizeof(float));
+        }
+    int64_t R = T * k;
+    matmul_experts(cb, cb->xg, E, 2, (const sl_weight *const[]){moe->gate, moe->up}, (float *const[]){cb->gg, cb->ug},
+                   (const int64_t[]){F, F});
+    glu_job gj = {.gate = cb->gg, .up = cb->ug, .n_ff = F, .act = SL_FFN_SILU};
+    sl_threadpool_run(cb->pool, glu_task, &gj, R);
+    matmul_experts(cb, cb->gg, F, 1, (const sl_weight *const[]){moe->down}, (float *const[]){cb->yg},
+                   (const int64_t[]){E});
+    bool shared = moe->sh_down.data != NULL;
+    if (shared) {
+        const sl_weight *wsh[3] = {&moe->sh_gate, &moe->sh_up, &moe->sh_gate_inp};
+        matmul(cb, cb->xn, E, T, 3, wsh, (float *const[]){cb->gate, cb->up, cb->shg}, (const int64_t[]){S, S, 1});
+        glu_job sj = {.gate = cb->gate, .up = cb->up, .n_ff = S, .act = SL_FFN_SILU};
+        sl_threadpool_run(cb->pool, glu_task, &sj, T);
+        matmul1(cb, cb->gate, S, T, &moe->sh_down, cb->sh_out, E);
+    }
+    moe_sum_job mj = {.cb = cb, .shared = shared};
+    sl_threadpool_run(cb->pool, moe_sum_task, &mj, T);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -384,13 +552,17 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
 
         for (int64_t t = 0; t < T; t++)
             sl_cpu_rmsnorm(cb->xn + t * E, cb->x + t * E, L->ffn_norm, E, hp->norm_eps);
-        const sl_weight *wgu[2] = {&L->w_gate, &L->w_up};
-        float *ygu[2] = {cb->gate, cb->up};
-        int64_t ldgu[2] = {F, F};
-        matmul(cb, cb->xn, E, T, 2, wgu, ygu, ldgu);
-        glu_job gj = {.cb = cb, .n_ff = F, .act = hp->ffn_act};
-        sl_threadpool_run(cb->pool, glu_task, &gj, T);
-        matmul1(cb, cb->gate, F, T, &L->w_down, cb->xn, E);
+        if (L->moe.gate) {
+            moe_ffn(cb, L, T);
+        } else {
+            const sl_weight *wgu[2] = {&L->w_gate, &L->w_up};
+            float *ygu[2] = {cb->gate, cb->up};
+            int64_t ldgu[2] = {F, F};
+            matmul(cb, cb->xn, E, T, 2, wgu, ygu, ldgu);
+            glu_job gj = {.gate = cb->gate, .up = cb->up, .n_ff = F, .act = hp->ffn_act};
+            sl_threadpool_run(cb->pool, glu_task, &gj, T);
+            matmul1(cb, cb->gate, F, T, &L->w_down, cb->xn, E);
+        }
         for (int64_t t = 0; L->post_ffn_norm && t < T; t++)
             sl_cpu_rmsnorm(cb->xn + t * E, cb->xn + t * E, L->post_ffn_norm, E, hp->norm_eps);
         if (hp->residual_scale != 1.0f)
@@ -452,6 +624,19 @@ static void cpu_destroy(sl_backend *b)
     for (int s = 0; s < MAX_FUSED; s++)
         free(cb->act[s]);
     free(cb->inv_freq);
+    free(cb->router);
+    free(cb->route_tmp);
+    free(cb->route_id);
+    free(cb->route_w);
+    free(cb->slot_row);
+    free(cb->grp_off);
+    free(cb->grp_fill);
+    free(cb->xg);
+    free(cb->gg);
+    free(cb->ug);
+    free(cb->shg);
+    free(cb->sh_out);
+    free(cb->mm_entries);
     free(cb);
 }
 
@@ -499,8 +684,29 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
     ALLOC(cb->k, T * kv_dim);
     ALLOC(cb->v, T * kv_dim);
     ALLOC(cb->att, T * q_dim);
-    ALLOC(cb->gate, T * hp->n_ff);
-    ALLOC(cb->up, T * hp->n_ff);
+    /* a MoE model's dense FFN width serves its shared expert only (1: none) */
+    int64_t ff = hp->n_expert > 0 ? (hp->n_ff_shexp > 0 ? hp->n_ff_shexp : 1) : hp->n_ff;
+    ALLOC(cb->gate, T * ff);
+    ALLOC(cb->up, T * ff);
+    int64_t R = T * (hp->n_expert > 0 ? hp->n_expert_used : 1);   /* rows through the experts */
+    if (hp->n_expert > 0) {
+        ALLOC(cb->router, T * hp->n_expert);
+        ALLOC(cb->route_tmp, hp->n_expert);
+        ALLOC(cb->route_id, R);
+        ALLOC(cb->route_w, R);
+        ALLOC(cb->slot_row, R);
+        ALLOC(cb->grp_off, hp->n_expert + 1);
+        ALLOC(cb->grp_fill, hp->n_expert);
+        ALLOC(cb->xg, R * E);
+        ALLOC(cb->gg, R * hp->n_ff_exp);
+        ALLOC(cb->ug, R * hp->n_ff_exp);
+        cb->yg = cb->xg;
+        ALLOC(cb->mm_entries, 2 * hp->n_expert);
+        if (hp->n_ff_shexp > 0) {
+            ALLOC(cb->shg, T);
+            ALLOC(cb->sh_out, T * E);
+        }
+    }
     ALLOC(cb->cos_t, T * half);
     ALLOC(cb->sin_t, T * half);
     ALLOC(cb->tok_seq, T);
@@ -523,14 +729,25 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
     act_need((const sl_weight *const[]){&m->output}, 1, &n_slots, &stride);
     for (int l = 0; m->layers && l < hp->n_layer; l++) {   /* NULL in shape-only test models */
         const sl_layer *L = &m->layers[l];
+        const sl_moe *mo = &L->moe;
         act_need((const sl_weight *const[]){&L->wq, &L->wk, &L->wv}, 3, &n_slots, &stride);
         act_need((const sl_weight *const[]){&L->wo}, 1, &n_slots, &stride);
-        act_need((const sl_weight *const[]){&L->w_gate, &L->w_up}, 2, &n_slots, &stride);
-        act_need((const sl_weight *const[]){&L->w_down}, 1, &n_slots, &stride);
+        if (!mo->gate) {
+            act_need((const sl_weight *const[]){&L->w_gate, &L->w_up}, 2, &n_slots, &stride);
+            act_need((const sl_weight *const[]){&L->w_down}, 1, &n_slots, &stride);
+            continue;
+        }
+        act_need((const sl_weight *const[]){&mo->router}, 1, &n_slots, &stride);
+        act_need((const sl_weight *const[]){&mo->gate[0], &mo->up[0]}, 2, &n_slots, &stride);
+        act_need((const sl_weight *const[]){&mo->down[0]}, 1, &n_slots, &stride);
+        if (mo->sh_down.data) {
+            act_need((const sl_weight *const[]){&mo->sh_gate, &mo->sh_up, &mo->sh_gate_inp}, 3, &n_slots, &stride);
+            act_need((const sl_weight *const[]){&mo->sh_down}, 1, &n_slots, &stride);
+        }
     }
     cb->act_stride = stride;
-    for (int s = 0; s < n_slots; s++)
-        ok = ok && (cb->act[s] = aligned_alloc(64, (size_t)T * stride)) != NULL;
+    for (int s = 0; s < n_slots; s++)   /* R rows: the expert matmuls prepare every routed row at once */
+        ok = ok && (cb->act[s] = aligned_alloc(64, (size_t)R * stride)) != NULL;
 #undef ALLOC
     if (!ok) {
         snprintf(err, SL_ERR_LEN, "cpu backend: out of memory (KV cache %llu MiB for %u blocks, "

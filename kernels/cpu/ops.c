@@ -62,3 +62,38 @@ void sl_cpu_add(float *y, const float *x, int64_t n)
     for (int64_t i = 0; i < n; i++)
         y[i] += x[i];
 }
+
+void sl_cpu_moe_route(const float *logits, int n, int k, bool norm, float *scratch, int32_t *ids, float *w)
+{
+    float mx = logits[0];
+    for (int e = 1; e < n; e++)
+        mx = logits[e] > mx ? logits[e] : mx;
+    double sum = 0.0;
+    for (int e = 0; e < n; e++) {
+        scratch[e] = expf(logits[e] - mx);
+        sum += scratch[e];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int e = 0; e < n; e++)
+        scratch[e] *= inv;
+    /* k passes of a strict-greater scan from index 0: the first maximum
+     * wins ties; a taken expert is marked -1 (below every probability) */
+    double wsum = 0.0;
+    for (int j = 0; j < k; j++) {
+        int best = 0;
+        while (scratch[best] == -1.0f)   /* the first untaken one: k <= n keeps it in range */
+            best++;
+        for (int e = best + 1; e < n; e++)
+            if (scratch[e] > scratch[best])
+                best = e;
+        ids[j] = best;
+        w[j] = scratch[best];
+        wsum += w[j];
+        scratch[best] = -1.0f;
+    }
+    if (norm) {
+        float s = (float)wsum < 6.103515625e-5f ? 6.103515625e-5f : (float)wsum;
+        for (int j = 0; j < k; j++)
+            w[j] /= s;
+    }
+}

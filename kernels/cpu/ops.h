@@ -4,6 +4,7 @@
 #ifndef SL_CPU_OPS_H
 #define SL_CPU_OPS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* y = x / sqrt(mean(x^2) + eps) * w  (w may be NULL: no scale). y may be x. */
@@ -30,5 +31,15 @@ void sl_cpu_scale(float *x, int64_t n, float s);
 
 /* y[i] += x[i] */
 void sl_cpu_add(float *y, const float *x, int64_t n);
+
+/* Mixture-of-experts routing of one token, as llama.cpp's build_moe_ffn
+ * with softmax gating: p = softmax(logits[0..n)) (float, max subtracted,
+ * summed in double), then the k largest p in decreasing order into
+ * ids[0..k) and their p into w[0..k); equal p go to the lower expert index
+ * first, so the choice is a pure function of the logits. norm: w divided
+ * by their sum, floored at 6.103515625e-5 (llama.cpp's guard against 0).
+ * NaN logits still pick k distinct experts (the lowest indices).
+ * scratch: n floats. 1 <= k <= n. */
+void sl_cpu_moe_route(const float *logits, int n, int k, bool norm, float *scratch, int32_t *ids, float *w);
 
 #endif

@@ -223,7 +223,8 @@ template <bool SPLIT, int HD, int KT>
 static __device__ __forceinline__ void attention_rows(float *__restrict__ out, const float *__restrict__ q,
                                                       int n_head, const sl_cuda_kv &kv, const sl_cuda_batch &b,
                                                       int layer, float scale, float softcap, int32_t window,
-                                                      float *__restrict__ part, int hb, int n_hgroups)
+                                                      float *__restrict__ part, int hb, int n_hgroups,
+                                                      const int32_t *__restrict__ rows)
 {
     extern __shared__ float4 smem4[];
     __shared__ const uint8_t *kp[2][TILE];
@@ -245,6 +246,8 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
     blk /= n_hgroups;
     int kvh = (int)(blk % kv.n_head_kv);
     int64_t t = blk / kv.n_head_kv;
+    if (rows)   /* a launch over some of the step's rows */
+        t = rows[t];
     int G = n_head / kv.n_head_kv;
     int h0 = kvh * G + hg * hb;
     int nh = G - hg * hb < hb ? G - hg * hb : hb;
@@ -385,18 +388,19 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
 template <int HD, int KT>
 static __global__ void __launch_bounds__(AT)
 attention_gqa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
-                    sl_cuda_batch b, int layer, float scale, float softcap, int32_t window, int hb, int n_hgroups)
+                    sl_cuda_batch b, int layer, float scale, float softcap, int32_t window, int hb, int n_hgroups,
+                    const int32_t *__restrict__ rows)
 {
-    attention_rows<false, HD, KT>(out, q, n_head, kv, b, layer, scale, softcap, window, NULL, hb, n_hgroups);
+    attention_rows<false, HD, KT>(out, q, n_head, kv, b, layer, scale, softcap, window, NULL, hb, n_hgroups, rows);
 }
 
 template <int HD, int KT>
 static __global__ void __launch_bounds__(AT)
 attention_gqa_tiles_split(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
                           sl_cuda_batch b, int layer, float scale, float softcap, int32_t window,
-                          float *__restrict__ part, int hb, int n_hgroups)
+                          float *__restrict__ part, int hb, int n_hgroups, const int32_t *__restrict__ rows)
 {
-    attention_rows<true, HD, KT>(out, q, n_head, kv, b, layer, scale, softcap, window, part, hb, n_hgroups);
+    attention_rows<true, HD, KT>(out, q, n_head, kv, b, layer, scale, softcap, window, part, hb, n_hgroups, rows);
 }
 
 #define MERGE_THREADS 128
@@ -408,9 +412,11 @@ attention_gqa_tiles_split(float *__restrict__ out, const float *__restrict__ q, 
  * counts the span the row walked). */
 static __global__ void __launch_bounds__(MERGE_THREADS)
 attention_merge_splits(float *__restrict__ out, const float *__restrict__ part, int n_head, int hd,
-                       const int32_t *__restrict__ tok_pos, int S, int32_t window)
+                       const int32_t *__restrict__ tok_pos, int S, int32_t window, const int32_t *__restrict__ rows)
 {
     int64_t t = blockIdx.x / n_head;
+    if (rows)
+        t = rows[t];
     int h = (int)(blockIdx.x % n_head);
     int32_t pos = tok_pos[t];
     int n = sl_cuda_attention_splits((int64_t)pos + 1 - sl_cuda_attention_window_start(pos, window));
@@ -490,8 +496,19 @@ sl_status sl_cuda_attention_layer(float *out, const float *q, int64_t T, int n_h
                                   const sl_cuda_batch *batch, int layer, int64_t n_ctx, const sl_cuda_attn_opts *opts,
                                   float *scratch, int64_t scratch_floats, cudaStream_t stream)
 {
-    if (T < 1)
+    return sl_cuda_attention_layer_rows(out, q, T, NULL, T, n_head, kv, batch, layer, n_ctx, opts, scratch,
+                                        scratch_floats, stream);
+}
+
+sl_status sl_cuda_attention_layer_rows(float *out, const float *q, int64_t T, const int32_t *rows, int64_t n_rows,
+                                       int n_head, const sl_cuda_kv *kv, const sl_cuda_batch *batch, int layer,
+                                       int64_t n_ctx, const sl_cuda_attn_opts *opts, float *scratch,
+                                       int64_t scratch_floats, cudaStream_t stream)
+{
+    if (T < 1 || n_rows < 1)
         return SL_OK;
+    if (n_rows > T || (!rows && n_rows != T))
+        return SL_EINVAL;
     int hd = kv->head_dim;
     if (hd > SL_CUDA_ATTN_MAX_HEAD_DIM || hd % 4 != 0 || kv->n_head_kv < 1 || n_head % kv->n_head_kv != 0 ||
         T * n_head > 0x7fffffff || opts->window < 0 || !(opts->softcap >= 0.0f) ||
@@ -502,7 +519,7 @@ sl_status sl_cuda_attention_layer(float *out, const float *q, int64_t T, int n_h
         n_ctx = opts->window;
     /* a group of G query heads takes ceil(G / HB) blocks of at most HB heads each */
     int G = n_head / kv->n_head_kv, n_hgroups = (G + HB - 1) / HB, hb = (G + n_hgroups - 1) / n_hgroups;
-    int64_t blocks = T * kv->n_head_kv * n_hgroups;
+    int64_t blocks = n_rows * kv->n_head_kv * n_hgroups;
     size_t smem = (size_t)(smem_bytes(kv->type, hd) - (int64_t)(HB - hb) * hd * 4);   /* q rows: hb of HB */
     TRY_PREPARE();
     float scale = opts->scale, softcap = opts->softcap;
@@ -515,11 +532,11 @@ sl_status sl_cuda_attention_layer(float *out, const float *q, int64_t T, int n_h
     do {                                                                                                          \
         if (S == 1)   /* no row splits: the plain launch */                                                      \
             attention_gqa_tiles<HD, KT><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale,    \
-                                                                     softcap, window, hb, n_hgroups);             \
+                                                                     softcap, window, hb, n_hgroups, rows);       \
         else                                                                                                      \
             attention_gqa_tiles_split<HD, KT><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer,     \
                                                                            scale, softcap, window, scratch, hb,   \
-                                                                           n_hgroups);                            \
+                                                                           n_hgroups, rows);                      \
     } while (0)
 #define LAUNCH_HD(KT)                          \
     do {                                       \
@@ -540,8 +557,9 @@ sl_status sl_cuda_attention_layer(float *out, const float *q, int64_t T, int n_h
     SL_CUDA_CHECK_LAUNCH();
     if (S == 1)
         return SL_OK;
-    attention_merge_splits<<<(unsigned)(T * n_head), MERGE_THREADS, 0, stream>>>(out, scratch, n_head, hd,
-                                                                                 batch->tok_pos, S, window);
+    attention_merge_splits<<<(unsigned)(n_rows * n_head), MERGE_THREADS, 0, stream>>>(out, scratch, n_head, hd,
+                                                                                      batch->tok_pos, S, window,
+                                                                                      rows);
     SL_CUDA_CHECK_LAUNCH();
     return SL_OK;
 }

@@ -147,4 +147,17 @@ sl_status sl_cuda_attention_layer(float *out, const float *q, int64_t T, int n_h
                                   const sl_cuda_batch *batch, int layer, int64_t n_ctx, const sl_cuda_attn_opts *opts,
                                   float *scratch, int64_t scratch_floats, cudaStream_t stream);
 
+/* The same over some of the step's T rows: rows (device, n_rows entries,
+ * each in [0, T), distinct) names them; the others' outputs are not
+ * written. A row's output is bitwise what the full launch gives it (its
+ * splits and their order depend on the row alone), so a step may send some
+ * rows here and the rest to another kernel (forward.cu: the decode rows of
+ * a flash-attention step). rows NULL with n_rows == T is
+ * sl_cuda_attention_layer. Scratch as for T rows. SL_EINVAL also for
+ * n_rows > T, or rows NULL with n_rows != T. */
+sl_status sl_cuda_attention_layer_rows(float *out, const float *q, int64_t T, const int32_t *rows, int64_t n_rows,
+                                       int n_head, const sl_cuda_kv *kv, const sl_cuda_batch *batch, int layer,
+                                       int64_t n_ctx, const sl_cuda_attn_opts *opts, float *scratch,
+                                       int64_t scratch_floats, cudaStream_t stream);
+
 #endif

@@ -265,6 +265,14 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
                  hp->head_dim, SL_CUDA_ATTN_MAX_HEAD_DIM, hp->n_head, hp->n_head_kv);
         return SL_EUNSUPPORTED;
     }
+    /* mixture-of-experts FFNs have no CUDA kernels yet: refused here, so
+     * --device auto falls back to the CPU backend (kernels/backend.c) and
+     * --device cuda fails at load with this line */
+    if (m->hp.n_expert > 0) {
+        snprintf(err, SL_ERR_LEN, "cuda backend: %s with %d experts (a mixture of experts) is computed by the CPU "
+                 "backend only (--device cpu)", m->arch_name, m->hp.n_expert);
+        return SL_EUNSUPPORTED;
+    }
     if (!check_types(m, err))
         return SL_EUNSUPPORTED;
     if (cfg->kv_block_size < 1 || cfg->max_batch_tokens < 1 || cfg->max_ctx < 1) {
@@ -401,9 +409,10 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         }
         int64_t per_seq = ((int64_t)cfg->max_ctx + cfg->kv_block_size - 1) / cfg->kv_block_size;
         int64_t tab = T * per_seq < (4 << 20) ? T * per_seq : (4 << 20);
-        if (sl_cuda_forward_meta_reserve(cb, 4 * T + tab) < 0)
+        /* rows, their tables, and a flash-attention step's groups and decode rows (3 per row at most) */
+        if (sl_cuda_forward_meta_reserve(cb, 7 * T + tab) < 0)
             FAIL(SL_ENOMEM, "cuda backend: per-step staging (%llu MiB) does not fit",
-                 MIB((uint64_t)(4 * T + tab) * 4));
+                 MIB((uint64_t)(7 * T + tab) * 4));
 
         rc = setup_gemm(cb, err);
         if (rc != SL_OK)
@@ -462,6 +471,17 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         snprintf(err, SL_ERR_LEN, "cuda backend: attention kernels: %s", cudaGetErrorString(cudaGetLastError()));
         rc = SL_EBACKEND;
         goto fail;
+    }
+    {
+        /* flash attention for prefill steps: f16 cache and the head shapes its kernel takes; a
+         * device that cannot give its shared memory keeps the split kernel (the error is not sticky) */
+        const char *fa = getenv("SLUICE_CUDA_FLASH_ATTN");
+        cb->fa_ok = !(fa && !strcmp(fa, "0")) && sl_cuda_fa_supported(&cb->kv, hp->n_head);
+        if (cb->fa_ok && sl_cuda_attention_fa_prepare() < 0) {
+            cudaGetLastError();
+            fprintf(stderr, "cuda backend: flash attention off: its shared memory was refused\n");
+            cb->fa_ok = false;
+        }
     }
     if (sl_cuda_sampler_create(hp->n_vocab, &cb->sampler) < 0) {
         snprintf(err, SL_ERR_LEN, "cuda backend: out of host memory");

@@ -6,7 +6,8 @@
  *            here locks.
  * Ownership: backend.cu allocates every buffer at creation and frees it in
  *            its destroy slot. forward.cu writes only the per-step fields
- *            (use_gemm, step_ctx, sampler_gen, graph_max), the graph table's
+ *            (use_gemm, use_fa, fa_groups, fa_decode, fa_off, step_ctx, sampler_gen,
+ *            graph_max), the graph table's
  *            slots and the pinned logits array, and grows the staging only
  *            through sl_cuda_forward_meta_reserve(). */
 #ifndef SL_CUDA_BACKEND_CUH
@@ -18,6 +19,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_fa.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/paged.cuh"
@@ -62,7 +64,8 @@ typedef struct {
     float *logits;               /* (logit_rows, n_vocab) */
 
     /* per-step integers: host pinned staging, mirrored on the device:
-     * [tokens T | tok_pos T | tok_table T | out_rows T | blocks cap] */
+     * [tokens T | tok_pos T | tok_table T | out_rows T | blocks | FA steps only: query groups
+     *  2 fa_groups | decode rows fa_decode] */
     int32_t *meta_h, *meta_d;
     int64_t meta_cap;            /* int32 entries both hold */
 
@@ -81,6 +84,14 @@ typedef struct {
     __half *f16;                 /* one allocation holding every matrix's float16 copy */
     int64_t gemm_min;
     bool use_gemm;               /* this step's choice (forward_steps) */
+    /* flash attention on tensor cores (attention_fa.cuh) for steps that take
+     * the tensor-core path and carry a prompt chunk: fa_ok says the model and
+     * cache allow it and SLUICE_CUDA_FLASH_ATTN is not 0 (read at creation) */
+    bool fa_ok;
+    bool use_fa;                 /* this step's choice (forward_steps) */
+    int64_t fa_groups;           /* this step's query groups: (start, end) pairs staged at meta + fa_off */
+    int64_t fa_decode;           /* its decode rows, listed after the pairs, for the split kernel */
+    int64_t fa_off;
     int64_t step_ctx;            /* this step's longest context, max(pos) + 1 (forward_steps) */
 
     /* the caller's logits array, page-locked in place so copies to it run at

@@ -25,6 +25,7 @@
 
 #include "kernels/cuda/alloc.cuh"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_fa.cuh"
 #include "kernels/cuda/backend.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/eltwise.cuh"
@@ -110,7 +111,12 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
     int64_t n_tab = 0;
     for (int32_t i = 0; i < n_seqs; i++)
         n_tab += ((int64_t)seqs[i].pos + seqs[i].n_tokens + bs - 1) / bs;
-    TRY(sl_cuda_forward_meta_reserve(cb, 4 * Tmax + n_tab));
+    int64_t n_rows = 0;
+    for (int32_t i = 0; i < n_seqs; i++)
+        n_rows += seqs[i].n_tokens;
+    /* a flash-attention step's groups (two entries each, at most one per row) and decode rows follow the tables */
+    int64_t n_fa = cb->use_fa ? 3 * n_rows : 0;
+    TRY(sl_cuda_forward_meta_reserve(cb, 4 * Tmax + n_tab + n_fa));
     int32_t *tokens = cb->meta_h, *tok_pos = tokens + Tmax, *tok_table = tok_pos + Tmax;
     int32_t *out_rows = tok_table + Tmax, *blocks = out_rows + Tmax;
     int64_t T = 0, n_out = 0, off = 0;
@@ -127,7 +133,31 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
         }
         off += need;
     }
-    SL_CUDA_CHECK(cudaMemcpyAsync(cb->meta_d, cb->meta_h, (size_t)(4 * Tmax + n_tab) * sizeof(int32_t),
+    cb->fa_groups = cb->fa_decode = 0;
+    cb->fa_off = 4 * Tmax + n_tab;
+    if (cb->use_fa) {
+        /* prompt chunks: query groups (sequence by sequence cuts the same, a
+         * sequence always starts a group); decode rows: a list for the split
+         * kernel, written after the groups once their count is known */
+        const sl_hparams *hp = &cb->base.model->hp;
+        int qp = sl_cuda_fa_group_positions(hp->n_head / hp->n_head_kv);
+        int32_t *g = cb->meta_h + cb->fa_off, *dec = g + 2 * T;   /* dec: moved down below */
+        int64_t t0 = 0;
+        for (int32_t i = 0; i < n_seqs; t0 += seqs[i].n_tokens, i++) {
+            if (seqs[i].n_tokens == 1 && !seqs[i].prompt) {
+                dec[cb->fa_decode++] = (int32_t)t0;
+                continue;
+            }
+            int32_t *gi = g + 2 * cb->fa_groups;
+            int64_t n = sl_cuda_fa_groups(tok_pos + t0, tok_table + t0, seqs[i].n_tokens, qp, gi);
+            for (int64_t j = 0; j < 2 * n; j++)
+                gi[j] += (int32_t)t0;
+            cb->fa_groups += n;
+        }
+        memmove(g + 2 * cb->fa_groups, dec, (size_t)cb->fa_decode * sizeof(int32_t));
+        n_fa = 2 * cb->fa_groups + cb->fa_decode;
+    }
+    SL_CUDA_CHECK(cudaMemcpyAsync(cb->meta_d, cb->meta_h, (size_t)(4 * Tmax + n_tab + n_fa) * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, cb->stream));
     *T_out = T;
     *n_out_out = n_out;
@@ -189,8 +219,16 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
         TRY(sl_cuda_qkv_post(cb->q, cb->k, cb->v, T, &p, &cb->kv, &batch, l, st));
         sl_cuda_profile_mark(pf, SL_PROF_ROPE, st);
         sl_cuda_attn_opts ao = {hp->attn_scale, hp->attn_softcap, L->window};
-        TRY(sl_cuda_attention_layer(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, l, cb->step_ctx, &ao,
-                                    cb->att_split, cb->att_split_floats, st));
+        if (cb->use_fa) {
+            /* prompt rows by flash attention, decode rows (if any) by the split kernel */
+            const int32_t *groups = cb->meta_d + cb->fa_off, *dec = groups + 2 * cb->fa_groups;
+            TRY(sl_cuda_attention_fa(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, groups, cb->fa_groups, l, &ao,
+                                     st));
+            TRY(sl_cuda_attention_layer_rows(cb->att, cb->q, T, dec, cb->fa_decode, hp->n_head, &cb->kv, &batch, l,
+                                             cb->step_ctx, &ao, cb->att_split, cb->att_split_floats, st));
+        } else
+            TRY(sl_cuda_attention_layer(cb->att, cb->q, T, hp->n_head, &cb->kv, &batch, l, cb->step_ctx, &ao,
+                                        cb->att_split, cb->att_split_floats, st));
         sl_cuda_profile_mark(pf, SL_PROF_ATTN, st);
         TRY(mm(cb, &L->wo, cb->att, q_dim, T, cb->xn, E));
         if (L->post_attn_norm)   /* in place; the residual add stays fused into the next norm */
@@ -336,7 +374,15 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
             cb->step_ctx = (int64_t)seqs[i].pos + seqs[i].n_tokens;
     }
 
-    int64_t T, n_out;
+    int64_t T, n_out, n_rows = 0;
+    for (int32_t i = 0; i < n_seqs; i++)
+        n_rows += seqs[i].n_tokens;
+    cb->use_gemm = cb->gemm && (n_rows >= cb->gemm_min || !decode);
+    /* flash attention for the prompt rows of a step with a prompt chunk on
+     * the tensor-core path; its decode rows and decode-only steps keep the
+     * split kernel (whose rows do not depend on what else it computes), so
+     * the rule is per row, and no FA launch is ever held in a graph */
+    cb->use_fa = cb->use_gemm && !decode && cb->fa_ok;
     sl_cuda_profile_begin(cb->prof, st);
     TRY(stage_batch(cb, seqs, n_seqs, &T, &n_out));
     if (reqs && fill)
@@ -345,7 +391,6 @@ static sl_status forward_steps(sl_backend *b, const sl_batch_seq *seqs, int32_t 
         TRY(sl_cuda_sampler_stage(cb->sampler, reqs, n_seqs, st));
     else
         pin_logits(cb, logits, (size_t)(n_out * V) * sizeof(float));
-    cb->use_gemm = cb->gemm && (T >= cb->gemm_min || !decode);
     /* a decode graph that draws holds the sampler's launch: every row must
      * draw, and the staging it points into must be the one it was captured
      * with (the sampler reallocates it when a step outgrows it) */

@@ -1,5 +1,6 @@
 """A float64 numpy forward pass for the llama, qwen2, qwen3, gemma2, gemma3,
-granite and phi3 architectures that reads a GGUF file only through the `gguf` package (its
+granite and phi3 architectures and the mixture-of-experts qwen2moe, qwen3moe
+and Mixtral (llama with llama.expert_count > 0) that reads a GGUF file only through the `gguf` package (its
 reader and its reference dequantizers). This is the engine's reference:
 nothing in it comes from sluice's C code. One exception: Q8_1, which the
 package cannot read (its size table keeps the old 40-byte block_q8_1 with
@@ -29,6 +30,14 @@ rope_factors_long when the context the model is run with (max_ctx, default
 4096, fwdump's) exceeds rope.scaling.original_context_length, else by
 rope_factors_short; cos and sin of every rotated pair times
 rope.scaling.attn_factor.
+
+Mixture of experts, as llama.cpp's build_moe_ffn: router logits
+blk.N.ffn_gate_inp . x, softmax over all experts, the expert_used_count
+largest (ties to the lower index), weights renormalised to sum 1 on
+qwen3moe and Mixtral (not qwen2moe), each expert e computing
+down_e(silu(gate_e x) * up_e x) from the 3-D tensors ffn_{gate,up,down}_exps
+(numpy shape (n_expert, rows, cols)); qwen2moe adds the shared expert
+ffn_{gate,up,down}_shexp times sigmoid(ffn_gate_inp_shexp . x).
 
 Before each weight matmul the input row is rounded the way llama.cpp (and the
 engine by default) feeds it to a weight of that type: 8-bit Q8_0 blocks of 32
@@ -130,7 +139,10 @@ class Model:
         self.n_ctx_orig = _field(r, f"{a}.rope.scaling.original_context_length", _field(r, f"{a}.context_length"))
         self.rope_mscale = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
         self.max_ctx = max_ctx
-        self.neox = a in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3")
+        self.neox = a in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen2moe", "qwen3moe")
+        self.n_expert = _field(r, f"{a}.expert_count", 0) if a in ("llama", "qwen2moe", "qwen3moe") else 0
+        self.n_expert_used = _field(r, f"{a}.expert_used_count", 0)
+        self.moe_norm = a in ("llama", "qwen3moe")
         granite = (lambda k, d: (_field(r, f"granite.{k}", 0.0) or d)) if a == "granite" else (lambda k, d: d)
         self.embd_scale = granite("embedding_scale", 1.0)
         self.attn_scale = granite("attention.scale", 1.0 / np.sqrt(self.head_dim))
@@ -152,7 +164,7 @@ class Model:
                 # block min m: bytes 2-3 of each block (after d), fp16
                 raw = np.asarray(t.data, dtype=np.uint8).reshape(-1, MIN_TYPES[t.tensor_type.name])
                 m = raw[:, 2:4].copy().view(np.float16)[:, 0].astype(np.float64)
-                self.mins[t.name] = m.reshape(shape[0], -1)
+                self.mins[t.name] = m.reshape(*shape[:-1], -1)   # (..., rows, blocks)
         if a == "phi3":
             self._split_fused()
         out = "output.weight" if "output.weight" in self.t else "token_embd.weight"
@@ -181,14 +193,40 @@ class Model:
                         self.mins[p + name] = mins[r0:r0 + n]
                     r0 += n
 
-    def _mm(self, x, w, wtype, name=None):
-        """x @ w.T with x rounded as activations for a weight of type wtype."""
+    def _mm(self, x, w, wtype, name=None, mins=None):
+        """x @ w.T with x rounded as activations for a weight of type wtype
+        (mins: the block mins of w when not self.mins[name], e.g. one expert's)."""
         if not self.act_quant:
             return x @ w.T
         y = act_round(x, wtype) @ w.T
         if wtype in MIN_TYPES:
-            y = y + q8_1_sum_error(x) @ self.mins[name].T
+            y = y + q8_1_sum_error(x) @ (self.mins[name] if mins is None else mins).T
         return y
+
+    def _moe(self, h, p):
+        """The MoE FFN of rows h (T, n_embd) in layer prefix p."""
+        mm = lambda x, n, e=None: self._mm(x, self.t[p + n] if e is None else self.t[p + n][e], self.types[p + n],
+                                           p + n, None if e is None else self.mins.get(p + n, [None] * (e + 1))[e])
+        logits = mm(h, "ffn_gate_inp.weight")
+        pr = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        pr /= pr.sum(axis=-1, keepdims=True)
+        k = self.n_expert_used
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            order = sorted(range(self.n_expert), key=lambda e: (-pr[t, e], e))[:k]
+            w = pr[t, order]
+            if self.moe_norm:
+                w = w / max(w.sum(), 6.103515625e-5)
+            for e, we in zip(order, w):
+                x = h[t:t + 1]
+                gate, up = mm(x, "ffn_gate_exps.weight", e), mm(x, "ffn_up_exps.weight", e)
+                out[t] += we * mm(gate / (1 + np.exp(-gate)) * up, "ffn_down_exps.weight", e)[0]
+        if p + "ffn_down_shexp.weight" in self.t:
+            gate, up = mm(h, "ffn_gate_shexp.weight"), mm(h, "ffn_up_shexp.weight")
+            sh = mm(gate / (1 + np.exp(-gate)) * up, "ffn_down_shexp.weight")
+            gi = mm(h, "ffn_gate_inp_shexp.weight")           # (T,)
+            out = out + sh / (1 + np.exp(-gi))[:, None]
+        return out
 
     def _slides(self, l):
         if not self.window:
@@ -259,12 +297,15 @@ class Model:
             o = mm(att, "attn_output.weight")
             x = x + (self._norm(o, g("post_attention_norm.weight")) if self.gemma else o) * self.residual_scale
             h = self._norm(x, g("ffn_norm.weight"))
-            gate, up = mm(h, "ffn_gate.weight"), mm(h, "ffn_up.weight")
-            if self.gemma:
-                act = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3)))
+            if self.n_expert:
+                o = self._moe(h, p)
             else:
-                act = gate / (1 + np.exp(-gate))
-            o = mm(act * up, "ffn_down.weight")
+                gate, up = mm(h, "ffn_gate.weight"), mm(h, "ffn_up.weight")
+                if self.gemma:
+                    act = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3)))
+                else:
+                    act = gate / (1 + np.exp(-gate))
+                o = mm(act * up, "ffn_down.weight")
             x = x + (self._norm(o, g("post_ffw_norm.weight")) if self.gemma else o) * self.residual_scale
         out = self._mm(self._norm(x, self.t["output_norm.weight"]), self.output, self.output_type,
                        self.output_name)

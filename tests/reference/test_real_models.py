@@ -28,45 +28,11 @@ import numpy as np
 import pytest
 
 from paths import tool
+from real_models import MODELS, STEPS, first_logprob, llama_greedy, open_llama
 from test_tokenizer import corpus
 
-STEPS = 48
 AGREE = 0.6
 LOGPROB_TOL = 0.1
-
-MODELS = {
-    "qwen2.5-coder-0.5b": {
-        "specials": ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>",
-                     "<|fim_suffix|>", "<|repo_name|>", "<|file_sep|>"],
-        "prompts": [
-            ("plain", "def fibonacci(n):"),
-            ("plain", "The capital of France is"),
-            ("plain", "# A function that reverses a string in C\n"),
-            ("special", "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
-                        "Write a Python function that checks whether a number is prime.<|im_end|>\n"
-                        "<|im_start|>assistant\n"),
-            ("special", "<|im_start|>user\nWhat is a linked list?<|im_end|>\n<|im_start|>assistant\n"),
-            ("plain", "SELECT name, COUNT(*) FROM users"),
-            ("plain", "import numpy as np\n\nx = np.arange(10)\n"),
-            ("plain", "Les trois couleurs du drapeau français sont"),
-        ],
-    },
-    "gemma-3-270m": {
-        "specials": ["<bos>", "<eos>", "<pad>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>",
-                     "<mask>"],
-        "prompts": [
-            ("plain", "The capital of France is"),
-            ("plain", "Once upon a time, in a small village,"),
-            ("plain", "I believe the meaning of life is"),
-            ("plain", "def fibonacci(n):"),
-            ("special", "<start_of_turn>user\nWhat is the tallest mountain?<end_of_turn>\n<start_of_turn>model\n"),
-            ("plain", "The three primary colors are"),
-            ("plain", "Water boils at"),
-            ("plain", "Der schnellste Weg nach Berlin ist"),
-        ],
-    },
-}
-
 
 _loaded = {}
 
@@ -88,18 +54,8 @@ def llm_for(llama_cpp, path, vocab_only=False, f32_kv=False):
             old = _loaded.pop((str(path), True, False), None)
             if old is not None:
                 old.close()
-            kv = {"type_k": 0, "type_v": 0} if f32_kv else {}   # 0: GGML_TYPE_F32
-            _loaded[key] = llama_cpp.Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2,
-                                           logits_all=True, verbose=False, **kv)
+            _loaded[key] = open_llama(llama_cpp, path, f32_kv)
     return _loaded[key]
-
-
-def first_logprob(llm, ids, tok):
-    """llama.cpp's logprob of token `tok` after the prompt `ids`."""
-    llm.reset()
-    llm.eval(ids)
-    row = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-    return float(row[tok] - np.logaddexp.reduce(row))
 
 
 def tokcheck(path, mode, strings):
@@ -126,21 +82,6 @@ def test_prompt_tokens_match_llamacpp(name, real_model, llama_cpp):
             if a != b:
                 bad.append((s, a[:16], b[:16]))
         assert not bad, f"{name} {mode}: {len(bad)} of {len(strings)} differ; first: {bad[0]!r}"[:2000]
-
-
-def llama_greedy(llm, ids):
-    llm.reset()
-    llm.eval(ids)
-    out = []
-    first = None
-    for _ in range(STEPS):
-        row = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-        nxt = int(np.argmax(row))
-        if first is None:
-            first = (nxt, float(row[nxt] - np.logaddexp.reduce(row)))
-        out.append(nxt)
-        llm.eval([nxt])
-    return out, first
 
 
 def sluice_greedy(path, ids, tmp_path, n_vocab):

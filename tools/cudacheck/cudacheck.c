@@ -16,7 +16,9 @@
  * float64 host references; then sl_cuda_selftest_window in
  * kernels/cuda/selftest_window.cu: sliding windows and soft caps; then
  * sl_cuda_selftest_kv in kernels/cuda/selftest_kv.cu: the K/V writer of
- * each storage type), which points at the kernel when a model fails.
+ * each storage type; then sl_cuda_selftest_fa in kernels/cuda/selftest_fa.cu:
+ * the tensor-core flash attention of prefill steps), which points at the
+ * kernel when a model fails.
  * Per model:
  *  1. cpu vs cuda: one sequence, the prompt prefilled in chunks (logits of
  *     every row), then --gen greedy decode steps fed the CPU's argmax: the
@@ -620,6 +622,13 @@ static int run_ops(void)
     if (f >= 0 && kv) {
         int fk = kv(stdout);
         f = fk < 0 ? fk : f + fk;
+    }
+    /* the tensor-core flash attention of prefill steps (kernels/cuda/selftest_fa.cu) */
+    int (*fa)(FILE *);
+    *(void **)&fa = dlsym(h, "sl_cuda_selftest_fa");
+    if (f >= 0 && fa) {
+        int ff = fa(stdout);
+        f = ff < 0 ? ff : f + ff;
     }
     fflush(stdout);
     printf("result kernels %s\n", f == 0 ? "PASS" : f < 0 ? "could not run" : "FAIL");

@@ -2,11 +2,13 @@
  * prefill and decode tok/s of a model at a given batch size, and the machine's
  * memory read bandwidth (the roofline of memory-bound decode).
  *
- *   enginebench -m MODEL [--batch B] [--prompt N] [--gen G] [--threads T] [--reps R] [--device cpu|cuda]
+ *   enginebench -m MODEL [--batch B] [--prompt N] [--gen G] [--chunk C] [--threads T] [--reps R]
+ *               [--device cpu|cuda]
  *   enginebench --membw [--threads T]
  *
  * B sequences each get an N-token prompt of fixed pseudo-random ids; they are
- * prefilled together (chunks of at most 512 tokens per forward call), then
+ * prefilled together (at most C tokens per forward call, default 512, which is
+ * also the backend's max_batch_tokens), then
  * decoded G steps with one token each per step (greedy, fed back, drawn by
  * sl_backend_forward_sample as in serving: on the device for CUDA, on the
  * compute threads for the CPU). The best of R repetitions is printed, one
@@ -22,7 +24,7 @@
 #include "model/model.h"
 
 #define BLOCK SL_KV_BLOCK_TOKENS
-#define PREFILL_CHUNK 512
+#define PREFILL_CHUNK 512   /* default --chunk */
 
 static double now_s(void)
 {
@@ -82,6 +84,7 @@ int main(int argc, char **argv)
 {
     const char *path = NULL, *device = "cpu";
     int batch = 1, prompt = 128, gen = 32, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), reps = 2, bw = 0;
+    int chunk = PREFILL_CHUNK;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--membw")) { bw = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "enginebench: %s needs a value\n", argv[i]); return 2; }
@@ -89,6 +92,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--batch")) batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gen")) gen = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--chunk")) chunk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--device")) device = argv[++i];   /* cuda: tools/gpu-bench.sh */
@@ -96,9 +100,9 @@ int main(int argc, char **argv)
     }
     if (bw)
         return membw(threads);
-    if (!path || batch < 1 || batch > 256 || prompt < 1 || gen < 1 || threads < 1 || reps < 1) {
-        fprintf(stderr, "usage: enginebench -m MODEL [--batch B] [--prompt N] [--gen G] [--threads T] [--reps R]\n"
-                        "                   [--device cpu|cuda]\n"
+    if (!path || batch < 1 || batch > 256 || prompt < 1 || gen < 1 || chunk < 1 || threads < 1 || reps < 1) {
+        fprintf(stderr, "usage: enginebench -m MODEL [--batch B] [--prompt N] [--gen G] [--chunk C] [--threads T]\n"
+                        "                   [--reps R] [--device cpu|cuda]\n"
                         "       enginebench --membw [--threads T]\n");
         return 2;
     }
@@ -109,7 +113,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int ctx = prompt + gen, per_seq = (ctx + BLOCK - 1) / BLOCK, V = m->hp.n_vocab;
-    int max_tokens = batch * prompt < PREFILL_CHUNK ? batch * prompt : PREFILL_CHUNK;
+    int max_tokens = batch * prompt < chunk ? batch * prompt : chunk;
     if (max_tokens < batch)
         max_tokens = batch;
     sl_backend_config cfg = {.device = device, .n_threads = threads, .kv_block_size = BLOCK,
@@ -144,7 +148,7 @@ int main(int argc, char **argv)
             for (int j = 0; j < prompt; j++)
                 tokens[s * ctx + j] = (int32_t)((s * 7919 + j * 104729 + 17) % V);
         double t0 = now_s();
-        /* prefill: fill each call with up to PREFILL_CHUNK tokens across sequences */
+        /* prefill: fill each call with up to max_tokens (--chunk) tokens across sequences */
         int s = 0, done = 0;
         while (s < batch) {
             int nb = 0, budget = max_tokens;
@@ -189,7 +193,8 @@ int main(int argc, char **argv)
            sl_backend_describe(b),
            sl_backend_samples(b) ? "tokens drawn by the backend (on the device for cuda)"
                                  : "tokens drawn on the host (the interface's default)");
-    printf("prefill: batch %d x %d tokens: %.1f tok/s\n", batch, prompt, batch * prompt / best_prefill);
+    printf("prefill: batch %d x %d tokens in calls of up to %d: %.1f tok/s\n", batch, prompt, max_tokens,
+           batch * prompt / best_prefill);
     printf("decode: batch %d x %d steps: %.1f tok/s aggregate, %.1f ms/step, %.1f GB/s of weights\n", batch,
            gen, batch * gen / best_decode, best_decode * 1e3 / gen, gb * gen / best_decode);
     free(tokens);

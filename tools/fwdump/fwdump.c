@@ -3,7 +3,7 @@
  * llama.cpp) and the batch-invariance tests.
  *
  *   fwdump -m MODEL --tokens 1,2,3 [--steps N] [--chunk C] [--threads T]
- *          [--out FILE] [--batch-with M] [--max-ctx P]
+ *          [--out FILE] [--batch-with M] [--max-ctx P] [--device cpu|cuda]
  *
  * Feeds the prompt in chunks of C tokens (logits for every position), then N
  * greedy decode steps. FILE receives float32 rows, (n_prompt + N) x n_vocab.
@@ -11,7 +11,9 @@
  * carries M unrelated sequences of other lengths (a different prompt each),
  * whose logits are discarded: the output must not change. --max-ctx sets the
  * backend's context size (default 4096, the most it takes), which picks a
- * longrope model's factor table (model.h, sl_model_rope_divisors). */
+ * longrope model's factor table (model.h, sl_model_rope_divisors).
+ * --device picks the backend (default cpu; cuda for the GPU machine's
+ * checks of real files against the CPU and llama.cpp). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +55,7 @@ typedef struct {
 
 int main(int argc, char **argv)
 {
-    const char *model_path = NULL, *tokens_arg = NULL, *out_path = NULL;
+    const char *model_path = NULL, *tokens_arg = NULL, *out_path = NULL, *device = "cpu";
     int steps = 0, chunk = 512, threads = 1, batch_with = 0, max_ctx = MAX_TOKENS;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-m")) model_path = argv[i + 1];
@@ -64,15 +66,16 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch-with")) batch_with = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--max-ctx")) max_ctx = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--device")) device = argv[i + 1];
         else {
             fprintf(stderr, "fwdump: unknown option %s\n", argv[i]);
             return 2;
         }
     }
     if (!model_path || !tokens_arg || chunk < 1 || steps < 0 || batch_with < 0 || batch_with > 16 ||
-        max_ctx < 1 || max_ctx > MAX_TOKENS) {
+        max_ctx < 1 || max_ctx > MAX_TOKENS || (strcmp(device, "cpu") && strcmp(device, "cuda"))) {
         fprintf(stderr, "usage: fwdump -m MODEL --tokens 1,2,3 [--steps N] [--chunk C] [--threads T] "
-                        "[--out FILE] [--batch-with M] [--max-ctx P (1-%d)]\n", MAX_TOKENS);
+                        "[--out FILE] [--batch-with M] [--max-ctx P (1-%d)] [--device cpu|cuda]\n", MAX_TOKENS);
         return 2;
     }
     char err[SL_ERR_LEN];
@@ -101,7 +104,7 @@ int main(int argc, char **argv)
             seqs[s].blocks[b] = b * n_seq + (n_seq - 1 - s);
 
     int max_batch = chunk * n_seq + n_seq;
-    sl_backend_config cfg = {.device = "cpu", .n_threads = threads, .kv_block_size = BLOCK,
+    sl_backend_config cfg = {.device = device, .n_threads = threads, .kv_block_size = BLOCK,
                              .n_kv_blocks = (uint32_t)(blocks_per_seq * n_seq),
                              .max_batch_tokens = max_batch, .max_ctx = max_ctx};
     sl_backend *b;

@@ -37,6 +37,9 @@ typedef struct {
     int window;                     /* gemma: attention.sliding_window */
     int n_rot;                      /* rope.dimension_count: rotated dims per head; 0 = head_dim */
     int longrope_orig;              /* > 0: longrope tables and keys, this original context (phi3) */
+    int n_expert, n_expert_used;    /* > 0: every FFN a mixture of experts (qwen2moe, qwen3moe, llama = Mixtral) */
+    int n_ff_exp;                   /* qwen*moe: each expert's width (Mixtral's experts are n_ff wide) */
+    int n_ff_shexp;                 /* qwen2moe: the shared expert's width */
 } shape;
 
 /* Real shapes: the tiny ones keep real ratios (GQA, head_dim 64/128) at dims
@@ -52,19 +55,29 @@ typedef struct {
  * the K and V row ranges differ from Q's) and partial rotary (48 of 64
  * dims, as Phi-4 mini rotates 3/4 of each head); tiny-phi3-longrope adds
  * Phi-3 128k's longrope (long and short factor tables, an original context
- * of 512 in 8192, and the attention factor its converter writes). */
+ * of 512 in 8192, and the attention factor its converter writes).
+ * The MoE ones: tiny-qwen3moe (8 experts, top 2, renormalised), tiny-qwen2moe
+ * (4 experts, top 2, not renormalised, plus the gated shared expert and
+ * qwen2's biases), tiny-mixtral (llama with 8 experts of n_ff, top 2);
+ * 30b-a3b is Qwen3-30B-A3B's shape and mixtral-8x7b Mixtral 8x7B's (for
+ * GPU benchmarks; vocabularies of their real sizes). */
 static const shape presets[] = {
-    {"tiny-llama", "llama", 256, 2, 4, 2, 64, 768, 2048, 0, 10000.0f, 0, 0, 0, 0, 0},
-    {"tiny-llama3", "llama", 512, 2, 8, 2, 64, 1536, 4096, 0, 500000.0f, 32.0f, 1, 0, 0, 0},
-    {"tiny-qwen2", "qwen2", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0, 0},
-    {"tiny-qwen3", "qwen3", 256, 3, 4, 2, 128, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0, 0},
-    {"tiny-gemma2", "gemma2", 256, 2, 4, 2, 128, 768, 8192, 0, 10000.0f, 0, 1, 8, 0, 0},
-    {"tiny-gemma3", "gemma3", 256, 6, 2, 1, 256, 768, 32768, 0, 1000000.0f, 0, 1, 8, 0, 0},
-    {"tiny-granite", "granite", 256, 2, 4, 2, 64, 768, 4096, 0, 10000000.0f, 0, 0, 0, 0, 0},
-    {"tiny-phi3", "phi3", 256, 2, 4, 2, 64, 768, 4096, 0, 10000.0f, 0, 0, 0, 48, 0},
-    {"tiny-phi3-longrope", "phi3", 256, 2, 4, 2, 64, 768, 8192, 0, 10000.0f, 0, 0, 0, 48, 512},
-    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 131072, 0, 500000.0f, 32.0f, 1, 0, 0, 0},
-    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 131072, 0, 500000.0f, 8.0f, 0, 0, 0, 0},
+    {"tiny-llama", "llama", 256, 2, 4, 2, 64, 768, 2048, 0, 10000.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-llama3", "llama", 512, 2, 8, 2, 64, 1536, 4096, 0, 500000.0f, 32.0f, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-qwen2", "qwen2", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-qwen3", "qwen3", 256, 3, 4, 2, 128, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-gemma2", "gemma2", 256, 2, 4, 2, 128, 768, 8192, 0, 10000.0f, 0, 1, 8, 0, 0, 0, 0, 0, 0},
+    {"tiny-gemma3", "gemma3", 256, 6, 2, 1, 256, 768, 32768, 0, 1000000.0f, 0, 1, 8, 0, 0, 0, 0, 0, 0},
+    {"tiny-granite", "granite", 256, 2, 4, 2, 64, 768, 4096, 0, 10000000.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-phi3", "phi3", 256, 2, 4, 2, 64, 768, 4096, 0, 10000.0f, 0, 0, 0, 48, 0, 0, 0, 0, 0},
+    {"tiny-phi3-longrope", "phi3", 256, 2, 4, 2, 64, 768, 8192, 0, 10000.0f, 0, 0, 0, 48, 512, 0, 0, 0, 0},
+    {"tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 0, 0, 0, 0, 8, 2, 256, 0},
+    {"tiny-qwen2moe", "qwen2moe", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 0, 0, 0, 0, 4, 2, 256, 256},
+    {"tiny-mixtral", "llama", 256, 2, 4, 2, 64, 256, 4096, 0, 1000000.0f, 0, 0, 0, 0, 0, 8, 2, 0, 0},
+    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 131072, 0, 500000.0f, 32.0f, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 131072, 0, 500000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 40960, 151936, 1000000.0f, 0, 0, 0, 0, 0, 128, 8, 768, 0},
+    {"mixtral-8x7b", "llama", 4096, 32, 32, 8, 128, 14336, 32768, 32000, 1000000.0f, 0, 0, 0, 0, 0, 8, 2, 0, 0},
 };
 
 typedef struct {
@@ -101,7 +114,7 @@ typedef struct { double mean, std; } dist;
 typedef struct {
     char name[64];
     uint32_t type, n_dims;
-    uint64_t ne[2];
+    uint64_t ne[3];
     dist d;
     const float *fixed;     /* values to write instead of random ones (rope_freqs) */
 } tensor_plan;
@@ -128,7 +141,16 @@ static void add(plan *p, const char *name, uint32_t type, uint64_t ne0, uint64_t
     t->n_dims = ne1 ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1 ? ne1 : 1;
+    t->ne[2] = 1;
     t->d = d;
+}
+
+/* n matrices (ne0 -> ne1) as one 3-D tensor, as llama.cpp stores experts. */
+static void add3(plan *p, const char *name, uint32_t type, uint64_t ne0, uint64_t ne1, uint64_t n, dist d)
+{
+    add(p, name, type, ne0, ne1, d);
+    p->t[p->n - 1].n_dims = 3;
+    p->t[p->n - 1].ne[2] = n;
 }
 
 /* llama.cpp's rule for which layers get more bits in the _M mixes. */
@@ -162,7 +184,10 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
     uint64_t E = s->n_embd, Q = (uint64_t)s->n_head * s->head_dim, KV = (uint64_t)s->n_head_kv * s->head_dim;
     uint64_t F = s->n_ff, V = s->n_vocab;
     uint32_t base = tc->base, hi = tc->mix ? SL_GGML_TYPE_Q6_K : base;
-    int qwen2 = !strcmp(s->arch, "qwen2"), qwen3 = !strcmp(s->arch, "qwen3");
+    int qwen2 = !strcmp(s->arch, "qwen2") || !strcmp(s->arch, "qwen2moe");
+    int qwen3 = !strcmp(s->arch, "qwen3") || !strcmp(s->arch, "qwen3moe");
+    int moe = s->n_expert > 0, shexp = moe && !strcmp(s->arch, "qwen2moe");
+    uint64_t NE = (uint64_t)s->n_expert, FE = moe && s->n_ff_exp ? (uint64_t)s->n_ff_exp : F;
     int gemma = !strncmp(s->arch, "gemma", 5), gemma3 = !strcmp(s->arch, "gemma3");
     int phi3 = !strcmp(s->arch, "phi3");   /* fused q|k|v and gate|up, as Phi-3's converter writes them */
     dist norm = {1.0, 0.1}, bias = {0.0, 0.1};
@@ -201,13 +226,30 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
         if (gemma)
             add(p, T("post_attention_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
         add(p, T("ffn_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
-        if (phi3) {
+        if (moe) {
+            /* the router stays F32 whatever the type, as llama.cpp's quantizer
+             * keeps ffn_gate_inp; std 2/sqrt(E) spreads the routing
+             * probabilities so the k-th and (k+1)-th experts are rarely near a tie */
+            add(p, T("ffn_gate_inp.weight"), SL_GGML_TYPE_F32, E, NE, (dist){0, 2 / sqrt((double)E)});
+            add3(p, T("ffn_gate_exps.weight"), base, E, FE, NE, (dist){0, 1 / sqrt((double)E)});
+            add3(p, T("ffn_up_exps.weight"), base, E, FE, NE, (dist){0, 1 / sqrt((double)E)});
+            add3(p, T("ffn_down_exps.weight"), more ? hi : base, FE, E, NE,
+                 (dist){0, o->branch_scale / sqrt((double)FE)});
+            if (shexp) {
+                uint64_t S = (uint64_t)s->n_ff_shexp;
+                add(p, T("ffn_gate_inp_shexp.weight"), SL_GGML_TYPE_F32, E, 0, (dist){0, 1 / sqrt((double)E)});
+                add(p, T("ffn_gate_shexp.weight"), base, E, S, (dist){0, 1 / sqrt((double)E)});
+                add(p, T("ffn_up_shexp.weight"), base, E, S, (dist){0, 1 / sqrt((double)E)});
+                add(p, T("ffn_down_shexp.weight"), more ? hi : base, S, E, (dist){0, o->branch_scale / sqrt((double)S)});
+            }
+        } else if (phi3) {
             add(p, T("ffn_up.weight"), base, E, 2 * F, (dist){0, 1 / sqrt((double)E)});
         } else {
             add(p, T("ffn_gate.weight"), base, E, F, (dist){0, 1 / sqrt((double)E)});
             add(p, T("ffn_up.weight"), base, E, F, (dist){0, 1 / sqrt((double)E)});
         }
-        add(p, T("ffn_down.weight"), more ? hi : base, F, E, branch_f);
+        if (!moe)
+            add(p, T("ffn_down.weight"), more ? hi : base, F, E, branch_f);
         if (gemma)
             add(p, T("post_ffw_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
 #undef T
@@ -300,9 +342,14 @@ static void usage(FILE *f)
         "usage: mkmodel -o OUT.gguf [options]\n"
         "Writes a GGUF test model with seeded random weights.\n\n"
         "  --preset NAME        shape: tiny-llama, tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma2, tiny-gemma3,\n"
-        "                       tiny-granite, tiny-phi3, tiny-phi3-longrope, 1b, 8b\n"
+        "                       tiny-granite, tiny-phi3, tiny-phi3-longrope, tiny-qwen3moe, tiny-qwen2moe,\n"
+        "                       tiny-mixtral, 1b, 8b, 30b-a3b, mixtral-8x7b\n"
         "                       (default tiny-llama)\n"
-        "  --arch A             llama | qwen2 | qwen3 | gemma2 | gemma3 | granite | phi3 (overrides the preset's)\n"
+        "  --arch A             llama | qwen2 | qwen3 | gemma2 | gemma3 | granite | phi3 | qwen2moe | qwen3moe\n"
+        "                       (overrides the preset's)\n"
+        "  --n-expert N --n-expert-used K --n-ff-exp N --n-ff-shexp N\n"
+        "                       experts per layer (0: dense; llama with experts is Mixtral), experts per token,\n"
+        "                       expert width (qwen*moe), shared expert width (qwen2moe)\n"
         "  --window N           gemma: sliding window of the sliding layers (0: none)\n"
         "  --n-embd N --n-layer N --n-head N --n-head-kv N --head-dim N --n-ff N --n-ctx N\n"
         "                       override the preset's dimensions\n"
@@ -376,7 +423,8 @@ static void parse_args(int argc, char **argv, options *o)
         }
         else if (!strcmp(a, "--arch")) {
             if (strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3") && strcmp(v, "gemma2") &&
-                strcmp(v, "gemma3") && strcmp(v, "granite") && strcmp(v, "phi3")) {
+                strcmp(v, "gemma3") && strcmp(v, "granite") && strcmp(v, "phi3") && strcmp(v, "qwen2moe") &&
+                strcmp(v, "qwen3moe")) {
                 fprintf(stderr, "mkmodel: unknown architecture '%s'\n", v);
                 exit(2);
             }
@@ -393,6 +441,10 @@ static void parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--tied")) o->s.tied = parse_int(a, v, 0, 1);
         else if (!strcmp(a, "--window")) o->s.window = parse_int(a, v, 0, 1 << 24);
         else if (!strcmp(a, "--n-rot")) o->s.n_rot = parse_int(a, v, 2, 1024);
+        else if (!strcmp(a, "--n-expert")) o->s.n_expert = parse_int(a, v, 0, 512);
+        else if (!strcmp(a, "--n-expert-used")) o->s.n_expert_used = parse_int(a, v, 1, 512);
+        else if (!strcmp(a, "--n-ff-exp")) o->s.n_ff_exp = parse_int(a, v, 32, 1 << 20);
+        else if (!strcmp(a, "--n-ff-shexp")) o->s.n_ff_shexp = parse_int(a, v, 32, 1 << 20);
         else if (!strcmp(a, "--type")) o->type_name = v;
         else if (!strcmp(a, "--tokenizer")) o->tokenizer_json = v;
         else if (!strcmp(a, "--tokenizer-config")) o->tokenizer_config = v;
@@ -416,6 +468,18 @@ static void parse_args(int argc, char **argv, options *o)
                 "<= head_dim, peak > 0\n");
         exit(2);
     }
+    int moe_arch = !strcmp(o->s.arch, "qwen2moe") || !strcmp(o->s.arch, "qwen3moe");
+    if ((moe_arch && o->s.n_expert == 0) || (o->s.n_expert > 0 && o->s.n_expert_used > o->s.n_expert) ||
+        (o->s.n_expert > 0 && strcmp(o->s.arch, "llama") && !moe_arch) ||
+        (!strcmp(o->s.arch, "qwen2moe") && o->s.n_ff_shexp == 0)) {
+        fprintf(stderr, "mkmodel: experts need --arch llama, qwen2moe or qwen3moe, which need them; "
+                "n_expert_used <= n_expert; qwen2moe a --n-ff-shexp\n");
+        exit(2);
+    }
+    if (moe_arch && o->s.n_ff_exp == 0)
+        o->s.n_ff_exp = o->s.n_ff / (o->s.n_expert_used ? o->s.n_expert_used : 1);
+    if (o->s.n_expert > 0 && o->s.n_expert_used == 0)
+        o->s.n_expert_used = o->s.n_expert < 2 ? o->s.n_expert : 2;
     if (!o->tokenizer_json && o->s.n_vocab == 0) {
         fprintf(stderr, "mkmodel: give --tokenizer FILE or --n-vocab N\n");
         exit(2);
@@ -519,6 +583,14 @@ int main(int argc, char **argv)
     sl_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)s->n_vocab);
     if (!strncmp(A, "gemma", 5))
         sl_gguf_writer_set_u32(w, K("attention.sliding_window"), (uint32_t)s->window);
+    if (s->n_expert > 0) {
+        sl_gguf_writer_set_u32(w, K("expert_count"), (uint32_t)s->n_expert);
+        sl_gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)s->n_expert_used);
+        if (strcmp(A, "llama"))
+            sl_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)s->n_ff_exp);
+        if (!strcmp(A, "qwen2moe"))
+            sl_gguf_writer_set_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)s->n_ff_shexp);
+    }
     if (!strcmp(A, "gemma2")) {   /* Gemma 2's values, as its converted files carry them */
         sl_gguf_writer_set_f32(w, K("attn_logit_softcapping"), 50.0f);
         sl_gguf_writer_set_f32(w, K("final_logit_softcapping"), 30.0f);
@@ -584,7 +656,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < p.n; i++) {
         gen_job j = {.t = &p.t[i], .seed = o.seed, .row_bytes = sl_ggml_row_bytes(p.t[i].type, p.t[i].ne[0]),
                      .out = buf, .scratch = scratch};
-        sl_threadpool_run(pool, gen_row, &j, (int64_t)p.t[i].ne[1]);
+        sl_threadpool_run(pool, gen_row, &j, (int64_t)(p.t[i].ne[1] * p.t[i].ne[2]));
         if (j.failed) {
             fprintf(stderr, "mkmodel: quantizing %s to %s failed\n", p.t[i].name, sl_ggml_type_name(p.t[i].type));
             return 1;

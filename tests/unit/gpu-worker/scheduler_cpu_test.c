@@ -1,6 +1,7 @@
 /* tests/unit/gpu-worker/scheduler_cpu_test.c: the scheduler on the real CPU
  * backend with a model written by mkmodel at test time: 16 concurrent
- * requests of different lengths give exactly the tokens each gives alone,
+ * requests of different lengths give exactly the tokens each gives alone
+ * (on a dense and on a mixture-of-experts model),
  * greedy and seeded-sampled, whatever the backend's thread count (which
  * also draws the tokens); blocks shared as the prefix cache shares them
  * give a cold prefill's logits bitwise; and requests polled together with
@@ -27,6 +28,8 @@ static char model_path[512];
 static char model_dir[256];
 
 #define SHAPE_LLAMA "--preset tiny-llama --n-embd 128 --n-ff 256 --head-dim 32 --n-vocab 512"
+/* mixture of experts: 8 experts, top 2; requests of one batch route to different ones */
+#define SHAPE_QWEN3MOE "--preset tiny-qwen3moe --n-vocab 512"
 /* gemma3 with a 32-position window on its sliding layers: prompts here pass it */
 #define SHAPE_GEMMA3_WINDOW "--preset tiny-gemma3 --window 32 --n-vocab 512"
 
@@ -109,9 +112,9 @@ static int32_t prompts[N_REQ][128];
 /* The batched run computes and draws on a backend of `threads` threads, the
  * solo runs on one of a single thread: a request's tokens must not depend on
  * either. */
-static void batched_equals_alone(bool sampled, int threads)
+static void batched_equals_alone_shaped(const char *shape, bool sampled, int threads)
 {
-    if (!make_model()) {
+    if (!make_model_shaped(shape)) {
         cr_skip_test("mkmodel not built in $SLUICE_BUILD_DIR/tools: skipping the CPU backend test");
     }
     engine e;
@@ -150,6 +153,21 @@ static void batched_equals_alone(bool sampled, int threads)
     free(reqs);
     engine_close(&e);
     remove_model();
+}
+
+static void batched_equals_alone(bool sampled, int threads)
+{
+    batched_equals_alone_shaped(SHAPE_LLAMA, sampled, threads);
+}
+
+Test(scheduler_cpu, sixteen_greedy_requests_on_a_moe_model_match_their_solo_runs)
+{
+    batched_equals_alone_shaped(SHAPE_QWEN3MOE, false, 2);
+}
+
+Test(scheduler_cpu, seeded_sampled_requests_on_a_moe_model_drawn_on_three_threads_match_their_solo_runs)
+{
+    batched_equals_alone_shaped(SHAPE_QWEN3MOE, true, 3);
 }
 
 Test(scheduler_cpu, sixteen_greedy_requests_match_their_solo_runs)
