@@ -26,10 +26,11 @@ TYPES = ["F32", "F16", "Q8_0", "Q4_K", "Q4_1", "Q4_K_M"]
 CASES = [(p, t) for p in PRESETS for t in TYPES]
 
 
-@pytest.mark.parametrize("act", ["", "f32"])
+@pytest.mark.parametrize("act", ["", "q16", "f32"])
 @pytest.mark.parametrize("preset,qtype", CASES)
 def test_moe_matches_numpy_float64(make_model, tmp_path, preset, qtype, act):
-    """Default (16-bit) and f32 paths against the plain float64 pass."""
+    """Default (8-bit), q16 and f32 paths against the plain float64 pass
+    (each at its bound in test_forward.check_against_float64)."""
     check_against_float64(make_model, tmp_path, preset, qtype, env={"SLUICE_CPU_ACT": act})
 
 
@@ -42,7 +43,7 @@ def test_moe_q8_matches_numpy_with_llamacpp_rounding(make_model, tmp_path, prese
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("act", ["", "q8"])
+@pytest.mark.parametrize("act", ["", "q16"])
 @pytest.mark.parametrize("preset,qtype", [("tiny-qwen3moe", "Q4_K"), ("tiny-qwen2moe", "Q8_0"),
                                           ("tiny-mixtral", "Q4_K_M")])
 def test_moe_batch_of_eight_is_bitwise_alone(make_model, tmp_path, preset, qtype, act, threads):
