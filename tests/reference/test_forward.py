@@ -102,7 +102,8 @@ def test_float_path_matches_numpy_float64(make_model, tmp_path, preset, qtype):
     check_against_float64(make_model, tmp_path, preset, qtype, env={"SLUICE_CPU_ACT": "f32"})
 
 
-def check_against_float64(make_model, tmp_path, preset, qtype, env):
+def check_against_float64(make_model, tmp_path, preset, qtype, env, rounded_bound=DEFAULT_BOUND_QUANTIZED):
+    """rounded_bound: the 8-bit path's bound for quantized types."""
     path = make_model(preset, qtype, n_vocab=N_VOCAB)
     fed, logits, _ = run_engine(path, tmp_path, PROMPT, STEPS, env=env, chunk=5)
     assert fed[:len(PROMPT)] == PROMPT and len(fed) == len(PROMPT) + STEPS
@@ -111,7 +112,7 @@ def check_against_float64(make_model, tmp_path, preset, qtype, env):
     rel = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
     rounded = env["SLUICE_CPU_ACT"] in ("", "q8")
     if rounded:
-        bound = DEFAULT_BOUND.get(qtype, DEFAULT_BOUND_QUANTIZED)
+        bound = DEFAULT_BOUND.get(qtype, rounded_bound)
     else:
         bound = 1e-4 if qtype in FLOAT_TYPES else 1e-3
     print(f"{preset} {qtype} SLUICE_CPU_ACT={env['SLUICE_CPU_ACT'] or 'default'}: relative L2 {rel:.2e}")

@@ -30,8 +30,12 @@ CASES = [(p, t) for p in PRESETS for t in TYPES]
 @pytest.mark.parametrize("preset,qtype", CASES)
 def test_moe_matches_numpy_float64(make_model, tmp_path, preset, qtype, act):
     """Default (8-bit), q16 and f32 paths against the plain float64 pass
-    (each at its bound in test_forward.check_against_float64)."""
-    check_against_float64(make_model, tmp_path, preset, qtype, env={"SLUICE_CPU_ACT": act})
+    (each at its bound in test_forward.check_against_float64). The 8-bit
+    path's quantized bound is 1.5e-1 here, not 5e-2: its rounding noise can
+    tip a near tie of the top-k routing to another expert (measured up to
+    7.4e-2, tiny-mixtral and tiny-qwen3moe Q8_0, where llama.cpp's logits
+    are bitwise ours: test_moe_matches_llamacpp)."""
+    check_against_float64(make_model, tmp_path, preset, qtype, env={"SLUICE_CPU_ACT": act}, rounded_bound=1.5e-1)
 
 
 @pytest.mark.parametrize("preset,qtype", CASES)
