@@ -17,7 +17,8 @@
 #   BENCH_GEN         generated tokens (default 128)
 #   BENCH_LLAMA_ARGS  extra llama-bench flags
 # Prints one markdown row per file: prefill and decode of both, and the ratios.
-# Both run batch 1: enginebench --batch 1 (best of 2), llama-bench -r 2 (mean).
+# Both run batch 1: enginebench --batch 1 (best of 2), llama-bench -r 2 (mean);
+# decode is measured after the prompt on both sides (llama-bench -d PROMPT).
 # Exit 0 when every run succeeded, 1 otherwise, 2 on usage.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -43,6 +44,12 @@ if [ ${#files[@]} -eq 0 ]; then
     files+=("$f")
   done
 fi
+# llama_ts ARGS...: llama-bench's mean tok/s of its one test on $f
+llama_ts() {
+  "$llama_bench" -m "$f" -ngl 999 -r 2 -o csv "$@" 2>/dev/null | awk -F, '
+    NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); if ($i == "avg_ts") c = i } next }
+    c && NF >= c { gsub(/"/, "", $c); print $c; exit }'
+}
 rc=0
 echo "| file | sluice prefill | llama.cpp prefill | ratio | sluice decode | llama.cpp decode | ratio |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
@@ -50,15 +57,15 @@ for f in "${files[@]}"; do
   ours=$("$build/tools/enginebench" -m "$f" --device cuda --batch 1 --prompt "$prompt" --gen "$gen" --reps 2 2>&1)
   sp=$(sed -n 's/^prefill:.*: \([0-9.]*\) tok\/s.*/\1/p' <<<"$ours")
   sd=$(sed -n 's/^decode:.*: \([0-9.]*\) tok\/s.*/\1/p' <<<"$ours")
+  # llama-bench's csv: a header, then one row per test; avg_ts is the mean
+  # tok/s. Its decode runs at depth $prompt, after a prompt as long as ours.
   # shellcheck disable=SC2086  # BENCH_LLAMA_ARGS is a list of flags
-  theirs=$("$llama_bench" -m "$f" -p "$prompt" -n "$gen" -ngl 999 -r 2 -o csv ${BENCH_LLAMA_ARGS:-} 2>/dev/null)
-  # csv: a header, then one row per test; avg_ts is the mean tok/s
-  col=$(head -1 <<<"$theirs" | tr ',' '\n' | grep -n '^"avg_ts"$' | cut -d: -f1)
-  lp=$(sed -n 2p <<<"$theirs" | tr -d '"' | cut -d, -f"${col:-1}")
-  ld=$(sed -n 3p <<<"$theirs" | tr -d '"' | cut -d, -f"${col:-1}")
-  if [ -z "$sp" ] || [ -z "$sd" ] || [ -z "$col" ] || [ -z "$lp" ] || [ -z "$ld" ]; then
+  lp=$(llama_ts -p "$prompt" -n 0 ${BENCH_LLAMA_ARGS:-})
+  # shellcheck disable=SC2086
+  ld=$(llama_ts -p 0 -n "$gen" -d "$prompt" ${BENCH_LLAMA_ARGS:-})
+  if [ -z "$sp" ] || [ -z "$sd" ] || [ -z "$lp" ] || [ -z "$ld" ]; then
     echo "gpu-engine-vs-llamacpp: $f: a run failed" >&2
-    echo "$ours" | tail -3 >&2; echo "$theirs" | tail -3 >&2
+    echo "$ours" | tail -3 >&2
     rc=1; continue
   fi
   awk -v f="$(basename "$f")" -v sp="$sp" -v lp="$lp" -v sd="$sd" -v ld="$ld" \
