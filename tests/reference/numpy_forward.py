@@ -6,7 +6,10 @@ nothing in it comes from sluice's C code. One exception: Q8_1, which the
 package cannot read (its size table keeps the old 40-byte block_q8_1 with
 float d and s; ggml's, and llama.cpp's, is 36 bytes with fp16 ones, and the
 package has no Q8_1 dequantizer): the size is corrected below and x = d * qs
-decoded here.
+decoded here. Two: MXFP4 (type 39, gpt-oss's expert format), which gguf
+packages before 0.18 do not know: the type is registered with the package
+below (block of 32 in 17 bytes) and decoded here by its definition (ggml's
+dequantize_row_mxfp4: the E2M1 values doubled, times 2^(e-128)).
 
 Gemma, as llama.cpp computes it: embeddings times sqrt(n_embd); each
 branch's output RMS-normed (post_attention_norm, post_ffw_norm) before its
@@ -41,7 +44,7 @@ ffn_{gate,up,down}_shexp times sigmoid(ffn_gate_inp_shexp . x).
 
 Before each weight matmul the input row is rounded the way llama.cpp (and the
 engine by default) feeds it to a weight of that type: 8-bit Q8_0 blocks of 32
-for Q4_0/Q8_0/Q5_0/IQ4_NL/Q8_1 weights, Q8_1 for Q4_1/Q5_1 (Q8_0's codes, and the weight's
+for Q4_0/Q8_0/Q5_0/IQ4_NL/Q8_1/MXFP4 weights, Q8_1 for Q4_1/Q5_1 (Q8_0's codes, and the weight's
 block mins meet the activation block sum as ggml stores it: s = fp16(d *
 sum(q))), Q8_K blocks of 256 for the K-quants, fp16 or bf16 for
 F16/BF16 weights (quantized, then dequantized in float64). Model(path,
@@ -52,6 +55,14 @@ from gguf import GGUFReader, GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 GGML_QUANT_SIZES[GGMLQuantizationType.Q8_1] = (32, 2 + 2 + 32)   # see the module note
+
+if not hasattr(GGMLQuantizationType, "MXFP4"):   # see the module note
+    _mx = int.__new__(GGMLQuantizationType, 39)
+    _mx._name_, _mx._value_ = "MXFP4", 39
+    GGMLQuantizationType._value2member_map_[39] = _mx
+    GGMLQuantizationType._member_map_["MXFP4"] = _mx
+    GGML_QUANT_SIZES[_mx] = (32, 1 + 16)
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float64)
 
 # Weight types with a per-block min (x = d*q + m), and their block bytes.
 MIN_TYPES = {"Q4_1": 20, "Q5_1": 24}
@@ -84,7 +95,7 @@ def act_round(x, wtype):
         u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
         u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
         return u.view(np.float32).astype(np.float64)
-    if wtype in ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "IQ4_NL", "Q8_1"):
+    if wtype in ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "IQ4_NL", "Q8_1", "MXFP4"):
         # d = amax/127 kept as fp16; q = nearest-even(x * 127/amax) (ggml's
         # x86 quantizer, the one llama.cpp runs on x86; Q8_1 has the same)
         q, amax = _q8_codes(x)
@@ -103,9 +114,20 @@ def act_round(x, wtype):
     return x
 
 
+def _mxfp4(data):
+    """MXFP4 blocks (e, 16 bytes of nibbles) in float64: exact, as each value
+    is a small integer times a power of two."""
+    b = np.asarray(data, dtype=np.uint8).reshape(-1, 17)
+    d = np.ldexp(1.0, b[:, 0].astype(np.int64) - 128)[:, None]
+    codes = np.concatenate([b[:, 1:] & 0xF, b[:, 1:] >> 4], axis=1)
+    return (MXFP4_VALUES[codes] * d).reshape(-1)
+
+
 def _dequantize(t):
     """The tensor's values in float64 (Q8_1 decoded here: d fp16, s fp16
-    (ignored), 32 int8 codes per block)."""
+    (ignored), 32 int8 codes per block; MXFP4 by _mxfp4)."""
+    if t.tensor_type.name == "MXFP4":
+        return _mxfp4(t.data)
     if t.tensor_type.name != "Q8_1":
         return dequantize(t.data, t.tensor_type).astype(np.float64)
     b = np.asarray(t.data, dtype=np.uint8).reshape(-1, 36)

@@ -9,7 +9,8 @@ within 0.1), and bitwise batch and thread invariance.
 A handful of types per preset: the expert matmuls are the dense kernels on
 per-expert views, so the type coverage of test_forward.py carries over;
 Q4_1 is here for its block mins (the reference reads them per expert) and
-Q4_K_M for the mixed types (ffn_down_exps in Q6_K on some layers)."""
+Q4_K_M for the mixed types (ffn_down_exps in Q6_K on some layers), MXFP4 for
+llama.cpp's MXFP4_MOE files (experts MXFP4, the other matrices Q8_0)."""
 import numpy as np
 import pytest
 
@@ -22,7 +23,7 @@ from numpy_forward import Model
 from test_forward import FLIP, N_VOCAB, PROMPT, STEPS, check_against_float64, rounded_path_errors, run_engine
 
 PRESETS = ["tiny-qwen3moe", "tiny-qwen2moe", "tiny-mixtral"]
-TYPES = ["F32", "F16", "Q8_0", "Q4_K", "Q4_1", "Q4_K_M"]
+TYPES = ["F32", "F16", "Q8_0", "Q4_K", "Q4_1", "Q4_K_M", "MXFP4"]
 CASES = [(p, t) for p in PRESETS for t in TYPES]
 
 
@@ -66,7 +67,7 @@ def test_moe_routing_spreads_over_experts(make_model):
     assert len(set(chosen.ravel().tolist())) >= 6
 
 
-LLAMACPP_TYPES = ["F32", "Q8_0", "Q4_K", "Q5_1"]
+LLAMACPP_TYPES = ["F32", "Q8_0", "Q4_K", "Q5_1", "MXFP4"]
 
 
 @pytest.mark.parametrize("preset,qtype", [(p, t) for p in PRESETS for t in LLAMACPP_TYPES])

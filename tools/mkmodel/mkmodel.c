@@ -176,6 +176,9 @@ static const type_choice type_choices[] = {
     {"IQ4_XS", SL_GGML_TYPE_IQ4_XS, 0, 30},
     /* ternary, every matrix too: the gguf package's quantizer (d = max |x|) */
     {"TQ1_0", SL_GGML_TYPE_TQ1_0, 0, 36}, {"TQ2_0", SL_GGML_TYPE_TQ2_0, 0, 37},
+    /* llama.cpp's MXFP4_MOE: the 3-D expert tensors MXFP4, every other
+     * matrix Q8_0 (a dense model is then all Q8_0) */
+    {"MXFP4", SL_GGML_TYPE_Q8_0, 2, 38},
 };
 
 static void build_plan(const options *o, const type_choice *tc, plan *p, float *rope_freqs)
@@ -183,7 +186,8 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
     const shape *s = &o->s;
     uint64_t E = s->n_embd, Q = (uint64_t)s->n_head * s->head_dim, KV = (uint64_t)s->n_head_kv * s->head_dim;
     uint64_t F = s->n_ff, V = s->n_vocab;
-    uint32_t base = tc->base, hi = tc->mix ? SL_GGML_TYPE_Q6_K : base;
+    uint32_t base = tc->base, hi = tc->mix == 1 ? SL_GGML_TYPE_Q6_K : base;
+    uint32_t exps = tc->mix == 2 ? SL_GGML_TYPE_MXFP4 : base;   /* the expert tensors' type */
     int qwen2 = !strcmp(s->arch, "qwen2") || !strcmp(s->arch, "qwen2moe");
     int qwen3 = !strcmp(s->arch, "qwen3") || !strcmp(s->arch, "qwen3moe");
     int moe = s->n_expert > 0, shexp = moe && !strcmp(s->arch, "qwen2moe");
@@ -204,7 +208,7 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
     for (int l = 0; l < s->n_layer; l++) {
         char n[64];
 #define T(fmt) (snprintf(n, sizeof n, "blk.%d." fmt, l), n)
-        int more = tc->mix && use_more_bits(l, s->n_layer);
+        int more = tc->mix == 1 && use_more_bits(l, s->n_layer);
         add(p, T("attn_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
         if (phi3) {
             add(p, T("attn_qkv.weight"), base, E, Q + 2 * KV, (dist){0, 1 / sqrt((double)E)});
@@ -231,9 +235,9 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
              * keeps ffn_gate_inp; std 2/sqrt(E) spreads the routing
              * probabilities so the k-th and (k+1)-th experts are rarely near a tie */
             add(p, T("ffn_gate_inp.weight"), SL_GGML_TYPE_F32, E, NE, (dist){0, 2 / sqrt((double)E)});
-            add3(p, T("ffn_gate_exps.weight"), base, E, FE, NE, (dist){0, 1 / sqrt((double)E)});
-            add3(p, T("ffn_up_exps.weight"), base, E, FE, NE, (dist){0, 1 / sqrt((double)E)});
-            add3(p, T("ffn_down_exps.weight"), more ? hi : base, FE, E, NE,
+            add3(p, T("ffn_gate_exps.weight"), exps, E, FE, NE, (dist){0, 1 / sqrt((double)E)});
+            add3(p, T("ffn_up_exps.weight"), exps, E, FE, NE, (dist){0, 1 / sqrt((double)E)});
+            add3(p, T("ffn_down_exps.weight"), more ? hi : exps, FE, E, NE,
                  (dist){0, o->branch_scale / sqrt((double)FE)});
             if (shexp) {
                 uint64_t S = (uint64_t)s->n_ff_shexp;
@@ -356,7 +360,8 @@ static void usage(FILE *f)
         "  --n-rot N            rotated dims per head (even, <= head_dim; default: the preset's, else head_dim)\n"
         "  --tied 0|1           output weights tied to the token embedding\n"
         "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M Q5_0 Q4_1 Q5_1\n"
-        "                       IQ4_NL Q8_1 Q2_K Q3_K IQ4_XS TQ1_0 TQ2_0 (default F32)\n"
+        "                       IQ4_NL Q8_1 Q2_K Q3_K IQ4_XS TQ1_0 TQ2_0\n"
+        "                       MXFP4 (experts MXFP4, the rest Q8_0) (default F32)\n"
         "  --tokenizer FILE     tokenizer.json giving the vocabulary (required unless --n-vocab)\n"
         "  --tokenizer-config F tokenizer_config.json (chat template, BOS/EOS flags)\n"
         "  --n-vocab N          synthetic vocabulary of N tokens instead of a tokenizer\n"
