@@ -1,6 +1,6 @@
 """A float64 numpy forward pass for the llama, qwen2, qwen3, gemma2, gemma3,
 granite and phi3 architectures and the mixture-of-experts qwen2moe, qwen3moe
-and Mixtral (llama with llama.expert_count > 0) that reads a GGUF file only through the `gguf` package (its
+and Mixtral (llama with llama.expert_count > 0), and gpt-oss, that reads a GGUF file only through the `gguf` package (its
 reader and its reference dequantizers). This is the engine's reference:
 nothing in it comes from sluice's C code. One exception: Q8_1, which the
 package cannot read (its size table keeps the old 40-byte block_q8_1 with
@@ -41,6 +41,24 @@ qwen3moe and Mixtral (not qwen2moe), each expert e computing
 down_e(silu(gate_e x) * up_e x) from the 3-D tensors ffn_{gate,up,down}_exps
 (numpy shape (n_expert, rows, cols)); qwen2moe adds the shared expert
 ffn_{gate,up,down}_shexp times sigmoid(ffn_gate_inp_shexp . x).
+
+gpt-oss, as llama.cpp computes it (src/models/openai-moe.cpp): q/k/v and
+attn_output biases; per head a sink logit blk.N.attn_sinks joining each
+softmax's denominator only; even layers slide (window
+attention.sliding_window); NEOX rope with YaRN (below); the FFN input norm
+is blk.N.post_attention_norm; the MoE router adds ffn_gate_inp.bias, takes
+the expert_used_count largest logits (ties to the lower index) and softmaxes
+over those; each expert adds its row of ffn_{gate,up,down}_exps.bias after
+its matmul and activates with x * sigmoid(1.702 x) * (y + 1), x = min(gate,
+7), y = clamp(up, -7, 7).
+
+YaRN (rope.scaling.type yarn, any architecture), from its definition as
+llama.cpp applies it: with s = 1 / rope.scaling.factor, pair i's angle is
+pos * base^(-2i/n_rot) * (s + (1 - s) * r_i), where r_i = 1 - clip((i - lo) /
+max(0.001, hi - lo), 0, 1), lo = max(0, floor(c(beta_fast))), hi =
+min(n_rot - 1, ceil(c(beta_slow))), c(b) = n_rot * ln(n_ctx_orig / (2 pi b))
+/ (2 ln base) (beta_fast 32, beta_slow 1), and cos and sin are multiplied by
+1 + 0.1 ln(factor).
 
 Before each weight matmul the input row is rounded the way llama.cpp (and the
 engine by default) feeds it to a weight of that type: 8-bit Q8_0 blocks of 32
@@ -161,8 +179,8 @@ class Model:
         self.n_ctx_orig = _field(r, f"{a}.rope.scaling.original_context_length", _field(r, f"{a}.context_length"))
         self.rope_mscale = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
         self.max_ctx = max_ctx
-        self.neox = a in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen2moe", "qwen3moe")
-        self.n_expert = _field(r, f"{a}.expert_count", 0) if a in ("llama", "qwen2moe", "qwen3moe") else 0
+        self.neox = a in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen2moe", "qwen3moe", "gpt-oss")
+        self.n_expert = _field(r, f"{a}.expert_count", 0) if a in ("llama", "qwen2moe", "qwen3moe", "gpt-oss") else 0
         self.n_expert_used = _field(r, f"{a}.expert_used_count", 0)
         self.moe_norm = a in ("llama", "qwen3moe")
         granite = (lambda k, d: (_field(r, f"granite.{k}", 0.0) or d)) if a == "granite" else (lambda k, d: d)
@@ -171,7 +189,14 @@ class Model:
         self.residual_scale = granite("residual_scale", 1.0)
         self.logit_scale = granite("logit_scale", 1.0)
         self.gemma = a in ("gemma2", "gemma3")
-        self.window = _field(r, f"{a}.attention.sliding_window", 4096 if a == "gemma2" else 0) if self.gemma else 0
+        self.gptoss = a == "gpt-oss"
+        self.window = (_field(r, f"{a}.attention.sliding_window", 4096 if a == "gemma2" else 0)
+                       if self.gemma or self.gptoss else 0)
+        self.yarn = None
+        if _field(r, f"{a}.rope.scaling.type") == "yarn":
+            self.yarn = (_field(r, f"{a}.rope.scaling.factor"),
+                         _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0),
+                         _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0))
         self.attn_cap = _field(r, f"{a}.attn_logit_softcapping", 50.0) if a == "gemma2" else 0.0
         self.final_cap = _field(r, f"{a}.final_logit_softcapping", 30.0) if a == "gemma2" else 0.0
         self.swa_base = 10000.0 if a == "gemma3" else self.rope_base
@@ -230,19 +255,31 @@ class Model:
         mm = lambda x, n, e=None: self._mm(x, self.t[p + n] if e is None else self.t[p + n][e], self.types[p + n],
                                            p + n, None if e is None else self.mins.get(p + n, [None] * (e + 1))[e])
         logits = mm(h, "ffn_gate_inp.weight")
+        if self.gptoss:
+            logits = logits + self.t[p + "ffn_gate_inp.bias"]
         pr = np.exp(logits - logits.max(axis=-1, keepdims=True))
         pr /= pr.sum(axis=-1, keepdims=True)
         k = self.n_expert_used
         out = np.zeros_like(h)
+        bias = (lambda n, e: self.t[p + n][e]) if self.gptoss else (lambda n, e: 0.0)
         for t in range(h.shape[0]):
             order = sorted(range(self.n_expert), key=lambda e: (-pr[t, e], e))[:k]
             w = pr[t, order]
+            if self.gptoss:   # softmax over the chosen k logits
+                z = np.exp(logits[t, order] - logits[t, order].max())
+                w = z / z.sum()
             if self.moe_norm:
                 w = w / max(w.sum(), 6.103515625e-5)
             for e, we in zip(order, w):
                 x = h[t:t + 1]
-                gate, up = mm(x, "ffn_gate_exps.weight", e), mm(x, "ffn_up_exps.weight", e)
-                out[t] += we * mm(gate / (1 + np.exp(-gate)) * up, "ffn_down_exps.weight", e)[0]
+                gate = mm(x, "ffn_gate_exps.weight", e) + bias("ffn_gate_exps.bias", e)
+                up = mm(x, "ffn_up_exps.weight", e) + bias("ffn_up_exps.bias", e)
+                if self.gptoss:
+                    g, u = np.minimum(gate, 7.0), np.clip(up, -7.0, 7.0)
+                    act = g / (1 + np.exp(-1.702 * g)) * (u + 1)
+                else:
+                    act = gate / (1 + np.exp(-gate)) * up
+                out[t] += we * (mm(act, "ffn_down_exps.weight", e)[0] + bias("ffn_down_exps.bias", e))
         if p + "ffn_down_shexp.weight" in self.t:
             gate, up = mm(h, "ffn_gate_shexp.weight"), mm(h, "ffn_up_shexp.weight")
             sh = mm(gate / (1 + np.exp(-gate)) * up, "ffn_down_shexp.weight")
@@ -253,7 +290,7 @@ class Model:
     def _slides(self, l):
         if not self.window:
             return False
-        return l % 2 == 0 if self.arch == "gemma2" else l % 6 < 5
+        return l % 2 == 0 if self.arch in ("gemma2", "gpt-oss") else l % 6 < 5
 
     def _rope(self, x, pos, base=None):
         # x: (T, H, D)
@@ -264,8 +301,17 @@ class Model:
         if "rope_factors_long.weight" in self.t:
             table = "long" if self.max_ctx > self.n_ctx_orig else "short"
             inv = inv / self.t[f"rope_factors_{table}.weight"]
+        mscale = self.rope_mscale
+        if self.yarn:
+            factor, fast, slow = self.yarn
+            base_ = base or self.rope_base
+            c_ = lambda b: self.n_rot * np.log(self.n_ctx_orig / (2 * np.pi * b)) / (2 * np.log(base_))
+            lo, hi = max(0.0, np.floor(c_(fast))), min(self.n_rot - 1.0, np.ceil(c_(slow)))
+            r = 1 - np.clip((np.arange(half) - lo) / max(0.001, hi - lo), 0, 1)
+            inv = inv * (r + (1 - r) / factor)
+            mscale = mscale * (1 + 0.1 * np.log(factor))
         ang = pos[:, None] * inv[None, :]           # (T, half)
-        c, s = np.cos(ang)[:, None, :] * self.rope_mscale, np.sin(ang)[:, None, :] * self.rope_mscale
+        c, s = np.cos(ang)[:, None, :] * mscale, np.sin(ang)[:, None, :] * mscale
         x = x.copy()
         if self.neox:
             a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
@@ -313,12 +359,20 @@ class Model:
             if self.attn_cap:
                 s = self.attn_cap * np.tanh(s / self.attn_cap)
             s = s + (swa_mask if slides else mask)
-            s = np.exp(s - s.max(axis=-1, keepdims=True))
-            s /= s.sum(axis=-1, keepdims=True)
+            if self.gptoss:   # the sink: a logit per head in the denominator only
+                sink = g("attn_sinks.weight")[:, None, None]
+                mx = np.maximum(s.max(axis=-1, keepdims=True), sink)
+                s = np.exp(s - mx)
+                s /= s.sum(axis=-1, keepdims=True) + np.exp(sink - mx)
+            else:
+                s = np.exp(s - s.max(axis=-1, keepdims=True))
+                s /= s.sum(axis=-1, keepdims=True)
             att = np.einsum("hts,shd->thd", s, v).reshape(T, H * D)
             o = mm(att, "attn_output.weight")
+            if self.gptoss:
+                o = o + g("attn_output.bias")
             x = x + (self._norm(o, g("post_attention_norm.weight")) if self.gemma else o) * self.residual_scale
-            h = self._norm(x, g("ffn_norm.weight"))
+            h = self._norm(x, g("post_attention_norm.weight" if self.gptoss else "ffn_norm.weight"))
             if self.n_expert:
                 o = self._moe(h, p)
             else:
