@@ -245,7 +245,7 @@ sl_status sl_bind_tensor(sl_binder *b, const char *name, int64_t ne0, int64_t ne
     }
     if (f32_only ? t->type != SL_GGML_TYPE_F32 : !sl_ggml_type_supported(t->type)) {
         const char *tn = sl_ggml_type_name(t->type);
-        char list[192] = "F32 expected";   /* the supported names take 150 bytes; fits the error line */
+        char list[192] = "F32 expected";   /* the supported names take 171 bytes; fits the error line */
         if (!f32_only) {   /* every supported type's name, in GGUF id order */
             size_t len = 0;
             for (uint32_t ty = 0; ty < SL_GGML_TYPE_COUNT; ty++)
