@@ -59,3 +59,28 @@ def test_each_feature_matters(engine_logits, feature):
     rel = _rel(_without(Model(str(path), act_quant=False), feature).logits(fed), ours)
     print(f"tiny-gpt-oss without {feature}: relative L2 {rel:.2e}")
     assert rel > MATTERS
+
+
+@pytest.mark.parametrize("preset", ["tiny-qwen2", "tiny-llama"])
+def test_yarn_on_a_dense_model_matches_llamacpp(make_model, tmp_path, preset):
+    """YaRN is not gpt-oss's own: a qwen2 (NEOX rope) and a llama (adjacent
+    pairs) file with rope.scaling.type yarn, factor 4 from 1024 positions,
+    against llama.cpp on the 8-bit path (test_llamacpp.py's rule on the
+    prompt: within 1e-2 relative L2 or a flip's size) and the float64 pass."""
+    pytest.importorskip("llama_cpp")
+    from test_llamacpp import FLIP, PEAK, PROMPT as LPROMPT, Q8, engine, load
+    path = make_model(preset, "Q8_0", n_vocab=1024, peak=PEAK, yarn_factor=4, yarn_orig=1024)
+    ours, _ = engine(path, tmp_path, LPROMPT, 1, env=Q8)
+    llm = load(path)
+    llm.eval(LPROMPT)
+    n = len(LPROMPT)
+    theirs = np.array(llm.scores[:n])
+    ours = ours.reshape(-1, theirs.shape[1])[:n]
+    per_pos = np.linalg.norm(ours - theirs, axis=1) / np.linalg.norm(theirs, axis=1)
+    ref = Model(str(path)).logits(LPROMPT)
+    plain = _rel(ref, ours)
+    print(f"{preset} YaRN x4: vs llama.cpp per-position max {per_pos.max():.2e}; vs rounding reference {plain:.2e}")
+    assert per_pos.max() < FLIP
+    noyarn = Model(str(path))
+    noyarn.yarn = None
+    assert _rel(noyarn.logits(LPROMPT), ours) > MATTERS   # and YaRN matters on this file

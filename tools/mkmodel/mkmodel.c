@@ -384,6 +384,9 @@ static void usage(FILE *f)
         "                       experts per layer (0: dense; llama with experts is Mixtral), experts per token,\n"
         "                       expert width (qwen*moe), shared expert width (qwen2moe)\n"
         "  --window N           gemma: sliding window of the sliding layers (0: none)\n"
+        "  --yarn-factor X --yarn-orig N\n"
+        "                       YaRN rope scaling by X from an original context of N (any architecture;\n"
+        "                       gpt-oss presets: 32 from 4096; X 0: none)\n"
         "  --n-embd N --n-layer N --n-head N --n-head-kv N --head-dim N --n-ff N --n-ctx N\n"
         "                       override the preset's dimensions\n"
         "  --n-rot N            rotated dims per head (even, <= head_dim; default: the preset's, else head_dim)\n"
@@ -474,6 +477,8 @@ static void parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--n-vocab")) o->s.n_vocab = parse_int(a, v, 4, 1 << 22);
         else if (!strcmp(a, "--tied")) o->s.tied = parse_int(a, v, 0, 1);
         else if (!strcmp(a, "--window")) o->s.window = parse_int(a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--yarn-factor")) o->s.yarn_factor = (float)parse_double(a, v);
+        else if (!strcmp(a, "--yarn-orig")) o->s.yarn_orig = parse_int(a, v, 16, 1 << 24);
         else if (!strcmp(a, "--n-rot")) o->s.n_rot = parse_int(a, v, 2, 1024);
         else if (!strcmp(a, "--n-expert")) o->s.n_expert = parse_int(a, v, 0, 512);
         else if (!strcmp(a, "--n-expert-used")) o->s.n_expert_used = parse_int(a, v, 1, 512);
@@ -500,6 +505,10 @@ static void parse_args(int argc, char **argv, options *o)
         !(o->peak > 0)) {
         fprintf(stderr, "mkmodel: n_head must be a multiple of n_head_kv, head_dim even, n_rot even and "
                 "<= head_dim, peak > 0\n");
+        exit(2);
+    }
+    if (o->s.yarn_factor != 0 && (!(o->s.yarn_factor >= 1.0f) || o->s.yarn_orig == 0)) {
+        fprintf(stderr, "mkmodel: --yarn-factor needs a factor >= 1 and --yarn-orig\n");
         exit(2);
     }
     int moe_arch = !strcmp(o->s.arch, "qwen2moe") || !strcmp(o->s.arch, "qwen3moe") || !strcmp(o->s.arch, "gpt-oss");
