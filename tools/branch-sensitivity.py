@@ -8,10 +8,10 @@ and helpers of tests/reference/test_llamacpp.py and test_forward.py:
 
   (i)   llama.cpp vs the plain float64 pass (act_quant=False), relative L2
         over the 16 prompt positions (peak-16 model, as test_llamacpp);
-  (ii)  the default engine path vs the plain float64 pass, on the same
+  (ii)  the q16 engine path (SLUICE_CPU_ACT=q16) vs the plain float64 pass, on the same
         peak-16 model (ii_llamacpp_setup), and on test_forward's setup
         (peak 1, 12-token prompt + 6 greedy steps, chunk 5: ii_forward_setup);
-  (iii) the default path vs llama.cpp, relative L2 over the prompt positions,
+  (iii) the q16 path vs llama.cpp, relative L2 over the prompt positions,
         and whether the 32-token greedy continuations are identical
         (also the q8 path vs llama.cpp, as test_logits_and_greedy_match_llamacpp);
   (iv)  the q8 path vs the float64 pass that applies the same 8-bit rounding,
@@ -62,7 +62,7 @@ def measure(tmp, preset, qtype, scale, seed=1):
     path = mkmodel(tmp / "peak.gguf", preset, qtype, scale, seed, peak=tl.PEAK)
     theirs, their_toks = tl.llamacpp_greedy(tl.load(path), tl.PROMPT, tl.GREEDY)
     theirs = theirs[:n]
-    ours, our_toks = tl.engine(path, tmp, tl.PROMPT, tl.GREEDY)
+    ours, our_toks = tl.engine(path, tmp, tl.PROMPT, tl.GREEDY, env=tl.Q16)
     ours = ours.reshape(-1, theirs.shape[1])[:n]
     ours8, our8_toks = tl.engine(path, tmp, tl.PROMPT, tl.GREEDY, env=tl.Q8)
     ours8 = ours8.reshape(-1, theirs.shape[1])[:n]
@@ -83,7 +83,7 @@ def measure(tmp, preset, qtype, scale, seed=1):
 
     # test_forward's setup: peak 1, 12-token prompt + 6 steps, chunk 5
     path = mkmodel(tmp / "flat.gguf", preset, qtype, scale, seed)
-    fed, logits, _ = tf.run_engine(path, tmp, tf.PROMPT, tf.STEPS, env={"SLUICE_CPU_ACT": ""}, chunk=5)
+    fed, logits, _ = tf.run_engine(path, tmp, tf.PROMPT, tf.STEPS, env={"SLUICE_CPU_ACT": "q16"}, chunk=5)
     m = Model(str(path), act_quant=False)
     ref = m.logits(fed)
     r["ii_forward_setup"] = rel(logits.reshape(ref.shape), ref)

@@ -1,6 +1,6 @@
 /* kernels/cpu/act_quant.c: activation rows rounded to the format a weight
- * type is dotted with (see act_quant.h), 16-bit by default, llama.cpp's
- * 8-bit ones with SLUICE_CPU_ACT=q8. Runs in the CPU backend's threads.
+ * type is dotted with (see act_quant.h): llama.cpp's 8-bit ones by default,
+ * 16-bit ones with SLUICE_CPU_ACT=q16. Runs in the CPU backend's threads.
  * Plain C on purpose: one code path on every ISA, so the AVX2 and portable
  * dot kernels see the same integer codes and differ only in float sums.
  * Cost: a few ns per element, once per matmul input row; the matmul it feeds
@@ -17,17 +17,17 @@
 #include "model/ggml_types.h"
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-static enum sl_act_mode mode = SL_ACT_MODE_Q16;
+static enum sl_act_mode mode = SL_ACT_MODE_Q8;
 
 static void env_read(void)
 {
     const char *e = getenv("SLUICE_CPU_ACT");
     if (e && strcmp(e, "f32") == 0)
         mode = SL_ACT_MODE_F32;
-    else if (e && strcmp(e, "q8") == 0)
-        mode = SL_ACT_MODE_Q8;
-    else if (e && *e && strcmp(e, "q16") != 0)   /* a typo must not pass for a choice */
-        fprintf(stderr, "sluice: SLUICE_CPU_ACT=%s is not q16, q8 or f32: using q16\n", e);
+    else if (e && strcmp(e, "q16") == 0)
+        mode = SL_ACT_MODE_Q16;
+    else if (e && *e && strcmp(e, "q8") != 0)   /* a typo must not pass for a choice */
+        fprintf(stderr, "sluice: SLUICE_CPU_ACT=%s is not q8, q16 or f32: using q8\n", e);
 }
 
 enum sl_act_mode sl_act_mode(void)
@@ -85,7 +85,8 @@ enum sl_act_format sl_act_format_of(uint32_t type)
 size_t sl_act_row_bytes(enum sl_act_format f, int64_t n)
 {
     switch (f) {
-    case SL_ACT_Q8_0: return (size_t)(n / SL_QK8_0) * sizeof(sl_block_q8_0);
+    case SL_ACT_Q8_0:   /* the blocks, then their scales as floats (sl_act_q8_0_scales) */
+        return ((size_t)(n / SL_QK8_0) * sizeof(sl_block_q8_0) + 3) / 4 * 4 + (size_t)(n / SL_QK8_0) * sizeof(float);
     case SL_ACT_Q8_1: return (size_t)(n / SL_QK_LEGACY) * sizeof(sl_block_q8_1);
     case SL_ACT_Q8_K: return (size_t)(n / SL_QK_K) * sizeof(sl_block_q8_K);
     case SL_ACT_Q16_0: return (size_t)(n / SL_QK8_0) * sizeof(sl_block_q16_0);
@@ -214,6 +215,12 @@ void sl_act_quantize_row(enum sl_act_format f, const float *x, void *dst, int64_
     case SL_ACT_Q8_0:
         assert(n % SL_QK8_0 == 0);
         quantize_q8_0(x, dst, n);
+        {
+            const sl_block_q8_0 *y = dst;
+            float *s = (float *)sl_act_q8_0_scales(dst, n);
+            for (int64_t b = 0; b < n / SL_QK8_0; b++)
+                s[b] = sl_fp16_to_fp32(y[b].d);
+        }
         break;
     case SL_ACT_Q8_K:
         assert(n % SL_QK_K == 0);

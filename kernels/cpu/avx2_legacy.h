@@ -69,6 +69,27 @@ static inline void sl_avx2_high_bits(const uint8_t qh[4], __m128i *lo, __m128i *
     *hi = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(u, bit), bit), b4);
 }
 
+/* Q5_0's 32 codes (q - 16, signed) as one vector in element order, from
+ * 256-bit operations: the nibbles, and for each byte its bit of qh (qh's
+ * byte l/8 shuffled in, OR-ed with every bit but bit l%8, so all ones
+ * exactly where the bit is set); q - 16 is the nibble where the bit is set
+ * and the nibble | 0xF0 where it is not. About half the operations of the
+ * two halves sl_avx2_legacy_block builds, which the 8-bit decode of Q5_0
+ * files (most of the bytes of the common Q4_K_M files of small models) is
+ * bound by. */
+static inline __m256i sl_avx2_q5_0_codes(const sl_block_q5_0 *b)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0xF));
+    uint32_t h;
+    memcpy(&h, b->qh, 4);
+    __m256i hv = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                     _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll,
+                                                        0x0303030303030303ll));
+    hv = _mm256_cmpeq_epi8(_mm256_or_si256(hv, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfell)), _mm256_set1_epi8(-1));
+    return _mm256_or_si256(nib, _mm256_andnot_si256(hv, _mm256_set1_epi8((char)0xF0)));
+}
+
 /* Block blk of `type`: its 32 codes (see the header note) as two halves,
  * elements 0-15 in *lo and 16-31 in *hi, its scale *d and min *m (0 for the
  * types without one). type is a constant at every call. */

@@ -8,10 +8,11 @@
  *
  * The batch is flattened into T token rows. Each matmul first prepares its
  * T input rows once in the format the weights' type is dotted with (by
- * default 16-bit Q16_0/Q16_K blocks for quantized weights and float32 for
- * F32/F16/BF16; SLUICE_CPU_ACT=q8 gives llama.cpp's 8-bit numerics,
- * SLUICE_CPU_ACT=f32 float32 everywhere: see act_quant.h, which picks the
- * format through sl_act_format_of), shared by the weights that read the same input (q/k/v,
+ * default llama.cpp's: 8-bit Q8_0/Q8_1/Q8_K blocks for quantized weights,
+ * fp16/bf16-rounded float32 for F16/BF16; SLUICE_CPU_ACT=q16 gives 16-bit
+ * Q16_0/Q16_K blocks, closer to float64, SLUICE_CPU_ACT=f32 float32
+ * everywhere: see act_quant.h, which picks the format through
+ * sl_act_format_of), shared by the weights that read the same input (q/k/v,
  * gate/up). Then it reads every weight row once per step and dots it with
  * all T prepared rows (sl_vec_dot_act_multi),
  * so a step's cost is dominated by one pass over the weights whatever T is:

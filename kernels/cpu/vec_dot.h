@@ -1,8 +1,8 @@
 /* kernels/cpu/vec_dot.h: dot products of one weight row, kept in its GGUF
  * type, with activation rows (the CPU matmul inner loop): float32 rows
  * (sl_vec_dot*), or rows prepared by act_quant.h (sl_vec_dot_act_multi):
- * 16-bit blocks for quantized weights (the engine's default), or 8-bit
- * ones as llama.cpp does (SLUICE_CPU_ACT=q8).
+ * 8-bit blocks for quantized weights as llama.cpp does (the engine's
+ * default), or 16-bit ones (SLUICE_CPU_ACT=q16).
  * Where:     CPU backend threads; tools/quantdump (benchmark); tests.
  * Who:       any thread, concurrently; the ISA is chosen once, on first use
  *            (pthread_once), and never changes afterwards.

@@ -156,7 +156,9 @@ void sl_vec_dot_q8_multi_portable(uint32_t type, const void *w_row, const void *
     }
     int64_t be = sl_ggml_block_elems(type), nb = n / be;
     assert(n % be == 0);
-    size_t abytes = sl_act_row_bytes(sl_act_format_of_type(type), be);
+    enum sl_act_format f = sl_act_format_of_type(type);
+    size_t abytes = f == SL_ACT_Q8_0 ? sizeof(sl_block_q8_0) : f == SL_ACT_Q8_1 ? sizeof(sl_block_q8_1)
+                                                                                : sizeof(sl_block_q8_K);
     bool k4 = type == SL_GGML_TYPE_Q4_K || type == SL_GGML_TYPE_Q5_K, min1 = sl_vec_dot_block_min(type);
     sl_qblock u;
     for (int j0 = 0; j0 < m; j0 += GROUP) {

@@ -261,8 +261,11 @@ CITY = {"type": "function", "function": {
 @pytest.mark.parametrize("stream", [False, True])
 def test_forced_tool_call_in_every_choice(client, model, stream):
     """Each choice runs its own call parser: a forced call comes back in
-    every choice, whole or assembled from that index's deltas."""
-    kw = dict(model=model, messages=[{"role": "user", "content": "Weather in Paris?"}], n=2, max_tokens=80,
+    every choice, whole or assembled from that index's deltas. max_tokens
+    leaves room for the whitespace the call's grammar allows and the 12M
+    model sometimes wanders into (80 ran out on one choice of seed 1 on the
+    8-bit path)."""
+    kw = dict(model=model, messages=[{"role": "user", "content": "Weather in Paris?"}], n=2, max_tokens=200,
               seed=1, tools=[CITY], tool_choice="required", parallel_tool_calls=False)
     if not stream:
         calls = [[{"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments}

@@ -143,8 +143,9 @@ def test_greedy_and_logits_match_llamacpp(model, prompt, llamacpp, tmp_path):
     """With llama.cpp's activation rounding (SLUICE_CPU_ACT=q8: 8-bit blocks
     into Q8_0 matmuls, fp16 into F16 ones) the 48 greedy tokens are identical
     and the prompt logits agree: Q8_0 bit for bit, F16 within 3e-4 relative
-    L2 (measured); 1e-2 is test_llamacpp.py's bound. On the default 16-bit
-    path the Q8_0 file's greedy picks part from llama.cpp's after 8 and 13
+    L2 (measured); 1e-2 is test_llamacpp.py's bound. q8 is the default,
+    named here so that the environment cannot change it. On the 16-bit path
+    (SLUICE_CPU_ACT=q16) the Q8_0 file's greedy picks part from llama.cpp's after 8 and 13
     generated tokens on these prompts, as test_llamacpp.py describes for
     quantized types."""
     ids = [int(t) for t in prompt.split(",")]

@@ -5,14 +5,19 @@ decode steps; and batch invariance of the engine itself.
 
 Three paths (env SLUICE_CPU_ACT, kernels/cpu/act_quant.h):
 
-- q16, the default: matmul inputs of quantized weights rounded to 16-bit
-  blocks (step amax/32767), float32 for F32/F16/BF16 weights. Held to the
-  plain float64 pass: relative L2 1e-3 for quantized types, 1e-4 for float
-  types (the accuracy bound docs/CPU-ACTIVATIONS.md states).
-- f32: every matmul input float32; the same bounds.
-- q8: inputs rounded as llama.cpp does (8-bit blocks for quantized weights,
-  fp16/bf16 for F16/BF16), kept for parity with llama.cpp; the reference
-  applies the same rounding in float64. That rounding is a step function, so
+- q8, the default: inputs rounded as llama.cpp does (8-bit blocks for
+  quantized weights, fp16/bf16 for F16/BF16). Checked twice: against the
+  plain float64 pass with the bounds it meets (DEFAULT_BOUND: the 8-bit
+  rounding noise itself, ~1e-2, as far as llama.cpp's own), and against a
+  reference that applies the same rounding in float64, position by
+  position (below).
+- q16 (SLUICE_CPU_ACT=q16): matmul inputs of quantized weights rounded to
+  16-bit blocks (step amax/32767), float32 for F32/F16/BF16 weights. Held
+  to the plain float64 pass: relative L2 1e-3 for quantized types, 1e-4
+  for float types (the accuracy bound docs/CPU-ACTIVATIONS.md states).
+- f32: every matmul input float32; the same bounds as q16.
+
+The q8 path against its rounding reference: That rounding is a step function, so
   the comparison is bimodal: where every code agrees the logits agree to
   ~1e-7; where an activation sits within float32 noise (~1e-7) of a rounding
   boundary, the two sides round it differently and that one code moves the
@@ -71,11 +76,24 @@ def run_engine(path, tmp_path, tokens, steps, env=None, **kw):
 
 Q8 = {"SLUICE_CPU_ACT": "q8"}
 
+# The default (8-bit) path against the plain float64 pass, relative L2 over
+# all positions: what it meets with margin on these models (measured
+# maxima, all presets: quantized 3.0e-2, F16 7.2e-4, BF16 5.8e-3, F32
+# 4.2e-7; docs/CPU-ACTIVATIONS.md).
+DEFAULT_BOUND = {"F32": 1e-4, "F16": 2e-3, "BF16": 1e-2}
+DEFAULT_BOUND_QUANTIZED = 5e-2
+
 
 @pytest.mark.parametrize("preset,qtype", CASES)
 def test_default_path_matches_numpy_float64(make_model, tmp_path, preset, qtype):
-    """The default (16-bit) path against the plain float64 pass."""
+    """The default (8-bit, llama.cpp's rounding) path against the plain float64 pass."""
     check_against_float64(make_model, tmp_path, preset, qtype, env={"SLUICE_CPU_ACT": ""})
+
+
+@pytest.mark.parametrize("preset,qtype", CASES)
+def test_q16_path_matches_numpy_float64(make_model, tmp_path, preset, qtype):
+    """SLUICE_CPU_ACT=q16 (16-bit codes) against the plain float64 pass: 1e-3 quantized, 1e-4 float."""
+    check_against_float64(make_model, tmp_path, preset, qtype, env={"SLUICE_CPU_ACT": "q16"})
 
 
 @pytest.mark.parametrize("preset,qtype", CASES)
@@ -84,20 +102,29 @@ def test_float_path_matches_numpy_float64(make_model, tmp_path, preset, qtype):
     check_against_float64(make_model, tmp_path, preset, qtype, env={"SLUICE_CPU_ACT": "f32"})
 
 
-def check_against_float64(make_model, tmp_path, preset, qtype, env):
+def check_against_float64(make_model, tmp_path, preset, qtype, env, rounded_bound=DEFAULT_BOUND_QUANTIZED):
+    """rounded_bound: the 8-bit path's bound for quantized types."""
     path = make_model(preset, qtype, n_vocab=N_VOCAB)
     fed, logits, _ = run_engine(path, tmp_path, PROMPT, STEPS, env=env, chunk=5)
     assert fed[:len(PROMPT)] == PROMPT and len(fed) == len(PROMPT) + STEPS
     ref = Model(str(path), act_quant=False).logits(fed)
     ours = logits.reshape(ref.shape)
     rel = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
-    bound = 1e-4 if qtype in FLOAT_TYPES else 1e-3
+    rounded = env["SLUICE_CPU_ACT"] in ("", "q8")
+    if rounded:
+        bound = DEFAULT_BOUND.get(qtype, rounded_bound)
+    else:
+        bound = 1e-4 if qtype in FLOAT_TYPES else 1e-3
     print(f"{preset} {qtype} SLUICE_CPU_ACT={env['SLUICE_CPU_ACT'] or 'default'}: relative L2 {rel:.2e}")
     assert rel < bound
-    # greedy continuation agrees with the reference's argmax where it is clear
+    # greedy continuation agrees with the reference's argmax where it is
+    # clear: a top-2 gap above 1e-3, or on the 8-bit path above twice the
+    # largest difference at that position (its rounding noise can move a
+    # pick across a smaller gap)
     for i in range(len(PROMPT) - 1, len(fed) - 1):
         top2 = np.sort(ref[i])[-2:]
-        if top2[1] - top2[0] > 1e-3:
+        clear = 2 * float(np.abs(ours[i] - ref[i]).max()) if rounded else 1e-3
+        if top2[1] - top2[0] > clear:
             assert fed[i + 1] == int(np.argmax(ref[i]))
 
 
@@ -136,7 +163,7 @@ def test_q8_rounding_agrees_at_position_0_in_most_cases(make_model, tmp_path):
     assert len(misses) <= 0.2 * len(cases)
 
 
-@pytest.mark.parametrize("act", ["", "q8"])
+@pytest.mark.parametrize("act", ["", "q16"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("preset,qtype", [("tiny-llama", "Q4_K"), ("tiny-qwen3", "Q8_0"), ("tiny-qwen2", "F16"),
                                           ("tiny-llama3", "Q6_K"), ("tiny-qwen2", "Q4_0"), ("tiny-llama", "Q5_1"),
@@ -145,7 +172,7 @@ def test_q8_rounding_agrees_at_position_0_in_most_cases(make_model, tmp_path):
 def test_batch_of_eight_is_bitwise_alone(make_model, tmp_path, preset, qtype, threads, act):
     """Each sequence's logits are bitwise the same alone or batched with 7
     others of different lengths, at 1 and 2 threads, whatever the chunking,
-    on the default (q16) and the q8 paths."""
+    on the default (q8) and the q16 paths."""
     path = make_model(preset, qtype, n_vocab=N_VOCAB)
     env = {"SLUICE_CPU_ACT": act}
     alone = run_engine(path, tmp_path, PROMPT, 8, env=env, threads=1, chunk=512)
@@ -159,11 +186,11 @@ def test_batch_of_eight_is_bitwise_alone(make_model, tmp_path, preset, qtype, th
                                           ("tiny-llama", "Q2_K"), ("tiny-qwen3", "Q3_K"), ("tiny-llama", "IQ4_XS"),
                                           ("tiny-gemma3", "Q5_K"), ("tiny-phi3", "Q4_K_M"), ("tiny-qwen2", "TQ1_0"),
                                           ("tiny-llama", "TQ2_0")])
-def test_default_path_avx2_bitwise_equals_portable(make_model, tmp_path, preset, qtype):
+def test_q16_path_avx2_bitwise_equals_portable(make_model, tmp_path, preset, qtype):
     """The 16-bit dots promise AVX2 == portable bit for bit (exact integer
     sums, one shared float tail), so the whole forward pass agrees too."""
     path = make_model(preset, qtype, n_vocab=N_VOCAB)
-    env = {"SLUICE_CPU_ACT": ""}
+    env = {"SLUICE_CPU_ACT": "q16"}
     avx2 = run_engine(path, tmp_path, PROMPT, STEPS, env=env, chunk=5)
     portable = run_engine(path, tmp_path, PROMPT, STEPS, env={**env, "SLUICE_CPU_ISA": "portable"}, chunk=5)
     assert avx2[0] == portable[0]
@@ -233,10 +260,10 @@ def grid_model(make_model, tmp_path_factory):
     return make
 
 
-@pytest.mark.parametrize("act", ["", "f32"])
+@pytest.mark.parametrize("act", ["", "q16", "f32"])
 @pytest.mark.parametrize("preset,qtype", GRID_CASES)
 def test_random_grid_models_match_numpy_float64(grid_model, tmp_path, preset, qtype, act):
-    """IQ1 models on the default (16-bit) and f32 paths against the plain float64 pass."""
+    """IQ1 models on the default (8-bit), q16 and f32 paths against the plain float64 pass."""
     check_against_float64(grid_model, tmp_path, preset, qtype, env={"SLUICE_CPU_ACT": act})
 
 

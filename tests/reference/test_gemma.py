@@ -98,11 +98,13 @@ REAL_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a ti
 def test_real_gemma3_f32_path_matches_float64(tmp_path):
     """Gemma 3 270M (Q5_0/Q8_0/Q4_K/Q6_K, tied 262144-row Q8_0 output):
     float32 activations within 1e-5 of the float64 reference (measured
-    5.2e-7), the default 16-bit path within 1e-3 (measured 1.8e-4).
+    5.2e-7), the 16-bit path (SLUICE_CPU_ACT=q16) within 1e-3 (measured
+    1.8e-4), the default 8-bit path within 1e-1 (measured 4.8e-2: its
+    rounding noise; llama.cpp's own logits are 0.1 away, the test below).
     Loads the whole file into float64: ~3 GB and ~40 s."""
     toks = [2, 818, 5279, 529, 7001, 563]   # <bos>The capital of France is
     ref = Model(str(REAL), act_quant=False).logits(toks)
-    for act, bound in (("f32", 1e-5), ("", 1e-3)):
+    for act, bound in (("f32", 1e-5), ("q16", 1e-3), ("", 1e-1)):
         ours, _ = engine(REAL, tmp_path, toks, 0, env={"SLUICE_CPU_ACT": act})
         print(f"gemma-3-270m SLUICE_CPU_ACT={act or 'default'}: relative L2 vs float64 {rel(ours, ref):.2e}")
         assert rel(ours, ref) < bound
@@ -114,9 +116,12 @@ def test_real_gemma3_against_llamacpp(tmp_path, text):
     """The same prompts through llama.cpp: the same tokens, the same first 5
     greedy tokens, logits within 0.1 relative L2. Its 8-bit activations put
     llama.cpp 3.3e-2 from the float64 reference on the first prompt, where
-    ours (default) is 1.8e-4 from it, and near-ties then part the
-    continuations after a few tokens (measured: 5 to 24 identical tokens;
-    the counting prompt's 24 all identical)."""
+    our q16 path is 1.8e-4 from it, and near-ties then part the
+    continuations after a few tokens (measured with q16: 5 to 24 identical
+    tokens; the counting prompt's 24 all identical). The default 8-bit path
+    rounds like llama.cpp but not bit for bit here (the K-quant float sums
+    run in another order, and a near-tie code that rounds the other way
+    moves the rest): 2.9e-2 to 8.0e-2 from llama.cpp over these prompts."""
     llama_cpp = pytest.importorskip("llama_cpp")
     llm = llama_cpp.Llama(model_path=str(REAL), n_ctx=128, n_batch=128, n_threads=2, logits_all=True,
                           verbose=False, type_k=0, type_v=0)

@@ -195,8 +195,8 @@ def test_unknown_architecture_lists_the_supported_ones(make_model, tmp_path):
     data = make_model("tiny-phi3", "F32", n_vocab=1024).read_bytes().replace(b"phi3", b"phiX")
     p = tmp_path / "phiX.gguf"
     p.write_bytes(data)
-    assert ("architecture 'phiX' is not supported (llama, qwen2, qwen3, gemma2, gemma3, granite, phi3 are)"
-            in refused(p))
+    assert ("architecture 'phiX' is not supported (llama, qwen2, qwen3, gemma2, gemma3, granite, phi3, qwen2moe, "
+            "qwen3moe are)" in refused(p))
 
 
 def test_longrope_with_llama3_table_is_refused(tmp_path):

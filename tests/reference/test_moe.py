@@ -27,11 +27,16 @@ TYPES = ["F32", "F16", "Q8_0", "Q4_K", "Q4_1", "Q4_K_M", "MXFP4"]
 CASES = [(p, t) for p in PRESETS for t in TYPES]
 
 
-@pytest.mark.parametrize("act", ["", "f32"])
+@pytest.mark.parametrize("act", ["", "q16", "f32"])
 @pytest.mark.parametrize("preset,qtype", CASES)
 def test_moe_matches_numpy_float64(make_model, tmp_path, preset, qtype, act):
-    """Default (16-bit) and f32 paths against the plain float64 pass."""
-    check_against_float64(make_model, tmp_path, preset, qtype, env={"SLUICE_CPU_ACT": act})
+    """Default (8-bit), q16 and f32 paths against the plain float64 pass
+    (each at its bound in test_forward.check_against_float64). The 8-bit
+    path's quantized bound is 1.5e-1 here, not 5e-2: its rounding noise can
+    tip a near tie of the top-k routing to another expert (measured up to
+    7.4e-2, tiny-mixtral and tiny-qwen3moe Q8_0, where llama.cpp's logits
+    are bitwise ours: test_moe_matches_llamacpp)."""
+    check_against_float64(make_model, tmp_path, preset, qtype, env={"SLUICE_CPU_ACT": act}, rounded_bound=1.5e-1)
 
 
 @pytest.mark.parametrize("preset,qtype", CASES)
@@ -43,7 +48,7 @@ def test_moe_q8_matches_numpy_with_llamacpp_rounding(make_model, tmp_path, prese
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("act", ["", "q8"])
+@pytest.mark.parametrize("act", ["", "q16"])
 @pytest.mark.parametrize("preset,qtype", [("tiny-qwen3moe", "Q4_K"), ("tiny-qwen2moe", "Q8_0"),
                                           ("tiny-mixtral", "Q4_K_M"), ("tiny-gpt-oss", "MXFP4"),
                                           ("tiny-gpt-oss", "Q4_K")])

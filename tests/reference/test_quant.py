@@ -59,7 +59,7 @@ def _e8m0_half(e):
 
 
 def mxfp4_dequantize(q):
-    if hasattr(T, "MXFP4"):
+    if hasattr(gguf.quants, "MXFP4"):   # a gguf that implements it (numpy_forward may register the bare type)
         return gguf.quants.dequantize(q, T.MXFP4)
     b = q.reshape(-1, 17)
     d = _e8m0_half(b[:, 0])[:, None]
@@ -69,7 +69,7 @@ def mxfp4_dequantize(q):
 
 
 def mxfp4_quantize(x):
-    if hasattr(T, "MXFP4"):
+    if hasattr(gguf.quants, "MXFP4"):   # a gguf that implements it (numpy_forward may register the bare type)
         return gguf.quants.quantize(x, T.MXFP4).view(np.uint8).reshape(-1)
     blk = x.reshape(-1, 32).astype(np.float32)
     amax = np.abs(blk).max(axis=1)

@@ -133,19 +133,28 @@ Test(act_quant16, modes_map_types)
     cr_expect_eq(sl_act_format_of_mode(SL_ACT_MODE_F32, SL_GGML_TYPE_Q4_K), SL_ACT_F32);
 }
 
-Test(act_quant16, default_mode_is_q16)
+Test(act_quant16, default_mode_is_q8)
 {
     unsetenv("SLUICE_CPU_ACT");
-    cr_expect_eq(sl_act_mode(), SL_ACT_MODE_Q16);
-    cr_expect_eq(sl_act_format_of(SL_GGML_TYPE_Q4_K), SL_ACT_Q16_K);
-}
-
-Test(act_quant16, env_q8_selects_llamacpp_rounding)
-{
-    setenv("SLUICE_CPU_ACT", "q8", 1);
     cr_expect_eq(sl_act_mode(), SL_ACT_MODE_Q8);
     cr_expect(sl_act_quant_on());
+    cr_expect_eq(sl_act_format_of(SL_GGML_TYPE_Q4_K), SL_ACT_Q8_K);
     cr_expect_eq(sl_act_format_of(SL_GGML_TYPE_Q4_0), SL_ACT_Q8_0);
+}
+
+Test(act_quant16, env_q16_selects_16bit_codes)
+{
+    setenv("SLUICE_CPU_ACT", "q16", 1);
+    cr_expect_eq(sl_act_mode(), SL_ACT_MODE_Q16);
+    cr_expect(sl_act_quant_on());
+    cr_expect_eq(sl_act_format_of(SL_GGML_TYPE_Q4_K), SL_ACT_Q16_K);
+    cr_expect_eq(sl_act_format_of(SL_GGML_TYPE_Q4_0), SL_ACT_Q16_0);
+}
+
+Test(act_quant16, unknown_mode_falls_back_to_the_default)
+{
+    setenv("SLUICE_CPU_ACT", "q4", 1);
+    cr_expect_eq(sl_act_mode(), SL_ACT_MODE_Q8);
 }
 
 /* ======================================================================

@@ -70,7 +70,8 @@ Test(act_quant, q8_0_follows_ggml_x86_rule)
     float x[64];
     sl_seeded_normal(x, 64, 5);
     x[40] = 0.0f;
-    sl_block_q8_0 y[2];
+    sl_block_q8_0 y[3];   /* 2 blocks and their float scales (act_quant.h) */
+    cr_assert_leq(sl_act_row_bytes(SL_ACT_Q8_0, 64), sizeof y);
     sl_act_quantize_row(SL_ACT_Q8_0, x, y, 64);
     for (int b = 0; b < 2; b++) {
         float amax = 0;
@@ -87,6 +88,32 @@ Test(act_quant, q8_0_follows_ggml_x86_rule)
         cr_expect_eq(y[0].qs[i], 0);
 }
 
+Test(act_quant, q8_0_row_ends_with_its_scales_as_floats)
+{
+    /* odd block counts leave the blocks' end 2 bytes off a float boundary */
+    for (int64_t n = 32; n <= 352; n += 32) {
+        float x[352];
+        _Alignas(4) char y[512];
+        sl_seeded_normal(x, n, (uint64_t)n);
+        x[3] = 0.0f;
+        if (n == 64)
+            for (int i = 32; i < 64; i++)
+                x[i] = 0.0f;   /* an all-zero block: d = 0 */
+        int64_t nb = n / 32;
+        size_t blocks = (size_t)nb * sizeof(sl_block_q8_0);
+        cr_assert_eq(sl_act_row_bytes(SL_ACT_Q8_0, n), (blocks + 3) / 4 * 4 + (size_t)nb * sizeof(float));
+        memset(y, 0x5A, sizeof y);
+        sl_act_quantize_row(SL_ACT_Q8_0, x, y, n);
+        const sl_block_q8_0 *b = (const sl_block_q8_0 *)y;
+        const float *s = sl_act_q8_0_scales(y, n);
+        cr_assert_eq((const char *)s - y, (ptrdiff_t)((blocks + 3) / 4 * 4));
+        for (int64_t i = 0; i < nb; i++)
+            cr_expect_eq(s[i], sl_fp16_to_fp32(b[i].d), "n %lld block %lld", (long long)n, (long long)i);
+        for (size_t i = sl_act_row_bytes(SL_ACT_Q8_0, n); i < sizeof y; i++)
+            cr_expect_eq(y[i], 0x5A, "n %lld wrote byte %zu past the row", (long long)n, i);
+    }
+}
+
 Test(act_quant, q8_1_is_q8_0_plus_ggml_sum)
 {
     float x[64];
@@ -94,7 +121,7 @@ Test(act_quant, q8_1_is_q8_0_plus_ggml_sum)
     for (int i = 32; i < 64; i++)
         x[i] = 0.0f;
     sl_block_q8_1 y[2];
-    sl_block_q8_0 y0[2];
+    sl_block_q8_0 y0[3];
     sl_act_quantize_row(SL_ACT_Q8_1, x, y, 64);
     sl_act_quantize_row(SL_ACT_Q8_0, x, y0, 64);
     cr_expect_eq(sl_act_row_bytes(SL_ACT_Q8_1, 64), 2 * sizeof(sl_block_q8_1));
@@ -160,7 +187,7 @@ Test(act_quant, nonfinite_inputs_give_in_range_codes)
     x[5] = NAN;
     x[6] = INFINITY;
     sl_block_q8_K yk;
-    sl_block_q8_0 y0[8];
+    sl_block_q8_0 y0[9];
     sl_act_quantize_row(SL_ACT_Q8_K, x, &yk, 256);
     sl_act_quantize_row(SL_ACT_Q8_0, x, y0, 256);
     for (int i = 0; i < 256; i++)
@@ -291,4 +318,57 @@ Test(vec_dot_q8, float_formats_dispatch_to_the_float_kernel)
     sl_vec_dot_act_multi(SL_GGML_TYPE_F16, SL_ACT_F16, h, x, sizeof x, 1, &out, 256);
     want = sl_vec_dot(SL_GGML_TYPE_F16, h, x, 256);
     cr_expect(memcmp(&out, &want, sizeof out) == 0);
+}
+
+/* Q5_0 rows of edge blocks through the 8-bit kernels (the AVX2 one builds
+ * the codes from 256-bit bit tricks, and runs one row without staging):
+ * every qh pattern x nibble pattern, d = 1, against activations of +-127
+ * codes. Both kernels give the exact integer dot (it is small enough to be
+ * exact in float), and the AVX2 one the same bits for m = 1, 4 and 5. */
+Test(vec_dot_q8, q5_0_edge_codes_exact_on_both_paths)
+{
+    static const uint32_t qh[] = {0x00000000u, 0xFFFFFFFFu, 0xAAAAAAAAu, 0x55555555u, 0x80000001u, 0x0000FFFFu};
+    static const uint8_t qs[] = {0x00, 0xFF, 0x0F, 0xF0, 0x5A};
+    enum { NB = 6 * 5, N = NB * 32, M = 5 };
+    sl_block_q5_0 w[NB];
+    for (int b = 0; b < NB; b++) {
+        w[b].d = sl_fp32_to_fp16(1.0f);
+        memcpy(w[b].qh, &qh[b / 5], 4);
+        memset(w[b].qs, qs[b % 5], 16);
+    }
+    size_t lda = (sl_act_row_bytes(SL_ACT_Q8_0, N) + 3) / 4 * 4;
+    char *a = aligned_alloc(32, (lda * M + 31) / 32 * 32);   /* C17: size a multiple of the alignment */
+    float x[N];
+    for (int j = 0; j < M; j++) {
+        for (int i = 0; i < N; i++)
+            x[i] = ((i * 7 + j) % 3 == 0) ? -1.0f : 1.0f;   /* codes +-127 */
+        sl_act_quantize_row(SL_ACT_Q8_0, x, a + j * lda, N);
+    }
+    for (int j = 0; j < M; j++) {
+        const sl_block_q8_0 *xa = (const sl_block_q8_0 *)(a + j * lda);
+        double want = 0;
+        for (int b = 0; b < NB; b++) {
+            int sumi = 0;
+            for (int l = 0; l < 32; l++) {
+                int nib = l < 16 ? (qs[b % 5] & 0xF) : (qs[b % 5] >> 4);
+                int q = nib + 16 * (int)((qh[b / 5] >> l) & 1) - 16;
+                sumi += q * xa[b].qs[l];
+            }
+            want += (double)sl_fp16_to_fp32(xa[b].d) * sumi;
+        }
+        float got;
+        sl_vec_dot_q8_multi_portable(SL_GGML_TYPE_Q5_0, w, a + j * lda, lda, 1, &got, N);
+        cr_expect(fabs(got - want) <= 1e-6 * fabs(want) + 1e-6, "portable row %d: %.9g vs %.9g", j, got, want);
+        if (!sl_vec_dot_avx2_available())
+            continue;
+        sl_vec_dot_q8_multi_avx2(SL_GGML_TYPE_Q5_0, w, a + j * lda, lda, 1, &got, N);
+        cr_expect(fabs(got - want) <= 1e-6 * fabs(want) + 1e-6, "avx2 row %d: %.9g vs %.9g", j, got, want);
+        for (int m = 4; m <= 5; m++) {
+            float multi[M];
+            sl_vec_dot_q8_multi_avx2(SL_GGML_TYPE_Q5_0, w, a, lda, m, multi, N);
+            if (j < m)
+                cr_expect(memcmp(&multi[j], &got, sizeof got) == 0, "avx2 m=%d row %d: %a vs %a", m, j, multi[j], got);
+        }
+    }
+    free(a);
 }
