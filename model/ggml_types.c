@@ -64,7 +64,7 @@ bool sl_ggml_type_supported(uint32_t type)
     case SL_GGML_TYPE_IQ2_XXS: case SL_GGML_TYPE_IQ2_XS: case SL_GGML_TYPE_IQ2_S:
     case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S: case SL_GGML_TYPE_IQ1_S: case SL_GGML_TYPE_IQ1_M:
     case SL_GGML_TYPE_TQ1_0: case SL_GGML_TYPE_TQ2_0:
-    case SL_GGML_TYPE_Q8_1:
+    case SL_GGML_TYPE_Q8_1: case SL_GGML_TYPE_MXFP4:
         return true;
     }
     return false;

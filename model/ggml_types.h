@@ -58,7 +58,7 @@ const char *sl_ggml_type_name(uint32_t type);
 /* True for the types the engine computes with: F32, F16, BF16, Q8_0, Q4_0,
  * Q4_K, Q5_K, Q6_K, Q5_0, Q4_1, Q5_1, IQ4_NL, Q8_1, Q2_K, Q3_K, IQ4_XS, the
  * grid formats IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S and the
- * ternary TQ1_0, TQ2_0 (some on the CPU only: each backend checks its own). */
+ * ternary TQ1_0, TQ2_0, and MXFP4 (some on the CPU only: each backend checks its own). */
 bool sl_ggml_type_supported(uint32_t type);
 
 /* Bytes of one row of `n` elements, or 0 if `n` is not a multiple of the

@@ -1,7 +1,7 @@
 /* model/model.c: binds a GGUF file's hyperparameters and tensors into an
  * sl_model for the llama (and Mixtral), qwen2, qwen3, gemma2, gemma3,
- * granite, phi3, qwen2moe and qwen3moe architectures (the MoE FFNs in
- * model_moe.c).
+ * granite, phi3, qwen2moe, qwen3moe and gpt-oss architectures (the MoE
+ * FFNs in model_moe.c, gpt-oss's extras and YaRN in model_gptoss.c).
  * Every hyperparameter comes from metadata and is range-checked; every tensor
  * is checked for presence, exact shape and a supported type before any
  * backend sees it, so compute code never validates. */
@@ -123,6 +123,8 @@ static sl_status bind_family(sl_binder *b, sl_hparams *hp)
     hp->ffn_act = SL_FFN_SILU;
     if (hp->arch == SL_ARCH_GRANITE)
         return bind_granite(b, hp);
+    if (hp->arch == SL_ARCH_GPT_OSS)
+        return sl_bind_gptoss_hparams(b, hp);
     if (!is_gemma(hp->arch))
         return SL_OK;
     bool g2 = hp->arch == SL_ARCH_GEMMA2;
@@ -144,13 +146,13 @@ static sl_status bind_family(sl_binder *b, sl_hparams *hp)
     return SL_OK;
 }
 
-/* Gemma2: every other layer slides, starting with layer 0; gemma3: five of
- * every six (layers 5, 11, ... are global). */
+/* Gemma2 and gpt-oss: every other layer slides, starting with layer 0;
+ * gemma3: five of every six (layers 5, 11, ... are global). */
 static bool layer_slides(const sl_hparams *hp, int32_t il)
 {
     if (hp->sliding_window == 0)
         return false;
-    if (hp->arch == SL_ARCH_GEMMA2)
+    if (hp->arch == SL_ARCH_GEMMA2 || hp->arch == SL_ARCH_GPT_OSS)
         return il % 2 == 0;
     if (hp->arch == SL_ARCH_GEMMA3)
         return il % 6 < 5;
@@ -186,9 +188,12 @@ static sl_status bind_hparams(sl_binder *b, sl_hparams *hp)
         (rc = sl_bind_float(b, "rope.freq_base", false, 1.0, 1e12, 10000.0f, &hp->rope_freq_base)) < 0)
         return rc;
 
-    /* Rope scaling: none or linear; llama3-style scaling arrives as the
+    /* Rope scaling: none, linear or YaRN (model_gptoss.c: a divisor table,
+     * so the linear scale stays 1); llama3-style scaling arrives as the
      * rope_freqs tensor, which the forward pass applies whatever the type. */
     hp->rope_freq_scale = 1.0f;
+    hp->yarn_factor = 0.0f;
+    bool yarn = false;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", b->arch);
     sl_gguf_str type;
@@ -197,18 +202,22 @@ static sl_status bind_hparams(sl_binder *b, sl_hparams *hp)
         if (sl_gguf_str_eq(type, "linear")) {
             if ((rc = sl_bind_float(b, "rope.scaling.factor", true, 1e-3, 1e3, 1.0f, &factor)) < 0)
                 return rc;
+        } else if (sl_gguf_str_eq(type, "yarn")) {
+            if ((rc = sl_bind_yarn(b, hp, &factor)) < 0)
+                return rc;
+            yarn = true;
         } else if (!sl_gguf_str_eq(type, "none") && !sl_gguf_str_eq(type, "llama3") &&
                    !sl_gguf_str_eq(type, "longrope")) {
             char t[32];
             snprintf(t, sizeof t, "%.*s", (int)(type.len < 31 ? type.len : 31), type.ptr);
-            snprintf(b->err, SL_ERR_LEN, "%s: %s = '%s' is not supported (none, linear, llama3, longrope are)",
+            snprintf(b->err, SL_ERR_LEN, "%s: %s = '%s' is not supported (none, linear, yarn, llama3, longrope are)",
                      sl_gguf_path(b->g), key, t);
             return SL_EUNSUPPORTED;
         }
     } else if ((rc = sl_bind_float(b, "rope.scale_linear", false, 1e-3, 1e3, 1.0f, &factor)) < 0) {
         return rc;
     }
-    hp->rope_freq_scale = 1.0f / factor;
+    hp->rope_freq_scale = yarn ? 1.0f : 1.0f / factor;
     if ((rc = sl_bind_int(b, "rope.scaling.original_context_length", false, 1, 1 << 24, hp->n_ctx_train,
                       &hp->n_ctx_orig)) < 0 ||
         (rc = sl_bind_float(b, "rope.scaling.attn_factor", false, 1e-3, 1e3, 1.0f, &hp->rope_attn_factor)) < 0)
@@ -236,7 +245,7 @@ sl_status sl_bind_tensor(sl_binder *b, const char *name, int64_t ne0, int64_t ne
     }
     if (f32_only ? t->type != SL_GGML_TYPE_F32 : !sl_ggml_type_supported(t->type)) {
         const char *tn = sl_ggml_type_name(t->type);
-        char list[192] = "F32 expected";   /* the supported names take 150 bytes; fits the error line */
+        char list[192] = "F32 expected";   /* the supported names take 171 bytes; fits the error line */
         if (!f32_only) {   /* every supported type's name, in GGUF id order */
             size_t len = 0;
             for (uint32_t ty = 0; ty < SL_GGML_TYPE_COUNT; ty++)
@@ -332,7 +341,8 @@ static sl_status bind_layers(sl_binder *b, sl_model *m)
 {
     const sl_hparams *hp = &m->hp;
     int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
-    bool biases = hp->arch == SL_ARCH_QWEN2 || hp->arch == SL_ARCH_QWEN2MOE;
+    bool gptoss = hp->arch == SL_ARCH_GPT_OSS;
+    bool biases = hp->arch == SL_ARCH_QWEN2 || hp->arch == SL_ARCH_QWEN2MOE || gptoss;
     bool qk_norm = hp->arch == SL_ARCH_QWEN3 || hp->arch == SL_ARCH_GEMMA3 || hp->arch == SL_ARCH_QWEN3MOE;
     bool moe = hp->n_expert > 0;
     bool post_norms = is_gemma(hp->arch), phi3 = hp->arch == SL_ARCH_PHI3;
@@ -373,7 +383,8 @@ static sl_status bind_layers(sl_binder *b, sl_model *m)
             return rc;
         if ((rc = sl_bind_vector(b, NAME("attn_norm.weight"), hp->n_embd, true, &L->attn_norm, B)) < 0 ||
             (rc = sl_bind_weight(b, NAME("attn_output.weight"), q_dim, hp->n_embd, true, &L->wo, B)) < 0 ||
-            (rc = sl_bind_vector(b, NAME("ffn_norm.weight"), hp->n_embd, true, &L->ffn_norm, B)) < 0 ||
+            (rc = sl_bind_vector(b, gptoss ? NAME("post_attention_norm.weight") : NAME("ffn_norm.weight"), hp->n_embd,
+                                 true, &L->ffn_norm, B)) < 0 ||
             (rc = sl_bind_vector(b, NAME("attn_q.bias"), q_dim, biases, &L->bq, B)) < 0 ||
             (rc = sl_bind_vector(b, NAME("attn_k.bias"), kv_dim, biases, &L->bk, B)) < 0 ||
             (rc = sl_bind_vector(b, NAME("attn_v.bias"), kv_dim, biases, &L->bv, B)) < 0 ||
@@ -385,6 +396,8 @@ static sl_status bind_layers(sl_binder *b, sl_model *m)
              (rc = sl_bind_vector(b, NAME("post_ffw_norm.weight"), hp->n_embd, true, &L->post_ffn_norm, B)) < 0))
             return rc;
 #undef NAME
+        if (gptoss && (rc = sl_bind_gptoss_layer(b, hp, i, L, B)) < 0)
+            return rc;
         bool slides = layer_slides(hp, i);
         L->window = slides ? hp->sliding_window : 0;
         L->rope_freq_base = slides ? hp->rope_freq_base_swa : hp->rope_freq_base;
@@ -433,9 +446,12 @@ sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN])
     } else if (sl_gguf_str_eq(arch, "qwen3moe")) {
         hp->arch = SL_ARCH_QWEN3MOE;
         hp->rope_style = SL_ROPE_NEOX;
+    } else if (sl_gguf_str_eq(arch, "gpt-oss")) {
+        hp->arch = SL_ARCH_GPT_OSS;
+        hp->rope_style = SL_ROPE_NEOX;
     } else {
         snprintf(err, SL_ERR_LEN, "%s: architecture '%.*s' is not supported "
-                 "(llama, qwen2, qwen3, gemma2, gemma3, granite, phi3, qwen2moe, qwen3moe are)",
+                 "(llama, qwen2, qwen3, gemma2, gemma3, granite, phi3, qwen2moe, qwen3moe, gpt-oss are)",
                  sl_gguf_path(g), (int)(arch.len < 32 ? arch.len : 32), arch.ptr);
         free(m);
         return SL_EUNSUPPORTED;
@@ -470,6 +486,12 @@ sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN])
         rc = sl_bind_vector(&b, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs, &m->weight_bytes);
     if (rc == SL_OK)
         rc = bind_longrope(&b, m);
+    if (rc == SL_OK && hp->yarn_factor > 0.0f && (m->rope_freqs || m->rope_factors_long))
+        rc = sl_bind_fail(&b, "YaRN rope scaling with a rope_freqs or rope_factors table: two rope scalings");
+    if (rc == SL_OK) {
+        m->gguf = g;   /* for its error line; borrowed: the failure path below frees m, never g */
+        rc = sl_model_yarn_table(m, err);
+    }
     if (rc == SL_OK && !(m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers))) {
         snprintf(err, SL_ERR_LEN, "%s: out of memory", sl_gguf_path(g));
         rc = SL_ENOMEM;
@@ -482,6 +504,7 @@ sl_status sl_model_from_gguf(sl_gguf *g, sl_model **out, char err[SL_ERR_LEN])
     if (rc == SL_OK)
         rc = bind_layers(&b, m);
     if (rc < 0) {
+        free(m->rope_yarn);
         free(m->experts);
         free(m->layers);
         free(m);
@@ -517,6 +540,7 @@ void sl_model_destroy(sl_model *m)
     if (!m)
         return;
     sl_gguf_close(m->gguf);
+    free(m->rope_yarn);
     free(m->experts);
     free(m->layers);
     free(m);

@@ -32,6 +32,9 @@ enum sl_arch {
                        * renormalised) plus a sigmoid-gated shared expert */
     SL_ARCH_QWEN3MOE, /* Qwen3-30B-A3B, -235B-A22B: qwen3's attention, a MoE FFN (top-k weights
                        * renormalised to sum 1) */
+    SL_ARCH_GPT_OSS,  /* gpt-oss-20b/120b: q/k/v/o biases, attention sinks, a sliding window on even
+                       * layers, YaRN rope; a MoE FFN with biases, top-k of the router logits then
+                       * softmax over those k, clamped SwiGLU experts (model_gptoss.c) */
 };                    /* Mixtral is SL_ARCH_LLAMA with hp.n_expert > 0 (renormalised top-k) */
 
 /* The most experts a layer may have: llama.cpp's limit too (LLAMA_MAX_EXPERTS). */
@@ -40,6 +43,13 @@ enum sl_arch {
 enum sl_ffn_act {
     SL_FFN_SILU,        /* silu(gate) * up */
     SL_FFN_GELU_TANH,   /* gelu(gate) * up, GELU's tanh approximation */
+    SL_FFN_SWIGLU_OAI,  /* gpt-oss: x * sigmoid(1.702 x) * (y + 1), x = min(gate, 7), y = clamp(up, -7, 7) */
+};
+
+/* How a MoE layer turns router logits into expert weights. */
+enum sl_moe_gating {
+    SL_MOE_GATING_SOFTMAX,       /* softmax over all experts, then the top k (optionally renormalised) */
+    SL_MOE_GATING_TOPK_SOFTMAX,  /* the top k logits, then softmax over those k (gpt-oss) */
 };
 
 enum sl_rope_style {
@@ -70,6 +80,9 @@ typedef struct {
     sl_weight sh_gate, sh_up;        /* qwen2moe's shared expert: (n_embd -> n_ff_shexp), data NULL otherwise */
     sl_weight sh_down;               /* (n_ff_shexp -> n_embd) */
     sl_weight sh_gate_inp;           /* (n_embd -> 1): its output's sigmoid scales the shared expert */
+    const float *router_b;           /* gpt-oss: (n_expert) added to the router logits, else NULL */
+    const float *gate_b, *up_b;      /* gpt-oss: (n_expert, n_ff_exp) expert e's biases at e*n_ff_exp, else NULL */
+    const float *down_b;             /* gpt-oss: (n_expert, n_embd), else NULL */
 } sl_moe;
 
 typedef struct {
@@ -78,6 +91,9 @@ typedef struct {
     const float *bq, *bk, *bv;       /* qwen2 biases, NULL otherwise */
     const float *q_norm, *k_norm;    /* qwen3/gemma3 per-head RMS norm weights (head_dim), NULL otherwise */
     sl_weight wo;                    /* (n_head*head_dim -> n_embd) */
+    const float *bo;                 /* gpt-oss: (n_embd) attn_output bias, else NULL */
+    const float *attn_sinks;         /* gpt-oss: (n_head) per-head logit that joins each softmax's
+                                      * denominator only (no value), else NULL */
     const float *post_attn_norm;     /* gemma: RMS norm of the attention output before the residual add, or NULL */
     const float *ffn_norm;           /* (n_embd) */
     sl_weight w_gate, w_up;          /* (n_embd -> n_ff); data NULL on a MoE layer */
@@ -123,6 +139,11 @@ typedef struct {
     int32_t n_ff_exp;           /* each expert's hidden size (qwen*moe: expert_feed_forward_length; llama: n_ff) */
     int32_t n_ff_shexp;         /* shared expert's hidden size (qwen2moe), else 0 */
     bool moe_norm_w;            /* renormalise the top-k weights to sum 1 (qwen3moe, Mixtral; not qwen2moe) */
+    enum sl_moe_gating moe_gating;
+    float yarn_factor;          /* > 0: YaRN rope scaling (rope.scaling.type yarn) by this factor, from
+                                 * n_ctx_orig; m->rope_yarn then holds its per-pair divisors and
+                                 * rope_attn_factor its magnitude correction (rope_freq_scale stays 1) */
+    float yarn_beta_fast, yarn_beta_slow; /* its correction range (rope.scaling.yarn_beta_*, 32 and 1) */
 } sl_hparams;
 
 typedef struct sl_model {
@@ -132,6 +153,7 @@ typedef struct sl_model {
     const float *rope_freqs;         /* (n_rot/2) llama3 frequency divisors, or NULL */
     const float *rope_factors_long;  /* (n_rot/2) longrope divisors past n_ctx_orig, or NULL */
     const float *rope_factors_short; /* (n_rot/2) longrope divisors within it; both or neither */
+    float *rope_yarn;                /* (n_rot/2) YaRN divisors, owned (computed at load), or NULL */
     sl_weight tok_embd;              /* (n_embd, n_vocab): rows are embeddings */
     const float *output_norm;        /* (n_embd) */
     sl_weight output;                /* (n_embd -> n_vocab); same as tok_embd when tied */
@@ -157,12 +179,15 @@ void sl_model_destroy(sl_model *m);
  * llama3 table; for longrope, the long table when max_ctx exceeds the
  * original context and the short one otherwise (llama.cpp's rule, which
  * looks at the configured context, not each position, so a sequence's
- * cached keys never need re-rotating). Inline: the CUDA library, which
+ * cached keys never need re-rotating); YaRN's table (applied at every
+ * context, as llama.cpp does). Inline: the CUDA library, which
  * links no model code, calls it too. */
 static inline const float *sl_model_rope_divisors(const sl_model *m, int32_t max_ctx)
 {
     if (m->rope_factors_long)
         return max_ctx > m->hp.n_ctx_orig ? m->rope_factors_long : m->rope_factors_short;
+    if (m->rope_yarn)
+        return m->rope_yarn;
     return m->rope_freqs;
 }
 

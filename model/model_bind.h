@@ -59,8 +59,28 @@ sl_status sl_bind_moe_hparams(sl_binder *b, sl_hparams *hp);
 
 /* Binds layer il's MoE tensors into L->moe, the per-expert views into
  * views[0 .. 3 * n_expert) (gate, up, down): router, the three 3-D expert
- * tensors (ne0, ne1, n_expert) of one type, and qwen2moe's shared expert. */
+ * tensors (ne0, ne1, n_expert) of one type, qwen2moe's shared expert and
+ * gpt-oss's router and expert biases (F32). */
 sl_status sl_bind_moe_layer(sl_binder *b, const sl_hparams *hp, int32_t il, sl_layer *L, sl_weight *views,
                             uint64_t *bytes);
+
+/* model_gptoss.c. rope.scaling.type = yarn: rope.scaling.factor (required,
+ * >= 1) into *factor and hp->yarn_factor, yarn_beta_fast/slow (default 32
+ * and 1) into hp; yarn_ext_factor other than 1 is SL_EUNSUPPORTED. */
+sl_status sl_bind_yarn(sl_binder *b, sl_hparams *hp, float *factor /* OUT */);
+
+/* After the hyperparameters: m->rope_yarn (n_rot/2 divisors, owned) and
+ * YaRN's magnitude factor into hp->rope_attn_factor; nothing without YaRN.
+ * SL_ENOMEM (err filled). */
+sl_status sl_model_yarn_table(sl_model *m, char err[SL_ERR_LEN]);
+
+/* gpt-oss's derived hyperparameters: attention.sliding_window (required),
+ * the clamped SwiGLU; refuses a sliding_window_pattern key or a distinct
+ * rope.freq_base_swa (SL_EUNSUPPORTED). */
+sl_status sl_bind_gptoss_hparams(sl_binder *b, sl_hparams *hp);
+
+/* gpt-oss's per-layer attention tensors: attn_output.bias (n_embd) and
+ * attn_sinks.weight (n_head), both required, F32. */
+sl_status sl_bind_gptoss_layer(sl_binder *b, const sl_hparams *hp, int32_t il, sl_layer *L, uint64_t *bytes);
 
 #endif

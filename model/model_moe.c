@@ -4,7 +4,8 @@
  * build_moe_ffn): a router ffn_gate_inp (n_embd -> n_expert), softmax over
  * all experts, the top expert_used_count; qwen3moe and Mixtral renormalise
  * the chosen weights to sum 1, qwen2moe does not and adds a shared expert
- * scaled by sigmoid(ffn_gate_inp_shexp . x).
+ * scaled by sigmoid(ffn_gate_inp_shexp . x). gpt-oss (model_gptoss.c's
+ * note): router and expert biases, top-k logits then softmax over k.
  * The experts are 3-D tensors (ne0, ne1, n_expert): n_expert matrices one
  * after another, each bound as its own sl_weight view into the mapping, so
  * a backend computes an expert as it computes any matrix. Old Mixtral
@@ -20,7 +21,8 @@ sl_status sl_bind_moe_hparams(sl_binder *b, sl_hparams *hp)
 {
     hp->n_expert = hp->n_expert_used = hp->n_ff_exp = hp->n_ff_shexp = 0;
     hp->moe_norm_w = false;
-    bool moe_arch = hp->arch == SL_ARCH_QWEN2MOE || hp->arch == SL_ARCH_QWEN3MOE;
+    hp->moe_gating = hp->arch == SL_ARCH_GPT_OSS ? SL_MOE_GATING_TOPK_SOFTMAX : SL_MOE_GATING_SOFTMAX;
+    bool moe_arch = hp->arch == SL_ARCH_QWEN2MOE || hp->arch == SL_ARCH_QWEN3MOE || hp->arch == SL_ARCH_GPT_OSS;
     if (!moe_arch && hp->arch != SL_ARCH_LLAMA)
         return SL_OK;   /* dense architectures: an expert_count key, if any, means nothing */
     sl_status rc;
@@ -87,6 +89,35 @@ static sl_status bind_experts(sl_binder *b, const char *name, int64_t ne0, int64
     return SL_OK;
 }
 
+/* An F32 (ne0, ne1) tensor's data into *v (ne1 = 0: 1-D). */
+static sl_status bind_f32(sl_binder *b, const char *name, int64_t ne0, int64_t ne1, const float **v, uint64_t *bytes)
+{
+    const sl_gguf_tensor *t;
+    sl_status rc = sl_bind_tensor(b, name, ne0, ne1, true, true, &t);
+    *v = t ? (const float *)t->data : NULL;
+    if (t)
+        *bytes += t->nbytes;
+    return rc;
+}
+
+/* gpt-oss: the router's bias (n_expert) and the experts' (n_ff_exp or
+ * n_embd per expert, one row per expert), all required. */
+static sl_status bind_biases(sl_binder *b, const sl_hparams *hp, int32_t il, sl_moe *moe, uint64_t *bytes)
+{
+    int32_t n = hp->n_expert;
+    int64_t E = hp->n_embd, F = hp->n_ff_exp;
+    char name[96];
+    sl_status rc;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d." s, il), name)
+    if ((rc = bind_f32(b, NAME("ffn_gate_inp.bias"), n, 0, &moe->router_b, bytes)) < 0 ||
+        (rc = bind_f32(b, NAME("ffn_gate_exps.bias"), F, n, &moe->gate_b, bytes)) < 0 ||
+        (rc = bind_f32(b, NAME("ffn_up_exps.bias"), F, n, &moe->up_b, bytes)) < 0 ||
+        (rc = bind_f32(b, NAME("ffn_down_exps.bias"), E, n, &moe->down_b, bytes)) < 0)
+        return rc;
+#undef NAME
+    return SL_OK;
+}
+
 sl_status sl_bind_moe_layer(sl_binder *b, const sl_hparams *hp, int32_t il, sl_layer *L, sl_weight *views,
                             uint64_t *bytes)
 {
@@ -104,6 +135,8 @@ sl_status sl_bind_moe_layer(sl_binder *b, const sl_hparams *hp, int32_t il, sl_l
         (rc = bind_experts(b, NAME("ffn_up_exps.weight"), E, F, n, moe->up, bytes)) < 0 ||
         (rc = bind_experts(b, NAME("ffn_down_exps.weight"), F, E, n, moe->down, bytes)) < 0)
         return rc;
+    if (hp->arch == SL_ARCH_GPT_OSS)
+        return bind_biases(b, hp, il, moe, bytes);
     if (hp->arch != SL_ARCH_QWEN2MOE)
         return SL_OK;
     /* the shared expert's gate is a vector: one output row, any type */

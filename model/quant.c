@@ -143,7 +143,7 @@ sl_status sl_quant_dequantize_row(uint32_t type, const void *src, float *dst, in
     case SL_GGML_TYPE_Q5_K: dequant_q5_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q6_K: dequant_q6_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
-    case SL_GGML_TYPE_IQ4_NL: sl_quant_legacy_dequantize(type, src, dst, nb); break;
+    case SL_GGML_TYPE_IQ4_NL: case SL_GGML_TYPE_MXFP4: sl_quant_legacy_dequantize(type, src, dst, nb); break;
     case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
     case SL_GGML_TYPE_IQ2_XXS: case SL_GGML_TYPE_IQ2_XS: case SL_GGML_TYPE_IQ2_S:
     case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S: case SL_GGML_TYPE_IQ1_S: case SL_GGML_TYPE_IQ1_M:
@@ -568,7 +568,7 @@ sl_status sl_quant_quantize_row(uint32_t type, const float *src, void *dst, int6
     case SL_GGML_TYPE_Q5_K: quant_q5_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q6_K: quant_q6_K(src, dst, nb); break;
     case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
-    case SL_GGML_TYPE_IQ4_NL: sl_quant_legacy_quantize(type, src, dst, nb); break;
+    case SL_GGML_TYPE_IQ4_NL: case SL_GGML_TYPE_MXFP4: sl_quant_legacy_quantize(type, src, dst, nb); break;
     case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
     case SL_GGML_TYPE_TQ1_0: case SL_GGML_TYPE_TQ2_0:
         sl_quant_klow_quantize(type, src, dst, nb); break;

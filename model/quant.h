@@ -100,6 +100,32 @@ typedef struct {
 /* IQ4_NL's 16 non-linear levels (ggml's kvalues_iq4nl), ascending. */
 extern const int8_t sl_iq4nl_values[16];
 
+/* MXFP4 (OCP microscaling FP4): x[i] = sl_e8m0_half(e) * sl_mxfp4_values[q[i]],
+ * q a nibble in Q4_0's packing. The codes are E2M1 floats (sign, 2-bit
+ * exponent, 1-bit mantissa) and e an E8M0 exponent shared by the block:
+ * value = 2^(e-127) * fp4. ggml stores the FP4 values doubled (integers
+ * -12..12) and halves the scale instead, so the codes fit int8 dot
+ * products; we keep its convention, which is what makes dequantization
+ * match its (and the gguf package's) bit for bit. */
+typedef struct {
+    uint8_t e;                      /* E8M0 exponent */
+    uint8_t qs[SL_QK_LEGACY / 2];   /* E2M1 nibbles */
+} sl_block_mxfp4;
+
+/* The 16 E2M1 values doubled (ggml's kvalues_mxfp4); code 8, E2M1's -0,
+ * is a plain 0 (so it decodes to +0, as in ggml). */
+extern const int8_t sl_mxfp4_values[16];
+
+/* 2^(e-128) as a float: half of E8M0's 2^(e-127). e = 0 and 1 give the
+ * subnormals 2^-128 and 2^-127 (ggml's ggml_e8m0_to_fp32_half); e = 255,
+ * NaN in the OCP format, gives 2^127 as ggml does (it ignores NaN). */
+static inline float sl_e8m0_half(uint8_t e)
+{
+    union { uint32_t u; float f; } v;
+    v.u = e < 2 ? (uint32_t)0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return v.f;
+}
+
 /* Q4_K: 8 sub-blocks of 32; sub-block s has a 6-bit scale sc[s] and 6-bit
  * min m[s] (packed in `scales`, see sl_quant_get_scale_min_k4) and
  * x = d*sc[s]*q - dmin*m[s], q a nibble. The 64-element chunk c uses
@@ -154,7 +180,7 @@ static inline void sl_quant_get_scale_min_k4(int j, const uint8_t *q, uint8_t *s
 
 /* Decodes `n` elements of a row stored in `type` (the sl_ggml_type_supported
  * types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; Q5_0, Q4_1, Q5_1, Q8_1,
- * IQ4_NL in quant_legacy.c; Q2_K, Q3_K, IQ4_XS and the IQ1/IQ2/IQ3 grid
+ * IQ4_NL, MXFP4 in quant_legacy.c; Q2_K, Q3_K, IQ4_XS and the IQ1/IQ2/IQ3 grid
  * formats in quant_klow.c; TQ1_0, TQ2_0 in quant_ternary.c) from `src` into
  * `dst` (n floats).
  * Returns SL_OK; SL_EINVAL (bad n); SL_EUNSUPPORTED (other type). `dst` is
@@ -167,7 +193,8 @@ sl_status sl_quant_dequantize_row(uint32_t type, const void *src, float *dst /* 
  * read only: SL_EUNSUPPORTED). Q8_0/Q4_0 take the block scale from the
  * absolute maximum as the format defines; Q5_0, Q4_1 and Q5_1 are the gguf
  * package's reference quantizers byte for byte, IQ4_NL searches the block
- * scale, Q8_1 is Q8_0 plus its sum (model/quant_legacy.c), TQ1_0 and TQ2_0
+ * scale, Q8_1 is Q8_0 plus its sum, MXFP4 is ggml's reference quantizer
+ * byte for byte (model/quant_legacy.c), TQ1_0 and TQ2_0
  * are the gguf package's quantizers byte for byte; the K-quants search each
  * sub-block's scale (and min) by a grid of candidate scales refined by least
  * squares, then quantize the 6/8-bit scales and re-fit the values to them.

@@ -1,10 +1,13 @@
 /* model/quant_legacy.c: dequantizers and quantizers of the 32-element block
  * formats other than Q8_0/Q4_0: Q5_0, Q4_1, Q5_1 (what llama.cpp's
- * quantizer writes for rows that are not a multiple of 256), IQ4_NL, Q8_1.
+ * quantizer writes for rows that are not a multiple of 256), IQ4_NL, Q8_1,
+ * MXFP4.
  * Runs in the GGUF loader (embedding rows), mkmodel and tests; reached
  * through model/quant.c's dispatch (quant_legacy.h).
  * Dequantization follows the gguf package's numpy code operation for
- * operation (d*q, then + m: two roundings), so results match it bit for bit.
+ * operation (d*q, then + m: two roundings), so results match it bit for bit
+ * (MXFP4, which the gguf package in use may predate: ggml's
+ * dequantize_row_mxfp4, the same single product).
  * Quantization:
  *   Q5_0, Q4_1, Q5_1: the gguf package's reference quantizers byte for byte
  *     (which are ggml's quantize_row_*_ref, what llama.cpp's quantizer runs
@@ -17,7 +20,12 @@
  *     re-assigned to its nearest level under that final scale.
  *   Q8_1: no reference writes Q8_1 weights; the codes are our Q8_0 ones
  *     (d = amax/127, nearest even) and s = fp16(d * sum(qs)) as ggml
- *     defines it. */
+ *     defines it.
+ *   MXFP4: ggml's quantize_row_mxfp4_ref byte for byte (what llama.cpp's
+ *     converter writes for gpt-oss's experts): e = floor(log2(amax)) - 2
+ *     + 127, so amax lands in [4, 8) times the halved scale, i.e. within
+ *     the doubled table's top values 8 and 12; then each element takes the
+ *     first code of least |value*d - x| (code 0, +0, before code 8, -0). */
 #include <math.h>
 #include <string.h>
 
@@ -30,8 +38,10 @@ _Static_assert(sizeof(sl_block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(sl_block_q5_1) == 24, "Q5_1 block is 24 bytes");
 _Static_assert(sizeof(sl_block_q8_1) == 36, "Q8_1 block is 36 bytes");
 _Static_assert(sizeof(sl_block_iq4_nl) == 18, "IQ4_NL block is 18 bytes");
+_Static_assert(sizeof(sl_block_mxfp4) == 17, "MXFP4 block is 17 bytes");
 
 const int8_t sl_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t sl_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 enum { QK = SL_QK_LEGACY };
 
@@ -119,6 +129,15 @@ static void dequant_iq4_nl(const sl_block_iq4_nl *b, float *y, int64_t nb)
     }
 }
 
+static void dequant_mxfp4(const sl_block_mxfp4 *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += QK) {
+        float d = sl_e8m0_half(b[i].e);
+        for (int l = 0; l < QK; l++)
+            y[l] = (float)sl_mxfp4_values[nibble(b[i].qs, l)] * d;
+    }
+}
+
 void sl_quant_legacy_dequantize(uint32_t type, const void *src, float *dst, int64_t nb)
 {
     switch (type) {
@@ -137,6 +156,7 @@ void sl_quant_legacy_dequantize(uint32_t type, const void *src, float *dst, int6
         break;
     case SL_GGML_TYPE_Q8_1: dequant_q8_1(src, dst, nb); break;
     case SL_GGML_TYPE_IQ4_NL: dequant_iq4_nl(src, dst, nb); break;
+    case SL_GGML_TYPE_MXFP4: dequant_mxfp4(src, dst, nb); break;
     }
 }
 
@@ -305,6 +325,43 @@ static void quant_iq4_nl(const float *x, sl_block_iq4_nl *b, int64_t nb)
     }
 }
 
+/* The first code whose value under scale d is nearest x (ggml's
+ * best_index_mxfp4: strict <, so ties keep the lower code); NaN gives 0. */
+static inline int mxfp4_nearest(float x, float d)
+{
+    int best = 0;
+    float best_err = fabsf((float)sl_mxfp4_values[0] * d - x);
+    for (int k = 1; k < 16; k++) {
+        float err = fabsf((float)sl_mxfp4_values[k] * d - x);
+        if (err < best_err) {
+            best = k;
+            best_err = err;
+        }
+    }
+    return best;
+}
+
+static void quant_mxfp4(const float *x, sl_block_mxfp4 *b, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK) {
+        float amax = 0.0f;
+        for (int l = 0; l < QK; l++)
+            if (amax < fabsf(x[l]))
+                amax = fabsf(x[l]);
+        /* ggml casts the float exponent to uint8_t; clamping keeps that
+         * cast defined for inf and for |x| beyond 2^128 or below 2^-125,
+         * where ggml's own result is undefined (finite weights never are) */
+        float ef = amax > 0.0f ? floorf(log2f(amax)) - 2.0f + 127.0f : 0.0f;
+        uint8_t e = (uint8_t)(ef >= 0.0f ? (ef <= 255.0f ? ef : 255.0f) : 0.0f);
+        float d = sl_e8m0_half(e);
+        b[i].e = e;
+        uint8_t q[QK];
+        for (int l = 0; l < QK; l++)
+            q[l] = (uint8_t)mxfp4_nearest(x[l], d);
+        pack(q, b[i].qs, NULL);
+    }
+}
+
 void sl_quant_legacy_quantize(uint32_t type, const float *src, void *dst, int64_t nb)
 {
     switch (type) {
@@ -327,5 +384,6 @@ void sl_quant_legacy_quantize(uint32_t type, const float *src, void *dst, int64_
         break;
     case SL_GGML_TYPE_Q8_1: quant_q8_1(src, dst, nb); break;
     case SL_GGML_TYPE_IQ4_NL: quant_iq4_nl(src, dst, nb); break;
+    case SL_GGML_TYPE_MXFP4: quant_mxfp4(src, dst, nb); break;
     }
 }

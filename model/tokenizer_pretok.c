@@ -26,6 +26,14 @@
 #define PAT_QWEN2 "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|" \
                   "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
+/* GPT-4o's o200k pattern (gpt-oss, Llama 4): letters split at case
+ * changes, digits in threes, '/' kept with the punctuation run before it. */
+#define PAT_GPT4O_CONTR "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+#define PAT_GPT4O "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+" \
+                  PAT_GPT4O_CONTR "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+" \
+                  "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*" PAT_GPT4O_CONTR \
+                  "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
 typedef struct {
     const char *names[6];
     const char *pats[SL_PRETOK_MAX];
@@ -34,6 +42,7 @@ typedef struct {
 static const pretok_def k_defs[] = {
     {{"llama-bpe", "llama3", "dbrx", "smaug-bpe"}, {PAT_LLAMA3}},
     {{"qwen2", "deepseek-r1-qwen", "megrez"}, {PAT_QWEN2}},
+    {{"gpt-4o", "llama4"}, {PAT_GPT4O}},
     {{"gpt-2", "mpt", "olmo", "jais", "phi-2", "gpt2"}, {PAT_GPT2}},
     {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone"},
      {"\\p{N}", PAT_GPT2}},

@@ -47,7 +47,8 @@ enum sl_act_format sl_act_format_of_type(uint32_t type)
     case SL_GGML_TYPE_F16: return SL_ACT_F16;
     case SL_GGML_TYPE_BF16: return SL_ACT_BF16;
     case SL_GGML_TYPE_Q4_0: case SL_GGML_TYPE_Q8_0: return SL_ACT_Q8_0;
-    case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_IQ4_NL: case SL_GGML_TYPE_Q8_1: return SL_ACT_Q8_0;
+    case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_IQ4_NL: case SL_GGML_TYPE_Q8_1:
+    case SL_GGML_TYPE_MXFP4: return SL_ACT_Q8_0;
     case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: return SL_ACT_Q8_1;
     case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K: case SL_GGML_TYPE_Q6_K: return SL_ACT_Q8_K;
     case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:

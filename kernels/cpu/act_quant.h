@@ -5,7 +5,7 @@
  *            reads env SLUICE_CPU_ACT once (pthread_once).
  * Modes:     SLUICE_CPU_ACT picks one for the whole process:
  *   q8 (default; also unset or unknown) llama.cpp's rounding:
- *                 Q4_0/Q8_0/Q5_0/IQ4_NL/Q8_1 -> Q8_0 blocks, Q4_1/Q5_1 ->
+ *                 Q4_0/Q8_0/Q5_0/IQ4_NL/MXFP4/Q8_1 -> Q8_0 blocks, Q4_1/Q5_1 ->
  *                 Q8_1 blocks (Q8_0's codes plus ggml's fp16 sum s),
  *                 K-quants -> Q8_K blocks,
  *                 F16 / BF16 -> float32 rows holding fp16 / bf16 rounded

@@ -1,11 +1,12 @@
 /* kernels/cpu/avx2_legacy.h: private to the AVX2 dot kernels: one 32-element
- * weight block of Q5_0, Q4_1, Q5_1, Q8_1 or IQ4_NL unpacked into 32 byte
+ * weight block of Q5_0, Q4_1, Q5_1, Q8_1, IQ4_NL or MXFP4 unpacked into 32 byte
  * codes in element order, with its float scale and min. The float path
  * (vec_dot_avx2.c) and the 8/16-bit paths (vec_dot_legacy_avx2.c) stage
  * from here, as avx2_util.h serves Q4_0 and the K-quants.
  * Who:       CPU backend threads; pure static inline functions.
  * Build:     only in files compiled with -mavx2 -mfma -mf16c.
- * Codes:     signed for Q5_0 (q - 16), IQ4_NL (the level, -127..113) and
+ * Codes:     signed for Q5_0 (q - 16), IQ4_NL (the level, -127..113), MXFP4 (the doubled
+ *            E2M1 value, -12..12) and
  *            Q8_1; unsigned 0..15 / 0..31 for Q4_1 / Q5_1, whose weights are
  *            d*q + m (sl_avx2_legacy_min). Packing: model/quant.h. */
 #ifndef SL_AVX2_LEGACY_H
@@ -36,6 +37,7 @@ static inline int sl_avx2_legacy_bytes(uint32_t type)
     case SL_GGML_TYPE_Q4_1: return (int)sizeof(sl_block_q4_1);
     case SL_GGML_TYPE_Q5_1: return (int)sizeof(sl_block_q5_1);
     case SL_GGML_TYPE_Q8_1: return (int)sizeof(sl_block_q8_1);
+    case SL_GGML_TYPE_MXFP4: return (int)sizeof(sl_block_mxfp4);
     default: return (int)sizeof(sl_block_iq4_nl);
     }
 }
@@ -129,6 +131,15 @@ static inline void sl_avx2_legacy_block(uint32_t type, const void *blk, __m128i 
         *d = _cvtsh_ss(b->d);
         *lo = _mm_loadu_si128((const __m128i *)b->qs);
         *hi = _mm_loadu_si128((const __m128i *)(b->qs + 16));
+        break;
+    }
+    case SL_GGML_TYPE_MXFP4: {   /* as IQ4_NL, with the doubled E2M1 values and the halved E8M0 scale */
+        const sl_block_mxfp4 *b = blk;
+        const __m128i levels = _mm_loadu_si128((const __m128i *)sl_mxfp4_values);
+        *d = sl_e8m0_half(b->e);
+        sl_avx2_nibbles(b->qs, &bl, &bh);
+        *lo = _mm_shuffle_epi8(levels, bl);
+        *hi = _mm_shuffle_epi8(levels, bh);
         break;
     }
     default: {   /* IQ4_NL: each nibble indexes the 16 levels (one byte shuffle per half) */

@@ -1,6 +1,6 @@
 /* kernels/cpu/forward.c: the CPU backend's forward pass for the llama, qwen2,
  * qwen3, gemma2, gemma3, granite and phi3 architectures and the
- * mixture-of-experts ones (qwen2moe, qwen3moe, Mixtral) over a batch of
+ * mixture-of-experts ones (qwen2moe, qwen3moe, Mixtral, gpt-oss) over a batch of
  * sequences with paged KV caches (phi3's fused matrices arrive as separate
  * row views, model.h, so nothing here knows about them).
  * Runs in the worker process (and `sluice generate`) on the scheduler thread,
@@ -29,7 +29,8 @@
  * allocated: the scheduler's block tables do not know about windows).
  *
  * MoE layers (moe_ffn): each token row is routed on its own
- * (sl_cpu_moe_route: softmax, top-k, ties to the lower expert index), the
+ * (sl_cpu_moe_route: softmax, top-k, ties to the lower expert index; gpt-oss:
+ * top-k of the biased logits, then softmax over them), the
  * routed rows are gathered by expert, and each expert in use runs as one
  * matmul over all its rows, all experts in one pool run, so a step reads
  * each chosen expert's weights once whatever the batch. Each row then sums
@@ -272,6 +273,7 @@ static void attn_task(void *ctx, int64_t task, int thread)
     const float *kbase = cb->kv + (int64_t)j->layer * 2 * cb->base.cfg.n_kv_blocks * cb->block_floats;
     const float *vbase = kbase + (int64_t)cb->base.cfg.n_kv_blocks * cb->block_floats;
     float scale = hp->attn_scale, cap = hp->attn_softcap;
+    const float *sinks = cb->base.model->layers[j->layer].attn_sinks;
 
     float mx = -INFINITY;
     for (int32_t p = p0; p < n_pos; p++) {
@@ -286,7 +288,11 @@ static void attn_task(void *ctx, int64_t task, int thread)
         if (scores[p - p0] > mx)
             mx = scores[p - p0];
     }
-    double sum = 0.0;
+    /* gpt-oss's sink: one more logit in the denominator, with no value */
+    float sink = sinks ? sinks[h] : -INFINITY;
+    if (sink > mx)
+        mx = sink;
+    double sum = sinks ? (double)expf(sink - mx) : 0.0;
     for (int32_t p = p0; p < n_pos; p++) {
         scores[p - p0] = expf(scores[p - p0] - mx);
         sum += scores[p - p0];
@@ -320,6 +326,8 @@ static void glu_task(void *ctx, int64_t t, int thread)
     float *g = j->gate + t * j->n_ff;
     if (j->act == SL_FFN_GELU_TANH)
         sl_cpu_geglu_tanh(g, g, j->up + t * j->n_ff, j->n_ff);
+    else if (j->act == SL_FFN_SWIGLU_OAI)
+        sl_cpu_swiglu_oai(g, g, j->up + t * j->n_ff, j->n_ff);
     else
         sl_cpu_swiglu(g, g, j->up + t * j->n_ff, j->n_ff);
 }
@@ -444,8 +452,17 @@ static void moe_sum_task(void *ctx, int64_t t, int thread)
     }
 }
 
+/* gpt-oss: expert e's bias row (bias + e * n) added to each of e's grouped
+ * rows of y (ld n), for every expert in use. */
+static void add_expert_bias(const cpu_backend *cb, float *y, const float *bias, int64_t n)
+{
+    for (int32_t e = 0; e < cb->base.model->hp.n_expert; e++)
+        for (int32_t r = cb->grp_off[e]; r < cb->grp_off[e + 1]; r++)
+            sl_cpu_add(y + (int64_t)r * n, bias + (int64_t)e * n, n);
+}
+
 /* The MoE FFN of xn's T rows, into xn: route each row (router matmul,
- * softmax, top-k), group the routed rows by expert (rows in token order
+ * softmax, top-k; gpt-oss: biased logits, top-k, softmax), group the routed rows by expert (rows in token order
  * within an expert), run each expert over its rows, sum per row. */
 static void moe_ffn(cpu_backend *cb, const sl_layer *L, int64_t T)
 {
@@ -456,8 +473,14 @@ static void moe_ffn(cpu_backend *cb, const sl_layer *L, int64_t T)
     matmul1(cb, cb->xn, E, T, &moe->router, cb->router, n);
     memset(cb->grp_off, 0, (size_t)(n + 1) * sizeof *cb->grp_off);
     for (int64_t t = 0; t < T; t++) {
-        sl_cpu_moe_route(cb->router + t * n, n, k, hp->moe_norm_w, cb->route_tmp, cb->route_id + t * k,
-                         cb->route_w + t * k);
+        if (moe->router_b)
+            sl_cpu_add(cb->router + t * n, moe->router_b, n);
+        if (hp->moe_gating == SL_MOE_GATING_TOPK_SOFTMAX)
+            sl_cpu_moe_route_topk_softmax(cb->router + t * n, n, k, cb->route_tmp, cb->route_id + t * k,
+                                          cb->route_w + t * k);
+        else
+            sl_cpu_moe_route(cb->router + t * n, n, k, hp->moe_norm_w, cb->route_tmp, cb->route_id + t * k,
+                             cb->route_w + t * k);
         for (int s = 0; s < k; s++)
             cb->grp_off[cb->route_id[t * k + s] + 1]++;
     }
@@ -474,10 +497,18 @@ static void moe_ffn(cpu_backend *cb, const sl_layer *L, int64_t T)
     int64_t R = T * k;
     matmul_experts(cb, cb->xg, E, 2, (const sl_weight *const[]){moe->gate, moe->up}, (float *const[]){cb->gg, cb->ug},
                    (const int64_t[]){F, F});
-    glu_job gj = {.gate = cb->gg, .up = cb->ug, .n_ff = F, .act = SL_FFN_SILU};
+    if (moe->gate_b) {
+        add_expert_bias(cb, cb->gg, moe->gate_b, F);
+        add_expert_bias(cb, cb->ug, moe->up_b, F);
+    }
+    /* the experts' activation: SiLU, or gpt-oss's clamped SwiGLU */
+    glu_job gj = {.gate = cb->gg, .up = cb->ug, .n_ff = F,
+                  .act = hp->ffn_act == SL_FFN_SWIGLU_OAI ? SL_FFN_SWIGLU_OAI : SL_FFN_SILU};
     sl_threadpool_run(cb->pool, glu_task, &gj, R);
     matmul_experts(cb, cb->gg, F, 1, (const sl_weight *const[]){moe->down}, (float *const[]){cb->yg},
                    (const int64_t[]){E});
+    if (moe->down_b)
+        add_expert_bias(cb, cb->yg, moe->down_b, E);
     bool shared = moe->sh_down.data != NULL;
     if (shared) {
         const sl_weight *wsh[3] = {&moe->sh_gate, &moe->sh_up, &moe->sh_gate_inp};
@@ -544,6 +575,8 @@ static sl_status cpu_forward(sl_backend *b, const sl_batch_seq *seqs, int32_t n_
         sl_threadpool_run(cb->pool, attn_task, &aj, T * hp->n_head);
 
         matmul1(cb, cb->att, q_dim, T, &L->wo, cb->xn, E);
+        for (int64_t t = 0; L->bo && t < T; t++)
+            sl_cpu_add(cb->xn + t * E, L->bo, E);
         for (int64_t t = 0; L->post_attn_norm && t < T; t++)
             sl_cpu_rmsnorm(cb->xn + t * E, cb->xn + t * E, L->post_attn_norm, E, hp->norm_eps);
         if (hp->residual_scale != 1.0f)

@@ -36,6 +36,16 @@ void sl_cpu_swiglu(float *out, const float *gate, const float *up, int64_t n)
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+void sl_cpu_swiglu_oai(float *out, const float *gate, const float *up, int64_t n)
+{
+    const float alpha = 1.702f, limit = 7.0f;   /* llama.cpp's constants for gpt-oss */
+    for (int64_t i = 0; i < n; i++) {
+        float x = gate[i] < limit ? gate[i] : limit;
+        float y = up[i] < -limit ? -limit : up[i] > limit ? limit : up[i];
+        out[i] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+    }
+}
+
 void sl_cpu_geglu_tanh(float *out, const float *gate, const float *up, int64_t n)
 {
     const float c = 0.7978845608028654f;   /* sqrt(2/pi) */
@@ -96,4 +106,32 @@ void sl_cpu_moe_route(const float *logits, int n, int k, bool norm, float *scrat
         for (int j = 0; j < k; j++)
             w[j] /= s;
     }
+}
+
+void sl_cpu_moe_route_topk_softmax(const float *logits, int n, int k, float *scratch, int32_t *ids, float *w)
+{
+    /* scratch marks taken experts (1); each pass keeps the first strict
+     * maximum among the untaken, a NaN never replacing a number */
+    for (int e = 0; e < n; e++)
+        scratch[e] = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < n; e++) {
+            if (scratch[e] != 0.0f)
+                continue;
+            if (best < 0 || logits[e] > logits[best] || (isnan(logits[best]) && !isnan(logits[e])))
+                best = e;
+        }
+        ids[j] = best;
+        scratch[best] = 1.0f;
+    }
+    float mx = logits[ids[0]];
+    double sum = 0.0;
+    for (int j = 0; j < k; j++) {
+        w[j] = expf(logits[ids[j]] - mx);
+        sum += w[j];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < k; j++)
+        w[j] *= inv;
 }

@@ -42,4 +42,16 @@ void sl_cpu_add(float *y, const float *x, int64_t n);
  * scratch: n floats. 1 <= k <= n. */
 void sl_cpu_moe_route(const float *logits, int n, int k, bool norm, float *scratch, int32_t *ids, float *w);
 
+/* gpt-oss's routing (llama.cpp's SOFTMAX_WEIGHT gating): the k largest
+ * logits in decreasing order into ids[0..k) (equal logits: the lower index
+ * first; NaN logits are never preferred and still give k distinct experts),
+ * then w[0..k) = softmax of those k logits (max subtracted, summed in
+ * double, as sl_cpu_moe_route). scratch: n floats. 1 <= k <= n. */
+void sl_cpu_moe_route_topk_softmax(const float *logits, int n, int k, float *scratch, int32_t *ids, float *w);
+
+/* gpt-oss's clamped SwiGLU: with x = min(gate[i], 7) and y = clamp(up[i],
+ * -7, 7), out[i] = x / (1 + exp(-1.702 x)) * (y + 1) (ggml's swiglu_oai,
+ * operation for operation; out may alias gate). */
+void sl_cpu_swiglu_oai(float *out, const float *gate, const float *up, int64_t n);
+
 #endif

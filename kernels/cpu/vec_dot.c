@@ -60,7 +60,7 @@ static void decode_block(uint32_t type, const void *w, int64_t b, int64_t n, str
     case SL_GGML_TYPE_Q8_0: case SL_GGML_TYPE_Q4_0: case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K:
     case SL_GGML_TYPE_Q6_K:
     case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
-    case SL_GGML_TYPE_IQ4_NL: {
+    case SL_GGML_TYPE_IQ4_NL: case SL_GGML_TYPE_MXFP4: {
         /* the integer unpacking the 8- and 16-bit activation paths use
          * (vec_dot_int.h), then in float: codes, d*sc and dmin*m are exact
          * conversions and one product each, as if decoded here directly */

@@ -15,7 +15,7 @@
  *            for bit (the engine promises batch-independent logits).
  * Memory:    no allocation; each weight block is decoded into a small stack
  *            buffer (or registers), never a whole row or matrix.
- * Types:     F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q8_1, IQ4_NL,
+ * Types:     F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q8_1, IQ4_NL, MXFP4,
  *            Q4_K, Q5_K, Q6_K (the 32-element ones other than Q8_0/Q4_0:
  *            vec_dot_legacy*.c), and Q2_K, Q3_K, IQ4_XS, IQ2_XXS, IQ2_XS,
  *            IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0

@@ -157,7 +157,7 @@ static inline void staged_store(const struct staged *st, bool k4, int shift, int
 enum { STAGED_PLAIN = -1, STAGED_SIGNED = 0, STAGED_K4 = 1, STAGED_SIGNED16 = 2 };
 
 /* The other 32-element types (avx2_legacy.h): signed codes staged as Q4_0's
- * (Q5_0, Q8_1, IQ4_NL's levels: w = round(q*d), the dequantizer's value),
+ * (Q5_0, Q8_1, IQ4_NL's levels, MXFP4's doubled values: w = round(q*d), the dequantizer's value),
  * or unsigned ones as the K4 types' with s = d, o = -m (Q4_1, Q5_1:
  * w = q*d + m, one rounding). Returns the STAGED_* kind. */
 static inline int stage_legacy(uint32_t type, const void *row, int64_t c, int nblk, struct staged *st)
@@ -207,6 +207,7 @@ static inline int stage_chunk(uint32_t type, const void *row, int64_t c, int len
     case SL_GGML_TYPE_Q5_1: return stage_legacy(SL_GGML_TYPE_Q5_1, row, c, len / 32, st);
     case SL_GGML_TYPE_Q8_1: return stage_legacy(SL_GGML_TYPE_Q8_1, row, c, len / 32, st);
     case SL_GGML_TYPE_IQ4_NL: return stage_legacy(SL_GGML_TYPE_IQ4_NL, row, c, len / 32, st);
+    case SL_GGML_TYPE_MXFP4: return stage_legacy(SL_GGML_TYPE_MXFP4, row, c, len / 32, st);
     }
     return STAGED_PLAIN;
 }

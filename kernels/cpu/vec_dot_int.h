@@ -22,7 +22,8 @@
 /* One weight block unpacked: codes q (signed for Q8_0/Q4_0/Q6_K after the
  * -32 shift, unsigned for Q4_K/Q5_K), integer sub-block scales and mins.
  * The other 32-element types: q signed (Q5_0: nibble + 16*bit - 16;
- * IQ4_NL: the level itself; Q8_1: qs) with sc[0] = 1, or unsigned with a
+ * IQ4_NL: the level itself; MXFP4: the doubled E2M1 value, d the halved
+ * E8M0 scale; Q8_1: qs) with sc[0] = 1, or unsigned with a
  * float block min m (Q4_1/Q5_1: x = d*q + m). */
 typedef struct {
     int n;                    /* 32 or 256 elements */

@@ -1,5 +1,5 @@
 /* kernels/cpu/vec_dot_legacy.c: the portable unpacking of the 32-element
- * weight blocks other than Q8_0/Q4_0 (Q5_0, Q4_1, Q5_1, Q8_1, IQ4_NL) into
+ * weight blocks other than Q8_0/Q4_0 (Q5_0, Q4_1, Q5_1, Q8_1, IQ4_NL, MXFP4) into
  * sl_qblock (vec_dot_int.h), which the portable float, 8-bit and 16-bit
  * dots (vec_dot.c, vec_dot_q8.c, vec_dot_q16.c) share. Runs in the CPU
  * backend's threads; pure. Block layouts: model/quant.h. */
@@ -66,6 +66,14 @@ void sl_vec_dot_unpack_legacy(uint32_t type, const void *w, int64_t b, sl_qblock
         nibbles(blk->qs, NULL, u->q);
         for (int l = 0; l < QK; l++)
             u->q[l] = sl_iq4nl_values[u->q[l]];
+        break;
+    }
+    case SL_GGML_TYPE_MXFP4: {
+        const sl_block_mxfp4 *blk = (const sl_block_mxfp4 *)w + b;
+        u->d = sl_e8m0_half(blk->e);
+        nibbles(blk->qs, NULL, u->q);
+        for (int l = 0; l < QK; l++)
+            u->q[l] = sl_mxfp4_values[u->q[l]];
         break;
     }
     default:

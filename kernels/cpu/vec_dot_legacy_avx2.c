@@ -1,5 +1,5 @@
 /* kernels/cpu/vec_dot_legacy_avx2.c: AVX2 dot products of Q5_0, Q4_1,
- * Q5_1, Q8_1 and IQ4_NL weight rows with quantized activations: 16-bit
+ * Q5_1, Q8_1, IQ4_NL and MXFP4 weight rows with quantized activations: 16-bit
  * Q16_0 rows (the default) and 8-bit Q8_0 / Q8_1 rows (SLUICE_CPU_ACT=q8).
  * Compiled with -mavx2 -mfma -mf16c; reached from the dispatch switches of
  * vec_dot_q16_avx2.c and vec_dot_q8_avx2.c. Runs in the CPU backend's
@@ -18,8 +18,9 @@
  *     of dw*da into 8 float lanes after vpmaddubsw/vpmaddwd (signed codes:
  *     |w| and w's sign moved onto x, as for Q4_0; Q4_1/Q5_1: unsigned codes
  *     against Q8_1 activations, plus m * s summed in a scalar); IQ4_NL
- *     alternates two accumulators and takes an odd last block in a scalar,
- *     as ggml's does. vpmaddubsw pairs stay within int16: 2 * 128 * 127. */
+ *     and MXFP4 alternate two accumulators and take an odd last block in a
+ *     scalar, as ggml's do (MXFP4: its doubled E2M1 values are the int8
+ *     codes and d the halved E8M0 scale, ggml's kvalues_mxfp4 trick). vpmaddubsw pairs stay within int16: 2 * 128 * 127. */
 #include <assert.h>
 #include <immintrin.h>
 #include <stdbool.h>
@@ -265,7 +266,7 @@ static inline __attribute__((always_inline)) void rows8(uint32_t type, const voi
         out[0] = row8_q5_0(w_row, xa, n);
         return;
     }
-    bool min1 = sl_avx2_legacy_min(type), two = type == SL_GGML_TYPE_IQ4_NL;
+    bool min1 = sl_avx2_legacy_min(type), two = type == SL_GGML_TYPE_IQ4_NL || type == SL_GGML_TYPE_MXFP4;
     int bb = sl_avx2_legacy_bytes(type);
     size_t ab = min1 ? sizeof(sl_block_q8_1) : sizeof(sl_block_q8_0);
     struct staged8 st;
@@ -331,6 +332,7 @@ static inline __attribute__((always_inline)) void rows8(uint32_t type, const voi
     case SL_GGML_TYPE_Q5_1: ROWS(SL_GGML_TYPE_Q5_1, w_row, xa, ldxa, mt, out, n); break;               \
     case SL_GGML_TYPE_Q8_1: ROWS(SL_GGML_TYPE_Q8_1, w_row, xa, ldxa, mt, out, n); break;               \
     case SL_GGML_TYPE_IQ4_NL: ROWS(SL_GGML_TYPE_IQ4_NL, w_row, xa, ldxa, mt, out, n); break;           \
+    case SL_GGML_TYPE_MXFP4: ROWS(SL_GGML_TYPE_MXFP4, w_row, xa, ldxa, mt, out, n); break;             \
     default: assert(!"vec_dot_legacy_avx2: not a legacy 32-element type");                             \
     }
 

@@ -4,7 +4,7 @@
  * vec_dot_q16_avx2.c, and bitwise equal to it: both form the same exact
  * integer sums per block and pass them to the same float tails
  * (vec_dot_int.h) in the same order.
- *   Q8_0 / Q4_0 (and Q5_0, IQ4_NL, Q8_1) weights, Q16_0 activations, per
+ *   Q8_0 / Q4_0 (and Q5_0, IQ4_NL, MXFP4, Q8_1) weights, Q16_0 activations, per
  *   block b of 32:
  *       sumi = sum(qw * qa), int32: |.| <= 32 * 128 * 32767 < 2^27;
  *       acc[b % 4] += dw * da * sumi (double), then a fixed 4-lane sum;

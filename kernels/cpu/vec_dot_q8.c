@@ -11,7 +11,7 @@
  *      Q8_K's bsums are for)
  *   Q6_K weights, Q8_K activations, per super-block:
  *       dw * da * sum_s sc[s] * sum((q - 32) * qa)
- *   Q5_0 / IQ4_NL / Q8_1 weights, Q8_0 activations: as Q4_0 (IQ4_NL's code
+ *   Q5_0 / IQ4_NL / MXFP4 / Q8_1 weights, Q8_0 activations: as Q4_0 (IQ4_NL's code
  *       is its non-linear level); Q4_1 / Q5_1 weights, Q8_1 activations:
  *       dw * da * sum(q * qa) + m * s (s: the activation block's fp16 sum)
  * Trade-off: each weight block is unpacked to int8 codes once per group of
@@ -98,7 +98,7 @@ void sl_vec_dot_unpack(uint32_t type, const void *w, int64_t b, sl_qblock *u)
         break;
     }
     case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
-    case SL_GGML_TYPE_IQ4_NL:
+    case SL_GGML_TYPE_IQ4_NL: case SL_GGML_TYPE_MXFP4:
         sl_vec_dot_unpack_legacy(type, w, b, u);
         break;
     default:

@@ -353,7 +353,7 @@ static inline __attribute__((always_inline)) void dot_group(uint32_t type, const
     case SL_GGML_TYPE_Q5_K: rowsk(5, w_row, xa, ldxa, mt, out, n); break;
     case SL_GGML_TYPE_Q6_K: rowsk(6, w_row, xa, ldxa, mt, out, n); break;
     case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_Q8_1:
-    case SL_GGML_TYPE_IQ4_NL: sl_vec_dot_legacy_q8_avx2(type, w_row, xa, ldxa, mt, out, n); break;
+    case SL_GGML_TYPE_IQ4_NL: case SL_GGML_TYPE_MXFP4: sl_vec_dot_legacy_q8_avx2(type, w_row, xa, ldxa, mt, out, n); break;
     case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
     case SL_GGML_TYPE_IQ2_XXS: case SL_GGML_TYPE_IQ2_XS: case SL_GGML_TYPE_IQ2_S:
     case SL_GGML_TYPE_IQ3_XXS: case SL_GGML_TYPE_IQ3_S: case SL_GGML_TYPE_IQ1_S: case SL_GGML_TYPE_IQ1_M:

@@ -1,12 +1,15 @@
 """A float64 numpy forward pass for the llama, qwen2, qwen3, gemma2, gemma3,
 granite and phi3 architectures and the mixture-of-experts qwen2moe, qwen3moe
-and Mixtral (llama with llama.expert_count > 0) that reads a GGUF file only through the `gguf` package (its
+and Mixtral (llama with llama.expert_count > 0), and gpt-oss, that reads a GGUF file only through the `gguf` package (its
 reader and its reference dequantizers). This is the engine's reference:
 nothing in it comes from sluice's C code. One exception: Q8_1, which the
 package cannot read (its size table keeps the old 40-byte block_q8_1 with
 float d and s; ggml's, and llama.cpp's, is 36 bytes with fp16 ones, and the
 package has no Q8_1 dequantizer): the size is corrected below and x = d * qs
-decoded here.
+decoded here. Two: MXFP4 (type 39, gpt-oss's expert format), which gguf
+packages before 0.18 do not know: the type is registered with the package
+below (block of 32 in 17 bytes) and decoded here by its definition (ggml's
+dequantize_row_mxfp4: the E2M1 values doubled, times 2^(e-128)).
 
 Gemma, as llama.cpp computes it: embeddings times sqrt(n_embd); each
 branch's output RMS-normed (post_attention_norm, post_ffw_norm) before its
@@ -39,9 +42,27 @@ down_e(silu(gate_e x) * up_e x) from the 3-D tensors ffn_{gate,up,down}_exps
 (numpy shape (n_expert, rows, cols)); qwen2moe adds the shared expert
 ffn_{gate,up,down}_shexp times sigmoid(ffn_gate_inp_shexp . x).
 
+gpt-oss, as llama.cpp computes it (src/models/openai-moe.cpp): q/k/v and
+attn_output biases; per head a sink logit blk.N.attn_sinks joining each
+softmax's denominator only; even layers slide (window
+attention.sliding_window); NEOX rope with YaRN (below); the FFN input norm
+is blk.N.post_attention_norm; the MoE router adds ffn_gate_inp.bias, takes
+the expert_used_count largest logits (ties to the lower index) and softmaxes
+over those; each expert adds its row of ffn_{gate,up,down}_exps.bias after
+its matmul and activates with x * sigmoid(1.702 x) * (y + 1), x = min(gate,
+7), y = clamp(up, -7, 7).
+
+YaRN (rope.scaling.type yarn, any architecture), from its definition as
+llama.cpp applies it: with s = 1 / rope.scaling.factor, pair i's angle is
+pos * base^(-2i/n_rot) * (s + (1 - s) * r_i), where r_i = 1 - clip((i - lo) /
+max(0.001, hi - lo), 0, 1), lo = max(0, floor(c(beta_fast))), hi =
+min(n_rot - 1, ceil(c(beta_slow))), c(b) = n_rot * ln(n_ctx_orig / (2 pi b))
+/ (2 ln base) (beta_fast 32, beta_slow 1), and cos and sin are multiplied by
+1 + 0.1 ln(factor).
+
 Before each weight matmul the input row is rounded the way llama.cpp (and the
 engine by default) feeds it to a weight of that type: 8-bit Q8_0 blocks of 32
-for Q4_0/Q8_0/Q5_0/IQ4_NL/Q8_1 weights, Q8_1 for Q4_1/Q5_1 (Q8_0's codes, and the weight's
+for Q4_0/Q8_0/Q5_0/IQ4_NL/Q8_1/MXFP4 weights, Q8_1 for Q4_1/Q5_1 (Q8_0's codes, and the weight's
 block mins meet the activation block sum as ggml stores it: s = fp16(d *
 sum(q))), Q8_K blocks of 256 for the K-quants, fp16 or bf16 for
 F16/BF16 weights (quantized, then dequantized in float64). Model(path,
@@ -52,6 +73,14 @@ from gguf import GGUFReader, GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 GGML_QUANT_SIZES[GGMLQuantizationType.Q8_1] = (32, 2 + 2 + 32)   # see the module note
+
+if not hasattr(GGMLQuantizationType, "MXFP4"):   # see the module note
+    _mx = int.__new__(GGMLQuantizationType, 39)
+    _mx._name_, _mx._value_ = "MXFP4", 39
+    GGMLQuantizationType._value2member_map_[39] = _mx
+    GGMLQuantizationType._member_map_["MXFP4"] = _mx
+    GGML_QUANT_SIZES[_mx] = (32, 1 + 16)
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float64)
 
 # Weight types with a per-block min (x = d*q + m), and their block bytes.
 MIN_TYPES = {"Q4_1": 20, "Q5_1": 24}
@@ -84,7 +113,7 @@ def act_round(x, wtype):
         u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
         u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
         return u.view(np.float32).astype(np.float64)
-    if wtype in ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "IQ4_NL", "Q8_1"):
+    if wtype in ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "IQ4_NL", "Q8_1", "MXFP4"):
         # d = amax/127 kept as fp16; q = nearest-even(x * 127/amax) (ggml's
         # x86 quantizer, the one llama.cpp runs on x86; Q8_1 has the same)
         q, amax = _q8_codes(x)
@@ -103,9 +132,20 @@ def act_round(x, wtype):
     return x
 
 
+def _mxfp4(data):
+    """MXFP4 blocks (e, 16 bytes of nibbles) in float64: exact, as each value
+    is a small integer times a power of two."""
+    b = np.asarray(data, dtype=np.uint8).reshape(-1, 17)
+    d = np.ldexp(1.0, b[:, 0].astype(np.int64) - 128)[:, None]
+    codes = np.concatenate([b[:, 1:] & 0xF, b[:, 1:] >> 4], axis=1)
+    return (MXFP4_VALUES[codes] * d).reshape(-1)
+
+
 def _dequantize(t):
     """The tensor's values in float64 (Q8_1 decoded here: d fp16, s fp16
-    (ignored), 32 int8 codes per block)."""
+    (ignored), 32 int8 codes per block; MXFP4 by _mxfp4)."""
+    if t.tensor_type.name == "MXFP4":
+        return _mxfp4(t.data)
     if t.tensor_type.name != "Q8_1":
         return dequantize(t.data, t.tensor_type).astype(np.float64)
     b = np.asarray(t.data, dtype=np.uint8).reshape(-1, 36)
@@ -139,8 +179,8 @@ class Model:
         self.n_ctx_orig = _field(r, f"{a}.rope.scaling.original_context_length", _field(r, f"{a}.context_length"))
         self.rope_mscale = _field(r, f"{a}.rope.scaling.attn_factor", 1.0)
         self.max_ctx = max_ctx
-        self.neox = a in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen2moe", "qwen3moe")
-        self.n_expert = _field(r, f"{a}.expert_count", 0) if a in ("llama", "qwen2moe", "qwen3moe") else 0
+        self.neox = a in ("qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen2moe", "qwen3moe", "gpt-oss")
+        self.n_expert = _field(r, f"{a}.expert_count", 0) if a in ("llama", "qwen2moe", "qwen3moe", "gpt-oss") else 0
         self.n_expert_used = _field(r, f"{a}.expert_used_count", 0)
         self.moe_norm = a in ("llama", "qwen3moe")
         granite = (lambda k, d: (_field(r, f"granite.{k}", 0.0) or d)) if a == "granite" else (lambda k, d: d)
@@ -149,7 +189,14 @@ class Model:
         self.residual_scale = granite("residual_scale", 1.0)
         self.logit_scale = granite("logit_scale", 1.0)
         self.gemma = a in ("gemma2", "gemma3")
-        self.window = _field(r, f"{a}.attention.sliding_window", 4096 if a == "gemma2" else 0) if self.gemma else 0
+        self.gptoss = a == "gpt-oss"
+        self.window = (_field(r, f"{a}.attention.sliding_window", 4096 if a == "gemma2" else 0)
+                       if self.gemma or self.gptoss else 0)
+        self.yarn = None
+        if _field(r, f"{a}.rope.scaling.type") == "yarn":
+            self.yarn = (_field(r, f"{a}.rope.scaling.factor"),
+                         _field(r, f"{a}.rope.scaling.yarn_beta_fast", 32.0),
+                         _field(r, f"{a}.rope.scaling.yarn_beta_slow", 1.0))
         self.attn_cap = _field(r, f"{a}.attn_logit_softcapping", 50.0) if a == "gemma2" else 0.0
         self.final_cap = _field(r, f"{a}.final_logit_softcapping", 30.0) if a == "gemma2" else 0.0
         self.swa_base = 10000.0 if a == "gemma3" else self.rope_base
@@ -208,19 +255,31 @@ class Model:
         mm = lambda x, n, e=None: self._mm(x, self.t[p + n] if e is None else self.t[p + n][e], self.types[p + n],
                                            p + n, None if e is None else self.mins.get(p + n, [None] * (e + 1))[e])
         logits = mm(h, "ffn_gate_inp.weight")
+        if self.gptoss:
+            logits = logits + self.t[p + "ffn_gate_inp.bias"]
         pr = np.exp(logits - logits.max(axis=-1, keepdims=True))
         pr /= pr.sum(axis=-1, keepdims=True)
         k = self.n_expert_used
         out = np.zeros_like(h)
+        bias = (lambda n, e: self.t[p + n][e]) if self.gptoss else (lambda n, e: 0.0)
         for t in range(h.shape[0]):
             order = sorted(range(self.n_expert), key=lambda e: (-pr[t, e], e))[:k]
             w = pr[t, order]
+            if self.gptoss:   # softmax over the chosen k logits
+                z = np.exp(logits[t, order] - logits[t, order].max())
+                w = z / z.sum()
             if self.moe_norm:
                 w = w / max(w.sum(), 6.103515625e-5)
             for e, we in zip(order, w):
                 x = h[t:t + 1]
-                gate, up = mm(x, "ffn_gate_exps.weight", e), mm(x, "ffn_up_exps.weight", e)
-                out[t] += we * mm(gate / (1 + np.exp(-gate)) * up, "ffn_down_exps.weight", e)[0]
+                gate = mm(x, "ffn_gate_exps.weight", e) + bias("ffn_gate_exps.bias", e)
+                up = mm(x, "ffn_up_exps.weight", e) + bias("ffn_up_exps.bias", e)
+                if self.gptoss:
+                    g, u = np.minimum(gate, 7.0), np.clip(up, -7.0, 7.0)
+                    act = g / (1 + np.exp(-1.702 * g)) * (u + 1)
+                else:
+                    act = gate / (1 + np.exp(-gate)) * up
+                out[t] += we * (mm(act, "ffn_down_exps.weight", e)[0] + bias("ffn_down_exps.bias", e))
         if p + "ffn_down_shexp.weight" in self.t:
             gate, up = mm(h, "ffn_gate_shexp.weight"), mm(h, "ffn_up_shexp.weight")
             sh = mm(gate / (1 + np.exp(-gate)) * up, "ffn_down_shexp.weight")
@@ -231,7 +290,7 @@ class Model:
     def _slides(self, l):
         if not self.window:
             return False
-        return l % 2 == 0 if self.arch == "gemma2" else l % 6 < 5
+        return l % 2 == 0 if self.arch in ("gemma2", "gpt-oss") else l % 6 < 5
 
     def _rope(self, x, pos, base=None):
         # x: (T, H, D)
@@ -242,8 +301,17 @@ class Model:
         if "rope_factors_long.weight" in self.t:
             table = "long" if self.max_ctx > self.n_ctx_orig else "short"
             inv = inv / self.t[f"rope_factors_{table}.weight"]
+        mscale = self.rope_mscale
+        if self.yarn:
+            factor, fast, slow = self.yarn
+            base_ = base or self.rope_base
+            c_ = lambda b: self.n_rot * np.log(self.n_ctx_orig / (2 * np.pi * b)) / (2 * np.log(base_))
+            lo, hi = max(0.0, np.floor(c_(fast))), min(self.n_rot - 1.0, np.ceil(c_(slow)))
+            r = 1 - np.clip((np.arange(half) - lo) / max(0.001, hi - lo), 0, 1)
+            inv = inv * (r + (1 - r) / factor)
+            mscale = mscale * (1 + 0.1 * np.log(factor))
         ang = pos[:, None] * inv[None, :]           # (T, half)
-        c, s = np.cos(ang)[:, None, :] * self.rope_mscale, np.sin(ang)[:, None, :] * self.rope_mscale
+        c, s = np.cos(ang)[:, None, :] * mscale, np.sin(ang)[:, None, :] * mscale
         x = x.copy()
         if self.neox:
             a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
@@ -291,12 +359,20 @@ class Model:
             if self.attn_cap:
                 s = self.attn_cap * np.tanh(s / self.attn_cap)
             s = s + (swa_mask if slides else mask)
-            s = np.exp(s - s.max(axis=-1, keepdims=True))
-            s /= s.sum(axis=-1, keepdims=True)
+            if self.gptoss:   # the sink: a logit per head in the denominator only
+                sink = g("attn_sinks.weight")[:, None, None]
+                mx = np.maximum(s.max(axis=-1, keepdims=True), sink)
+                s = np.exp(s - mx)
+                s /= s.sum(axis=-1, keepdims=True) + np.exp(sink - mx)
+            else:
+                s = np.exp(s - s.max(axis=-1, keepdims=True))
+                s /= s.sum(axis=-1, keepdims=True)
             att = np.einsum("hts,shd->thd", s, v).reshape(T, H * D)
             o = mm(att, "attn_output.weight")
+            if self.gptoss:
+                o = o + g("attn_output.bias")
             x = x + (self._norm(o, g("post_attention_norm.weight")) if self.gemma else o) * self.residual_scale
-            h = self._norm(x, g("ffn_norm.weight"))
+            h = self._norm(x, g("post_attention_norm.weight" if self.gptoss else "ffn_norm.weight"))
             if self.n_expert:
                 o = self._moe(h, p)
             else:

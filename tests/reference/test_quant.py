@@ -35,12 +35,51 @@ RMSE_MAX = {
     # ternary: the gguf package's quantizers byte for byte (test below); three
     # levels at max |x| leave most of a Gaussian at 0 (0.81 measured)
     "TQ1_0": 0.85, "TQ2_0": 0.85,
+    # ggml's reference quantizer (a power-of-two scale, nearest E2M1 value;
+    # byte for byte, test below): 0.1156 measured
+    "MXFP4": 0.121,
 }
 
 # Types whose dequantizer follows gguf's operation order exactly: 0 ulp
 # (every product in their dequantization is exact or rounded once in the
 # reference's order).
-BITWISE = {"Q5_0", "Q4_1", "Q5_1", "IQ4_NL", "Q8_1", "Q2_K", "Q3_K", "IQ4_XS", "TQ1_0", "TQ2_0"}
+BITWISE = {"Q5_0", "Q4_1", "Q5_1", "IQ4_NL", "Q8_1", "Q2_K", "Q3_K", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4"}
+
+# MXFP4 (ggml type 39): the gguf package in use may predate it (0.17.1 has
+# no MXFP4). Then these follow ggml-quants.c's dequantize_row_mxfp4 and
+# quantize_row_mxfp4_ref (which newer gguf packages mirror) as format facts:
+# the E2M1 values doubled, the E8M0 exponent halved.
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
+
+
+def _e8m0_half(e):
+    e = e.astype(np.uint32)
+    bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - np.uint32(1)) << np.uint32(23))
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def mxfp4_dequantize(q):
+    if hasattr(gguf.quants, "MXFP4"):   # a gguf that implements it (numpy_forward may register the bare type)
+        return gguf.quants.dequantize(q, T.MXFP4)
+    b = q.reshape(-1, 17)
+    d = _e8m0_half(b[:, 0])[:, None]
+    codes = np.concatenate([b[:, 1:] & 0xF, b[:, 1:] >> 4], axis=1)
+    with np.errstate(over="ignore"):   # e = 255 times 6 (code 7) is inf in ggml too
+        return MXFP4_VALUES[codes] * d
+
+
+def mxfp4_quantize(x):
+    if hasattr(gguf.quants, "MXFP4"):   # a gguf that implements it (numpy_forward may register the bare type)
+        return gguf.quants.quantize(x, T.MXFP4).view(np.uint8).reshape(-1)
+    blk = x.reshape(-1, 32).astype(np.float32)
+    amax = np.abs(blk).max(axis=1)
+    with np.errstate(divide="ignore"):
+        e = np.where(amax > 0, np.floor(np.log2(amax)) - 2 + 127, 0).astype(np.uint8)
+    d = _e8m0_half(e)[:, None, None]
+    err = np.abs(d * MXFP4_VALUES[None, None, :] - blk[:, :, None])
+    best = np.argmin(err, axis=-1).astype(np.uint8)   # first minimum: ggml's strict <
+    qs = best[:, :16] | (best[:, 16:] << 4)
+    return np.concatenate([e[:, None], qs], axis=1).reshape(-1)
 
 
 def dequantize(q, name):
@@ -48,6 +87,8 @@ def dequantize(q, name):
     dequantizer for (and sizes at 40 bytes, the old float layout): decoded
     here as ggml defines block_q8_1, x = fp16 d * qs (s, the fp16 sum, is
     checked on its own below)."""
+    if name == "MXFP4":
+        return mxfp4_dequantize(q)
     if name != "Q8_1":
         return gguf.quants.dequantize(q, T[name])
     b = q.reshape(-1, 36)
@@ -147,3 +188,22 @@ def test_simple_types_match_reference_quantizer(dump_dir, name):
     q = np.fromfile(dump_dir / f"{name}.q", dtype=np.uint8)
     ref = gguf.quants.quantize(src, T[name]).view(np.uint8).reshape(-1)
     assert np.array_equal(ref, q)
+
+
+def test_mxfp4_matches_ggml_reference_quantizer(dump_dir):
+    """Our MXFP4 bytes are ggml's quantize_row_mxfp4_ref's (what llama.cpp's
+    converter writes for gpt-oss's expert tensors)."""
+    src = np.fromfile(dump_dir / "MXFP4.src", dtype=np.float32)
+    q = np.fromfile(dump_dir / "MXFP4.q", dtype=np.uint8)
+    assert np.array_equal(mxfp4_quantize(src), q)
+
+
+def test_mxfp4_edge_blocks_decode_as_reference(dump_dir):
+    """Every E8M0 exponent (0 and 1: ggml's subnormal half scales; 255, NaN
+    in the OCP format, 2^127 as ggml has it) over random codes, bit for bit
+    (infinities where 6 * 2^128 overflows included)."""
+    q = np.fromfile(dump_dir / "MXFP4.edge.q", dtype=np.uint8)
+    ours = np.fromfile(dump_dir / "MXFP4.edge.deq", dtype=np.float32)
+    ref = mxfp4_dequantize(q).reshape(-1).astype(np.float32)
+    assert np.isinf(ref).any() and (ref[(ref != 0) & np.isfinite(ref)] != 0).any()
+    assert np.array_equal(ref.view(np.uint32), ours.view(np.uint32)), "MXFP4 edge blocks: not bit-identical"

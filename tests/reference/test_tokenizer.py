@@ -193,6 +193,37 @@ def test_hf_parity_corpus(work, name):
     assert not bad, f"{len(bad)} of {len(strings)} differ; first: {bad[0]!r}"[:2000]
 
 
+# GPT-4o's o200k pre-tokenizer (tokenizer.ggml.pre "gpt-4o": gpt-oss), as its
+# tokenizer.json spells it; no such vocabulary is in tests/data, so it is
+# checked on llama3's vocabulary and merges with this split pattern instead
+# (and merges always applied: llama.cpp's "gpt-4o" never skips them).
+O200K = ("[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+         "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+         "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"
+         "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def test_gpt4o_pre_tokenizer_matches_hf(work):
+    src, _ = tokenizer_files(work, "llama3")
+    j = json.loads(Path(src).read_text(encoding="utf-8"))
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = O200K
+    j["model"]["ignore_merges"] = False   # as llama.cpp runs "gpt-4o" (llama3's file has it on)
+    d = work / "o200k"
+    d.mkdir(exist_ok=True)
+    tj, gguf = d / "tokenizer.json", d / "vocab.gguf"
+    tj.write_text(json.dumps(j, ensure_ascii=False), encoding="utf-8")
+    subprocess.run([str(MKVOCAB), str(tj), str(data_path("tokenizers/llama3/tokenizer_config.json")), str(gguf)],
+                   check=True, capture_output=True)
+    tok = Tokenizer.from_file(str(tj))
+    specials, user = token_classes(tj)
+    strings = corpus("o200k", specials[:400], user[:100])
+    strings += ["HelloWorld CamelCaseWords", "ÉCOLE école DON'T don't", "a/b/c//d", "12345678 1,234.5",
+                "x\r\n\r\ny", "ǅungla ǈudi", "e\u0301te\u0301"]
+    got = c_encode(gguf, strings)
+    bad = [(s, hf_plain(tok, s), g) for s, g in zip(strings, got) if hf_plain(tok, s) != g]
+    assert not bad, f"{len(bad)} of {len(strings)} differ; first: {bad[0]!r}"[:2000]
+
+
 @pytest.mark.parametrize("name", HF_NAMES)
 def test_hf_parity_decode(work, name):
     tj, gguf = tokenizer_files(work, name)

@@ -40,6 +40,8 @@ typedef struct {
     int n_expert, n_expert_used;    /* > 0: every FFN a mixture of experts (qwen2moe, qwen3moe, llama = Mixtral) */
     int n_ff_exp;                   /* qwen*moe: each expert's width (Mixtral's experts are n_ff wide) */
     int n_ff_shexp;                 /* qwen2moe: the shared expert's width */
+    float yarn_factor;              /* > 0: YaRN rope scaling by this factor (gpt-oss: 32) ... */
+    int yarn_orig;                  /* ... from this original context (gpt-oss: 4096) */
 } shape;
 
 /* Real shapes: the tiny ones keep real ratios (GQA, head_dim 64/128) at dims
@@ -60,24 +62,33 @@ typedef struct {
  * (4 experts, top 2, not renormalised, plus the gated shared expert and
  * qwen2's biases), tiny-mixtral (llama with 8 experts of n_ff, top 2);
  * 30b-a3b is Qwen3-30B-A3B's shape and mixtral-8x7b Mixtral 8x7B's (for
- * GPU benchmarks; vocabularies of their real sizes). */
+ * GPU benchmarks; vocabularies of their real sizes).
+ * gpt-oss: tiny-gpt-oss keeps gpt-oss's layout (q_dim twice n_embd, 4 query
+ * heads per KV head, 4 layers so two slide and two attend globally, 8
+ * experts top 2, YaRN x32 from 4096 as gpt-oss's files carry it) with a
+ * window of 8 positions; gpt-oss-20b is gpt-oss-20b's shape (n_embd 2880 =
+ * 90 blocks of 32: only the 32-element types fit its rows). */
 static const shape presets[] = {
-    {"tiny-llama", "llama", 256, 2, 4, 2, 64, 768, 2048, 0, 10000.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"tiny-llama3", "llama", 512, 2, 8, 2, 64, 1536, 4096, 0, 500000.0f, 32.0f, 1, 0, 0, 0, 0, 0, 0, 0},
-    {"tiny-qwen2", "qwen2", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0, 0, 0, 0, 0, 0},
-    {"tiny-qwen3", "qwen3", 256, 3, 4, 2, 128, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0, 0, 0, 0, 0, 0},
-    {"tiny-gemma2", "gemma2", 256, 2, 4, 2, 128, 768, 8192, 0, 10000.0f, 0, 1, 8, 0, 0, 0, 0, 0, 0},
-    {"tiny-gemma3", "gemma3", 256, 6, 2, 1, 256, 768, 32768, 0, 1000000.0f, 0, 1, 8, 0, 0, 0, 0, 0, 0},
-    {"tiny-granite", "granite", 256, 2, 4, 2, 64, 768, 4096, 0, 10000000.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"tiny-phi3", "phi3", 256, 2, 4, 2, 64, 768, 4096, 0, 10000.0f, 0, 0, 0, 48, 0, 0, 0, 0, 0},
-    {"tiny-phi3-longrope", "phi3", 256, 2, 4, 2, 64, 768, 8192, 0, 10000.0f, 0, 0, 0, 48, 512, 0, 0, 0, 0},
-    {"tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 0, 0, 0, 0, 8, 2, 256, 0},
-    {"tiny-qwen2moe", "qwen2moe", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 0, 0, 0, 0, 4, 2, 256, 256},
-    {"tiny-mixtral", "llama", 256, 2, 4, 2, 64, 256, 4096, 0, 1000000.0f, 0, 0, 0, 0, 0, 8, 2, 0, 0},
-    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 131072, 0, 500000.0f, 32.0f, 1, 0, 0, 0, 0, 0, 0, 0},
-    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 131072, 0, 500000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 40960, 151936, 1000000.0f, 0, 0, 0, 0, 0, 128, 8, 768, 0},
-    {"mixtral-8x7b", "llama", 4096, 32, 32, 8, 128, 14336, 32768, 32000, 1000000.0f, 0, 0, 0, 0, 0, 8, 2, 0, 0},
+    {"tiny-llama", "llama", 256, 2, 4, 2, 64, 768, 2048, 0, 10000.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-llama3", "llama", 512, 2, 8, 2, 64, 1536, 4096, 0, 500000.0f, 32.0f, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-qwen2", "qwen2", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-qwen3", "qwen3", 256, 3, 4, 2, 128, 768, 4096, 0, 1000000.0f, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-gemma2", "gemma2", 256, 2, 4, 2, 128, 768, 8192, 0, 10000.0f, 0, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-gemma3", "gemma3", 256, 6, 2, 1, 256, 768, 32768, 0, 1000000.0f, 0, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-granite", "granite", 256, 2, 4, 2, 64, 768, 4096, 0, 10000000.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-phi3", "phi3", 256, 2, 4, 2, 64, 768, 4096, 0, 10000.0f, 0, 0, 0, 48, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-phi3-longrope", "phi3", 256, 2, 4, 2, 64, 768, 8192, 0, 10000.0f, 0, 0, 0, 48, 512, 0, 0, 0, 0, 0, 0},
+    {"tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 0, 0, 0, 0, 8, 2, 256, 0, 0, 0},
+    {"tiny-qwen2moe", "qwen2moe", 256, 2, 4, 2, 64, 768, 4096, 0, 1000000.0f, 0, 0, 0, 0, 0, 4, 2, 256, 256, 0, 0},
+    {"tiny-mixtral", "llama", 256, 2, 4, 2, 64, 256, 4096, 0, 1000000.0f, 0, 0, 0, 0, 0, 8, 2, 0, 0, 0, 0},
+    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 131072, 0, 500000.0f, 32.0f, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 131072, 0, 500000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 40960, 151936, 1000000.0f, 0, 0, 0, 0, 0, 128, 8, 768, 0, 0, 0},
+    {"mixtral-8x7b", "llama", 4096, 32, 32, 8, 128, 14336, 32768, 32000, 1000000.0f, 0, 0, 0, 0, 0, 8, 2, 0, 0, 0, 0},
+    {"tiny-gpt-oss", "gpt-oss", 256, 4, 8, 2, 64, 256, 131072, 0, 150000.0f, 0, 0, 8, 0, 0, 8, 2, 256, 0, 32.0f,
+     4096},
+    {"gpt-oss-20b", "gpt-oss", 2880, 24, 64, 8, 64, 2880, 131072, 201088, 150000.0f, 0, 0, 128, 0, 0, 32, 4, 2880,
+     0, 32.0f, 4096},
 };
 
 typedef struct {
@@ -176,6 +187,9 @@ static const type_choice type_choices[] = {
     {"IQ4_XS", SL_GGML_TYPE_IQ4_XS, 0, 30},
     /* ternary, every matrix too: the gguf package's quantizer (d = max |x|) */
     {"TQ1_0", SL_GGML_TYPE_TQ1_0, 0, 36}, {"TQ2_0", SL_GGML_TYPE_TQ2_0, 0, 37},
+    /* llama.cpp's MXFP4_MOE: the 3-D expert tensors MXFP4, every other
+     * matrix Q8_0 (a dense model is then all Q8_0) */
+    {"MXFP4", SL_GGML_TYPE_Q8_0, 2, 38},
 };
 
 static void build_plan(const options *o, const type_choice *tc, plan *p, float *rope_freqs)
@@ -183,8 +197,10 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
     const shape *s = &o->s;
     uint64_t E = s->n_embd, Q = (uint64_t)s->n_head * s->head_dim, KV = (uint64_t)s->n_head_kv * s->head_dim;
     uint64_t F = s->n_ff, V = s->n_vocab;
-    uint32_t base = tc->base, hi = tc->mix ? SL_GGML_TYPE_Q6_K : base;
+    uint32_t base = tc->base, hi = tc->mix == 1 ? SL_GGML_TYPE_Q6_K : base;
+    uint32_t exps = tc->mix == 2 ? SL_GGML_TYPE_MXFP4 : base;   /* the expert tensors' type */
     int qwen2 = !strcmp(s->arch, "qwen2") || !strcmp(s->arch, "qwen2moe");
+    int gptoss = !strcmp(s->arch, "gpt-oss");   /* biases everywhere, attention sinks, post_attention_norm */
     int qwen3 = !strcmp(s->arch, "qwen3") || !strcmp(s->arch, "qwen3moe");
     int moe = s->n_expert > 0, shexp = moe && !strcmp(s->arch, "qwen2moe");
     uint64_t NE = (uint64_t)s->n_expert, FE = moe && s->n_ff_exp ? (uint64_t)s->n_ff_exp : F;
@@ -204,7 +220,7 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
     for (int l = 0; l < s->n_layer; l++) {
         char n[64];
 #define T(fmt) (snprintf(n, sizeof n, "blk.%d." fmt, l), n)
-        int more = tc->mix && use_more_bits(l, s->n_layer);
+        int more = tc->mix == 1 && use_more_bits(l, s->n_layer);
         add(p, T("attn_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
         if (phi3) {
             add(p, T("attn_qkv.weight"), base, E, Q + 2 * KV, (dist){0, 1 / sqrt((double)E)});
@@ -213,7 +229,7 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
             add(p, T("attn_k.weight"), base, E, KV, (dist){0, 1 / sqrt((double)E)});
             add(p, T("attn_v.weight"), more ? hi : base, E, KV, (dist){0, 1 / sqrt((double)E)});
         }
-        if (qwen2) {
+        if (qwen2 || gptoss) {
             add(p, T("attn_q.bias"), SL_GGML_TYPE_F32, Q, 0, bias);
             add(p, T("attn_k.bias"), SL_GGML_TYPE_F32, KV, 0, bias);
             add(p, T("attn_v.bias"), SL_GGML_TYPE_F32, KV, 0, bias);
@@ -223,18 +239,34 @@ static void build_plan(const options *o, const type_choice *tc, plan *p, float *
             add(p, T("attn_k_norm.weight"), SL_GGML_TYPE_F32, s->head_dim, 0, norm);
         }
         add(p, T("attn_output.weight"), base, Q, E, branch_q);
+        if (gptoss) {
+            add(p, T("attn_output.bias"), SL_GGML_TYPE_F32, E, 0, bias);
+            /* per-head sink logits of the order of the scores, so the
+             * softmax's extra mass is neither nothing nor everything */
+            add(p, T("attn_sinks.weight"), SL_GGML_TYPE_F32, (uint64_t)s->n_head, 0, (dist){0.0, 1.0});
+        }
         if (gemma)
             add(p, T("post_attention_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
-        add(p, T("ffn_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
+        /* gpt-oss names its FFN input norm post_attention_norm */
+        add(p, gptoss ? T("post_attention_norm.weight") : T("ffn_norm.weight"), SL_GGML_TYPE_F32, E, 0, norm);
         if (moe) {
             /* the router stays F32 whatever the type, as llama.cpp's quantizer
              * keeps ffn_gate_inp; std 2/sqrt(E) spreads the routing
              * probabilities so the k-th and (k+1)-th experts are rarely near a tie */
-            add(p, T("ffn_gate_inp.weight"), SL_GGML_TYPE_F32, E, NE, (dist){0, 2 / sqrt((double)E)});
-            add3(p, T("ffn_gate_exps.weight"), base, E, FE, NE, (dist){0, 1 / sqrt((double)E)});
-            add3(p, T("ffn_up_exps.weight"), base, E, FE, NE, (dist){0, 1 / sqrt((double)E)});
-            add3(p, T("ffn_down_exps.weight"), more ? hi : base, FE, E, NE,
+            /* gpt-oss softmaxes over the chosen k only, so a near tie at the
+             * k-th expert swaps a large weight: 3x the spread keeps such
+             * ties rarer than one rounded activation code can cross */
+            add(p, T("ffn_gate_inp.weight"), SL_GGML_TYPE_F32, E, NE, (dist){0, (gptoss ? 6 : 2) / sqrt((double)E)});
+            add3(p, T("ffn_gate_exps.weight"), exps, E, FE, NE, (dist){0, 1 / sqrt((double)E)});
+            add3(p, T("ffn_up_exps.weight"), exps, E, FE, NE, (dist){0, 1 / sqrt((double)E)});
+            add3(p, T("ffn_down_exps.weight"), more ? hi : exps, FE, E, NE,
                  (dist){0, o->branch_scale / sqrt((double)FE)});
+            if (gptoss) {   /* the router's and each expert's biases, F32 as llama.cpp keeps 1-D/2-D tensors */
+                add(p, T("ffn_gate_inp.bias"), SL_GGML_TYPE_F32, NE, 0, bias);
+                add(p, T("ffn_gate_exps.bias"), SL_GGML_TYPE_F32, FE, NE, bias);
+                add(p, T("ffn_up_exps.bias"), SL_GGML_TYPE_F32, FE, NE, bias);
+                add(p, T("ffn_down_exps.bias"), SL_GGML_TYPE_F32, E, NE, bias);
+            }
             if (shexp) {
                 uint64_t S = (uint64_t)s->n_ff_shexp;
                 add(p, T("ffn_gate_inp_shexp.weight"), SL_GGML_TYPE_F32, E, 0, (dist){0, 1 / sqrt((double)E)});
@@ -343,20 +375,25 @@ static void usage(FILE *f)
         "Writes a GGUF test model with seeded random weights.\n\n"
         "  --preset NAME        shape: tiny-llama, tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma2, tiny-gemma3,\n"
         "                       tiny-granite, tiny-phi3, tiny-phi3-longrope, tiny-qwen3moe, tiny-qwen2moe,\n"
-        "                       tiny-mixtral, 1b, 8b, 30b-a3b, mixtral-8x7b\n"
+        "                       tiny-mixtral, tiny-gpt-oss, 1b, 8b, 30b-a3b, mixtral-8x7b, gpt-oss-20b\n"
         "                       (default tiny-llama)\n"
         "  --arch A             llama | qwen2 | qwen3 | gemma2 | gemma3 | granite | phi3 | qwen2moe | qwen3moe\n"
+        "                       | gpt-oss\n"
         "                       (overrides the preset's)\n"
         "  --n-expert N --n-expert-used K --n-ff-exp N --n-ff-shexp N\n"
         "                       experts per layer (0: dense; llama with experts is Mixtral), experts per token,\n"
         "                       expert width (qwen*moe), shared expert width (qwen2moe)\n"
         "  --window N           gemma: sliding window of the sliding layers (0: none)\n"
+        "  --yarn-factor X --yarn-orig N\n"
+        "                       YaRN rope scaling by X from an original context of N (any architecture;\n"
+        "                       gpt-oss presets: 32 from 4096; X 0: none)\n"
         "  --n-embd N --n-layer N --n-head N --n-head-kv N --head-dim N --n-ff N --n-ctx N\n"
         "                       override the preset's dimensions\n"
         "  --n-rot N            rotated dims per head (even, <= head_dim; default: the preset's, else head_dim)\n"
         "  --tied 0|1           output weights tied to the token embedding\n"
         "  --type T             F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M Q5_0 Q4_1 Q5_1\n"
-        "                       IQ4_NL Q8_1 Q2_K Q3_K IQ4_XS TQ1_0 TQ2_0 (default F32)\n"
+        "                       IQ4_NL Q8_1 Q2_K Q3_K IQ4_XS TQ1_0 TQ2_0\n"
+        "                       MXFP4 (experts MXFP4, the rest Q8_0) (default F32)\n"
         "  --tokenizer FILE     tokenizer.json giving the vocabulary (required unless --n-vocab)\n"
         "  --tokenizer-config F tokenizer_config.json (chat template, BOS/EOS flags)\n"
         "  --n-vocab N          synthetic vocabulary of N tokens instead of a tokenizer\n"
@@ -424,7 +461,7 @@ static void parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--arch")) {
             if (strcmp(v, "llama") && strcmp(v, "qwen2") && strcmp(v, "qwen3") && strcmp(v, "gemma2") &&
                 strcmp(v, "gemma3") && strcmp(v, "granite") && strcmp(v, "phi3") && strcmp(v, "qwen2moe") &&
-                strcmp(v, "qwen3moe")) {
+                strcmp(v, "qwen3moe") && strcmp(v, "gpt-oss")) {
                 fprintf(stderr, "mkmodel: unknown architecture '%s'\n", v);
                 exit(2);
             }
@@ -440,6 +477,8 @@ static void parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--n-vocab")) o->s.n_vocab = parse_int(a, v, 4, 1 << 22);
         else if (!strcmp(a, "--tied")) o->s.tied = parse_int(a, v, 0, 1);
         else if (!strcmp(a, "--window")) o->s.window = parse_int(a, v, 0, 1 << 24);
+        else if (!strcmp(a, "--yarn-factor")) o->s.yarn_factor = (float)parse_double(a, v);
+        else if (!strcmp(a, "--yarn-orig")) o->s.yarn_orig = parse_int(a, v, 16, 1 << 24);
         else if (!strcmp(a, "--n-rot")) o->s.n_rot = parse_int(a, v, 2, 1024);
         else if (!strcmp(a, "--n-expert")) o->s.n_expert = parse_int(a, v, 0, 512);
         else if (!strcmp(a, "--n-expert-used")) o->s.n_expert_used = parse_int(a, v, 1, 512);
@@ -468,11 +507,15 @@ static void parse_args(int argc, char **argv, options *o)
                 "<= head_dim, peak > 0\n");
         exit(2);
     }
-    int moe_arch = !strcmp(o->s.arch, "qwen2moe") || !strcmp(o->s.arch, "qwen3moe");
+    if (o->s.yarn_factor != 0 && (!(o->s.yarn_factor >= 1.0f) || o->s.yarn_orig == 0)) {
+        fprintf(stderr, "mkmodel: --yarn-factor needs a factor >= 1 and --yarn-orig\n");
+        exit(2);
+    }
+    int moe_arch = !strcmp(o->s.arch, "qwen2moe") || !strcmp(o->s.arch, "qwen3moe") || !strcmp(o->s.arch, "gpt-oss");
     if ((moe_arch && o->s.n_expert == 0) || (o->s.n_expert > 0 && o->s.n_expert_used > o->s.n_expert) ||
         (o->s.n_expert > 0 && strcmp(o->s.arch, "llama") && !moe_arch) ||
         (!strcmp(o->s.arch, "qwen2moe") && o->s.n_ff_shexp == 0)) {
-        fprintf(stderr, "mkmodel: experts need --arch llama, qwen2moe or qwen3moe, which need them; "
+        fprintf(stderr, "mkmodel: experts need --arch llama, qwen2moe, qwen3moe or gpt-oss, which need them; "
                 "n_expert_used <= n_expert; qwen2moe a --n-ff-shexp\n");
         exit(2);
     }
@@ -581,8 +624,13 @@ int main(int argc, char **argv)
         sl_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)s->head_dim);
     }
     sl_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)s->n_vocab);
-    if (!strncmp(A, "gemma", 5))
+    if (!strncmp(A, "gemma", 5) || !strcmp(A, "gpt-oss"))
         sl_gguf_writer_set_u32(w, K("attention.sliding_window"), (uint32_t)s->window);
+    if (s->yarn_factor > 0) {   /* as llama.cpp's converter writes gpt-oss's rope_scaling */
+        sl_gguf_writer_set_str(w, K("rope.scaling.type"), "yarn");
+        sl_gguf_writer_set_f32(w, K("rope.scaling.factor"), s->yarn_factor);
+        sl_gguf_writer_set_u32(w, K("rope.scaling.original_context_length"), (uint32_t)s->yarn_orig);
+    }
     if (s->n_expert > 0) {
         sl_gguf_writer_set_u32(w, K("expert_count"), (uint32_t)s->n_expert);
         sl_gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)s->n_expert_used);

@@ -40,6 +40,7 @@ static const uint32_t types[] = {
     /* no quantizer: seeded random blocks (T.src is then our decoding too) */
     SL_GGML_TYPE_IQ2_XXS, SL_GGML_TYPE_IQ2_XS, SL_GGML_TYPE_IQ2_S, SL_GGML_TYPE_IQ3_XXS, SL_GGML_TYPE_IQ3_S,
     SL_GGML_TYPE_IQ1_S, SL_GGML_TYPE_IQ1_M,
+    SL_GGML_TYPE_MXFP4,   /* last, so the others keep their seeds */
 };
 enum { NTYPES = sizeof types / sizeof types[0] };
 
@@ -97,6 +98,20 @@ static int dump(const char *dir, int64_t n)
             rc = 1;
         if (rc == 0 && (grid || sl_quant_tq_type(types[t]))) {
             sl_seeded_edge_row(types[t], q, n, 4321 + (uint64_t)t);
+            if (sl_quant_dequantize_row(types[t], q, deq, n) < 0 || write_file(dir, name, "edge.q", q, qbytes)
+                || write_file(dir, name, "edge.deq", deq, (size_t)n * 4))
+                rc = 1;
+        }
+        if (rc == 0 && types[t] == SL_GGML_TYPE_MXFP4) {
+            /* every E8M0 exponent (block b has e = b % 256) over random
+             * codes: the quantizer writes only the exponents of its data */
+            uint64_t seed = 4321 + (uint64_t)t;
+            sl_block_mxfp4 *b = q;
+            for (int64_t i = 0; i < n / 32; i++) {
+                b[i].e = (uint8_t)(i % 256);
+                for (int l = 0; l < 16; l++)
+                    b[i].qs[l] = (uint8_t)(sl_seeded_next(&seed) >> 56);
+            }
             if (sl_quant_dequantize_row(types[t], q, deq, n) < 0 || write_file(dir, name, "edge.q", q, qbytes)
                 || write_file(dir, name, "edge.deq", deq, (size_t)n * 4))
                 rc = 1;

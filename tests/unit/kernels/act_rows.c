@@ -19,6 +19,7 @@ const uint32_t act_rows_qtypes[ACT_ROWS_NQ] = {
     SL_GGML_TYPE_Q8_1,
     /* after the others, which keep their seeds (77 + t, 500 + t) */
     SL_GGML_TYPE_IQ1_S, SL_GGML_TYPE_IQ1_M, SL_GGML_TYPE_TQ1_0, SL_GGML_TYPE_TQ2_0,
+    SL_GGML_TYPE_MXFP4,
 };
 
 void act_rows_make(uint32_t type, int64_t n, enum sl_act_format f, uint64_t seed, act_rows *r)

@@ -15,7 +15,7 @@ enum { ACT_ROWS_MAXM = 40 };
 
 /* The weight types the quantized-activation dots take. */
 extern const uint32_t act_rows_qtypes[];
-enum { ACT_ROWS_NQ = 22 };
+enum { ACT_ROWS_NQ = 23 };
 
 /* sl_vec_dot_q8_multi_* and sl_vec_dot_q16_multi_*. */
 typedef void (*act_rows_dot_fn)(uint32_t, const void *, const void *, size_t, int, float *, int64_t);

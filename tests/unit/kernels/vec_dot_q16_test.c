@@ -326,6 +326,14 @@ Test(vec_dot_q16, extreme_codes_do_not_overflow)
     for (int b = 0; b < 8; b++)
         nl[b].d = sl_fp32_to_fp16(1.0f);
     check_extreme(SL_GGML_TYPE_IQ4_NL, nl, 1.0f, 256);
+    /* MXFP4: code 15 (-12, doubled -6) in every element, the E8M0 exponent
+     * at both ends of the range a finite row keeps (2^-128, and 2^100) */
+    sl_block_mxfp4 mx[8];
+    memset(mx, 0xFF, sizeof mx);
+    for (int b = 0; b < 8; b++)
+        mx[b].e = b % 2 ? 0 : 228;
+    check_extreme(SL_GGML_TYPE_MXFP4, mx, 1.0f, 256);
+    check_extreme(SL_GGML_TYPE_MXFP4, mx, -1.0f, 256);
     /* IQ4_XS: level -127 under scale -32 gives sc*q = 4064, the largest
      * staged value of the low-bit kernels (vec_dot_klow_avx2.c's note) */
     sl_block_iq4_xs iq4[2];

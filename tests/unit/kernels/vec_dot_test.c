@@ -23,6 +23,7 @@ static const uint32_t types[] = {
     SL_GGML_TYPE_Q8_1,
     /* after the others, which keep their seeds (77 + t, 500 + t) */
     SL_GGML_TYPE_IQ1_S, SL_GGML_TYPE_IQ1_M, SL_GGML_TYPE_TQ1_0, SL_GGML_TYPE_TQ2_0,
+    SL_GGML_TYPE_MXFP4,
 };
 enum { NTYPES = sizeof types / sizeof types[0] };
 

@@ -133,6 +133,7 @@ Test(quant, block_structs_match_type_table)
     cr_expect_eq(sizeof(sl_block_q5_1), sl_ggml_block_bytes(SL_GGML_TYPE_Q5_1));
     cr_expect_eq(sizeof(sl_block_q8_1), sl_ggml_block_bytes(SL_GGML_TYPE_Q8_1));
     cr_expect_eq(sizeof(sl_block_iq4_nl), sl_ggml_block_bytes(SL_GGML_TYPE_IQ4_NL));
+    cr_expect_eq(sizeof(sl_block_mxfp4), sl_ggml_block_bytes(SL_GGML_TYPE_MXFP4));
     cr_expect_eq(sizeof(sl_block_q2_K), sl_ggml_block_bytes(SL_GGML_TYPE_Q2_K));
     cr_expect_eq(sizeof(sl_block_q3_K), sl_ggml_block_bytes(SL_GGML_TYPE_Q3_K));
     cr_expect_eq(sizeof(sl_block_iq4_xs), sl_ggml_block_bytes(SL_GGML_TYPE_IQ4_XS));
@@ -164,7 +165,7 @@ Test(quant, bad_n_and_types_are_errors_and_leave_dst)
     cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q6_K, q, dst, 300), SL_EINVAL);
     cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q8_0, q, dst, 33), SL_EINVAL);
     cr_expect_eq(dst[0], 123.0f);
-    cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_MXFP4, q, dst, 256), SL_EUNSUPPORTED);
+    cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q8_K, q, dst, 256), SL_EUNSUPPORTED);
     cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_Q5_0, q, dst, 48), SL_EINVAL);
     cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_IQ1_S, src, q, 256), SL_EUNSUPPORTED);    /* read-only */
     cr_expect_eq(sl_quant_quantize_row(SL_GGML_TYPE_IQ1_M, src, q, 256), SL_EUNSUPPORTED);
@@ -191,13 +192,16 @@ struct bound { uint32_t type; double rmse_max; };
  * 0.0735; llama.cpp's quantizer (no importance matrix) lands at 0.296, 0.151,
  * 0.077 relative RMSE on mkmodel's Gaussian weights, where ours give 0.262,
  * 0.144, 0.074. */
+/* MXFP4 is ggml's reference quantizer (a power-of-two scale, nearest E2M1
+ * value): coarser than the 4-bit integer formats. */
+#define MXFP4_RMSE 0.121   /* measures 0.1156 */
 static const struct bound bounds[] = {
     {SL_GGML_TYPE_F32, 0.0},      {SL_GGML_TYPE_F16, 2.2e-4},  {SL_GGML_TYPE_BF16, 1.8e-3},
     {SL_GGML_TYPE_Q8_0, 0.0057},  {SL_GGML_TYPE_Q4_0, 0.090},  {SL_GGML_TYPE_Q4_K, 0.073},
     {SL_GGML_TYPE_Q5_K, 0.0362},  {SL_GGML_TYPE_Q6_K, 0.0180}, {SL_GGML_TYPE_Q5_0, 0.0444},
     {SL_GGML_TYPE_Q4_1, 0.0818},  {SL_GGML_TYPE_Q5_1, 0.0395}, {SL_GGML_TYPE_IQ4_NL, 0.0772},
     {SL_GGML_TYPE_Q2_K, 0.275},   {SL_GGML_TYPE_Q3_K, 0.150},  {SL_GGML_TYPE_IQ4_XS, 0.0772},
-    {SL_GGML_TYPE_Q8_1, 0.0057},
+    {SL_GGML_TYPE_Q8_1, 0.0057},  {SL_GGML_TYPE_MXFP4, MXFP4_RMSE},
 };
 
 Test(quant, gaussian_rmse_within_bounds)
@@ -264,7 +268,7 @@ Test(quant, non_finite_inputs_do_not_crash)
                      SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_F16, SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q5_0,
                      SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1,
                      SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_TQ1_0,
-                     SL_GGML_TYPE_TQ2_0};
+                     SL_GGML_TYPE_TQ2_0, SL_GGML_TYPE_MXFP4};
     sl_seeded_normal(src, 256, 9);
     src[3] = NAN;
     src[40] = INFINITY;
@@ -570,4 +574,51 @@ Test(quant, concurrent_quantize_is_deterministic)
             cr_assert(memcmp(mt_jobs[i].out, mt_want, bytes) == 0, "%s thread %d",
                       sl_ggml_type_name(types[t]), i);
     }
+}
+
+/* MXFP4 decoded by hand: the E2M1 values (0, 0.5, 1, 1.5, 2, 3, 4, 6 and
+ * their negatives; code 8, E2M1.s -0, decodes to +0 as in ggml, whose table
+ * holds integers) times 2^(e-127), including E8M0's extremes: e = 0 and 1
+ * give ggml's subnormal half scales, e = 255 (NaN in the OCP format) 2^127. */
+Test(quant, mxfp4_decodes_by_hand)
+{
+    static const float fp4[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    static const uint8_t es[] = {127, 128, 120, 0, 1, 2, 200, 254};
+    sl_block_mxfp4 b;
+    float y[32];
+    for (size_t k = 0; k < sizeof es / sizeof es[0]; k++) {
+        b.e = es[k];
+        for (int l = 0; l < 16; l++)
+            b.qs[l] = (uint8_t)(l | ((15 - l) << 4));
+        cr_assert_eq(sl_quant_dequantize_row(SL_GGML_TYPE_MXFP4, &b, y, 32), SL_OK);
+        for (int l = 0; l < 32; l++) {
+            float want = ldexpf(fp4[l < 16 ? l : 31 - l], (int)es[k] - 127);
+            cr_expect(memcmp(&y[l], &want, sizeof want) == 0, "e=%d [%d]: %a vs %a", es[k], l, y[l], want);
+        }
+    }
+    b.e = 255;
+    memset(b.qs, 0x77, sizeof b.qs);   /* code 7: 6 * 2^128 overflows */
+    sl_quant_dequantize_row(SL_GGML_TYPE_MXFP4, &b, y, 32);
+    cr_expect(isinf(y[0]) && y[0] > 0);
+    cr_expect_eq(sl_quant_dequantize_row(SL_GGML_TYPE_MXFP4, &b, y, 31), SL_EINVAL);
+}
+
+/* The quantizer: amax sets e = floor(log2 amax) - 2 + 127, each element
+ * takes its nearest value (ties to the lower code), zero blocks get e = 0. */
+Test(quant, mxfp4_quantizer_rules)
+{
+    float x[32] = {0};
+    sl_block_mxfp4 b;
+    cr_assert_eq(sl_quant_quantize_row(SL_GGML_TYPE_MXFP4, x, &b, 32), SL_OK);
+    cr_expect_eq(b.e, 0);
+    x[0] = 6.0f;    /* log2 6 = 2.58: e = 127, d = 0.5, code 7 (12 * 0.5) */
+    x[1] = -0.25f;  /* halfway between 0 (code 0) and -0.5: the lower code, 0 */
+    x[17] = 1.2f;   /* nearest 1 (code 2) */
+    x[18] = -5.1f;  /* nearest -6 (code 15) */
+    cr_assert_eq(sl_quant_quantize_row(SL_GGML_TYPE_MXFP4, x, &b, 32), SL_OK);
+    cr_expect_eq(b.e, 127);
+    cr_expect_eq(b.qs[0] & 0xF, 7);
+    cr_expect_eq(b.qs[1] & 0xF, 0);
+    cr_expect_eq(b.qs[1] >> 4, 2);
+    cr_expect_eq(b.qs[2] >> 4, 15);
 }
