@@ -196,7 +196,7 @@ def test_unknown_architecture_lists_the_supported_ones(make_model, tmp_path):
     p = tmp_path / "phiX.gguf"
     p.write_bytes(data)
     assert ("architecture 'phiX' is not supported (llama, qwen2, qwen3, gemma2, gemma3, granite, phi3, qwen2moe, "
-            "qwen3moe are)" in refused(p))
+            "qwen3moe, gpt-oss are)" in refused(p))
 
 
 def test_longrope_with_llama3_table_is_refused(tmp_path):
