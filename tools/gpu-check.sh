@@ -145,12 +145,13 @@ if [ -s "$big" ]; then
 fi
 
 # 3. compute-sanitizer on a short run (memcheck with leak check, racecheck):
-#    kernel self-test, allocation-failure sweep, two models
+#    kernel self-test, allocation-failure sweep, three models (one MoE)
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ $quick -eq 1 ]; then
   say "compute-sanitizer: skipped (--quick)"
 elif [ -x "$cs" ]; then
-  short=(--ops --sampling --draws 2 --faults --prompt 20 --chunk 8 --gen 4 --seqs 2 --no-bench "$models/tiny-qwen3-Q4_K_M.gguf" "$models/tiny-llama3-Q6_K.gguf")
+  short=(--ops --sampling --draws 2 --faults --prompt 20 --chunk 8 --gen 4 --seqs 2 --no-bench "$models/tiny-qwen3-Q4_K_M.gguf" "$models/tiny-llama3-Q6_K.gguf"
+         "$models/tiny-qwen2moe-Q4_K_M.gguf")   # the MoE one has a shared expert
   for tool in memcheck racecheck; do
     extra=(); [ $tool = memcheck ] && extra=(--leak-check full)   # leaks on the --faults error paths too
     # racecheck: our kernels only. It reports hazards inside cuBLAS's Hopper

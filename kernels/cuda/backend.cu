@@ -8,7 +8,8 @@
  *
  * Memory is sized and allocated once, at creation: one allocation for all
  * weights, one for the KV cache, one per scratch tensor sized for
- * max_batch_tokens rows; a step allocates nothing, except that the staging
+ * max_batch_tokens rows (a MoE model's layer scratch in one more); a step
+ * allocates nothing, except that the staging
  * area for block tables grows if a step's tables outgrow it (a wart: a fixed
  * bound from the scheduler's table limits would remove it). */
 #include <math.h>

@@ -104,18 +104,6 @@ moe_route_warp_per_row(const float *__restrict__ logits, int64_t T, int n, int k
     }
 }
 
-sl_status sl_cuda_moe_route(const float *logits, int64_t T, int n_expert, int k, bool norm, int32_t *ids, float *w,
-                            cudaStream_t stream)
-{
-    if (T < 1 || T > (1 << 24) || n_expert < 1 || n_expert > SL_CUDA_MOE_MAX_EXPERTS || k < 1 ||
-        k > SL_CUDA_MOE_MAX_USED || k > n_expert)
-        return SL_EINVAL;
-    unsigned blocks = (unsigned)((T + ROUTE_ROWS - 1) / ROUTE_ROWS);
-    moe_route_warp_per_row<<<blocks, ROUTE_ROWS * SL_WARP, 0, stream>>>(logits, T, n_expert, k, norm, ids, w);
-    SL_CUDA_CHECK_LAUNCH();
-    return SL_OK;
-}
-
 /* ------------------------------------------------------------------------ */
 /* grouping                                                                 */
 
@@ -169,16 +157,6 @@ moe_group_one_block(const int32_t *__restrict__ ids, int R, int n, int32_t *__re
     }
 }
 
-sl_status sl_cuda_moe_group(const int32_t *ids, int64_t R, int n_expert, int32_t *off, int32_t *pairs,
-                            cudaStream_t stream)
-{
-    if (R < 1 || R > (1 << 28) || n_expert < 1 || n_expert > SL_CUDA_MOE_MAX_EXPERTS)
-        return SL_EINVAL;
-    moe_group_one_block<<<1, GROUP_THREADS, 0, stream>>>(ids, (int)R, n_expert, off, pairs);
-    SL_CUDA_CHECK_LAUNCH();
-    return SL_OK;
-}
-
 /* ------------------------------------------------------------------------ */
 /* combine                                                                  */
 
@@ -201,6 +179,31 @@ moe_combine_row_per_block(float *__restrict__ out, const float *__restrict__ y, 
             o = __fadd_rn(o, __fmul_rn(g, sh[t * E + i]));
         out[t * E + i] = o;
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* launchers (tools/moe-emulate runs the file up to here on the host)       */
+
+sl_status sl_cuda_moe_route(const float *logits, int64_t T, int n_expert, int k, bool norm, int32_t *ids, float *w,
+                            cudaStream_t stream)
+{
+    if (T < 1 || T > (1 << 24) || n_expert < 1 || n_expert > SL_CUDA_MOE_MAX_EXPERTS || k < 1 ||
+        k > SL_CUDA_MOE_MAX_USED || k > n_expert)
+        return SL_EINVAL;
+    unsigned blocks = (unsigned)((T + ROUTE_ROWS - 1) / ROUTE_ROWS);
+    moe_route_warp_per_row<<<blocks, ROUTE_ROWS * SL_WARP, 0, stream>>>(logits, T, n_expert, k, norm, ids, w);
+    SL_CUDA_CHECK_LAUNCH();
+    return SL_OK;
+}
+
+sl_status sl_cuda_moe_group(const int32_t *ids, int64_t R, int n_expert, int32_t *off, int32_t *pairs,
+                            cudaStream_t stream)
+{
+    if (R < 1 || R > (1 << 28) || n_expert < 1 || n_expert > SL_CUDA_MOE_MAX_EXPERTS)
+        return SL_EINVAL;
+    moe_group_one_block<<<1, GROUP_THREADS, 0, stream>>>(ids, (int)R, n_expert, off, pairs);
+    SL_CUDA_CHECK_LAUNCH();
+    return SL_OK;
 }
 
 sl_status sl_cuda_moe_combine(float *out, const float *y, const float *w, int64_t T, int k, int64_t E,
