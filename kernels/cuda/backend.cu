@@ -463,7 +463,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         if (sl_model_is_moe(m)) {
             /* MoE scratch, one allocation: T rows, R = T*k routed pairs */
             int64_t n = hp->n_expert, R = T * hp->n_expert_used, F = hp->n_ff_exp, S = hp->n_ff_shexp;
-            int64_t count[] = {T * n, R, R, n + 1, R, R * F, R * E, T * S, T * S, T, S > 0 ? T * E : 0};
+            int64_t count[] = {T * n, R, R, 2 * (n + 1), R, R * F, R * E, T * S, T * S, T, S > 0 ? T * E : 0};
             size_t at[11], mbytes = 0;
             for (int i = 0; i < 11; i++) {
                 at[i] = mbytes;
@@ -482,6 +482,7 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
             cb->moe.ids = (int32_t *)(mb + at[1]);
             cb->moe.w = (float *)(mb + at[2]);
             cb->moe.off = (int32_t *)(mb + at[3]);
+            cb->moe.used = cb->moe.off + n + 1;
             cb->moe.pairs = (int32_t *)(mb + at[4]);
             cb->moe.h = (float *)(mb + at[5]);
             cb->moe.y = (float *)(mb + at[6]);

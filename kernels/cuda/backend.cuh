@@ -79,6 +79,7 @@ typedef struct {
         int32_t *ids;            /* (T, k) chosen experts */
         float *w;                /* (T, k) their weights */
         int32_t *off;            /* (n_expert + 1) pair ranges per expert */
+        int32_t *used;           /* (n_expert + 1) count, then the experts with pairs; right after off */
         int32_t *pairs;          /* (R) pair indices grouped by expert */
         float *h;                /* (R, n_ff_exp) silu(gate) * up per pair */
         float *y;                /* (R, n_embd) expert outputs per pair */

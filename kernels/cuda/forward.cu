@@ -181,12 +181,12 @@ static sl_status moe_ffn(cuda_backend *cb, const cuda_layer *L, int64_t T)
     int64_t E = hp->n_embd, F = hp->n_ff_exp, S = hp->n_ff_shexp, R = T * k;
     TRY(mm(cb, &L->router, cb->xn, E, T, cb->moe.logits, n));
     TRY(sl_cuda_moe_route(cb->moe.logits, T, n, k, hp->moe_norm_w, cb->moe.ids, cb->moe.w, st));
-    TRY(sl_cuda_moe_group(cb->moe.ids, R, n, cb->moe.off, cb->moe.pairs, st));
-    TRY(sl_cuda_mmv_experts(&L->exp_gate, &L->exp_up, n, cb->moe.off, cb->moe.pairs, R, k, cb->xn, E, cb->moe.h, F,
-                            st));
+    TRY(sl_cuda_moe_group(cb->moe.ids, R, n, cb->moe.off, cb->moe.pairs, cb->moe.used, st));
+    TRY(sl_cuda_mmv_experts(&L->exp_gate, &L->exp_up, n, cb->moe.off, cb->moe.pairs, cb->moe.used, R, k, cb->xn, E,
+                            cb->moe.h, F, st));
     sl_cuda_profile_mark(cb->prof, SL_PROF_GATE_UP, st);
-    TRY(sl_cuda_mmv_experts(&L->exp_down, NULL, n, cb->moe.off, cb->moe.pairs, R, 1, cb->moe.h, F, cb->moe.y, E,
-                            st));
+    TRY(sl_cuda_mmv_experts(&L->exp_down, NULL, n, cb->moe.off, cb->moe.pairs, cb->moe.used, R, 1, cb->moe.h, F,
+                            cb->moe.y, E, st));
     bool shared = L->sh_down.data != NULL;
     if (shared) {
         sl_status rc = cb->use_gemm ? SL_EINVAL

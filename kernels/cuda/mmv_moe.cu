@@ -5,10 +5,11 @@
  * 18 GB at Q4_K_M and would be 60 GB).
  * Runs in the worker process, launched on the backend stream.
  *
- * Grid: (blocks of WARPS/WPR weight rows, n_expert), fixed by the shapes,
- * so a step holding it replays as a CUDA graph whatever the routing chose.
- * A block reads its expert's pair range from the grouping (moe.cu); one
- * with no pairs returns at once, the others run passes of NT pairs: the
+ * Grid: (blocks of WARPS/WPR weight rows, min(n_expert, T*k) expert
+ * slots), fixed by the shapes, so a step holding it replays as a CUDA graph
+ * whatever the routing chose. Slot j serves the j-th expert in use (the
+ * grouping lists them, moe.cu) and reads its pair range; a slot past the
+ * count returns at once, the others run passes of NT pairs: the
  * pass's input and output row indices go to shared memory, each warp dots
  * its weight row with those NT activation rows, and lane 0 stores each
  * result at its pair's row of y.
@@ -31,6 +32,7 @@ struct moe_mm {
     size_t row_bytes;
     int n, rows;             /* ne0, ne1 of one expert */
     const int32_t *off, *pairs;
+    const int32_t *used;     /* count, then the experts with pairs */
     int in_div;
     const float *x;
     int64_t ldx;
@@ -44,10 +46,10 @@ static __global__ void __launch_bounds__(WARPS * SL_WARP) mmv_experts_warp_per_r
     constexpr int NR = PAIR ? 2 : 1;
     __shared__ float red[WPR > 1 ? WARPS : 1][NR][NT];
     __shared__ int32_t in_rows[NT], out_rows[NT];
-    int e = blockIdx.y;
+    if ((int)blockIdx.y >= a.used[0])
+        return;   /* the whole block: fewer experts in use than slots */
+    int e = a.used[1 + blockIdx.y];
     int p0 = a.off[e], p1 = a.off[e + 1];
-    if (p0 >= p1)
-        return;   /* the whole block: no rows routed to this expert */
     int lane = threadIdx.x % SL_WARP, warp = threadIdx.x / SL_WARP, part = warp % WPR;
     int r = blockIdx.x * (WARPS / WPR) + warp / WPR;
     bool live = r < a.rows;
@@ -128,10 +130,10 @@ bool sl_cuda_mmv_experts_supports(uint32_t type)
 }
 
 template <int TYPE, bool PAIR, int WPR>
-static void launch_nt(const moe_mm &a, int nt, int n_expert, cudaStream_t st)
+static void launch_nt(const moe_mm &a, int nt, int slots, cudaStream_t st)
 {
     constexpr int RPB = WARPS / WPR;
-    dim3 grid((unsigned)((a.rows + RPB - 1) / RPB), (unsigned)n_expert);
+    dim3 grid((unsigned)((a.rows + RPB - 1) / RPB), (unsigned)slots);
     dim3 block(WARPS * SL_WARP);
     switch (nt) {
     case 1: mmv_experts_warp_per_row<TYPE, 1, PAIR, WPR><<<grid, block, 0, st>>>(a); break;
@@ -142,12 +144,12 @@ static void launch_nt(const moe_mm &a, int nt, int n_expert, cudaStream_t st)
 }
 
 template <int TYPE, bool PAIR>
-static void launch(const moe_mm &a, int nt, int n_expert, cudaStream_t st)
+static void launch(const moe_mm &a, int nt, int slots, cudaStream_t st)
 {
     switch (warps_per_row(a.n)) {
-    case 1: launch_nt<TYPE, PAIR, 1>(a, nt, n_expert, st); break;
-    case 2: launch_nt<TYPE, PAIR, 2>(a, nt, n_expert, st); break;
-    default: launch_nt<TYPE, PAIR, 4>(a, nt, n_expert, st); break;
+    case 1: launch_nt<TYPE, PAIR, 1>(a, nt, slots, st); break;
+    case 2: launch_nt<TYPE, PAIR, 2>(a, nt, slots, st); break;
+    default: launch_nt<TYPE, PAIR, 4>(a, nt, slots, st); break;
     }
 }
 
@@ -159,8 +161,8 @@ static bool expert_ok(const sl_cuda_weight *w, int64_t ldx, const float *x)
 }
 
 sl_status sl_cuda_mmv_experts(const sl_cuda_weight *w, const sl_cuda_weight *up, int n_expert, const int32_t *off,
-                              const int32_t *pairs, int64_t R, int in_div, const float *x, int64_t ldx, float *y,
-                              int64_t ldy, cudaStream_t stream)
+                              const int32_t *pairs, const int32_t *used, int64_t R, int in_div, const float *x,
+                              int64_t ldx, float *y, int64_t ldy, cudaStream_t stream)
 {
     if (R < 1 || R > (1 << 28) || n_expert < 1 || n_expert > SL_CUDA_MOE_MAX_EXPERTS || in_div < 1 ||
         !expert_ok(w, ldx, x) || ldy < w->ne1 || w->ne1 * (int64_t)n_expert >= (1 << 30))
@@ -177,6 +179,7 @@ sl_status sl_cuda_mmv_experts(const sl_cuda_weight *w, const sl_cuda_weight *up,
     a.rows = (int)w->ne1;
     a.off = off;
     a.pairs = pairs;
+    a.used = used;
     a.in_div = in_div;
     a.x = x;
     a.ldx = ldx;
@@ -186,7 +189,8 @@ sl_status sl_cuda_mmv_experts(const sl_cuda_weight *w, const sl_cuda_weight *up,
      * speed only, the bits do not depend on it) */
     int64_t mean = (R + n_expert - 1) / n_expert;
     int nt = mean >= 8 ? 8 : mean >= 4 ? 4 : mean >= 2 ? 2 : 1;
-#define GO(TY) up ? launch<TY, true>(a, nt, n_expert, stream) : launch<TY, false>(a, nt, n_expert, stream)
+    int slots = R < n_expert ? (int)R : n_expert;   /* at most R experts get pairs */
+#define GO(TY) up ? launch<TY, true>(a, nt, slots, stream) : launch<TY, false>(a, nt, slots, stream)
     switch (w->type) {
     case SL_GGML_TYPE_Q4_K: GO(SL_GGML_TYPE_Q4_K); break;
     case SL_GGML_TYPE_Q5_K: GO(SL_GGML_TYPE_Q5_K); break;

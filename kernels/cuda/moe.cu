@@ -14,6 +14,9 @@
  * walks the pairs in increasing index 32 at a time; __match_any_sync finds
  * the lanes of one expert and a lane's rank among them fixes its place, so
  * pairs land in increasing index within their expert, deterministically.
+ * It also lists the experts that got pairs, so the expert kernel's grid
+ * needs only min(n_expert, T*k) expert slots (8, not 128, for one decode
+ * row of a 30B-A3B).
  * Trade-off: that walk is serial over T*k / 32 chunks (a few microseconds
  * for a 2,048-row prefill step at k = 8), in exchange for a fixed grid. */
 #include <math.h>
@@ -109,7 +112,7 @@ moe_route_warp_per_row(const float *__restrict__ logits, int64_t T, int n, int k
 
 static __global__ void __launch_bounds__(GROUP_THREADS)
 moe_group_one_block(const int32_t *__restrict__ ids, int R, int n, int32_t *__restrict__ off,
-                    int32_t *__restrict__ pairs)
+                    int32_t *__restrict__ pairs, int32_t *__restrict__ used)
 {
     __shared__ int cnt[SL_CUDA_MOE_MAX_EXPERTS];
     __shared__ int fill[SL_CUDA_MOE_MAX_EXPERTS];
@@ -142,6 +145,23 @@ moe_group_one_block(const int32_t *__restrict__ ids, int R, int n, int32_t *__re
     }
     if (lane == SL_WARP - 1)
         off[n] = incl;
+    /* the experts with pairs, in increasing index: the same scan over nonzero counts */
+    int u = 0;
+    for (int e = e0; e < e0 + per && e < n; e++)
+        u += cnt[e] > 0;
+    int uincl = u;
+#pragma unroll
+    for (int o = 1; o < SL_WARP; o <<= 1) {
+        int v = __shfl_up_sync(0xffffffffu, uincl, o);
+        if (lane >= o)
+            uincl += v;
+    }
+    int at = uincl - u;
+    for (int e = e0; e < e0 + per && e < n; e++)
+        if (cnt[e] > 0)
+            used[1 + at++] = e;
+    if (lane == SL_WARP - 1)
+        used[0] = uincl;
     __syncwarp();
     for (int base = 0; base < R; base += SL_WARP) {
         int i = base + lane;
@@ -197,11 +217,11 @@ sl_status sl_cuda_moe_route(const float *logits, int64_t T, int n_expert, int k,
 }
 
 sl_status sl_cuda_moe_group(const int32_t *ids, int64_t R, int n_expert, int32_t *off, int32_t *pairs,
-                            cudaStream_t stream)
+                            int32_t *used, cudaStream_t stream)
 {
     if (R < 1 || R > (1 << 28) || n_expert < 1 || n_expert > SL_CUDA_MOE_MAX_EXPERTS)
         return SL_EINVAL;
-    moe_group_one_block<<<1, GROUP_THREADS, 0, stream>>>(ids, (int)R, n_expert, off, pairs);
+    moe_group_one_block<<<1, GROUP_THREADS, 0, stream>>>(ids, (int)R, n_expert, off, pairs, used);
     SL_CUDA_CHECK_LAUNCH();
     return SL_OK;
 }

@@ -39,9 +39,11 @@ sl_status sl_cuda_moe_route(const float *logits, int64_t T, int n_expert, int k,
 /* Groups the R = T*k routed pairs i = t*k + slot by expert: OUT off
  * (n_expert + 1): expert e's pairs are pairs[off[e] .. off[e+1]); OUT pairs
  * (R): the pair indices, within an expert in increasing i (by row, then
- * slot), so the grouping is the same whatever order the device runs in. */
+ * slot), so the grouping is the same whatever order the device runs in;
+ * OUT used (n_expert + 1): used[0] = the number of experts with pairs,
+ * used[1 ..] those experts in increasing index. */
 sl_status sl_cuda_moe_group(const int32_t *ids, int64_t R, int n_expert, int32_t *off, int32_t *pairs,
-                            cudaStream_t stream);
+                            int32_t *used, cudaStream_t stream);
 
 /* True when sl_cuda_mmv_experts computes experts of this type (the
  * small-batch kernel's types: Q4_K, Q5_K, Q6_K, Q8_0, Q8_1, Q2_K, Q3_K,
@@ -55,12 +57,13 @@ bool sl_cuda_mmv_experts_supports(uint32_t type);
  * ..]). With up (same type and shape as w): y = silu(x w^T) * (x up^T),
  * mmv.cu's fused SwiGLU. in_div = k reads a token's row for each of its
  * slots (gate and up), in_div = 1 the slot's own row (down). R = T*k: the
- * pairs there are (it picks the rows per pass). The grid covers every
- * (expert, block of weight rows); a block of an expert without rows exits
- * at once. */
+ * pairs there are (it picks the rows per pass); off, pairs and used as
+ * sl_cuda_moe_group wrote them. The grid covers (min(n_expert, R) expert
+ * slots, blocks of weight rows); slot j serves expert used[1 + j], and a
+ * slot past used[0] exits at once. */
 sl_status sl_cuda_mmv_experts(const sl_cuda_weight *w, const sl_cuda_weight *up, int n_expert, const int32_t *off,
-                              const int32_t *pairs, int64_t R, int in_div, const float *x, int64_t ldx, float *y,
-                              int64_t ldy, cudaStream_t stream);
+                              const int32_t *pairs, const int32_t *used, int64_t R, int in_div, const float *x,
+                              int64_t ldx, float *y, int64_t ldy, cudaStream_t stream);
 
 /* out[t*E + i] = sum over slots s in order of w[t*k+s] * y[(t*k+s)*E + i],
  * then with sh (qwen2moe's shared expert, (T, E)) plus sigmoid(sh_gate[t])

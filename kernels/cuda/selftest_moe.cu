@@ -2,7 +2,7 @@
  * references on the GPU machine, through the exported
  * sl_cuda_selftest_moe() (tools/cudacheck --ops, after the other
  * self-tests): routing (expert ids exact, ties included, weights to 1e-6),
- * grouping (offsets and pair order exact), and the whole FFN (route,
+ * grouping (offsets, pair order and the experts in use exact), and the whole FFN (route,
  * group, fused gate/up, down, combine) per expert type against a float64
  * reference on the dequantized weights, plus one row computed alone giving
  * the bits it gave in the batch.
@@ -85,10 +85,11 @@ static int check_route(FILE *out, cudaStream_t st, int64_t T, int n, int k, bool
     float *w = (float *)malloc((size_t)R * 4), *gw = (float *)malloc((size_t)R * 4);
     int32_t *off = (int32_t *)calloc((size_t)n + 1, 4), *goff = (int32_t *)malloc(((size_t)n + 1) * 4);
     int32_t *pairs = (int32_t *)malloc((size_t)R * 4), *gpairs = (int32_t *)malloc((size_t)R * 4);
+    int32_t *used = (int32_t *)calloc((size_t)n + 1, 4), *gused = (int32_t *)calloc((size_t)n + 1, 4);
     float *dl = NULL, *dw = NULL;
-    int32_t *dids = NULL, *doff = NULL, *dpairs = NULL;
+    int32_t *dids = NULL, *doff = NULL, *dpairs = NULL, *dused = NULL;
     double werr = 0;
-    if (!l || !p || !ids || !gids || !w || !gw || !off || !goff || !pairs || !gpairs) {
+    if (!l || !p || !ids || !gids || !w || !gw || !off || !goff || !pairs || !gpairs || !used || !gused) {
         fprintf(out, "  moe route: out of host memory\n");
         bad = 1;
         goto done;
@@ -100,8 +101,11 @@ static int check_route(FILE *out, cudaStream_t st, int64_t T, int n, int k, bool
     /* the grouping: a stable counting sort of the pairs by expert */
     for (int64_t i = 0; i < R; i++)
         off[ids[i] + 1]++;
-    for (int e = 0; e < n; e++)
+    for (int e = 0; e < n; e++) {
+        if (off[e + 1] > 0)
+            used[1 + used[0]++] = e;
         off[e + 1] += off[e];
+    }
     {
         int32_t *fill = (int32_t *)malloc((size_t)n * 4);
         if (!fill) {
@@ -118,8 +122,11 @@ static int check_route(FILE *out, cudaStream_t st, int64_t T, int n, int k, bool
     CK(cudaMalloc(&dids, (size_t)R * 4));
     CK(cudaMalloc(&doff, ((size_t)n + 1) * 4));
     CK(cudaMalloc(&dpairs, (size_t)R * 4));
+    CK(cudaMalloc(&dused, ((size_t)n + 1) * 4));
+    CK(cudaMemset(dused, 0, ((size_t)n + 1) * 4));
     CK(cudaMemcpy(dl, l, (size_t)(T * n) * 4, cudaMemcpyHostToDevice));
-    if (sl_cuda_moe_route(dl, T, n, k, norm, dids, dw, st) < 0 || sl_cuda_moe_group(dids, R, n, doff, dpairs, st) < 0) {
+    if (sl_cuda_moe_route(dl, T, n, k, norm, dids, dw, st) < 0 ||
+        sl_cuda_moe_group(dids, R, n, doff, dpairs, dused, st) < 0) {
         fprintf(out, "  moe route: launch refused\n");
         bad = 1;
         goto done;
@@ -129,16 +136,18 @@ static int check_route(FILE *out, cudaStream_t st, int64_t T, int n, int k, bool
     CK(cudaMemcpy(gw, dw, (size_t)R * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(goff, doff, ((size_t)n + 1) * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(gpairs, dpairs, (size_t)R * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gused, dused, ((size_t)n + 1) * 4, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < R; i++) {
         double d = fabs((double)gw[i] - w[i]) / (fabs((double)w[i]) + 1e-30);
         werr = d > werr ? d : werr;
     }
     bad = memcmp(gids, ids, (size_t)R * 4) != 0 || memcmp(goff, off, ((size_t)n + 1) * 4) != 0 ||
-          memcmp(gpairs, pairs, (size_t)R * 4) != 0 || werr > 1e-6;
+          memcmp(gpairs, pairs, (size_t)R * 4) != 0 || memcmp(gused, used, ((size_t)n + 1) * 4) != 0 || werr > 1e-6;
     fprintf(out, "  moe route+group T %lld, %d experts, top %d%s%s: ids %s, groups %s, weights max rel err %.1e  %s\n",
             (long long)T, n, k, norm ? ", renormalised" : "", coarse ? ", tied logits" : "",
             memcmp(gids, ids, (size_t)R * 4) ? "DIFFER" : "exact",
-            memcmp(goff, off, ((size_t)n + 1) * 4) || memcmp(gpairs, pairs, (size_t)R * 4) ? "DIFFER" : "exact", werr,
+            memcmp(goff, off, ((size_t)n + 1) * 4) || memcmp(gpairs, pairs, (size_t)R * 4) ||
+                    memcmp(gused, used, ((size_t)n + 1) * 4) ? "DIFFER" : "exact", werr,
             bad ? "FAIL" : "ok");
 done:
     cudaFree(dl);
@@ -146,6 +155,9 @@ done:
     cudaFree(dids);
     cudaFree(doff);
     cudaFree(dpairs);
+    cudaFree(dused);
+    free(used);
+    free(gused);
     free(l);
     free(p);
     free(ids);
@@ -177,12 +189,13 @@ static void make_weights(uint32_t type, int64_t rows, int64_t n, float *w, uint8
 /* The device side of one FFN: route, group, experts, combine, into dout. */
 static sl_status run_ffn(cudaStream_t st, const sl_cuda_weight *g, const sl_cuda_weight *u, const sl_cuda_weight *d,
                          int n, int k, int64_t T, const float *dx, const float *dlog, int32_t *dids, float *dw,
-                         int32_t *doff, int32_t *dpairs, float *dh, float *dy, float *dout)
+                         int32_t *doff, int32_t *dpairs, int32_t *dused, float *dh, float *dy, float *dout)
 {
     int64_t E = g->ne0, F = g->ne1, R = T * k;
-    if (sl_cuda_moe_route(dlog, T, n, k, true, dids, dw, st) < 0 || sl_cuda_moe_group(dids, R, n, doff, dpairs, st) < 0 ||
-        sl_cuda_mmv_experts(g, u, n, doff, dpairs, R, k, dx, E, dh, F, st) < 0 ||
-        sl_cuda_mmv_experts(d, NULL, n, doff, dpairs, R, 1, dh, F, dy, E, st) < 0 ||
+    if (sl_cuda_moe_route(dlog, T, n, k, true, dids, dw, st) < 0 ||
+        sl_cuda_moe_group(dids, R, n, doff, dpairs, dused, st) < 0 ||
+        sl_cuda_mmv_experts(g, u, n, doff, dpairs, dused, R, k, dx, E, dh, F, st) < 0 ||
+        sl_cuda_mmv_experts(d, NULL, n, doff, dpairs, dused, R, 1, dh, F, dy, E, st) < 0 ||
         sl_cuda_moe_combine(dout, dy, dw, T, k, E, NULL, NULL, st) < 0)
         return SL_EINVAL;
     return SL_OK;
@@ -208,7 +221,7 @@ static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n
     double *ref = (double *)malloc((size_t)(T * E) * 8), *hh = (double *)malloc((size_t)F * 8);
     uint8_t *dqg = NULL, *dqu = NULL, *dqd = NULL;
     float *dx = NULL, *dlog = NULL, *dw = NULL, *dh = NULL, *dy = NULL, *dout = NULL;
-    int32_t *dids = NULL, *doff = NULL, *dpairs = NULL;
+    int32_t *dids = NULL, *doff = NULL, *dpairs = NULL, *dused = NULL;
     double num = 0, den = 0, err = 0;
     bool same = false;
     int64_t t1 = T / 2;   /* the row computed alone */
@@ -233,6 +246,7 @@ static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n
     CK(cudaMalloc(&dids, (size_t)R * 4));
     CK(cudaMalloc(&doff, ((size_t)n + 1) * 4));
     CK(cudaMalloc(&dpairs, (size_t)R * 4));
+    CK(cudaMalloc(&dused, ((size_t)n + 1) * 4));
     CK(cudaMalloc(&dh, (size_t)(R * F) * 4));
     CK(cudaMalloc(&dy, (size_t)(R * E) * 4));
     CK(cudaMalloc(&dout, (size_t)(T * E) * 4));
@@ -244,7 +258,7 @@ static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n
     {
         sl_cuda_weight g = {type, E, F, rbe, dqg, NULL}, u = {type, E, F, rbe, dqu, NULL};
         sl_cuda_weight d = {type, F, E, rbf, dqd, NULL};
-        if (run_ffn(st, &g, &u, &d, n, k, T, dx, dlog, dids, dw, doff, dpairs, dh, dy, dout) < 0) {
+        if (run_ffn(st, &g, &u, &d, n, k, T, dx, dlog, dids, dw, doff, dpairs, dused, dh, dy, dout) < 0) {
             fprintf(out, "  moe ffn %s: launch refused\n", sl_ggml_type_name(type));
             bad = 1;
             goto done;
@@ -254,7 +268,7 @@ static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n
         CK(cudaMemcpy(gids, dids, (size_t)R * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(gw, dw, (size_t)R * 4, cudaMemcpyDeviceToHost));
         /* row t1 alone: same bits expected */
-        if (run_ffn(st, &g, &u, &d, n, k, 1, dx + t1 * E, dlog + t1 * n, dids, dw, doff, dpairs, dh, dy, dout) < 0) {
+        if (run_ffn(st, &g, &u, &d, n, k, 1, dx + t1 * E, dlog + t1 * n, dids, dw, doff, dpairs, dused, dh, dy, dout) < 0) {
             bad = 1;
             goto done;
         }
@@ -304,6 +318,7 @@ done:
     cudaFree(dids);
     cudaFree(doff);
     cudaFree(dpairs);
+    cudaFree(dused);
     cudaFree(dh);
     cudaFree(dy);
     cudaFree(dout);

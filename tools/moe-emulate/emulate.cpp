@@ -118,9 +118,9 @@ static void route_dev(const float *l, int64_t T, int n, int k, bool norm, int32_
                [&] { moe_route_warp_per_row(l, T, n, k, norm, ids, w); });
 }
 
-static void group_dev(const int32_t *ids, int64_t R, int n, int32_t *off, int32_t *pairs)
+static void group_dev(const int32_t *ids, int64_t R, int n, int32_t *off, int32_t *pairs, int32_t *used)
 {
-    emu_launch(1, 1, GROUP_THREADS, [&] { moe_group_one_block(ids, (int)R, n, off, pairs); });
+    emu_launch(1, 1, GROUP_THREADS, [&] { moe_group_one_block(ids, (int)R, n, off, pairs, used); });
 }
 
 static int check_route(int64_t T, int n, int k, bool norm, bool coarse)
@@ -128,24 +128,27 @@ static int check_route(int64_t T, int n, int k, bool norm, bool coarse)
     int64_t R = T * k;
     std::vector<float> l((size_t)(T * n)), w((size_t)R), gw((size_t)R);
     std::vector<int32_t> ids((size_t)R), gids((size_t)R), off((size_t)n + 1), goff((size_t)n + 1), pairs((size_t)R),
-        gpairs((size_t)R);
+        gpairs((size_t)R), used((size_t)n + 1), gused((size_t)n + 1);
     for (auto &v : l)
         v = coarse ? floorf(uniform() * 8.0f) / 4.0f : 4.0f * uniform();
     for (int64_t t = 0; t < T; t++)
         route_ref(&l[t * n], n, k, norm, &ids[t * k], &w[t * k]);
     for (int64_t i = 0; i < R; i++)
         off[ids[i] + 1]++;
-    for (int e = 0; e < n; e++)
+    for (int e = 0; e < n; e++) {
+        if (off[e + 1] > 0)
+            used[1 + used[0]++] = e;
         off[e + 1] += off[e];
+    }
     std::vector<int32_t> fill(off.begin(), off.end() - 1);
     for (int64_t i = 0; i < R; i++)
         pairs[fill[ids[i]]++] = (int32_t)i;
     route_dev(l.data(), T, n, k, norm, gids.data(), gw.data());
-    group_dev(gids.data(), R, n, goff.data(), gpairs.data());
+    group_dev(gids.data(), R, n, goff.data(), gpairs.data(), gused.data());
     double werr = 0;
     for (int64_t i = 0; i < R; i++)
         werr = fmax(werr, fabs((double)gw[i] - w[i]) / (fabs((double)w[i]) + 1e-30));
-    bool ids_ok = gids == ids, groups_ok = goff == off && gpairs == pairs;
+    bool ids_ok = gids == ids, groups_ok = goff == off && gpairs == pairs && gused == used;
     int bad = !ids_ok || !groups_ok || werr > 1e-6;
     printf("route+group T %lld, %d experts, top %d%s%s: ids %s, groups %s, weights max rel err %.1e  %s\n",
            (long long)T, n, k, norm ? ", renormalised" : "", coarse ? ", tied logits" : "", ids_ok ? "exact" : "DIFFER",
@@ -154,7 +157,7 @@ static int check_route(int64_t T, int n, int k, bool norm, bool coarse)
 }
 
 template <int TYPE, int NT, bool PAIR>
-static void experts_dev(const moe_mm &a, int n_expert)
+static void experts_dev(const moe_mm &a, int slots)
 {
     constexpr int W1 = 1;
     int wpr = warps_per_row(a.n);
@@ -170,7 +173,7 @@ static void experts_dev(const moe_mm &a, int n_expert)
         gx = (unsigned)((a.rows + WARPS / 4 - 1) / (WARPS / 4));
         body = [&] { mmv_experts_warp_per_row<TYPE, NT, PAIR, 4>(a); };
     }
-    emu_launch(gx, (unsigned)n_expert, WARPS * SL_WARP, body);
+    emu_launch(gx, (unsigned)slots, WARPS * SL_WARP, body);
 }
 
 struct experts {
@@ -202,10 +205,10 @@ static void ffn_dev(experts &X, int64_t T, const float *x, const float *lg, std:
     int64_t R = T * X.k;
     ids.assign((size_t)R, 0);
     w.assign((size_t)R, 0.0f);
-    std::vector<int32_t> off((size_t)X.n + 1), pairs((size_t)R);
+    std::vector<int32_t> off((size_t)X.n + 1), pairs((size_t)R), used((size_t)X.n + 1);
     std::vector<float> h((size_t)(R * X.F)), y((size_t)(R * X.E));
     route_dev(lg, T, X.n, X.k, true, ids.data(), w.data());
-    group_dev(ids.data(), R, X.n, off.data(), pairs.data());
+    group_dev(ids.data(), R, X.n, off.data(), pairs.data(), used.data());
     moe_mm a = {};
     a.W[0] = X.qg.data();
     a.W[1] = X.qu.data();
@@ -215,12 +218,14 @@ static void ffn_dev(experts &X, int64_t T, const float *x, const float *lg, std:
     a.rows = (int)X.F;
     a.off = off.data();
     a.pairs = pairs.data();
+    a.used = used.data();
     a.in_div = X.k;
     a.x = x;
     a.ldx = X.E;
     a.y = h.data();
     a.ldy = X.F;
-    experts_dev<TYPE, NT, true>(a, X.n);
+    int slots = R < X.n ? (int)R : X.n;   /* as sl_cuda_mmv_experts launches */
+    experts_dev<TYPE, NT, true>(a, slots);
     moe_mm b = a;
     b.W[0] = X.qd.data();
     b.W[1] = NULL;
@@ -233,7 +238,7 @@ static void ffn_dev(experts &X, int64_t T, const float *x, const float *lg, std:
     b.ldx = X.F;
     b.y = y.data();
     b.ldy = X.E;
-    experts_dev<TYPE, NT, false>(b, X.n);
+    experts_dev<TYPE, NT, false>(b, slots);
     emu_launch((unsigned)T, 1, COMBINE_THREADS,
                [&] { moe_combine_row_per_block(out, y.data(), w.data(), X.k, X.E, NULL, NULL); });
 }
