@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/gpu-check.sh: the CUDA backend's correctness check, in one command, on
 # the GPU machine. Builds the test models with the project's mkmodel (every
-# architecture x tensor type on the tiny presets, plus a Llama-3.2-1B-shape
+# architecture x tensor type on the tiny presets, the MoE ones (tiny-qwen3moe,
+# tiny-qwen2moe, tiny-mixtral) in every quantized type, plus a Llama-3.2-1B-shape
 # Q4_K_M for timing), runs tools/cudacheck's kernel self-test and its device-
 # sampler check (--sampling: against the reference sampler), then cudacheck
 # on the models (CUDA vs CPU logits, greedy agreement, batched == alone
@@ -67,6 +68,17 @@ done
 big=$models/1b-Q4_K_M.gguf
 [ $quick -eq 1 ] || [ -s "$big" ] || "$mk" -o "$big" --preset 1b --type Q4_K_M --n-vocab 128256 --peak 8 >/dev/null \
   || { say "mkmodel failed: 1b Q4_K_M"; status=1; }
+# the MoE presets: their experts go through the grouped small-batch kernel,
+# which takes the quantized types only (float experts are refused at load)
+moe_types="Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_0 Q4_1 Q5_1 Q3_K Q2_K IQ4_XS IQ4_NL Q8_1"
+for preset in tiny-qwen3moe tiny-qwen2moe tiny-mixtral; do
+  for type in $moe_types; do
+    f=$models/$preset-$type.gguf
+    [ -s "$f" ] || "$mk" -o "$f" --preset "$preset" --type "$type" --n-vocab 1024 --peak 8 >/dev/null \
+      || { say "mkmodel failed: $preset $type"; status=1; continue; }
+    tiny+=("$f")
+  done
+done
 say "models: ${#tiny[@]} tiny + 1b in $models ($(( $(date +%s) - t0 ))s)"
 
 # 2. cudacheck: every tiny model (full check, short timing), then the 1B shape
@@ -133,12 +145,13 @@ if [ -s "$big" ]; then
 fi
 
 # 3. compute-sanitizer on a short run (memcheck with leak check, racecheck):
-#    kernel self-test, allocation-failure sweep, two models
+#    kernel self-test, allocation-failure sweep, three models (one MoE)
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ $quick -eq 1 ]; then
   say "compute-sanitizer: skipped (--quick)"
 elif [ -x "$cs" ]; then
-  short=(--ops --sampling --draws 2 --faults --prompt 20 --chunk 8 --gen 4 --seqs 2 --no-bench "$models/tiny-qwen3-Q4_K_M.gguf" "$models/tiny-llama3-Q6_K.gguf")
+  short=(--ops --sampling --draws 2 --faults --prompt 20 --chunk 8 --gen 4 --seqs 2 --no-bench "$models/tiny-qwen3-Q4_K_M.gguf" "$models/tiny-llama3-Q6_K.gguf"
+         "$models/tiny-qwen2moe-Q4_K_M.gguf")   # the MoE one has a shared expert
   for tool in memcheck racecheck; do
     extra=(); [ $tool = memcheck ] && extra=(--leak-check full)   # leaks on the --faults error paths too
     # racecheck: our kernels only. It reports hazards inside cuBLAS's Hopper

@@ -8,7 +8,8 @@
  *
  * Memory is sized and allocated once, at creation: one allocation for all
  * weights, one for the KV cache, one per scratch tensor sized for
- * max_batch_tokens rows; a step allocates nothing, except that the staging
+ * max_batch_tokens rows (a MoE model's layer scratch in one more); a step
+ * allocates nothing, except that the staging
  * area for block tables grows if a step's tables outgrow it (a wart: a fixed
  * bound from the scheduler's table limits would remove it). */
 #include <math.h>
@@ -23,6 +24,7 @@
 #include "kernels/cuda/forward.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/profile.cuh"
 #include "kernels/cuda/sample.cuh"
 
@@ -53,6 +55,7 @@ static void cuda_destroy(sl_backend *b)
     float *bufs[] = {cb->x, cb->xn, cb->q, cb->k, cb->v, cb->att, cb->att_split, cb->gate, cb->up, cb->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         cudaFree(bufs[i]);
+    cudaFree(cb->moe.base);
     cudaFree(cb->meta_d);
     cudaFreeHost(cb->meta_h);
     if (cb->stream_ok)
@@ -96,6 +99,16 @@ static sl_cuda_weight arena_weight(arena *a, const sl_weight *w)
     return d;
 }
 
+/* The n_expert matrices of a 3-D expert tensor, contiguous in the file
+ * (model_moe.c binds them so), as one upload; returns expert 0's matrix. */
+static sl_cuda_weight arena_experts(arena *a, const sl_weight *views, int32_t n_expert)
+{
+    const sl_weight *w = &views[0];
+    sl_cuda_weight d = {w->type, w->ne0, w->ne1, w->row_bytes, NULL, NULL};
+    d.data = (const uint8_t *)arena_put(a, w->data, (size_t)n_expert * (size_t)w->ne1 * w->row_bytes);
+    return d;
+}
+
 static const float *arena_vec(arena *a, const float *v, int64_t n)
 {
     return (const float *)arena_put(a, v, (size_t)n * sizeof(float));
@@ -134,6 +147,18 @@ static size_t place_weights(cuda_backend *cb, arena *a, const double *inv_freq)
         L->post_attn_norm = arena_vec(a, S->post_attn_norm, E);
         L->post_ffn_norm = arena_vec(a, S->post_ffn_norm, E);
         L->window = S->window;
+        const sl_moe *mo = &S->moe;
+        L->moe = mo->gate != NULL;
+        if (L->moe) {
+            L->router = arena_weight(a, &mo->router);
+            L->exp_gate = arena_experts(a, mo->gate, hp->n_expert);
+            L->exp_up = arena_experts(a, mo->up, hp->n_expert);
+            L->exp_down = arena_experts(a, mo->down, hp->n_expert);
+            L->sh_gate = arena_weight(a, &mo->sh_gate);
+            L->sh_up = arena_weight(a, &mo->sh_up);
+            L->sh_down = arena_weight(a, &mo->sh_down);
+            L->sh_gate_inp = arena_weight(a, &mo->sh_gate_inp);
+        }
     }
     return a->used;
 }
@@ -152,7 +177,7 @@ static sl_status setup_gemm(cuda_backend *cb, char err[SL_ERR_LEN])
     const char *m = getenv("SLUICE_CUDA_GEMM_MIN");
     cb->gemm_min = m && atoi(m) > 0 ? atoi(m) : 16;
     const sl_hparams *hp = &cb->base.model->hp;
-    int n_w = 7 * hp->n_layer + 1;
+    int n_w = 10 * hp->n_layer + 1;
     sl_cuda_weight **ws = (sl_cuda_weight **)malloc((size_t)n_w * sizeof *ws);
     if (!ws) {
         snprintf(err, SL_ERR_LEN, "cuda backend: out of host memory");
@@ -161,9 +186,14 @@ static sl_status setup_gemm(cuda_backend *cb, char err[SL_ERR_LEN])
     int k = 0;
     for (int l = 0; l < hp->n_layer; l++) {
         cuda_layer *L = &cb->layers[l];
-        sl_cuda_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++)
-            ws[k++] = lw[i];
+        /* a MoE layer's router and experts get none (the router keeps its
+         * float32 routing, the experts would not fit: moe.cuh); its shared
+         * expert does */
+        sl_cuda_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                                &L->sh_gate, &L->sh_up, &L->sh_down};
+        for (int i = 0; i < 10; i++)
+            if (lw[i]->data)
+                ws[k++] = lw[i];
     }
     ws[k++] = &cb->output;
     size_t total = 0;
@@ -181,6 +211,7 @@ static sl_status setup_gemm(cuda_backend *cb, char err[SL_ERR_LEN])
     int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
     int64_t widest = E > q_dim ? E : q_dim;
     widest = widest > F ? widest : F;
+    widest = widest > hp->n_ff_shexp ? widest : hp->n_ff_shexp;
     if (sl_cuda_dev_malloc((void **)&cb->f16, total) != cudaSuccess) {
         cudaGetLastError();
         snprintf(err, SL_ERR_LEN, "cuda backend: float16 weight copies (%llu MiB) do not fit: %llu MiB free",
@@ -224,6 +255,13 @@ static const char *type_label(uint32_t type, char buf[16])
 static bool check_types(const sl_model *m, char err[SL_ERR_LEN])
 {
     char buf[16];
+    /* gpt-oss's attention sinks, biases and clamped SwiGLU have no kernels
+     * here: refused whatever its tensor types, never computed without them */
+    if (m->hp.arch == SL_ARCH_GPT_OSS) {
+        snprintf(err, SL_ERR_LEN, "cuda backend: gpt-oss (attention sinks, biases, its clamped SwiGLU) is "
+                 "computed by the CPU backend only (--device cpu)");
+        return false;
+    }
     const sl_weight *w[] = {&m->tok_embd, &m->output};
     for (int i = 0; i < 2; i++)
         if (!sl_cuda_matmul_supports(w[i]->type)) {
@@ -237,9 +275,31 @@ static bool check_types(const sl_model *m, char err[SL_ERR_LEN])
         const sl_layer *L = &m->layers[l];
         const sl_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++)
-            if (!sl_cuda_matmul_supports(lw[i]->type)) {
+            if (lw[i]->data && !sl_cuda_matmul_supports(lw[i]->type)) {
                 snprintf(err, SL_ERR_LEN, "cuda backend: blk.%d.%s is %s, a tensor type only the CPU backend "
                          "computes", l, names[i], type_label(lw[i]->type, buf));
+                return false;
+            }
+        if (!L->moe.gate)
+            continue;
+        const sl_moe *mo = &L->moe;
+        static const char *const mnames[5] = {"ffn_gate_inp", "ffn_gate_inp_shexp", "ffn_gate_shexp",
+                                              "ffn_up_shexp", "ffn_down_shexp"};
+        const sl_weight *mw[] = {&mo->router, &mo->sh_gate_inp, &mo->sh_gate, &mo->sh_up, &mo->sh_down};
+        for (int i = 0; i < 5; i++)
+            if (mw[i]->data && !sl_cuda_matmul_supports(mw[i]->type)) {
+                snprintf(err, SL_ERR_LEN, "cuda backend: blk.%d.%s is %s, a tensor type only the CPU backend "
+                         "computes", l, mnames[i], type_label(mw[i]->type, buf));
+                return false;
+            }
+        /* the experts go through the grouped small-batch kernel (moe.cuh), which takes fewer types */
+        static const char *const enames[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+        const sl_weight *ew[] = {&mo->gate[0], &mo->up[0], &mo->down[0]};
+        for (int i = 0; i < 3; i++)
+            if (!sl_cuda_mmv_experts_supports(ew[i]->type)) {
+                snprintf(err, SL_ERR_LEN, "cuda backend: blk.%d.%s is %s; the CUDA expert kernel takes Q4_K, Q5_K, "
+                         "Q6_K, Q8_0, Q8_1, Q2_K, Q3_K, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL experts "
+                         "(--device cpu computes the others)", l, enames[i], type_label(ew[i]->type, buf));
                 return false;
             }
     }
@@ -265,12 +325,12 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
                  hp->head_dim, SL_CUDA_ATTN_MAX_HEAD_DIM, hp->n_head, hp->n_head_kv);
         return SL_EUNSUPPORTED;
     }
-    /* mixture-of-experts FFNs have no CUDA kernels yet: refused here, so
-     * --device auto falls back to the CPU backend (kernels/backend.c) and
-     * --device cuda fails at load with this line */
-    if (m->hp.n_expert > 0) {
-        snprintf(err, SL_ERR_LEN, "cuda backend: %s with %d experts (a mixture of experts) is computed by the CPU "
-                 "backend only (--device cpu)", m->arch_name, m->hp.n_expert);
+    /* mixture of experts: the routing kernel holds a row's softmax in shared
+     * memory and each chosen slot in a warp lane (moe.cuh) */
+    if (hp->n_expert > SL_CUDA_MOE_MAX_EXPERTS || hp->n_expert_used > SL_CUDA_MOE_MAX_USED) {
+        snprintf(err, SL_ERR_LEN, "cuda backend: %s routes each token to %d of %d experts; the CUDA routing kernel "
+                 "takes at most %d of %d (--device cpu computes it)", m->arch_name, hp->n_expert_used,
+                 hp->n_expert, SL_CUDA_MOE_MAX_USED, SL_CUDA_MOE_MAX_EXPERTS);
         return SL_EUNSUPPORTED;
     }
     if (!check_types(m, err))
@@ -406,6 +466,37 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
                      "after the weights (%llu MiB): %llu MiB free", cfg->max_batch_tokens, MIB(sbytes),
                      MIB(wbytes), MIB(free_b));
             }
+        }
+        if (sl_model_is_moe(m)) {
+            /* MoE scratch, one allocation: T rows, R = T*k routed pairs */
+            int64_t n = hp->n_expert, R = T * hp->n_expert_used, F = hp->n_ff_exp, S = hp->n_ff_shexp;
+            int64_t count[] = {T * n, R, R, 2 * (n + 1), R, R * F, R * E, T * S, T * S, T, S > 0 ? T * E : 0};
+            size_t at[11], mbytes = 0;
+            for (int i = 0; i < 11; i++) {
+                at[i] = mbytes;
+                mbytes += align_up((size_t)count[i] * 4);   /* float or int32 entries */
+            }
+            sbytes += mbytes;
+            ce = sl_cuda_dev_malloc((void **)&cb->moe.base, mbytes);
+            if (ce != cudaSuccess) {
+                cudaMemGetInfo(&free_b, &total_b);
+                FAIL(SL_ENOMEM, "cuda backend: MoE scratch for %d batch tokens (%llu MiB) does not fit after the "
+                     "weights (%llu MiB): %llu MiB free", cfg->max_batch_tokens, MIB(mbytes), MIB(wbytes),
+                     MIB(free_b));
+            }
+            uint8_t *mb = cb->moe.base;
+            cb->moe.logits = (float *)(mb + at[0]);
+            cb->moe.ids = (int32_t *)(mb + at[1]);
+            cb->moe.w = (float *)(mb + at[2]);
+            cb->moe.off = (int32_t *)(mb + at[3]);
+            cb->moe.used = cb->moe.off + n + 1;
+            cb->moe.pairs = (int32_t *)(mb + at[4]);
+            cb->moe.h = (float *)(mb + at[5]);
+            cb->moe.y = (float *)(mb + at[6]);
+            cb->moe.sh_h = (float *)(mb + at[7]);
+            cb->moe.sh_u = (float *)(mb + at[8]);
+            cb->moe.shg = (float *)(mb + at[9]);
+            cb->moe.sh_out = (float *)(mb + at[10]);
         }
         int64_t per_seq = ((int64_t)cfg->max_ctx + cfg->kv_block_size - 1) / cfg->kv_block_size;
         int64_t tab = T * per_seq < (4 << 20) ? T * per_seq : (4 << 20);

@@ -36,6 +36,14 @@ typedef struct {
     const float *q_norm, *k_norm;         /* qwen3/gemma3 (head_dim) or NULL */
     const float *post_attn_norm, *post_ffn_norm;   /* gemma (n_embd) or NULL */
     int32_t window;                       /* sliding window, 0: none (sl_layer.window) */
+    /* a MoE layer (moe true; w_gate, w_up, w_down then unused): each expert
+     * tensor uploaded as the file holds it, n_expert matrices one after
+     * another; the sl_cuda_weight is expert 0's (moe.cuh) */
+    bool moe;
+    sl_cuda_weight router;                /* (n_embd -> n_expert), never given a float16 copy */
+    sl_cuda_weight exp_gate, exp_up;      /* (n_embd -> n_ff_exp) x n_expert */
+    sl_cuda_weight exp_down;              /* (n_ff_exp -> n_embd) x n_expert */
+    sl_cuda_weight sh_gate, sh_up, sh_down, sh_gate_inp;   /* qwen2moe's shared expert, data NULL otherwise */
 } cuda_layer;
 
 typedef struct {
@@ -62,6 +70,23 @@ typedef struct {
     int64_t att_split_floats;
     float *gate, *up;            /* (T, n_ff) */
     float *logits;               /* (logit_rows, n_vocab) */
+
+    /* MoE layers' scratch for T rows and R = T * n_expert_used routed pairs
+     * (moe.cuh), one allocation (moe.base), NULL for a dense model */
+    struct {
+        uint8_t *base;
+        float *logits;           /* (T, n_expert) router outputs */
+        int32_t *ids;            /* (T, k) chosen experts */
+        float *w;                /* (T, k) their weights */
+        int32_t *off;            /* (n_expert + 1) pair ranges per expert */
+        int32_t *used;           /* (n_expert + 1) count, then the experts with pairs; right after off */
+        int32_t *pairs;          /* (R) pair indices grouped by expert */
+        float *h;                /* (R, n_ff_exp) silu(gate) * up per pair */
+        float *y;                /* (R, n_embd) expert outputs per pair */
+        float *sh_h, *sh_u;      /* (T, n_ff_shexp) shared expert's gate and up */
+        float *shg;              /* (T) shared expert's gate logit */
+        float *sh_out;           /* (T, n_embd) shared expert's output */
+    } moe;
 
     /* per-step integers: host pinned staging, mirrored on the device:
      * [tokens T | tok_pos T | tok_table T | out_rows T | blocks | FA steps only: query groups

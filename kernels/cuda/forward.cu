@@ -1,6 +1,7 @@
 /* kernels/cuda/forward.cu: the CUDA backend's step: the forward pass for
  * the llama, qwen2, qwen3, gemma2, gemma3, granite and phi3 architectures
- * (phi3's fused matrices arrive as separate row views) over a batch of
+ * (phi3's fused matrices arrive as separate row views) and the MoE ones
+ * (qwen2moe, qwen3moe, Mixtral: moe_ffn, moe.cuh) over a batch of
  * sequences with paged KV caches, and the forward/forward_sample entry points
  * (forward.cuh) that backend.cu puts in the vtable. It runs on the state
  * backend.cu created (backend.cuh).
@@ -34,6 +35,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mmv.cuh"
+#include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/profile.cuh"
 #include "kernels/cuda/qkv_post.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
@@ -164,13 +166,84 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
     return SL_OK;
 }
 
+/* A MoE layer's FFN of xn's T rows, into xn (moe.cuh; kernels/cpu/forward.c
+ * moe_ffn is the reference): the router on the float32 matmul path,
+ * routing and grouping on the device, the experts' gate and up fused with
+ * SiLU, their down, qwen2moe's shared expert as a dense FFN, then each
+ * row's sum. The same launches for every T, prefill included: no launch
+ * reads what the routing chose on the host, so decode steps keep their
+ * graphs. */
+static sl_status moe_ffn(cuda_backend *cb, const cuda_layer *L, int64_t T)
+{
+    const sl_hparams *hp = &cb->base.model->hp;
+    cudaStream_t st = cb->stream;
+    int n = hp->n_expert, k = hp->n_expert_used;
+    int64_t E = hp->n_embd, F = hp->n_ff_exp, S = hp->n_ff_shexp, R = T * k;
+    TRY(mm(cb, &L->router, cb->xn, E, T, cb->moe.logits, n));
+    TRY(sl_cuda_moe_route(cb->moe.logits, T, n, k, hp->moe_norm_w, cb->moe.ids, cb->moe.w, st));
+    TRY(sl_cuda_moe_group(cb->moe.ids, R, n, cb->moe.off, cb->moe.pairs, cb->moe.used, st));
+    TRY(sl_cuda_mmv_experts(&L->exp_gate, &L->exp_up, n, cb->moe.off, cb->moe.pairs, cb->moe.used, R, k, cb->xn, E,
+                            cb->moe.h, F, st));
+    sl_cuda_profile_mark(cb->prof, SL_PROF_GATE_UP, st);
+    TRY(sl_cuda_mmv_experts(&L->exp_down, NULL, n, cb->moe.off, cb->moe.pairs, cb->moe.used, R, 1, cb->moe.h, F,
+                            cb->moe.y, E, st));
+    bool shared = L->sh_down.data != NULL;
+    if (shared) {
+        sl_status rc = cb->use_gemm ? SL_EINVAL
+                                    : sl_cuda_mmv_swiglu(&L->sh_gate, &L->sh_up, cb->xn, E, T, cb->moe.sh_h, S, st);
+        if (rc == SL_EINVAL) {
+            TRY(mm(cb, &L->sh_gate, cb->xn, E, T, cb->moe.sh_h, S));
+            TRY(mm(cb, &L->sh_up, cb->xn, E, T, cb->moe.sh_u, S));
+            TRY(sl_cuda_swiglu(cb->moe.sh_h, cb->moe.sh_u, T * S, st));
+        } else {
+            TRY(rc);
+        }
+        TRY(mm(cb, &L->sh_gate_inp, cb->xn, E, T, cb->moe.shg, 1));
+        TRY(mm(cb, &L->sh_down, cb->moe.sh_h, S, T, cb->moe.sh_out, E));
+    }
+    TRY(sl_cuda_moe_combine(cb->xn, cb->moe.y, cb->moe.w, T, k, E, shared ? cb->moe.sh_out : NULL, cb->moe.shg, st));
+    return SL_OK;
+}
+
+/* A dense layer's FFN of xn's T rows, into xn: gate and up (fused with
+ * SwiGLU by the small-batch kernel where it can), the activation, down. */
+static sl_status dense_ffn(cuda_backend *cb, const cuda_layer *L, int64_t T)
+{
+    const sl_hparams *hp = &cb->base.model->hp;
+    cudaStream_t st = cb->stream;
+    sl_cuda_profile *pf = cb->prof;
+    int64_t E = hp->n_embd, F = hp->n_ff;
+    bool gelu = hp->ffn_act == SL_FFN_GELU_TANH;   /* mmv.cu's fused gate+up launch is SwiGLU only */
+    bool few = !cb->use_gemm;
+    sl_status rc = few && !gelu ? sl_cuda_mmv_swiglu(&L->w_gate, &L->w_up, cb->xn, E, T, cb->gate, F, st) : SL_EINVAL;
+    if (rc == SL_EINVAL) {
+        const sl_cuda_weight *wgu[2] = {&L->w_gate, &L->w_up};
+        float *ygu[2] = {cb->gate, cb->up};
+        int64_t ldgu[2] = {F, F};
+        rc = few ? SL_EINVAL : mm_multi(cb, wgu, 2, cb->xn, E, T, ygu, ldgu);
+        if (rc == SL_EINVAL) {
+            TRY(mm(cb, &L->w_gate, cb->xn, E, T, cb->gate, F));
+            TRY(mm(cb, &L->w_up, cb->xn, E, T, cb->up, F));
+        } else {
+            TRY(rc);
+        }
+        sl_cuda_profile_mark(pf, SL_PROF_GATE_UP, st);
+        TRY(gelu ? sl_cuda_geglu_tanh(cb->gate, cb->up, T * F, st) : sl_cuda_swiglu(cb->gate, cb->up, T * F, st));
+        sl_cuda_profile_mark(pf, SL_PROF_ELTWISE, st);
+    } else {
+        TRY(rc);
+        sl_cuda_profile_mark(pf, SL_PROF_GATE_UP, st);
+    }
+    return mm(cb, &L->w_down, cb->gate, F, T, cb->xn, E);
+}
+
 /* Queues the embedding and every layer for T staged token rows. */
 static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
 {
     const sl_hparams *hp = &cb->base.model->hp;
     cudaStream_t st = cb->stream;
     int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
-    int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim, F = hp->n_ff;
+    int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
     int64_t Tmax = cb->base.cfg.max_batch_tokens;
     const int32_t *d_tokens = cb->meta_d;
     sl_cuda_batch batch = {cb->meta_d + Tmax, cb->meta_d + 2 * Tmax, cb->meta_d + 4 * Tmax};
@@ -180,7 +253,6 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
     if (hp->embd_scale != 1.0f)
         TRY(sl_cuda_scale(cb->x, hp->embd_scale, T * E, st));
     sl_cuda_profile_mark(pf, SL_PROF_EMBED, st);
-    bool gelu = hp->ffn_act == SL_FFN_GELU_TANH;   /* mmv.cu's fused gate+up launch is SwiGLU only */
     /* Few rows take the small-batch kernels, fused where the matrices allow;
      * many rows, or any prefill chunk, the tensor-core path (cb->use_gemm,
      * set by forward_steps): a prompt's rows then go through the same
@@ -238,26 +310,7 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
         sl_cuda_profile_mark(pf, SL_PROF_WO, st);
         TRY(sl_cuda_add_rmsnorm(cb->x, cb->xn, cb->xn, L->ffn_norm, T, E, hp->norm_eps, st));
         sl_cuda_profile_mark(pf, SL_PROF_NORM, st);
-        rc = few && !gelu ? sl_cuda_mmv_swiglu(&L->w_gate, &L->w_up, cb->xn, E, T, cb->gate, F, st) : SL_EINVAL;
-        if (rc == SL_EINVAL) {
-            const sl_cuda_weight *wgu[2] = {&L->w_gate, &L->w_up};
-            float *ygu[2] = {cb->gate, cb->up};
-            int64_t ldgu[2] = {F, F};
-            rc = few ? SL_EINVAL : mm_multi(cb, wgu, 2, cb->xn, E, T, ygu, ldgu);
-            if (rc == SL_EINVAL) {
-                TRY(mm(cb, &L->w_gate, cb->xn, E, T, cb->gate, F));
-                TRY(mm(cb, &L->w_up, cb->xn, E, T, cb->up, F));
-            } else {
-                TRY(rc);
-            }
-            sl_cuda_profile_mark(pf, SL_PROF_GATE_UP, st);
-            TRY(gelu ? sl_cuda_geglu_tanh(cb->gate, cb->up, T * F, st) : sl_cuda_swiglu(cb->gate, cb->up, T * F, st));
-            sl_cuda_profile_mark(pf, SL_PROF_ELTWISE, st);
-        } else {
-            TRY(rc);
-            sl_cuda_profile_mark(pf, SL_PROF_GATE_UP, st);
-        }
-        TRY(mm(cb, &L->w_down, cb->gate, F, T, cb->xn, E));
+        TRY(L->moe ? moe_ffn(cb, L, T) : dense_ffn(cb, L, T));
         if (L->post_ffn_norm)
             TRY(sl_cuda_rmsnorm(cb->xn, cb->xn, NULL, L->post_ffn_norm, T, E, hp->norm_eps, st));
         if (hp->residual_scale != 1.0f)

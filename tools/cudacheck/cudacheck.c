@@ -17,7 +17,8 @@
  * kernels/cuda/selftest_window.cu: sliding windows and soft caps; then
  * sl_cuda_selftest_kv in kernels/cuda/selftest_kv.cu: the K/V writer of
  * each storage type; then sl_cuda_selftest_fa in kernels/cuda/selftest_fa.cu:
- * the tensor-core flash attention of prefill steps), which points at the
+ * the tensor-core flash attention of prefill steps; then sl_cuda_selftest_moe
+ * in kernels/cuda/selftest_moe.cu: MoE routing, grouping and experts), which points at the
  * kernel when a model fails.
  * Per model:
  *  1. cpu vs cuda: one sequence, the prompt prefilled in chunks (logits of
@@ -629,6 +630,13 @@ static int run_ops(void)
     if (f >= 0 && fa) {
         int ff = fa(stdout);
         f = ff < 0 ? ff : f + ff;
+    }
+    /* the MoE routing, grouping and expert kernels (kernels/cuda/selftest_moe.cu) */
+    int (*moe)(FILE *);
+    *(void **)&moe = dlsym(h, "sl_cuda_selftest_moe");
+    if (f >= 0 && moe) {
+        int fm = moe(stdout);
+        f = fm < 0 ? fm : f + fm;
     }
     fflush(stdout);
     printf("result kernels %s\n", f == 0 ? "PASS" : f < 0 ? "could not run" : "FAIL");

@@ -1,0 +1,369 @@
+/* kernels/cuda/selftest_moe.cu: the MoE kernels (moe.cuh) against host
+ * references on the GPU machine, through the exported
+ * sl_cuda_selftest_moe() (tools/cudacheck --ops, after the other
+ * self-tests): routing (expert ids exact, ties included, weights to 1e-6),
+ * grouping (offsets, pair order and the experts in use exact), and the whole FFN (route,
+ * group, fused gate/up, down, combine) per expert type against a float64
+ * reference on the dequantized weights, plus one row computed alone giving
+ * the bits it gave in the batch.
+ * Kept apart from selftest.cu so each file has one subject. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/moe.cuh"
+#include "kernels/cuda/random_blocks.cuh"
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float uniform(uint64_t *s)
+{
+    return (float)((double)(rng_next(s) >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+#define CK(call)                                                                     \
+    do {                                                                             \
+        if ((call) != cudaSuccess) {                                                 \
+            fprintf(out, "  %s:%d: %s failed\n", __FILE__, __LINE__, #call);         \
+            bad = 1;                                                                 \
+            goto done;                                                               \
+        }                                                                            \
+    } while (0)
+
+/* The host reference of the routing: kernels/cpu/ops.c's rule (softmax,
+ * k strict-greater scans from index 0, optional renormalisation). */
+static void route_ref(const float *l, int n, int k, bool norm, float *p, int32_t *ids, float *w)
+{
+    float mx = l[0];
+    for (int e = 1; e < n; e++)
+        mx = l[e] > mx ? l[e] : mx;
+    double sum = 0;
+    for (int e = 0; e < n; e++) {
+        p[e] = expf(l[e] - mx);
+        sum += p[e];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int e = 0; e < n; e++)
+        p[e] *= inv;
+    double ws = 0;
+    for (int j = 0; j < k; j++) {
+        int b = 0;
+        while (p[b] == -1.0f)
+            b++;
+        for (int e = b + 1; e < n; e++)
+            if (p[e] > p[b])
+                b = e;
+        ids[j] = b;
+        w[j] = p[b];
+        ws += w[j];
+        p[b] = -1.0f;
+    }
+    if (norm) {
+        float s = (float)ws < 6.103515625e-5f ? 6.103515625e-5f : (float)ws;
+        for (int j = 0; j < k; j++)
+            w[j] /= s;
+    }
+}
+
+/* Routing and grouping of T rows over n experts. coarse: logits on a grid
+ * of 1/4 so that many tie. Returns 1 on a mismatch. */
+static int check_route(FILE *out, cudaStream_t st, int64_t T, int n, int k, bool norm, bool coarse)
+{
+    int bad = 0;
+    uint64_t seed = 77 + (uint64_t)n * 131 + (uint64_t)k;
+    int64_t R = T * k;
+    float *l = (float *)malloc((size_t)(T * n) * sizeof(float)), *p = (float *)malloc((size_t)n * sizeof(float));
+    int32_t *ids = (int32_t *)malloc((size_t)R * 4), *gids = (int32_t *)malloc((size_t)R * 4);
+    float *w = (float *)malloc((size_t)R * 4), *gw = (float *)malloc((size_t)R * 4);
+    int32_t *off = (int32_t *)calloc((size_t)n + 1, 4), *goff = (int32_t *)malloc(((size_t)n + 1) * 4);
+    int32_t *pairs = (int32_t *)malloc((size_t)R * 4), *gpairs = (int32_t *)malloc((size_t)R * 4);
+    int32_t *used = (int32_t *)calloc((size_t)n + 1, 4), *gused = (int32_t *)calloc((size_t)n + 1, 4);
+    float *dl = NULL, *dw = NULL;
+    int32_t *dids = NULL, *doff = NULL, *dpairs = NULL, *dused = NULL;
+    double werr = 0;
+    if (!l || !p || !ids || !gids || !w || !gw || !off || !goff || !pairs || !gpairs || !used || !gused) {
+        fprintf(out, "  moe route: out of host memory\n");
+        bad = 1;
+        goto done;
+    }
+    for (int64_t i = 0; i < T * n; i++)
+        l[i] = coarse ? floorf(uniform(&seed) * 8.0f) / 4.0f : 4.0f * uniform(&seed);
+    for (int64_t t = 0; t < T; t++)
+        route_ref(l + t * n, n, k, norm, p, ids + t * k, w + t * k);
+    /* the grouping: a stable counting sort of the pairs by expert */
+    for (int64_t i = 0; i < R; i++)
+        off[ids[i] + 1]++;
+    for (int e = 0; e < n; e++) {
+        if (off[e + 1] > 0)
+            used[1 + used[0]++] = e;
+        off[e + 1] += off[e];
+    }
+    {
+        int32_t *fill = (int32_t *)malloc((size_t)n * 4);
+        if (!fill) {
+            bad = 1;
+            goto done;
+        }
+        memcpy(fill, off, (size_t)n * 4);
+        for (int64_t i = 0; i < R; i++)
+            pairs[fill[ids[i]]++] = (int32_t)i;
+        free(fill);
+    }
+    CK(cudaMalloc(&dl, (size_t)(T * n) * 4));
+    CK(cudaMalloc(&dw, (size_t)R * 4));
+    CK(cudaMalloc(&dids, (size_t)R * 4));
+    CK(cudaMalloc(&doff, ((size_t)n + 1) * 4));
+    CK(cudaMalloc(&dpairs, (size_t)R * 4));
+    CK(cudaMalloc(&dused, ((size_t)n + 1) * 4));
+    CK(cudaMemset(dused, 0, ((size_t)n + 1) * 4));
+    CK(cudaMemcpy(dl, l, (size_t)(T * n) * 4, cudaMemcpyHostToDevice));
+    if (sl_cuda_moe_route(dl, T, n, k, norm, dids, dw, st) < 0 ||
+        sl_cuda_moe_group(dids, R, n, doff, dpairs, dused, st) < 0) {
+        fprintf(out, "  moe route: launch refused\n");
+        bad = 1;
+        goto done;
+    }
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMemcpy(gids, dids, (size_t)R * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gw, dw, (size_t)R * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(goff, doff, ((size_t)n + 1) * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gpairs, dpairs, (size_t)R * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gused, dused, ((size_t)n + 1) * 4, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < R; i++) {
+        double d = fabs((double)gw[i] - w[i]) / (fabs((double)w[i]) + 1e-30);
+        werr = d > werr ? d : werr;
+    }
+    bad = memcmp(gids, ids, (size_t)R * 4) != 0 || memcmp(goff, off, ((size_t)n + 1) * 4) != 0 ||
+          memcmp(gpairs, pairs, (size_t)R * 4) != 0 || memcmp(gused, used, ((size_t)n + 1) * 4) != 0 || werr > 1e-6;
+    fprintf(out, "  moe route+group T %lld, %d experts, top %d%s%s: ids %s, groups %s, weights max rel err %.1e  %s\n",
+            (long long)T, n, k, norm ? ", renormalised" : "", coarse ? ", tied logits" : "",
+            memcmp(gids, ids, (size_t)R * 4) ? "DIFFER" : "exact",
+            memcmp(goff, off, ((size_t)n + 1) * 4) || memcmp(gpairs, pairs, (size_t)R * 4) ||
+                    memcmp(gused, used, ((size_t)n + 1) * 4) ? "DIFFER" : "exact", werr,
+            bad ? "FAIL" : "ok");
+done:
+    cudaFree(dl);
+    cudaFree(dw);
+    cudaFree(dids);
+    cudaFree(doff);
+    cudaFree(dpairs);
+    cudaFree(dused);
+    free(used);
+    free(gused);
+    free(l);
+    free(p);
+    free(ids);
+    free(gids);
+    free(w);
+    free(gw);
+    free(off);
+    free(goff);
+    free(pairs);
+    free(gpairs);
+    return bad;
+}
+
+/* rows matrices of n weights in `type` into wq, and their dequantization into w */
+static void make_weights(uint32_t type, int64_t rows, int64_t n, float *w, uint8_t *wq, uint64_t *seed)
+{
+    size_t rb = sl_ggml_row_bytes(type, (uint64_t)n);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < n; i++)
+            w[r * n + i] = uniform(seed);
+        if (sl_quant_quantize_row(type, w + r * n, wq + r * rb, n) != SL_OK)
+            sl_random_blocks_row(type, wq + r * rb, rb, n, seed);
+        if (sl_quant_dequantize_row(type, wq + r * rb, w + r * n, n) != SL_OK)
+            for (int64_t i = 0; i < n; i++)
+                w[r * n + i] = sl_dev_dequant_elem(type, wq + r * rb, i);
+    }
+}
+
+/* The device side of one FFN: route, group, experts, combine, into dout. */
+static sl_status run_ffn(cudaStream_t st, const sl_cuda_weight *g, const sl_cuda_weight *u, const sl_cuda_weight *d,
+                         int n, int k, int64_t T, const float *dx, const float *dlog, int32_t *dids, float *dw,
+                         int32_t *doff, int32_t *dpairs, int32_t *dused, float *dh, float *dy, float *dout)
+{
+    int64_t E = g->ne0, F = g->ne1, R = T * k;
+    if (sl_cuda_moe_route(dlog, T, n, k, true, dids, dw, st) < 0 ||
+        sl_cuda_moe_group(dids, R, n, doff, dpairs, dused, st) < 0 ||
+        sl_cuda_mmv_experts(g, u, n, doff, dpairs, dused, R, k, dx, E, dh, F, st) < 0 ||
+        sl_cuda_mmv_experts(d, NULL, n, doff, dpairs, dused, R, 1, dh, F, dy, E, st) < 0 ||
+        sl_cuda_moe_combine(dout, dy, dw, T, k, E, NULL, NULL, st) < 0)
+        return SL_EINVAL;
+    return SL_OK;
+}
+
+/* The MoE FFN of T rows (E wide, experts of hidden size F) with experts of
+ * `type`, against float64 over the dequantized weights and the device's
+ * own routing (routing is checked above). Returns 1 on a failure. */
+static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n, int k, int64_t E, int64_t F)
+{
+    int bad = 0;
+    uint64_t seed = 4242 + type;
+    size_t rbe = sl_ggml_row_bytes(type, (uint64_t)E), rbf = sl_ggml_row_bytes(type, (uint64_t)F);
+    int64_t R = T * k, gu_rows = (int64_t)n * F, d_rows = (int64_t)n * E;
+    float *wg = (float *)malloc((size_t)(gu_rows * E) * 4), *wu = (float *)malloc((size_t)(gu_rows * E) * 4);
+    float *wd = (float *)malloc((size_t)(d_rows * F) * 4);
+    uint8_t *qg = (uint8_t *)malloc((size_t)gu_rows * rbe), *qu = (uint8_t *)malloc((size_t)gu_rows * rbe);
+    uint8_t *qd = (uint8_t *)malloc((size_t)d_rows * rbf);
+    float *x = (float *)malloc((size_t)(T * E) * 4), *lg = (float *)malloc((size_t)(T * n) * 4);
+    float *got = (float *)malloc((size_t)(T * E) * 4), *alone = (float *)malloc((size_t)E * 4);
+    float *gw = (float *)malloc((size_t)R * 4);
+    int32_t *gids = (int32_t *)malloc((size_t)R * 4);
+    double *ref = (double *)malloc((size_t)(T * E) * 8), *hh = (double *)malloc((size_t)F * 8);
+    uint8_t *dqg = NULL, *dqu = NULL, *dqd = NULL;
+    float *dx = NULL, *dlog = NULL, *dw = NULL, *dh = NULL, *dy = NULL, *dout = NULL;
+    int32_t *dids = NULL, *doff = NULL, *dpairs = NULL, *dused = NULL;
+    double num = 0, den = 0, err = 0;
+    bool same = false;
+    int64_t t1 = T / 2;   /* the row computed alone */
+    if (!wg || !wu || !wd || !qg || !qu || !qd || !x || !lg || !got || !alone || !gw || !gids || !ref || !hh) {
+        fprintf(out, "  moe ffn: out of host memory\n");
+        bad = 1;
+        goto done;
+    }
+    make_weights(type, gu_rows, E, wg, qg, &seed);
+    make_weights(type, gu_rows, E, wu, qu, &seed);
+    make_weights(type, d_rows, F, wd, qd, &seed);
+    for (int64_t i = 0; i < T * E; i++)
+        x[i] = uniform(&seed);
+    for (int64_t i = 0; i < T * n; i++)
+        lg[i] = 3.0f * uniform(&seed);
+    CK(cudaMalloc(&dqg, (size_t)gu_rows * rbe));
+    CK(cudaMalloc(&dqu, (size_t)gu_rows * rbe));
+    CK(cudaMalloc(&dqd, (size_t)d_rows * rbf));
+    CK(cudaMalloc(&dx, (size_t)(T * E) * 4));
+    CK(cudaMalloc(&dlog, (size_t)(T * n) * 4));
+    CK(cudaMalloc(&dw, (size_t)R * 4));
+    CK(cudaMalloc(&dids, (size_t)R * 4));
+    CK(cudaMalloc(&doff, ((size_t)n + 1) * 4));
+    CK(cudaMalloc(&dpairs, (size_t)R * 4));
+    CK(cudaMalloc(&dused, ((size_t)n + 1) * 4));
+    CK(cudaMalloc(&dh, (size_t)(R * F) * 4));
+    CK(cudaMalloc(&dy, (size_t)(R * E) * 4));
+    CK(cudaMalloc(&dout, (size_t)(T * E) * 4));
+    CK(cudaMemcpy(dqg, qg, (size_t)gu_rows * rbe, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dqu, qu, (size_t)gu_rows * rbe, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dqd, qd, (size_t)d_rows * rbf, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dx, x, (size_t)(T * E) * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dlog, lg, (size_t)(T * n) * 4, cudaMemcpyHostToDevice));
+    {
+        sl_cuda_weight g = {type, E, F, rbe, dqg, NULL}, u = {type, E, F, rbe, dqu, NULL};
+        sl_cuda_weight d = {type, F, E, rbf, dqd, NULL};
+        if (run_ffn(st, &g, &u, &d, n, k, T, dx, dlog, dids, dw, doff, dpairs, dused, dh, dy, dout) < 0) {
+            fprintf(out, "  moe ffn %s: launch refused\n", sl_ggml_type_name(type));
+            bad = 1;
+            goto done;
+        }
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(got, dout, (size_t)(T * E) * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gids, dids, (size_t)R * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gw, dw, (size_t)R * 4, cudaMemcpyDeviceToHost));
+        /* row t1 alone: same bits expected */
+        if (run_ffn(st, &g, &u, &d, n, k, 1, dx + t1 * E, dlog + t1 * n, dids, dw, doff, dpairs, dused, dh, dy, dout) < 0) {
+            bad = 1;
+            goto done;
+        }
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(alone, dout, (size_t)E * 4, cudaMemcpyDeviceToHost));
+        same = memcmp(alone, got + t1 * E, (size_t)E * 4) == 0;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t i = 0; i < E; i++)
+            ref[t * E + i] = 0;
+        for (int s = 0; s < k; s++) {
+            int e = gids[t * k + s];
+            for (int64_t f = 0; f < F; f++) {
+                const float *rg = wg + ((int64_t)e * F + f) * E, *ru = wu + ((int64_t)e * F + f) * E;
+                double a = 0, b = 0;
+                for (int64_t i = 0; i < E; i++) {
+                    a += (double)rg[i] * x[t * E + i];
+                    b += (double)ru[i] * x[t * E + i];
+                }
+                hh[f] = a / (1.0 + exp(-a)) * b;
+            }
+            for (int64_t i = 0; i < E; i++) {
+                const float *rd = wd + ((int64_t)e * E + i) * F;
+                double y = 0;
+                for (int64_t f = 0; f < F; f++)
+                    y += (double)rd[f] * hh[f];
+                ref[t * E + i] += (double)gw[t * k + s] * y;
+            }
+        }
+    }
+    for (int64_t i = 0; i < T * E; i++) {
+        num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    err = den > 0 ? sqrt(num / den) : sqrt(num);
+    bad = err > 2e-5 || !same;
+    fprintf(out, "  moe ffn %-6s T %lld, %d experts, top %d, n_embd %lld, n_ff_exp %lld: rel err %.1e, row alone %s  %s\n",
+            sl_ggml_type_name(type), (long long)T, n, k, (long long)E, (long long)F, err,
+            same ? "same bits" : "DIFFERS", bad ? "FAIL" : "ok");
+done:
+    cudaFree(dqg);
+    cudaFree(dqu);
+    cudaFree(dqd);
+    cudaFree(dx);
+    cudaFree(dlog);
+    cudaFree(dw);
+    cudaFree(dids);
+    cudaFree(doff);
+    cudaFree(dpairs);
+    cudaFree(dused);
+    cudaFree(dh);
+    cudaFree(dy);
+    cudaFree(dout);
+    free(wg);
+    free(wu);
+    free(wd);
+    free(qg);
+    free(qu);
+    free(qd);
+    free(x);
+    free(lg);
+    free(got);
+    free(alone);
+    free(gw);
+    free(gids);
+    free(ref);
+    free(hh);
+    return bad;
+}
+
+/* Runs every case, one line each to `out`. Returns the number that failed,
+ * or -1 when there is no usable device. */
+extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest_moe(FILE *out)
+{
+    int n_dev = 0;
+    cudaStream_t st;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1 || cudaSetDevice(0) != cudaSuccess ||
+        cudaStreamCreate(&st) != cudaSuccess)
+        return -1;
+    int bad = 0;
+    bad += check_route(out, st, 64, 128, 8, true, false);     /* Qwen3-30B-A3B's routing */
+    bad += check_route(out, st, 64, 128, 8, true, true);
+    bad += check_route(out, st, 33, 60, 4, false, true);      /* Qwen1.5-MoE's, not renormalised */
+    bad += check_route(out, st, 7, 8, 2, true, false);        /* Mixtral's */
+    bad += check_route(out, st, 5, 512, 32, true, true);      /* the limits */
+    bad += check_route(out, st, 2048, 128, 8, true, false);   /* a long prefill step */
+    static const uint32_t types[] = {SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_Q8_0,
+                                     SL_GGML_TYPE_Q8_1, SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS,
+                                     SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q5_1,
+                                     SL_GGML_TYPE_IQ4_NL};
+    for (uint32_t ty : types)
+        bad += check_ffn(out, st, ty, 37, 16, 4, 256, 256);
+    /* down rows of 4,352: a row shared by two warps (mmv.cu's warps_per_row); ~10 pairs an expert: two passes */
+    bad += check_ffn(out, st, SL_GGML_TYPE_Q4_K, 19, 4, 2, 256, 4352);
+    bad += check_ffn(out, st, SL_GGML_TYPE_Q8_0, 19, 4, 2, 256, 4352);
+    cudaStreamDestroy(st);
+    return bad;
+}

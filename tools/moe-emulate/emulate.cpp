@@ -1,0 +1,348 @@
+/* tools/moe-emulate/emulate.cpp: runs the MoE kernels' own source
+ * (kernels/cuda/moe.cu up to its launchers, mmv_moe.cu's expert kernel, cut
+ * out by run.sh) on the host through mock.h, and checks them as
+ * kernels/cuda/selftest_moe.cu does on the GPU: routing and grouping
+ * against the CPU's rule (exact ids and pair order, tied logits included),
+ * the expert FFN (route, group, fused gate/up, down, combine) against a
+ * float64 reference for Q8_0, Q4_K and Q6_K experts, one row alone giving
+ * its batched bits (and another pass size), and the combine with a shared
+ * expert. Prints one line per case; exit 0 when all pass. */
+#include "mock.h"
+
+#include <functional>
+#include <stdio.h>
+#include <stdlib.h>
+#include <vector>
+
+thread_local uint3 threadIdx, blockIdx;
+pthread_barrier_t emu_block_bar, emu_warp_bar[EMU_MAX_WARPS];
+uint64_t emu_xchg[EMU_MAX_WARPS][32];
+
+#include "moe_kernels.inc"       /* kernels/cuda/moe.cu up to the launchers */
+#include "mmv_moe_kernel.inc"    /* kernels/cuda/mmv_moe.cu's kernel */
+
+struct emu_thread {
+    const std::function<void()> *body;
+    unsigned tid, gx, gy;
+};
+
+static pthread_barrier_t emu_next_block;   /* every thread of the launch, between blocks */
+
+/* one thread of every block in turn: blocks run one after another */
+static void *emu_main(void *p)
+{
+    emu_thread *e = (emu_thread *)p;
+    threadIdx = make_uint3(e->tid, 0, 0);
+    for (unsigned by = 0; by < e->gy; by++)
+        for (unsigned bx = 0; bx < e->gx; bx++) {
+            blockIdx = make_uint3(bx, by, 0);
+            (*e->body)();
+            pthread_barrier_wait(&emu_next_block);
+        }
+    return NULL;
+}
+
+/* the grid (gx, gy) of blocks of `threads` threads: `threads` pthreads for the launch */
+static void emu_launch(unsigned gx, unsigned gy, int threads, const std::function<void()> &body)
+{
+    pthread_barrier_init(&emu_block_bar, NULL, (unsigned)threads);
+    pthread_barrier_init(&emu_next_block, NULL, (unsigned)threads);
+    for (int w = 0; w < threads / 32; w++)
+        pthread_barrier_init(&emu_warp_bar[w], NULL, 32);
+    std::vector<pthread_t> th((size_t)threads);
+    std::vector<emu_thread> et((size_t)threads);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1 << 20);
+    for (int i = 0; i < threads; i++) {
+        et[i] = {&body, (unsigned)i, gx, gy};
+        if (pthread_create(&th[i], &attr, emu_main, &et[i]) != 0) {
+            fprintf(stderr, "moe-emulate: pthread_create failed\n");
+            exit(2);
+        }
+    }
+    for (int i = 0; i < threads; i++)
+        pthread_join(th[i], NULL);
+    pthread_attr_destroy(&attr);
+    pthread_barrier_destroy(&emu_block_bar);
+    pthread_barrier_destroy(&emu_next_block);
+    for (int w = 0; w < threads / 32; w++)
+        pthread_barrier_destroy(&emu_warp_bar[w]);
+}
+
+static uint64_t rng = 12345;
+static float uniform()
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+/* kernels/cpu/ops.c's routing rule, restated */
+static void route_ref(const float *l, int n, int k, bool norm, int32_t *ids, float *w)
+{
+    std::vector<float> p((size_t)n);
+    float mx = l[0];
+    for (int e = 1; e < n; e++)
+        mx = l[e] > mx ? l[e] : mx;
+    double sum = 0;
+    for (int e = 0; e < n; e++) {
+        p[e] = expf(l[e] - mx);
+        sum += p[e];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int e = 0; e < n; e++)
+        p[e] *= inv;
+    double ws = 0;
+    for (int j = 0; j < k; j++) {
+        int b = 0;
+        while (p[b] == -1.0f)
+            b++;
+        for (int e = b + 1; e < n; e++)
+            if (p[e] > p[b])
+                b = e;
+        ids[j] = b;
+        w[j] = p[b];
+        ws += w[j];
+        p[b] = -1.0f;
+    }
+    if (norm) {
+        float s = (float)ws < 6.103515625e-5f ? 6.103515625e-5f : (float)ws;
+        for (int j = 0; j < k; j++)
+            w[j] /= s;
+    }
+}
+
+static void route_dev(const float *l, int64_t T, int n, int k, bool norm, int32_t *ids, float *w)
+{
+    emu_launch((unsigned)((T + ROUTE_ROWS - 1) / ROUTE_ROWS), 1, ROUTE_ROWS * SL_WARP,
+               [&] { moe_route_warp_per_row(l, T, n, k, norm, ids, w); });
+}
+
+static void group_dev(const int32_t *ids, int64_t R, int n, int32_t *off, int32_t *pairs, int32_t *used)
+{
+    emu_launch(1, 1, GROUP_THREADS, [&] { moe_group_one_block(ids, (int)R, n, off, pairs, used); });
+}
+
+static int check_route(int64_t T, int n, int k, bool norm, bool coarse)
+{
+    int64_t R = T * k;
+    std::vector<float> l((size_t)(T * n)), w((size_t)R), gw((size_t)R);
+    std::vector<int32_t> ids((size_t)R), gids((size_t)R), off((size_t)n + 1), goff((size_t)n + 1), pairs((size_t)R),
+        gpairs((size_t)R), used((size_t)n + 1), gused((size_t)n + 1);
+    for (auto &v : l)
+        v = coarse ? floorf(uniform() * 8.0f) / 4.0f : 4.0f * uniform();
+    for (int64_t t = 0; t < T; t++)
+        route_ref(&l[t * n], n, k, norm, &ids[t * k], &w[t * k]);
+    for (int64_t i = 0; i < R; i++)
+        off[ids[i] + 1]++;
+    for (int e = 0; e < n; e++) {
+        if (off[e + 1] > 0)
+            used[1 + used[0]++] = e;
+        off[e + 1] += off[e];
+    }
+    std::vector<int32_t> fill(off.begin(), off.end() - 1);
+    for (int64_t i = 0; i < R; i++)
+        pairs[fill[ids[i]]++] = (int32_t)i;
+    route_dev(l.data(), T, n, k, norm, gids.data(), gw.data());
+    group_dev(gids.data(), R, n, goff.data(), gpairs.data(), gused.data());
+    double werr = 0;
+    for (int64_t i = 0; i < R; i++)
+        werr = fmax(werr, fabs((double)gw[i] - w[i]) / (fabs((double)w[i]) + 1e-30));
+    bool ids_ok = gids == ids, groups_ok = goff == off && gpairs == pairs && gused == used;
+    int bad = !ids_ok || !groups_ok || werr > 1e-6;
+    printf("route+group T %lld, %d experts, top %d%s%s: ids %s, groups %s, weights max rel err %.1e  %s\n",
+           (long long)T, n, k, norm ? ", renormalised" : "", coarse ? ", tied logits" : "", ids_ok ? "exact" : "DIFFER",
+           groups_ok ? "exact" : "DIFFER", werr, bad ? "FAIL" : "ok");
+    return bad;
+}
+
+template <int TYPE, int NT, bool PAIR>
+static void experts_dev(const moe_mm &a, int slots)
+{
+    constexpr int W1 = 1;
+    int wpr = warps_per_row(a.n);
+    unsigned gx;
+    std::function<void()> body;
+    if (wpr == 1) {
+        gx = (unsigned)((a.rows + WARPS / W1 - 1) / (WARPS / W1));
+        body = [&] { mmv_experts_warp_per_row<TYPE, NT, PAIR, 1>(a); };
+    } else if (wpr == 2) {
+        gx = (unsigned)((a.rows + WARPS / 2 - 1) / (WARPS / 2));
+        body = [&] { mmv_experts_warp_per_row<TYPE, NT, PAIR, 2>(a); };
+    } else {
+        gx = (unsigned)((a.rows + WARPS / 4 - 1) / (WARPS / 4));
+        body = [&] { mmv_experts_warp_per_row<TYPE, NT, PAIR, 4>(a); };
+    }
+    emu_launch(gx, (unsigned)slots, WARPS * SL_WARP, body);
+}
+
+struct experts {
+    int n, k;
+    int64_t E, F;
+    size_t rbe, rbf;
+    std::vector<uint8_t> qg, qu, qd;   /* (n * F) rows of E, twice; (n * E) rows of F */
+    std::vector<float> g, u, d;        /* their dequantization */
+};
+
+static void make(uint32_t type, int64_t rows, int64_t n, std::vector<uint8_t> &q, std::vector<float> &w)
+{
+    size_t rb = sl_ggml_row_bytes(type, (uint64_t)n);
+    q.assign((size_t)rows * rb, 0);
+    w.assign((size_t)(rows * n), 0.0f);
+    for (auto &v : w)
+        v = uniform();
+    for (int64_t r = 0; r < rows; r++) {
+        sl_quant_quantize_row(type, &w[r * n], &q[r * rb], n);
+        sl_quant_dequantize_row(type, &q[r * rb], &w[r * n], n);
+    }
+}
+
+/* the device FFN of T rows with NT pairs per pass */
+template <int TYPE, int NT>
+static void ffn_dev(experts &X, int64_t T, const float *x, const float *lg, std::vector<int32_t> &ids,
+                    std::vector<float> &w, float *out)
+{
+    int64_t R = T * X.k;
+    ids.assign((size_t)R, 0);
+    w.assign((size_t)R, 0.0f);
+    std::vector<int32_t> off((size_t)X.n + 1), pairs((size_t)R), used((size_t)X.n + 1);
+    std::vector<float> h((size_t)(R * X.F)), y((size_t)(R * X.E));
+    route_dev(lg, T, X.n, X.k, true, ids.data(), w.data());
+    group_dev(ids.data(), R, X.n, off.data(), pairs.data(), used.data());
+    moe_mm a = {};
+    a.W[0] = X.qg.data();
+    a.W[1] = X.qu.data();
+    a.expert_bytes = (size_t)X.F * X.rbe;
+    a.row_bytes = X.rbe;
+    a.n = (int)X.E;
+    a.rows = (int)X.F;
+    a.off = off.data();
+    a.pairs = pairs.data();
+    a.used = used.data();
+    a.in_div = X.k;
+    a.x = x;
+    a.ldx = X.E;
+    a.y = h.data();
+    a.ldy = X.F;
+    int slots = R < X.n ? (int)R : X.n;   /* as sl_cuda_mmv_experts launches */
+    experts_dev<TYPE, NT, true>(a, slots);
+    moe_mm b = a;
+    b.W[0] = X.qd.data();
+    b.W[1] = NULL;
+    b.expert_bytes = (size_t)X.E * X.rbf;
+    b.row_bytes = X.rbf;
+    b.n = (int)X.F;
+    b.rows = (int)X.E;
+    b.in_div = 1;
+    b.x = h.data();
+    b.ldx = X.F;
+    b.y = y.data();
+    b.ldy = X.E;
+    experts_dev<TYPE, NT, false>(b, slots);
+    emu_launch((unsigned)T, 1, COMBINE_THREADS,
+               [&] { moe_combine_row_per_block(out, y.data(), w.data(), X.k, X.E, NULL, NULL); });
+}
+
+template <int TYPE>
+static int check_ffn(const char *name, int64_t T, int n, int k, int64_t E, int64_t F)
+{
+    experts X;
+    X.n = n;
+    X.k = k;
+    X.E = E;
+    X.F = F;
+    X.rbe = sl_ggml_row_bytes(TYPE, (uint64_t)E);
+    X.rbf = sl_ggml_row_bytes(TYPE, (uint64_t)F);
+    make(TYPE, (int64_t)n * F, E, X.qg, X.g);
+    make(TYPE, (int64_t)n * F, E, X.qu, X.u);
+    make(TYPE, (int64_t)n * E, F, X.qd, X.d);
+    std::vector<float> x((size_t)(T * E)), lg((size_t)(T * n)), out((size_t)(T * E)), alone((size_t)E), w, w1;
+    std::vector<int32_t> ids, ids1;
+    for (auto &v : x)
+        v = uniform();
+    for (auto &v : lg)
+        v = 3.0f * uniform();
+    ffn_dev<TYPE, 4>(X, T, x.data(), lg.data(), ids, w, out.data());
+    int64_t t1 = T / 2;
+    ffn_dev<TYPE, 1>(X, 1, &x[t1 * E], &lg[t1 * n], ids1, w1, alone.data());
+    bool same = memcmp(alone.data(), &out[t1 * E], (size_t)E * 4) == 0;
+    double num = 0, den = 0;
+    std::vector<double> hh((size_t)F);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i0 = 0; i0 < 1; i0++) {
+            std::vector<double> ref((size_t)E, 0.0);
+            for (int s = 0; s < k; s++) {
+                int e = ids[t * k + s];
+                for (int64_t f = 0; f < F; f++) {
+                    double a = 0, b = 0;
+                    for (int64_t i = 0; i < E; i++) {
+                        a += (double)X.g[((int64_t)e * F + f) * E + i] * x[t * E + i];
+                        b += (double)X.u[((int64_t)e * F + f) * E + i] * x[t * E + i];
+                    }
+                    hh[f] = a / (1.0 + exp(-a)) * b;
+                }
+                for (int64_t i = 0; i < E; i++) {
+                    double yv = 0;
+                    for (int64_t f = 0; f < F; f++)
+                        yv += (double)X.d[((int64_t)e * E + i) * F + f] * hh[f];
+                    ref[i] += (double)w[t * k + s] * yv;
+                }
+            }
+            for (int64_t i = 0; i < E; i++) {
+                num += (out[t * E + i] - ref[i]) * (out[t * E + i] - ref[i]);
+                den += ref[i] * ref[i];
+            }
+        }
+    double err = sqrt(num / den);
+    int bad = err > 2e-5 || !same;
+    printf("ffn %-5s T %lld, %d experts, top %d, n_embd %lld, n_ff_exp %lld: rel err %.1e, row alone %s  %s\n", name,
+           (long long)T, n, k, (long long)E, (long long)F, err, same ? "same bits" : "DIFFERS", bad ? "FAIL" : "ok");
+    return bad;
+}
+
+static int check_combine_shared()
+{
+    const int64_t T = 5, E = 300;
+    const int k = 3;
+    std::vector<float> y((size_t)(T * k * E)), w((size_t)(T * k)), sh((size_t)(T * E)), g((size_t)T), out((size_t)(T * E));
+    for (auto &v : y)
+        v = uniform();
+    for (auto &v : w)
+        v = uniform();
+    for (auto &v : sh)
+        v = uniform();
+    for (auto &v : g)
+        v = 4.0f * uniform();
+    emu_launch((unsigned)T, 1, COMBINE_THREADS,
+               [&] { moe_combine_row_per_block(out.data(), y.data(), w.data(), k, E, sh.data(), g.data()); });
+    double worst = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < E; i++) {
+            double r = 0;
+            for (int s = 0; s < k; s++)
+                r += (double)w[t * k + s] * y[(t * k + s) * E + i];
+            r += 1.0 / (1.0 + exp(-(double)g[t])) * sh[t * E + i];
+            worst = fmax(worst, fabs(out[t * E + i] - r));
+        }
+    int bad = worst > 1e-5;
+    printf("combine with a shared expert, T %lld, top %d: max abs err %.1e  %s\n", (long long)T, k, worst,
+           bad ? "FAIL" : "ok");
+    return bad;
+}
+
+int main()
+{
+    int bad = 0;
+    bad += check_route(37, 128, 8, true, false);
+    bad += check_route(37, 128, 8, true, true);
+    bad += check_route(33, 60, 4, false, true);
+    bad += check_route(7, 8, 2, true, false);
+    bad += check_route(5, 512, 32, true, true);
+    bad += check_route(100, 128, 8, true, false);
+    bad += check_combine_shared();
+    bad += check_ffn<SL_GGML_TYPE_Q8_0>("Q8_0", 13, 8, 2, 256, 256);
+    bad += check_ffn<SL_GGML_TYPE_Q4_K>("Q4_K", 13, 8, 2, 256, 256);
+    bad += check_ffn<SL_GGML_TYPE_Q6_K>("Q6_K", 5, 2, 1, 256, 4352);   /* down rows shared by two warps */
+    printf("moe-emulate: %s\n", bad ? "FAIL" : "all passed");
+    return bad ? 1 : 0;
+}
