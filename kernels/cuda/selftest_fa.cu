@@ -338,8 +338,8 @@ static int fa_check_groups(FILE *out)
 }
 
 /* Not a check: the time of one prompt chunk's attention at the end of a
- * long context, FA against the split kernel, for the integrator's first
- * look at the kernel (an 8B shape: 32 query heads, 8 kv heads, head_dim
+ * long context, FA against the split kernel, a first look at the kernel's
+ * speed wherever the self-test runs (an 8B shape: 32 query heads, 8 kv heads, head_dim
  * 128, blocks of 16 positions; 512 rows at positions 15,872..16,383).
  * Prints one line; returns 0, or -1 when it could not run (not counted). */
 static int fa_timing(FILE *out, cudaStream_t st)
