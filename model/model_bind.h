@@ -1,5 +1,6 @@
-/* model/model_bind.h: the binding helpers model.c and model_moe.c share
- * (internal to model/: nothing outside the folder includes it).
+/* model/model_bind.h: the binding helpers model.c, model_moe.c and
+ * model_gptoss.c share (the basic ones in model_bind.c; internal to model/:
+ * nothing outside the folder includes it).
  * Where:     on the load path only, single-threaded.
  * Ownership: a binder borrows the open file and the caller's error buffer.
  * Errors:    every helper returns SL_OK or a negative status with one line
