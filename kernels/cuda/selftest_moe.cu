@@ -16,6 +16,10 @@
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/random_blocks.cuh"
 
+extern "C" {
+#include "kernels/cpu/ops.h"   /* compiled into the library for this check */
+}
+
 static uint64_t rng_next(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -37,41 +41,6 @@ static float uniform(uint64_t *s)
             goto done;                                                               \
         }                                                                            \
     } while (0)
-
-/* The host reference of the routing: kernels/cpu/ops.c's rule (softmax,
- * k strict-greater scans from index 0, optional renormalisation). */
-static void route_ref(const float *l, int n, int k, bool norm, float *p, int32_t *ids, float *w)
-{
-    float mx = l[0];
-    for (int e = 1; e < n; e++)
-        mx = l[e] > mx ? l[e] : mx;
-    double sum = 0;
-    for (int e = 0; e < n; e++) {
-        p[e] = expf(l[e] - mx);
-        sum += p[e];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int e = 0; e < n; e++)
-        p[e] *= inv;
-    double ws = 0;
-    for (int j = 0; j < k; j++) {
-        int b = 0;
-        while (p[b] == -1.0f)
-            b++;
-        for (int e = b + 1; e < n; e++)
-            if (p[e] > p[b])
-                b = e;
-        ids[j] = b;
-        w[j] = p[b];
-        ws += w[j];
-        p[b] = -1.0f;
-    }
-    if (norm) {
-        float s = (float)ws < 6.103515625e-5f ? 6.103515625e-5f : (float)ws;
-        for (int j = 0; j < k; j++)
-            w[j] /= s;
-    }
-}
 
 /* Routing and grouping of T rows over n experts. coarse: logits on a grid
  * of 1/4 so that many tie. Returns 1 on a mismatch. */
@@ -97,7 +66,8 @@ static int check_route(FILE *out, cudaStream_t st, int64_t T, int n, int k, bool
     for (int64_t i = 0; i < T * n; i++)
         l[i] = coarse ? floorf(uniform(&seed) * 8.0f) / 4.0f : 4.0f * uniform(&seed);
     for (int64_t t = 0; t < T; t++)
-        route_ref(l + t * n, n, k, norm, p, ids + t * k, w + t * k);
+        /* the reference is the CPU backend's own routing (kernels/cpu/ops.c) */
+        sl_cpu_moe_route(l + t * n, n, k, norm, p, ids + t * k, w + t * k);
     /* the grouping: a stable counting sort of the pairs by expert */
     for (int64_t i = 0; i < R; i++)
         off[ids[i] + 1]++;

@@ -14,6 +14,10 @@
 #include <stdlib.h>
 #include <vector>
 
+extern "C" {
+#include "kernels/cpu/ops.h"
+}
+
 thread_local uint3 threadIdx, blockIdx;
 pthread_barrier_t emu_block_bar, emu_warp_bar[EMU_MAX_WARPS];
 uint64_t emu_xchg[EMU_MAX_WARPS][32];
@@ -77,39 +81,11 @@ static float uniform()
     return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
 }
 
-/* kernels/cpu/ops.c's routing rule, restated */
+/* the CPU backend's own routing (kernels/cpu/ops.c, linked in by run.sh) */
 static void route_ref(const float *l, int n, int k, bool norm, int32_t *ids, float *w)
 {
     std::vector<float> p((size_t)n);
-    float mx = l[0];
-    for (int e = 1; e < n; e++)
-        mx = l[e] > mx ? l[e] : mx;
-    double sum = 0;
-    for (int e = 0; e < n; e++) {
-        p[e] = expf(l[e] - mx);
-        sum += p[e];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int e = 0; e < n; e++)
-        p[e] *= inv;
-    double ws = 0;
-    for (int j = 0; j < k; j++) {
-        int b = 0;
-        while (p[b] == -1.0f)
-            b++;
-        for (int e = b + 1; e < n; e++)
-            if (p[e] > p[b])
-                b = e;
-        ids[j] = b;
-        w[j] = p[b];
-        ws += w[j];
-        p[b] = -1.0f;
-    }
-    if (norm) {
-        float s = (float)ws < 6.103515625e-5f ? 6.103515625e-5f : (float)ws;
-        for (int j = 0; j < k; j++)
-            w[j] /= s;
-    }
+    sl_cpu_moe_route(l, n, k, norm, p.data(), ids, w);
 }
 
 static void route_dev(const float *l, int64_t T, int n, int k, bool norm, int32_t *ids, float *w)

@@ -2,7 +2,8 @@
 # tools/moe-emulate/run.sh: builds emulate.cpp around the MoE kernels'
 # own source (kernels/cuda/moe.cu up to its launchers, kernels/cuda/mmv_moe.cu
 # up to sl_cuda_mmv_experts_supports, with __shared__ made static) and the
-# host quantizers (model/quant*.c), then runs it. Needs g++, gcc and the CUDA
+# host quantizers (model/quant*.c) and the CPU's routing (kernels/cpu/ops.c),
+# then runs it. Needs g++, gcc and the CUDA
 # headers; no GPU. About 3.5 minutes on 2 shared cores (the barriers of a
 # block's 256 pthreads dominate).
 #   tools/moe-emulate/run.sh
@@ -24,5 +25,7 @@ for f in ggml_types quant quant_legacy quant_klow quant_iq_grids quant_iq1_grid 
   gcc -O2 -std=c17 -I"$root" -c "$root/model/$f.c" -o "$tmp/$f.o"
   objs="$objs $tmp/$f.o"
 done
+gcc -O2 -std=c17 -I"$root" -c "$root/kernels/cpu/ops.c" -o "$tmp/ops.o"   # the CPU's routing, the reference
+objs="$objs $tmp/ops.o"
 g++ -O1 -std=c++17 -w -I"$root" -I"$cuda/include" -o "$tmp/emulate" "$tmp/emulate.cpp" $objs -lpthread -lm
 "$tmp/emulate"
