@@ -21,7 +21,8 @@
 #                  generator's own ceiling and CPU use at the served levels
 #          report  rebuild report.md from the results so far
 #          all     models check engine served, then report
-#   SIZE   1b | 8b | all (default all);  TYPE  q4 | q8 | all (default all)
+#   SIZE   1b | 8b | 30b-a3b (mixture of experts) | all (1b and 8b; default all)
+#   TYPE   q4 | q8 | all (default all)
 # Every stage ends by copying all results so far and report.md to $OUT, so
 # the last call's $OUT holds the whole table even though each call there gets
 # an empty $OUT.
@@ -66,7 +67,7 @@ case "$stage" in models|check|engine|served|prefix|calibrate|report|all) ;; *)
 esac
 [ "$stage" = prefix ] && [ $# -lt 2 ] && size_sel=8b
 [ "$stage" = prefix ] && [ $# -lt 3 ] && type_sel=q4
-case "$size_sel" in 1b|8b|all) ;; *) echo "gpu-bench: SIZE is 1b, 8b or all" >&2; exit 2 ;; esac
+case "$size_sel" in 1b|8b|30b-a3b|all) ;; *) echo "gpu-bench: SIZE is 1b, 8b, 30b-a3b or all" >&2; exit 2 ;; esac
 case "$type_sel" in q4|q8|all) ;; *) echo "gpu-bench: TYPE is q4, q8 or all" >&2; exit 2 ;; esac
 
 tiny=${BENCH_TINY:-0}

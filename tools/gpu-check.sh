@@ -102,6 +102,13 @@ for kv in f32 q8_0; do
   [ $rc -eq 0 ] || status=1
   grep -E '^result' "$out/cudacheck-kv-$kv.log" | tee -a "$summary"
 done
+# streamed float16 weights (no resident copies: SLUICE_CUDA_F16_COPIES_MIB=0)
+# on the same few models: the same checks, cuBLAS reading each matrix from the
+# slab a step dequantizes it into
+SLUICE_CUDA_F16_COPIES_MIB=0 "$check" --no-bench "${kvm[@]}" > "$out/cudacheck-streamed.log" 2>&1
+rc=$?; say "cudacheck streamed float16 weights on ${#kvm[@]} tiny models: rc=$rc ($(grep -c '^result.* PASS' "$out/cudacheck-streamed.log") PASS)"
+[ $rc -eq 0 ] || status=1
+grep -E '^result' "$out/cudacheck-streamed.log" | tee -a "$summary"
 # head_dim 48 (the kernels' generic head_dim path): f16 K/V checked in full,
 # and q8_0, which needs head_dim % 32 == 0, refused at create naming it
 h48=$models/tiny-llama-hd48-F16.gguf

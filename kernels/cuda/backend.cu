@@ -94,7 +94,7 @@ static const void *arena_put(arena *a, const void *src, size_t bytes)
 
 static sl_cuda_weight arena_weight(arena *a, const sl_weight *w)
 {
-    sl_cuda_weight d = {w->type, w->ne0, w->ne1, w->row_bytes, NULL, NULL};
+    sl_cuda_weight d = {w->type, w->ne0, w->ne1, w->row_bytes, NULL, false, NULL};
     d.data = (const uint8_t *)arena_put(a, w->data, (size_t)w->ne1 * w->row_bytes);
     return d;
 }
@@ -104,7 +104,7 @@ static sl_cuda_weight arena_weight(arena *a, const sl_weight *w)
 static sl_cuda_weight arena_experts(arena *a, const sl_weight *views, int32_t n_expert)
 {
     const sl_weight *w = &views[0];
-    sl_cuda_weight d = {w->type, w->ne0, w->ne1, w->row_bytes, NULL, NULL};
+    sl_cuda_weight d = {w->type, w->ne0, w->ne1, w->row_bytes, NULL, false, NULL};
     d.data = (const uint8_t *)arena_put(a, w->data, (size_t)n_expert * (size_t)w->ne1 * w->row_bytes);
     return d;
 }
@@ -165,10 +165,20 @@ static size_t place_weights(cuda_backend *cb, arena *a, const double *inv_freq)
 
 #define MIB(x) ((unsigned long long)((x) >> 20))
 
-/* The tensor-core path (gemm.cuh): float16 copies of every matrix when
- * they fit in half of the free memory (the KV cache is sized after), and a
- * cuBLAS handle. Off, with a note, when they do not fit or the environment
- * has SLUICE_CUDA_GEMM=0; only a CUDA failure is an error. */
+/* Float16 elements of the slab a streamed matrix is dequantized into: 128
+ * MiB, so a 70B layer's 28672 x 8192 gate goes through in four slabs and
+ * an 8B's largest layer matrix in one. */
+#define STREAM_SLAB_MAX ((int64_t)64 << 20)
+
+/* The tensor-core path (gemm.cuh) and which matrices it reads from a
+ * resident float16 copy: copies are made in layer order (the output
+ * matrix last) while their total fits in the budget, half of the free
+ * memory (the KV cache is sized after) or SLUICE_CUDA_F16_COPIES_MIB; the
+ * matrices past it are streamed through one scratch slab. So a model whose
+ * copies all fit keeps the fastest path, and one whose copies do not (a
+ * 70B on one card, or a budget of 0 for the least device memory) still
+ * runs its large steps on tensor cores. SLUICE_CUDA_GEMM=0 turns the path
+ * off; only a CUDA failure is an error. */
 static sl_status setup_gemm(cuda_backend *cb, char err[SL_ERR_LEN])
 {
     const char *e = getenv("SLUICE_CUDA_GEMM");
@@ -186,9 +196,9 @@ static sl_status setup_gemm(cuda_backend *cb, char err[SL_ERR_LEN])
     int k = 0;
     for (int l = 0; l < hp->n_layer; l++) {
         cuda_layer *L = &cb->layers[l];
-        /* a MoE layer's router and experts get none (the router keeps its
-         * float32 routing, the experts would not fit: moe.cuh); its shared
-         * expert does */
+        /* a MoE layer's router and experts take the small-batch kernels
+         * (the router keeps its float32 routing, the experts their grouped
+         * kernel: moe.cuh); its shared expert takes this path */
         sl_cuda_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
                                 &L->sh_gate, &L->sh_up, &L->sh_down};
         for (int i = 0; i < 10; i++)
@@ -196,33 +206,56 @@ static sl_status setup_gemm(cuda_backend *cb, char err[SL_ERR_LEN])
                 ws[k++] = lw[i];
     }
     ws[k++] = &cb->output;
-    size_t total = 0;
-    for (int i = 0; i < k; i++)
-        total += align_up(sl_cuda_gemm_bytes(ws[i]));
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    if (total > free_b / 2) {
-        fprintf(stderr, "cuda backend: tensor-core path off: float16 weight copies (%llu MiB) exceed half of the "
-                "free memory (%llu MiB)\n", MIB(total), MIB(free_b));
-        free(ws);
-        return SL_OK;
+    size_t budget = free_b / 2;
+    const char *bm = getenv("SLUICE_CUDA_F16_COPIES_MIB");
+    if (bm && *bm) {
+        char *end;
+        long long v = strtoll(bm, &end, 10);
+        if (*end || v < 0) {
+            snprintf(err, SL_ERR_LEN, "cuda backend: SLUICE_CUDA_F16_COPIES_MIB=%s is not a number of MiB >= 0", bm);
+            free(ws);
+            return SL_EINVAL;
+        }
+        budget = (size_t)v << 20;
     }
+    /* the resident prefix of ws: [0, n_res) */
+    size_t total = 0;
+    int n_res = 0;
+    while (n_res < k && total + align_up(sl_cuda_gemm_bytes(ws[n_res])) <= budget)
+        total += align_up(sl_cuda_gemm_bytes(ws[n_res++]));
+    int64_t slab = 0;
+    for (int i = n_res; i < k; i++) {
+        int64_t el = ws[i]->ne0 * ws[i]->ne1;
+        slab = el > slab ? el : slab;
+    }
+    slab = slab < STREAM_SLAB_MAX ? slab : STREAM_SLAB_MAX;
+    for (int i = n_res; i < k; i++)
+        if (slab / ws[i]->ne0 < 1)
+            slab = ws[i]->ne0;   /* at least one row of every streamed matrix */
+    fprintf(stderr, "cuda backend: tensor cores: %d of %d matrices with float16 copies (%llu MiB of a %llu MiB "
+            "budget), %d streamed through a %llu MiB slab\n", n_res, k, MIB(total), MIB(budget), k - n_res,
+            MIB((size_t)slab * sizeof(__half)));
     sl_status rc = SL_OK;
     int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
     int64_t widest = E > q_dim ? E : q_dim;
     widest = widest > F ? widest : F;
     widest = widest > hp->n_ff_shexp ? widest : hp->n_ff_shexp;
-    if (sl_cuda_dev_malloc((void **)&cb->f16, total) != cudaSuccess) {
+    if (total > 0 && sl_cuda_dev_malloc((void **)&cb->f16, total) != cudaSuccess) {
         cudaGetLastError();
         snprintf(err, SL_ERR_LEN, "cuda backend: float16 weight copies (%llu MiB) do not fit: %llu MiB free",
                  MIB(total), MIB(free_b));
         rc = SL_ENOMEM;
     } else {
         int64_t rows = ((int64_t)cb->base.cfg.max_batch_tokens + SL_GEMM_COLS_MAX - 1) / SL_GEMM_COLS_MAX * SL_GEMM_COLS_MAX;
-        rc = sl_cuda_gemm_create(cb->stream, rows * widest, rows, &cb->gemm, err, SL_ERR_LEN);
+        rc = sl_cuda_gemm_create(cb->stream, rows * widest, rows, slab, &cb->gemm, err, SL_ERR_LEN);
     }
     size_t at = 0;
     for (int i = 0; rc == SL_OK && i < k; i++) {
+        ws[i]->gemm = true;
+        if (i >= n_res)
+            continue;
         __half *dst = (__half *)((uint8_t *)cb->f16 + at);
         at += align_up(sl_cuda_gemm_bytes(ws[i]));
         if (sl_cuda_gemm_dequant(ws[i], dst, cb->stream) != SL_OK) {

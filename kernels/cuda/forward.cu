@@ -80,26 +80,26 @@ sl_status sl_cuda_forward_meta_reserve(cuda_backend *cb, int64_t need)
             return SL_EBACKEND;  \
     } while (0)
 
-/* y = x w^T: on tensor cores for many rows when the float16 copy exists,
- * else the small-batch kernels. */
+/* y = x w^T: on tensor cores for a step of many rows when w takes that
+ * path (from its float16 copy, or streamed), else the small-batch kernels. */
 static sl_status mm(cuda_backend *cb, const sl_cuda_weight *w, const float *x, int64_t ldx, int64_t T, float *y,
                     int64_t ldy)
 {
-    if (cb->use_gemm && w->f16)
+    if (cb->use_gemm && w->gemm)
         return sl_cuda_gemm_matmul(cb->gemm, w, (const __half *)w->f16, x, ldx, T, y, ldy);
     return sl_cuda_matmul(w, x, ldx, T, y, ldy, cb->stream);
 }
 
 /* Several matmuls of one input on tensor cores (the input converted once);
- * SL_EINVAL when the path is off or a matrix has no float16 copy (the
- * caller then goes matrix by matrix). */
+ * SL_EINVAL when the path is off or a matrix does not take it (the caller
+ * then goes matrix by matrix). */
 static sl_status mm_multi(cuda_backend *cb, const sl_cuda_weight **w, int n, const float *x, int64_t ldx, int64_t T,
                           float **y, const int64_t *ldy)
 {
     if (!cb->use_gemm)
         return SL_EINVAL;
     for (int i = 0; i < n; i++)
-        if (!w[i]->f16)
+        if (!w[i]->gemm)
             return SL_EINVAL;
     return sl_cuda_gemm_matmul_multi(cb->gemm, w, n, x, ldx, T, y, ldy) < 0 ? SL_EBACKEND : SL_OK;
 }

@@ -21,7 +21,8 @@ typedef struct {
     int64_t ne0, ne1;         /* (in, out) */
     size_t row_bytes;
     const uint8_t *data;      /* device pointer */
-    const void *f16;          /* its float16 copy for the tensor-core path (gemm.cuh), or NULL */
+    bool gemm;                /* takes the tensor-core path for many rows (gemm.cuh) */
+    const void *f16;          /* its resident float16 copy there, or NULL: dequantized per call */
 } sl_cuda_weight;
 
 /* True when sl_cuda_matmul computes `type`. */

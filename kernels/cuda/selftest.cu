@@ -153,7 +153,7 @@ static int check_matmul(FILE *out, cudaStream_t st, uint32_t type, int64_t n)
         x[i] = uniform(&seed);
     quantize_with_reference(type, rows, n, rb, w, wq, x, T, ref);
     {
-        sl_cuda_weight cw = {type, n, rows, rb, dw, NULL};
+        sl_cuda_weight cw = {type, n, rows, rb, dw, false, NULL};
         CK(cudaMemcpy(dw, wq, rb * (size_t)rows, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dx, x, (size_t)(T * n) * 4, cudaMemcpyHostToDevice));
         double worst = 0;
@@ -225,7 +225,7 @@ static int check_mmv_fused(FILE *out, cudaStream_t st, uint32_t type, int64_t n)
     for (int64_t tt = 1; tt <= T; tt += 4) {
         sl_cuda_weight cw[3];
         for (int i = 0; i < 3; i++)
-            cw[i] = sl_cuda_weight{type, n, rows, rb, dw + (size_t)i * rb * rows, NULL};
+            cw[i] = sl_cuda_weight{type, n, rows, rb, dw + (size_t)i * rb * rows, false, NULL};
         const sl_cuda_weight *pw[3] = {&cw[0], &cw[1], &cw[2]};
         float *ya[3] = {da, da + tt * rows, da + 2 * tt * rows};
         int64_t ld[3] = {rows, rows, rows};
@@ -268,15 +268,20 @@ static int check_gemm(FILE *out, cudaStream_t st, uint32_t type)
     double *ref = (double *)malloc((size_t)(T * rows) * sizeof(double));
     int bad = 0, diff = 0;
     double worst = 0, worst_big = 0;
-    sl_cuda_gemm *g = NULL;
+    sl_cuda_gemm *g = NULL, *gs = NULL;
     char err[256];
     dev_bufs d = {};
     int64_t Tp = (T + SL_GEMM_COLS_MAX - 1) / SL_GEMM_COLS_MAX * SL_GEMM_COLS_MAX;
+    double worst_st = 0;
+    int diff_st = 0;
+    float *ys = (float *)malloc((size_t)(T * rows) * 4);
     uint8_t *dw = (uint8_t *)d.alloc(rb * (size_t)rows);
     __half *dh = (__half *)d.alloc((size_t)(rows * n) * sizeof(__half));
     float *dx = (float *)d.alloc((size_t)(T * n) * 4), *dy = (float *)d.alloc((size_t)(Tp * rows) * 4);
-    if (!w || !x || !y || !y1 || !wq || !ref || !dw || !dh || !dx || !dy ||
-        sl_cuda_gemm_create(st, Tp * n, Tp, &g, err, sizeof err) != SL_OK) {
+    /* gs streams the matrix through a 20-row slab: 4 slabs for 67 rows, the last short */
+    if (!w || !x || !y || !y1 || !ys || !wq || !ref || !dw || !dh || !dx || !dy ||
+        sl_cuda_gemm_create(st, Tp * n, Tp, 0, &g, err, sizeof err) != SL_OK ||
+        sl_cuda_gemm_create(st, Tp * n, Tp, 20 * n, &gs, err, sizeof err) != SL_OK) {
         fprintf(out, "  gemm %s: setup failed\n", sl_ggml_type_name(type));
         bad = 1;
         goto done;
@@ -291,7 +296,7 @@ static int check_gemm(FILE *out, cudaStream_t st, uint32_t type)
     }
     quantize_with_reference(type, rows, n, rb, w, wq, x, T, ref);
     {
-        sl_cuda_weight cw = {type, n, rows, rb, dw, dh};
+        sl_cuda_weight cw = {type, n, rows, rb, dw, true, dh};
         CK(cudaMemcpy(dw, wq, rb * (size_t)rows, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dx, x, (size_t)(T * n) * 4, cudaMemcpyHostToDevice));
         if (sl_cuda_gemm_dequant(&cw, dh, st) != SL_OK || sl_cuda_gemm_matmul(g, &cw, dh, dx, n, T, dy, rows) != SL_OK) {
@@ -314,13 +319,36 @@ static int check_gemm(FILE *out, cudaStream_t st, uint32_t type)
             CK(cudaStreamSynchronize(st));
             diff += memcmp(y1, y + t * rows, (size_t)rows * 4) != 0;
         }
+        /* streamed: no resident copy, the same bound, and a row alone gives its batched bits */
+        if (sl_cuda_gemm_matmul(gs, &cw, NULL, dx, n, T, dy, rows) != SL_OK) {
+            bad = 1;
+            goto done;
+        }
+        CK(cudaMemcpyAsync(ys, dy, (size_t)(T * rows) * 4, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        worst_st = rel_l2(ys, ref, T * rows);
+        for (size_t k = 0; k < sizeof alone / sizeof alone[0]; k++) {
+            int64_t t = alone[k];
+            if (sl_cuda_gemm_matmul(gs, &cw, NULL, dx + t * n, n, 1, dy, rows) != SL_OK) {
+                bad = 1;
+                goto done;
+            }
+            CK(cudaMemcpyAsync(y1, dy, (size_t)rows * 4, cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            diff_st += memcmp(y1, ys + t * rows, (size_t)rows * 4) != 0;
+        }
     }
-    bad |= !(worst <= 5e-3) || !(worst_big <= 5e-3) || diff != 0;
-    fprintf(out, "  gemm   %-5s n=%lld rows=%lld T=%lld (rows near 1e5): rel L2 %.2e (outlier rows %.2e), alone == batched: %s  %s\n",
+    bad |= !(worst <= 5e-3) || !(worst_big <= 5e-3) || diff != 0 || !(worst_st <= 5e-3) || diff_st != 0;
+    fprintf(out, "  gemm   %-5s n=%lld rows=%lld T=%lld (rows near 1e5): rel L2 %.2e (outlier rows %.2e), alone == batched: %s; "
+            "streamed in 20-row slabs: rel L2 %.2e, alone == batched: %s, == resident: %s  %s\n",
             sl_ggml_type_name(type), (long long)n, (long long)rows, (long long)T, worst, worst_big,
-            diff ? "NO" : "yes", bad ? "FAIL" : "ok");
+            diff ? "NO" : "yes", worst_st, diff_st ? "NO" : "yes",
+            memcmp(ys, y, (size_t)(T * rows) * 4) ? "no (another cuBLAS kernel)" : "bitwise",
+            bad ? "FAIL" : "ok");
 done:
     sl_cuda_gemm_destroy(g);
+    sl_cuda_gemm_destroy(gs);
+    free(ys);
     free(w);
     free(x);
     free(y);

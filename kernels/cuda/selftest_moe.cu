@@ -226,8 +226,8 @@ static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n
     CK(cudaMemcpy(dx, x, (size_t)(T * E) * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dlog, lg, (size_t)(T * n) * 4, cudaMemcpyHostToDevice));
     {
-        sl_cuda_weight g = {type, E, F, rbe, dqg, NULL}, u = {type, E, F, rbe, dqu, NULL};
-        sl_cuda_weight d = {type, F, E, rbf, dqd, NULL};
+        sl_cuda_weight g = {type, E, F, rbe, dqg, false, NULL}, u = {type, E, F, rbe, dqu, false, NULL};
+        sl_cuda_weight d = {type, F, E, rbf, dqd, false, NULL};
         if (run_ffn(st, &g, &u, &d, n, k, T, dx, dlog, dids, dw, doff, dpairs, dused, dh, dy, dout) < 0) {
             fprintf(out, "  moe ffn %s: launch refused\n", sl_ggml_type_name(type));
             bad = 1;
