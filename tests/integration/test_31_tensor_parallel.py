@@ -3,6 +3,7 @@ effective-config reports it; N > 1 is planned against the model
 (model/tp_plan.h) and refused with exit 2 either way: with the plan's reason
 when the model cannot be split N ways, else because this build drives one
 device. Never silently ignored. Values that are no count are refused too."""
+import json
 import os
 import subprocess
 
@@ -30,6 +31,9 @@ def test_one_device_serves_and_is_reported(model, tmp_path, extra, source):
     s = Server(model, tmp_path, frontends=1, extra=extra)
     try:
         assert s.admin("effective-config")["config"]["tensor-parallel"] == {"value": "1", "source": source}
+        st, body = s.get("/v1/effective-config")
+        assert st == 200
+        assert json.loads(body)["frontend"]["sources"]["tensor_parallel"] == source
         assert s.get("/ready")[0] == 200
     finally:
         s.stop()
