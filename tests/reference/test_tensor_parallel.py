@@ -216,6 +216,7 @@ CASES = [
     ("tiny-llama", "F32", 2), ("tiny-llama", "Q8_0", 2), ("tiny-llama", "Q4_1", 2),
     ("tiny-qwen2", "Q8_0", 2),                 # q/k/v biases follow the heads
     ("tiny-qwen3", "Q8_0", 2), ("tiny-qwen3", "Q4_K", 2),
+    ("tiny-qwen3", "Q4_K_M", 2),               # mixed types: n_ff cut in Q6_K blocks, 1 and 2 of them
     ("tiny-qwen3", "Q8_0", 4),                 # 2 KV heads on 4 shards: each replicated twice
     ("tiny-gemma2", "F32", 2), ("tiny-gemma3", "Q8_0", 2),   # gemma3: one KV head on both shards
     ("tiny-granite", "Q8_0", 2), ("tiny-phi3", "Q8_0", 2),   # phi3: the fused matrices' row views
@@ -263,6 +264,17 @@ def test_plan_json_lists_every_kind(make_model):
     assert kinds["ffn_gate_inp"]["split"] == "none" and kinds["token_embd"]["split"] == "none"
     assert kinds["ffn_down_shexp"]["split"] == "in" and kinds["output"]["split"] == "out"
     assert plan["shards"][1]["slices"]["output"] == {"split": "out", "begin": 512, "end": 1024}
+
+
+@pytest.mark.parametrize("qtype,cut", [("F32", 384), ("Q8_0", 384), ("Q4_K_M", 256)])
+def test_hidden_cut_follows_the_down_matrix_blocks(make_model, qtype, cut):
+    """n_ff 768 split 2 ways: halves when ffn_down's blocks allow (F32: one
+    element; Q8_0: 24 blocks of 32); in whole blocks of the file's coarsest
+    ffn_down type when they do not (Q4_K_M: 3 blocks of 256, so 1 and 2)."""
+    plan = tp_plan(make_model("tiny-qwen3", qtype, n_vocab=N_VOCAB), 2)
+    s0, s1 = (sh["slices"] for sh in plan["shards"])
+    for k in ("ffn_gate", "ffn_up", "ffn_down"):
+        assert (s0[k]["begin"], s0[k]["end"], s1[k]["begin"], s1[k]["end"]) == (0, cut, cut, 768), (k, s0[k])
 
 
 @pytest.mark.parametrize("preset,qtype,opts,n,needle", [
