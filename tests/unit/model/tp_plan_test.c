@@ -317,6 +317,8 @@ Test(tp_plan, attn_output_cut_off_a_block_boundary)
     /* llama 8B 32 ways: one head of 128 columns per shard */
     hp = llama8b();
     expect_refused(&hp, t, 32, "a shard's 128 columns (1 heads of 128)");
+    t[SL_TP_KIND_ATTN_OUTPUT] = 5;   /* a removed type id */
+    expect_refused(&hp, t, 2, "attn_output is an unknown type (blocks of 0)");
 }
 
 Test(tp_plan, fewer_blocks_than_shards)
