@@ -1,6 +1,8 @@
 /* cli/serve.c: `sluice serve`: checks the configuration and the model's
  * metadata up front (a bad flag, variable, model or template is one line and
- * exit status 2, which means "do not restart me"), then runs the master. */
+ * exit status 2, which means "do not restart me"), then runs the master.
+ * --tensor-parallel N > 1 is planned against the model (model/tp_plan.h) and
+ * refused either way: the backends of this build drive one device. */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,6 +11,7 @@
 #include "master/master.h"
 #include "model/chat_template.h"
 #include "model/model.h"
+#include "model/tp_plan.h"
 #include "model/tokenizer.h"
 
 int sl_cli_serve(int argc, char **argv)
@@ -35,6 +38,20 @@ int sl_cli_serve(int argc, char **argv)
     sl_tokenizer *tok = NULL;
     if (sl_model_load(cfg.model, &m, err) < 0 || sl_tokenizer_create(m->gguf, &tok, err) < 0) {
         fprintf(stderr, "sluice serve: %s\n", err);
+        return SL_EXIT_CONFIG;
+    }
+    if (cfg.tensor_parallel > 1) {
+        /* Checked against the model first, so a model that cannot be split
+         * says why; then refused, never ignored: no backend here runs a plan. */
+        static sl_tp_plan plan;
+        if (sl_tp_plan_for_model(&plan, m, (int32_t)cfg.tensor_parallel, err) < 0)
+            fprintf(stderr, "sluice serve: %s cannot be split %u ways: %s\n", cfg.model, cfg.tensor_parallel, err);
+        else
+            fprintf(stderr,
+                    "sluice serve: --tensor-parallel %u: tensor parallelism needs %u GPUs and the NCCL build; this "
+                    "build drives one device\n", cfg.tensor_parallel, cfg.tensor_parallel);
+        sl_tokenizer_destroy(tok);
+        sl_model_destroy(m);
         return SL_EXIT_CONFIG;
     }
     int32_t n_ctx = m->hp.n_ctx_train;

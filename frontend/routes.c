@@ -179,14 +179,15 @@ static void on_effective_config(sl_fe *fe, h2o_req_t *req, const sl_fe_reqinfo *
     static const char *source_names[] = {"default", "file", "env", "seed_alias", "flag"};
     const sl_config *c = fe->cfg;
     json_t *src = json_object();
-    static const char *keys[SL_CFG_COUNT] = {
+    static const char *keys[] = {
         "model", "host", "port", "frontends", "api_key", "admin_socket", "device", "threads", "kv_memory",
         "ctx_size", "max_seqs", "token_budget", "prefill_chunk", "batch_window_ms", "staggered_prefill",
         "ttft_trace", "queue_depth", "max_body", "max_prompt_tokens", "default_max_tokens", "idle_timeout_ms",
         "write_timeout_ms", "drain_delay_s", "drain_timeout_s", "chat_template", "model_alias", "log_bodies",
         "heartbeat_timeout_ms", "admin_group", "max_response", "log_format", "log_health",
         "tokenize_threads", "prefix_cache", "grammar_bytes_max", "reasoning_format", "kv_type",
-        "gpu_memory_fraction", "webui", "accept_any_model", "cors_origin", "metrics_names"};
+        "gpu_memory_fraction", "webui", "accept_any_model", "cors_origin", "metrics_names", "tensor_parallel"};
+    _Static_assert(sizeof keys / sizeof keys[0] == SL_CFG_COUNT, "a source name for every sl_config_key");
     for (int i = 0; i < SL_CFG_COUNT; i++) {
         unsigned s = c->source[i];
         json_object_set_new(src, keys[i], json_string(s < 5 ? source_names[s] : "unknown"));

@@ -16,6 +16,7 @@
 #include "kernels/backend.h"
 #include "master/config.h"
 #include "master/config_groups.h"
+#include "model/tp_plan.h"
 
 /* T_FRACTION: a double in (0, 1]. T_LIST: a string of comma-separated
  * items; a repeated flag (or file line) adds its items to the list, while a
@@ -61,6 +62,10 @@ static const setting settings[] = {
     {SL_CFG_DEVICE, "device", 0, "SLUICE_DEVICE", NULL, T_STR, F(device), 0, 0, "auto", "auto | cpu | cuda"},
     {SL_CFG_THREADS, "threads", 't', "SLUICE_THREADS", NULL, T_U32, F(threads), 1, 1024, "",
      "worker compute threads on the CPU backend (default: the CPUs the affinity mask and cgroup quota allow)"},
+    {SL_CFG_TENSOR_PARALLEL, "tensor-parallel", 0, "SLUICE_TENSOR_PARALLEL", NULL, T_U32, F(tensor_parallel), 1,
+     SL_TP_MAX_SHARDS, "1",
+     "devices each layer is split over, Megatron-style (docs/TENSOR_PARALLEL.md); over 1 is checked against the "
+     "model, then refused: this build drives one device"},
     {SL_CFG_KV_MEMORY, "kv-memory", 0, "SLUICE_KV_MEMORY", NULL, T_BYTES, F(kv_memory), 0, UINT64_MAX, "0",
      "KV-cache bytes, suffix K/M/G allowed (0 = sized per backend: the CPU takes what max-seqs sequences "
      "of the full context need, at most half the memory available; CUDA --gpu-memory-fraction of the device)"},

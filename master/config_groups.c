@@ -11,7 +11,7 @@ const sl_config_group sl_config_groups[] = {
                NULL}},
     {"Server", {"host", "port", "api-key", "cors-origin", "webui", "frontends", "max-body", "idle-timeout-ms",
                 "write-timeout-ms", "tokenize-threads", NULL}},
-    {"Scheduler", {"device", "threads", "max-seqs", "kv-memory", "gpu-memory-fraction", "kv-type",
+    {"Scheduler", {"device", "tensor-parallel", "threads", "max-seqs", "kv-memory", "gpu-memory-fraction", "kv-type",
                    "prefix-cache", "token-budget", "prefill-chunk", "batch-window-ms", NULL}},
     {"Limits", {"queue-depth", "max-prompt-tokens", "default-max-tokens", "max-response", "grammar-bytes-max",
                 NULL}},

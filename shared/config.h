@@ -37,7 +37,7 @@ typedef enum {
     SL_CFG_HEARTBEAT_TIMEOUT_MS, SL_CFG_ADMIN_GROUP, SL_CFG_MAX_RESPONSE, SL_CFG_LOG_FORMAT,
     SL_CFG_LOG_HEALTH, SL_CFG_TOKENIZE_THREADS, SL_CFG_PREFIX_CACHE, SL_CFG_GRAMMAR_BYTES_MAX,
     SL_CFG_REASONING_FORMAT, SL_CFG_KV_TYPE, SL_CFG_GPU_MEMORY_FRACTION, SL_CFG_WEBUI, SL_CFG_ACCEPT_ANY_MODEL,
-    SL_CFG_CORS_ORIGIN, SL_CFG_METRICS_NAMES, SL_CFG_COUNT
+    SL_CFG_CORS_ORIGIN, SL_CFG_METRICS_NAMES, SL_CFG_TENSOR_PARALLEL, SL_CFG_COUNT
 } sl_config_key;
 
 typedef struct {
@@ -55,6 +55,7 @@ typedef struct {
     char admin_group[64];                   /* group given access to the socket (0660); empty = 0600 */
     char device[16];                        /* auto | cpu | cuda */
     uint32_t threads;                       /* CPU compute threads of the worker */
+    uint32_t tensor_parallel;               /* devices each layer is split over (model/tp_plan.h); 1 = one */
     uint64_t kv_memory;                     /* bytes for the KV cache; 0 = sized per backend (docs/OPERATIONS.md) */
     char kv_type[8];                        /* how K/V are stored: auto | f32 | f16 | q8_0 (sl_kv_type_name) */
     double gpu_memory_fraction;             /* CUDA: share of the device's memory for weights, scratch and KV, (0, 1] */
