@@ -109,6 +109,7 @@ sl_status sl_cuda_gemm_dequant(const sl_cuda_weight *w, __half *dst, cudaStream_
     case SL_GGML_TYPE_Q2_K: DQ(SL_GGML_TYPE_Q2_K); break;
     case SL_GGML_TYPE_Q3_K: DQ(SL_GGML_TYPE_Q3_K); break;
     case SL_GGML_TYPE_IQ4_XS: DQ(SL_GGML_TYPE_IQ4_XS); break;
+    case SL_GGML_TYPE_MXFP4: DQ(SL_GGML_TYPE_MXFP4); break;
     default: return SL_EINVAL;
     }
 #undef DQ

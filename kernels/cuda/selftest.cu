@@ -656,14 +656,16 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out
     static const uint32_t types[] = {SL_GGML_TYPE_F32,  SL_GGML_TYPE_F16,  SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q8_0,
                                      SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
                                      SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_Q3_K,
-                                     SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1};
+                                     SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1,
+                                     SL_GGML_TYPE_MXFP4};
     int fails = 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         fails += check_matmul(out, st, types[i], 768);
     /* the small-batch kernel's types: long rows (shared by 2 and 4 warps) and the fused launches */
     for (uint32_t type : {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_Q5_0,
                           SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_XS,
-                          SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_Q2_K}) {
+                          SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_Q2_K,
+                          SL_GGML_TYPE_MXFP4}) {
         for (int64_t n : {4352, 8448})
             fails += check_matmul(out, st, type, n);
         for (int64_t n : {768, 4352})
@@ -671,7 +673,7 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out
     }
     for (uint32_t type : {SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1,
                           SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_IQ4_NL,
-                          SL_GGML_TYPE_Q8_1})
+                          SL_GGML_TYPE_Q8_1, SL_GGML_TYPE_MXFP4})
         fails += check_gemm(out, st, type);
     fails += check_rmsnorm(out, st, 1000);
     fails += check_rmsnorm(out, st, 5000);
