@@ -91,6 +91,10 @@ for type in $oss_types; do
     || { say "mkmodel failed: tiny-gpt-oss $type"; status=1; continue; }
   oss+=("$f")
 done
+# gpt-oss-20b's shape (rows of 2,880, 64 heads of 64 over 8) cut to one layer of 4 experts
+g20=$models/gpt-oss-20b-l1-MXFP4.gguf
+[ -s "$g20" ] || "$mk" -o "$g20" --preset gpt-oss-20b --type MXFP4 --n-vocab 1024 --n-layer 1 --n-expert 4 >/dev/null \
+  || { say "mkmodel failed: gpt-oss-20b one layer MXFP4"; status=1; }
 say "models: ${#tiny[@]} tiny + ${#oss[@]} gpt-oss + 1b in $models ($(( $(date +%s) - t0 ))s)"
 
 # 2. cudacheck: every tiny model (full check, short timing), then the 1B shape
@@ -117,6 +121,11 @@ if [ ${#oss[@]} -gt 0 ]; then
     > "$out/cudacheck-gpt-oss-long.log" 2>&1
   rc=$?; say "cudacheck tiny-gpt-oss 1,100-token prompts (split attention with sinks): rc=$rc"
   [ $rc -eq 0 ] || status=1
+  if [ -s "$g20" ]; then
+    SLUICE_CUDA_GPT_OSS=1 "$check" --no-bench "$g20" > "$out/cudacheck-gpt-oss-20b-l1.log" 2>&1
+    rc=$?; say "cudacheck gpt-oss-20b shape, one layer, MXFP4 experts: rc=$rc"; [ $rc -eq 0 ] || status=1
+    grep -E '^result' "$out/cudacheck-gpt-oss-20b-l1.log" | tee -a "$summary"
+  fi
   env -u SLUICE_CUDA_GPT_OSS "$check" --no-bench "${oss[0]}" > "$out/cudacheck-gpt-oss-refused.log" 2>&1
   rc=$?
   if [ $rc -eq 2 ] && grep -q 'SLUICE_CUDA_GPT_OSS=1' "$out/cudacheck-gpt-oss-refused.log"; then
