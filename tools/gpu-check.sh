@@ -2,7 +2,8 @@
 # tools/gpu-check.sh: the CUDA backend's correctness check, in one command, on
 # the GPU machine. Builds the test models with the project's mkmodel (every
 # architecture x tensor type on the tiny presets, the MoE ones (tiny-qwen3moe,
-# tiny-qwen2moe, tiny-mixtral) in every quantized type, plus a Llama-3.2-1B-shape
+# tiny-qwen2moe, tiny-mixtral) in every quantized type, tiny-gpt-oss in five
+# (opt-in on CUDA: SLUICE_CUDA_GPT_OSS=1), plus a Llama-3.2-1B-shape
 # Q4_K_M for timing), runs tools/cudacheck's kernel self-test and its device-
 # sampler check (--sampling: against the reference sampler), then cudacheck
 # on the models (CUDA vs CPU logits, greedy agreement, batched == alone
@@ -79,7 +80,22 @@ for preset in tiny-qwen3moe tiny-qwen2moe tiny-mixtral; do
     tiny+=("$f")
   done
 done
-say "models: ${#tiny[@]} tiny + 1b in $models ($(( $(date +%s) - t0 ))s)"
+# gpt-oss (attention sinks, biases, top-k-then-softmax routing, the clamped
+# SwiGLU, MXFP4 experts): checked apart, since the backend takes it only
+# with SLUICE_CUDA_GPT_OSS=1 until a run of this script has passed it
+oss_types="Q8_0 Q4_K_M MXFP4 Q4_0 Q6_K"
+oss=()
+for type in $oss_types; do
+  f=$models/tiny-gpt-oss-$type.gguf
+  [ -s "$f" ] || "$mk" -o "$f" --preset tiny-gpt-oss --type "$type" --n-vocab 1024 --peak 8 >/dev/null \
+    || { say "mkmodel failed: tiny-gpt-oss $type"; status=1; continue; }
+  oss+=("$f")
+done
+# gpt-oss-20b's shape (rows of 2,880, 64 heads of 64 over 8) cut to one layer of 4 experts
+g20=$models/gpt-oss-20b-l1-MXFP4.gguf
+[ -s "$g20" ] || "$mk" -o "$g20" --preset gpt-oss-20b --type MXFP4 --n-vocab 1024 --n-layer 1 --n-expert 4 >/dev/null \
+  || { say "mkmodel failed: gpt-oss-20b one layer MXFP4"; status=1; }
+say "models: ${#tiny[@]} tiny + ${#oss[@]} gpt-oss + 1b in $models ($(( $(date +%s) - t0 ))s)"
 
 # 2. cudacheck: every tiny model (full check, short timing), then the 1B shape
 "$check" --bench 32 "${tiny[@]}" > "$out/cudacheck-tiny.log" 2>&1
@@ -90,6 +106,34 @@ grep -E '^result|^cudacheck' "$out/cudacheck-tiny.log" | tee -a "$summary"
 SLUICE_CUDA_GEMM=0 "$check" --no-bench "${tiny[@]}" > "$out/cudacheck-tiny-strict.log" 2>&1
 rc=$?; say "cudacheck tiny models, small-batch kernels only, batched == alone bitwise: rc=$rc ($(grep -c PASS "$out/cudacheck-tiny-strict.log") PASS)"
 [ $rc -eq 0 ] || status=1
+# gpt-oss: the full check, the small-batch kernels alone (bitwise batch
+# invariance), prompts past 1,024 positions (the sinks in the split merge),
+# and the refusal without SLUICE_CUDA_GPT_OSS=1
+if [ ${#oss[@]} -gt 0 ]; then
+  SLUICE_CUDA_GPT_OSS=1 "$check" --bench 32 "${oss[@]}" > "$out/cudacheck-gpt-oss.log" 2>&1
+  rc=$?; say "cudacheck tiny-gpt-oss ($oss_types): rc=$rc ($(grep -c '^result.* PASS' "$out/cudacheck-gpt-oss.log") PASS)"
+  [ $rc -eq 0 ] || status=1
+  grep -E '^result|^cudacheck' "$out/cudacheck-gpt-oss.log" | tee -a "$summary"
+  SLUICE_CUDA_GPT_OSS=1 SLUICE_CUDA_GEMM=0 "$check" --no-bench "${oss[@]}" > "$out/cudacheck-gpt-oss-strict.log" 2>&1
+  rc=$?; say "cudacheck tiny-gpt-oss, small-batch kernels only: rc=$rc ($(grep -c '^result.* PASS' "$out/cudacheck-gpt-oss-strict.log") PASS)"
+  [ $rc -eq 0 ] || status=1
+  SLUICE_CUDA_GPT_OSS=1 "$check" --prompt 1100 --chunk 256 --gen 8 --seqs 3 --no-bench "${oss[0]}" \
+    > "$out/cudacheck-gpt-oss-long.log" 2>&1
+  rc=$?; say "cudacheck tiny-gpt-oss 1,100-token prompts (split attention with sinks): rc=$rc"
+  [ $rc -eq 0 ] || status=1
+  if [ -s "$g20" ]; then
+    SLUICE_CUDA_GPT_OSS=1 "$check" --no-bench "$g20" > "$out/cudacheck-gpt-oss-20b-l1.log" 2>&1
+    rc=$?; say "cudacheck gpt-oss-20b shape, one layer, MXFP4 experts: rc=$rc"; [ $rc -eq 0 ] || status=1
+    grep -E '^result' "$out/cudacheck-gpt-oss-20b-l1.log" | tee -a "$summary"
+  fi
+  env -u SLUICE_CUDA_GPT_OSS "$check" --no-bench "${oss[0]}" > "$out/cudacheck-gpt-oss-refused.log" 2>&1
+  rc=$?
+  if [ $rc -eq 2 ] && grep -q 'SLUICE_CUDA_GPT_OSS=1' "$out/cudacheck-gpt-oss-refused.log"; then
+    say "cudacheck tiny-gpt-oss without SLUICE_CUDA_GPT_OSS=1: refused at create, naming the variable (as it should be)"
+  else
+    say "cudacheck tiny-gpt-oss without SLUICE_CUDA_GPT_OSS=1: rc=$rc, NOT refused naming the variable"; status=1
+  fi
+fi
 # the other K/V storage types (the passes above store the default, f16):
 # float32 and q8_0 on a few tiny models of each attention kind, a few seconds
 # (ones whose greedy tokens were measured to agree under q8_0: a random tiny

@@ -223,8 +223,8 @@ template <bool SPLIT, int HD, int KT>
 static __device__ __forceinline__ void attention_rows(float *__restrict__ out, const float *__restrict__ q,
                                                       int n_head, const sl_cuda_kv &kv, const sl_cuda_batch &b,
                                                       int layer, float scale, float softcap, int32_t window,
-                                                      float *__restrict__ part, int hb, int n_hgroups,
-                                                      const int32_t *__restrict__ rows)
+                                                      const float *__restrict__ sinks, float *__restrict__ part,
+                                                      int hb, int n_hgroups, const int32_t *__restrict__ rows)
 {
     extern __shared__ float4 smem4[];
     __shared__ const uint8_t *kp[2][TILE];
@@ -373,7 +373,16 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
                     slot[2 + d] = o[j][i];
             }
         } else {
-            float inv = 1.0f / l[j];
+            float lj = l[j];
+            if (sinks) {
+                /* gpt-oss's sink: one more logit in the denominator, with no value */
+                float sk = sinks[h], mn = fmaxf(m[j], sk), c = expf(m[j] - mn);
+                lj = fmaf(lj, c, expf(sk - mn));
+#pragma unroll
+                for (int i = 0; i < PL; i++)
+                    o[j][i] = __fmul_rn(o[j][i], c);
+            }
+            float inv = 1.0f / lj;
             float *oh = out + (t * n_head + h) * hd;
 #pragma unroll
             for (int i = 0; i < PL; i++) {
@@ -388,19 +397,22 @@ static __device__ __forceinline__ void attention_rows(float *__restrict__ out, c
 template <int HD, int KT>
 static __global__ void __launch_bounds__(AT)
 attention_gqa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
-                    sl_cuda_batch b, int layer, float scale, float softcap, int32_t window, int hb, int n_hgroups,
-                    const int32_t *__restrict__ rows)
+                    sl_cuda_batch b, int layer, float scale, float softcap, int32_t window,
+                    const float *__restrict__ sinks, int hb, int n_hgroups, const int32_t *__restrict__ rows)
 {
-    attention_rows<false, HD, KT>(out, q, n_head, kv, b, layer, scale, softcap, window, NULL, hb, n_hgroups, rows);
+    attention_rows<false, HD, KT>(out, q, n_head, kv, b, layer, scale, softcap, window, sinks, NULL, hb, n_hgroups,
+                                  rows);
 }
 
 template <int HD, int KT>
 static __global__ void __launch_bounds__(AT)
 attention_gqa_tiles_split(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv,
                           sl_cuda_batch b, int layer, float scale, float softcap, int32_t window,
-                          float *__restrict__ part, int hb, int n_hgroups, const int32_t *__restrict__ rows)
+                          const float *__restrict__ sinks, float *__restrict__ part, int hb, int n_hgroups,
+                          const int32_t *__restrict__ rows)
 {
-    attention_rows<true, HD, KT>(out, q, n_head, kv, b, layer, scale, softcap, window, part, hb, n_hgroups, rows);
+    attention_rows<true, HD, KT>(out, q, n_head, kv, b, layer, scale, softcap, window, sinks, part, hb, n_hgroups,
+                                 rows);
 }
 
 #define MERGE_THREADS 128
@@ -409,10 +421,12 @@ attention_gqa_tiles_split(float *__restrict__ out, const float *__restrict__ q, 
  * e^(M_s - M) over the row's n splits, in split order. Rows with n == 1
  * were written by the split kernel: their blocks exit. S: the launch's
  * splits per (row, head), the scratch stride; window: the launch's (n
- * counts the span the row walked). */
+ * counts the span the row walked). sinks (gpt-oss): head h's logit joins
+ * M and adds e^(sink - M) to the denominator, first. */
 static __global__ void __launch_bounds__(MERGE_THREADS)
 attention_merge_splits(float *__restrict__ out, const float *__restrict__ part, int n_head, int hd,
-                       const int32_t *__restrict__ tok_pos, int S, int32_t window, const int32_t *__restrict__ rows)
+                       const int32_t *__restrict__ tok_pos, int S, int32_t window, const float *__restrict__ sinks,
+                       const int32_t *__restrict__ rows)
 {
     int64_t t = blockIdx.x / n_head;
     if (rows)
@@ -430,7 +444,12 @@ attention_merge_splits(float *__restrict__ out, const float *__restrict__ part, 
     for (int s = 1; s < SL_CUDA_ATTN_SPLIT_MAX; s++)
         if (s < n)
             M = fmaxf(M, base[s * stride]);
-    float f[SL_CUDA_ATTN_SPLIT_MAX], L = 0.0f;
+    float L = 0.0f;
+    if (sinks) {
+        M = fmaxf(M, sinks[h]);
+        L = expf(sinks[h] - M);
+    }
+    float f[SL_CUDA_ATTN_SPLIT_MAX];
 #pragma unroll
     for (int s = 0; s < SL_CUDA_ATTN_SPLIT_MAX; s++) {
         float ls = s < n ? base[s * stride + 1] : 0.0f;
@@ -488,7 +507,7 @@ sl_status sl_cuda_attention(float *out, const float *q, int64_t T, int n_head, c
                             const sl_cuda_batch *batch, int layer, int64_t n_ctx, float *scratch,
                             int64_t scratch_floats, cudaStream_t stream)
 {
-    sl_cuda_attn_opts o = {1.0f / sqrtf((float)kv->head_dim), 0.0f, 0};
+    sl_cuda_attn_opts o = {1.0f / sqrtf((float)kv->head_dim), 0.0f, 0, NULL};
     return sl_cuda_attention_layer(out, q, T, n_head, kv, batch, layer, n_ctx, &o, scratch, scratch_floats, stream);
 }
 
@@ -524,6 +543,7 @@ sl_status sl_cuda_attention_layer_rows(float *out, const float *q, int64_t T, co
     TRY_PREPARE();
     float scale = opts->scale, softcap = opts->softcap;
     int32_t window = opts->window;
+    const float *sinks = opts->sinks;
     int S = sl_cuda_attention_launch_splits(n_ctx);
     if (S > 1 && (!scratch || scratch_floats / S / (hd + 2) < T * n_head))
         return SL_EINVAL;
@@ -532,11 +552,11 @@ sl_status sl_cuda_attention_layer_rows(float *out, const float *q, int64_t T, co
     do {                                                                                                          \
         if (S == 1)   /* no row splits: the plain launch */                                                      \
             attention_gqa_tiles<HD, KT><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer, scale,    \
-                                                                     softcap, window, hb, n_hgroups, rows);       \
+                                                                     softcap, window, sinks, hb, n_hgroups, rows);\
         else                                                                                                      \
             attention_gqa_tiles_split<HD, KT><<<grid, AT, smem, stream>>>(out, q, n_head, *kv, *batch, layer,     \
-                                                                           scale, softcap, window, scratch, hb,   \
-                                                                           n_hgroups, rows);                      \
+                                                                           scale, softcap, window, sinks, scratch,\
+                                                                           hb, n_hgroups, rows);                  \
     } while (0)
 #define LAUNCH_HD(KT)                          \
     do {                                       \
@@ -559,7 +579,7 @@ sl_status sl_cuda_attention_layer_rows(float *out, const float *q, int64_t T, co
         return SL_OK;
     attention_merge_splits<<<(unsigned)(n_rows * n_head), MERGE_THREADS, 0, stream>>>(out, scratch, n_head, hd,
                                                                                       batch->tok_pos, S, window,
-                                                                                      rows);
+                                                                                      sinks, rows);
     SL_CUDA_CHECK_LAUNCH();
     return SL_OK;
 }

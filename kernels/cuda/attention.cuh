@@ -127,6 +127,8 @@ typedef struct {
     float scale;      /* score multiplier (1/sqrt(head_dim) unless the model says otherwise) */
     float softcap;    /* > 0: scores become softcap * tanh(score / softcap); 0: none */
     int32_t window;   /* > 0: a row at position p sees (p - window, p] only; 0: all of [0, p] */
+    const float *sinks;   /* gpt-oss (device, n_head): head h's learned logit joins its softmax's
+                           * denominator (no value); NULL: none */
 } sl_cuda_attn_opts;
 
 /* Lets the kernels use the shared memory the largest head_dim needs; call

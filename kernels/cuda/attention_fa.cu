@@ -31,6 +31,9 @@
  * read (the block table may not cover them) and stored as zeros, so no
  * NaN of a stale slot meets a zero weight.
  *
+ * Sinks (gpt-oss): a row's head logit joins its max and denominator after
+ * the last tile, folded into the row's final multiplier (no extra pass).
+ *
  * Copies: K/V tiles go to shared memory with cp.async, two buffers (the
  * next tile in flight while this one computes), 16 bytes per copy (f16
  * rows of head_dim % 8 == 0 are 16-byte aligned).
@@ -108,7 +111,7 @@ template <int HD>
 static __global__ void __launch_bounds__(FT)
 attention_fa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_head, sl_cuda_kv kv, sl_cuda_batch b,
                    const int32_t *__restrict__ groups, int64_t n_groups, int layer, float scale, float softcap,
-                   int32_t window)
+                   int32_t window, const float *__restrict__ sinks)
 {
     extern __shared__ __align__(128) unsigned char fa_smem[];
     __shared__ const uint8_t *kp[2][BN];
@@ -282,8 +285,17 @@ attention_fa_tiles(float *__restrict__ out, const float *__restrict__ q, int n_h
 #pragma unroll
     for (int f = 0; f < NF; f++)
         wmma::store_matrix_sync(sO + f * 16, o[f], HD + 4, wmma::mem_row_major);
+    float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    if (sinks && rvalid) {
+        /* gpt-oss's sink: the head's logit joins the row's max and adds its
+         * weight to the denominator only; O's factor for the new max goes
+         * into the same per-row multiplier */
+        float sk = sinks[kvh * G + rr % G], mn = fmaxf(m, sk);
+        float c = expf(m - mn);
+        inv_l = __fdiv_rn(c, fmaf(l, c, expf(sk - mn)));
+    }
     if ((lane & 1) == 0)
-        sCorr[warp][rl] = l > 0.0f ? 1.0f / l : 0.0f;
+        sCorr[warp][rl] = inv_l;
     __syncwarp();
     for (int r = 0; r < 16; r++) {
         int row = warp * 16 + r, qi = row / G;
@@ -328,7 +340,7 @@ sl_status sl_cuda_attention_fa(float *out, const float *q, int64_t T, int n_head
     dim3 grid((unsigned)n_groups, (unsigned)kv->n_head_kv);
 #define LAUNCH(HD)                                                                                              \
     attention_fa_tiles<HD><<<grid, FT, smem, stream>>>(out, q, n_head, *kv, *batch, groups, n_groups, layer,   \
-                                                       opts->scale, opts->softcap, opts->window)
+                                                       opts->scale, opts->softcap, opts->window, opts->sinks)
     switch (hd) {
     case 64: LAUNCH(64); break;
     case 128: LAUNCH(128); break;

@@ -32,7 +32,9 @@
 typedef struct {
     const float *attn_norm, *ffn_norm;    /* (n_embd) */
     sl_cuda_weight wq, wk, wv, wo, w_gate, w_up, w_down;
-    const float *bq, *bk, *bv;            /* qwen2 biases or NULL */
+    const float *bq, *bk, *bv;            /* qwen2/gpt-oss biases or NULL */
+    const float *bo;                      /* gpt-oss: attn_output bias (n_embd) or NULL */
+    const float *sinks;                   /* gpt-oss: attention sink logits (n_head) or NULL */
     const float *q_norm, *k_norm;         /* qwen3/gemma3 (head_dim) or NULL */
     const float *post_attn_norm, *post_ffn_norm;   /* gemma (n_embd) or NULL */
     int32_t window;                       /* sliding window, 0: none (sl_layer.window) */
@@ -44,6 +46,9 @@ typedef struct {
     sl_cuda_weight exp_gate, exp_up;      /* (n_embd -> n_ff_exp) x n_expert */
     sl_cuda_weight exp_down;              /* (n_ff_exp -> n_embd) x n_expert */
     sl_cuda_weight sh_gate, sh_up, sh_down, sh_gate_inp;   /* qwen2moe's shared expert, data NULL otherwise */
+    const float *router_b;                /* gpt-oss: (n_expert) router bias, else NULL */
+    const float *exp_gate_b, *exp_up_b;   /* gpt-oss: (n_expert, n_ff_exp) expert biases, else NULL */
+    const float *exp_down_b;              /* gpt-oss: (n_expert, n_embd), else NULL */
 } cuda_layer;
 
 typedef struct {

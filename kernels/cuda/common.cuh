@@ -137,6 +137,28 @@ static SL_HD int sl_dev_iq4nl(int q)
     return (int)(int8_t)(uint8_t)(((q & 8) ? SL_IQ4NL_HI : SL_IQ4NL_LO) >> (8 * (q & 7)));
 }
 
+/* MXFP4's 16 E2M1 values doubled (model/quant.h sl_mxfp4_values: code 8,
+ * E2M1's -0, is 0), packed as the IQ4_NL grid is. */
+#define SL_MXFP4_LO 0x0C08060403020100ull   /* codes 0-7: 0 1 2 3 4 6 8 12 */
+#define SL_MXFP4_HI 0xF4F8FAFCFDFEFF00ull   /* codes 8-15: 0 -1 -2 -3 -4 -6 -8 -12 */
+static SL_HD int sl_dev_mxfp4(int q)
+{
+    return (int)(int8_t)(uint8_t)(((q & 8) ? SL_MXFP4_HI : SL_MXFP4_LO) >> (8 * (q & 7)));
+}
+
+/* sl_e8m0_half (model/quant.h): half of the E8M0 scale 2^(e-127), exact */
+static SL_HD float sl_dev_e8m0_half(uint8_t e)
+{
+    uint32_t u = e < 2 ? (uint32_t)0x00200000u << e : (uint32_t)(e - 1) << 23;
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
 /* Scale j (0-15) of a Q3_K block's 12 `scales` bytes: 4 low bits in bytes
  * 0-7, 2 high bits in bytes 8-11, minus 32. */
 static SL_HD int sl_dev_scale_q3_k(const uint8_t *sc, int j)
@@ -251,6 +273,12 @@ static inline __host__ __device__ float sl_dev_dequant_elem(uint32_t type, const
         int q = l < 16 ? (qs[l] & 0xF) : (qs[l - 16] >> 4);
         float dl = sl_dev_mul(sl_dev_fp16(sl_dev_u16(b)), (float)sl_dev_scale_iq4_xs(b, j));
         return sl_dev_mul(dl, (float)sl_dev_iq4nl(q));
+    }
+    case SL_GGML_TYPE_MXFP4: {
+        /* e (E8M0), 16 bytes of nibbles in Q4_0's packing */
+        const uint8_t *b = row + (i / 32) * 17;
+        int k = (int)(i % 32), q = k < 16 ? (b[1 + k] & 0xF) : (b[1 + k - 16] >> 4);
+        return sl_dev_mul(sl_dev_e8m0_half(b[0]), (float)sl_dev_mxfp4(q));
     }
     default:
         return 0.0f;

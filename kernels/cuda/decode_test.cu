@@ -6,7 +6,7 @@
  * dequantizer; the units' fixed-order dot products are compared with a
  * float64 dot of the dequantized row, and with float4 loads bitwise equal to
  * scalar ones. The formats model/quant.c may not quantize (Q4_1, Q5_0,
- * Q5_1, IQ4_NL, Q8_1, Q2_K, Q3_K, IQ4_XS) are checked on random blocks
+ * Q5_1, IQ4_NL, Q8_1, Q2_K, Q3_K, IQ4_XS, MXFP4) are checked on random blocks
  * (random_blocks.cuh): decode_unit's unit_elem and sl_dev_dequant_elem must
  * give the same float bit for bit, and both equal model/quant.c's when it
  * dequantizes the type; the small-batch kernel's lane decoding of the
@@ -101,7 +101,7 @@ static void decode_row_t(const uint8_t *row, int64_t n, float *out)
     }
 }
 
-#define RANDOM_TYPES(X) X(Q4_1) X(Q5_0) X(Q5_1) X(IQ4_NL) X(Q8_1) X(Q2_K) X(Q3_K) X(IQ4_XS)
+#define RANDOM_TYPES(X) X(Q4_1) X(Q5_0) X(Q5_1) X(IQ4_NL) X(Q8_1) X(Q2_K) X(Q3_K) X(IQ4_XS) X(MXFP4)
 
 static bool decode_row(uint32_t type, const uint8_t *row, int64_t n, float *out)
 {
@@ -331,6 +331,7 @@ int main(int argc, char **argv)
         fails += check_random<SL_GGML_TYPE_Q2_K>(n, seed, SL_BB_Q2_K);
         fails += check_random<SL_GGML_TYPE_Q3_K>(n, seed, SL_BB_Q3_K);
         fails += check_random<SL_GGML_TYPE_IQ4_XS>(n, seed, SL_BB_IQ4_XS);
+        fails += check_random<SL_GGML_TYPE_MXFP4>(n, seed, SL_BB_MXFP4);
         /* the older K-quants too: their units' upper halves take dmb */
         fails += check_random<SL_GGML_TYPE_Q4_K>(n, seed, (int)sizeof(sl_block_q4_K));
         fails += check_random<SL_GGML_TYPE_Q5_K>(n, seed, (int)sizeof(sl_block_q5_K));
@@ -341,6 +342,7 @@ int main(int argc, char **argv)
         fails += check_nib<SL_GGML_TYPE_Q5_1>(n, seed);
         fails += check_nib<SL_GGML_TYPE_IQ4_NL>(n, seed);
         fails += check_nib<SL_GGML_TYPE_IQ4_XS>(n, seed);
+        fails += check_nib<SL_GGML_TYPE_MXFP4>(n, seed);
         fails += check_q23k<SL_GGML_TYPE_Q2_K>(n, seed);
         fails += check_q23k<SL_GGML_TYPE_Q3_K>(n, seed);
     }

@@ -1,5 +1,6 @@
 /* kernels/cuda/eltwise.cu: grid-stride element-wise kernels: the last
  * layer's residual add (the other layers' are fused into rmsnorm.cu),
+ * gpt-oss's bias rows,
  * SwiGLU for the steps that mmv.cu's fused gate+up+SwiGLU launch does not
  * take, gemma's GELU gate (always here), its embedding scale and its
  * logit soft cap. Each does the CPU's float operations (kernels/cpu/ops.c)
@@ -21,6 +22,15 @@ static __global__ void add_inplace(float *__restrict__ y, const float *__restric
 {
     for (int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x; i < n; i += (int64_t)gridDim.x * THREADS)
         y[i] = __fadd_rn(y[i], x[i]);
+}
+
+static __global__ void add_rows_inplace(float *__restrict__ y, int64_t ldy, const float *__restrict__ b, int64_t T,
+                                        int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x; i < T * n; i += (int64_t)gridDim.x * THREADS) {
+        int64_t t = i / n, c = i - t * n;
+        y[t * ldy + c] = __fadd_rn(y[t * ldy + c], b[c]);
+    }
 }
 
 static __global__ void swiglu_inplace(float *__restrict__ gate, const float *__restrict__ up, int64_t n)
@@ -86,6 +96,17 @@ sl_status sl_cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream)
     if (n < 1)
         return SL_OK;
     add_inplace<<<grid_for(n), THREADS, 0, stream>>>(y, x, n);
+    SL_CUDA_CHECK_LAUNCH();
+    return SL_OK;
+}
+
+sl_status sl_cuda_add_rows(float *y, int64_t ldy, const float *b, int64_t T, int64_t n, cudaStream_t stream)
+{
+    if (T < 1 || n < 1)
+        return SL_OK;
+    if (ldy < n)
+        return SL_EINVAL;
+    add_rows_inplace<<<grid_for(T * n), THREADS, 0, stream>>>(y, ldy, b, T, n);
     SL_CUDA_CHECK_LAUNCH();
     return SL_OK;
 }

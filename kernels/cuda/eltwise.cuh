@@ -1,5 +1,5 @@
 /* kernels/cuda/eltwise.cuh: element-wise ops of the forward pass: the
- * residual add, SwiGLU, GELU-tanh gating, scaling and soft-capping (the
+ * residual add, a bias row over T rows, SwiGLU, GELU-tanh gating, scaling and soft-capping (the
  * CPU's sl_cpu_add, sl_cpu_swiglu, sl_cpu_geglu_tanh, sl_cpu_softcap).
  * Where: libsluice_cuda.so, launched by forward.cu on the backend stream.
  * All pointers are device float32; launches are async; each returns SL_OK or
@@ -14,6 +14,10 @@
 
 /* y[i] += x[i] for i < n. */
 sl_status sl_cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream);
+
+/* y[t * ldy + i] += b[i] for t < T, i < n: a bias row added to T rows
+ * (gpt-oss's attn_output and router biases). SL_EINVAL for ldy < n. */
+sl_status sl_cuda_add_rows(float *y, int64_t ldy, const float *b, int64_t T, int64_t n, cudaStream_t stream);
 
 /* gate[i] = silu(gate[i]) * up[i] for i < n (in place). */
 sl_status sl_cuda_swiglu(float *gate, const float *up, int64_t n, cudaStream_t stream);

@@ -1,7 +1,8 @@
 /* kernels/cuda/forward.cu: the CUDA backend's step: the forward pass for
  * the llama, qwen2, qwen3, gemma2, gemma3, granite and phi3 architectures
  * (phi3's fused matrices arrive as separate row views) and the MoE ones
- * (qwen2moe, qwen3moe, Mixtral: moe_ffn, moe.cuh) over a batch of
+ * (qwen2moe, qwen3moe, Mixtral, and gpt-oss with its biases, sinks,
+ * routing and clamped SwiGLU: moe_ffn, moe.cuh) over a batch of
  * sequences with paged KV caches, and the forward/forward_sample entry points
  * (forward.cuh) that backend.cu puts in the vtable. It runs on the state
  * backend.cu created (backend.cuh).
@@ -167,9 +168,10 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
 }
 
 /* A MoE layer's FFN of xn's T rows, into xn (moe.cuh; kernels/cpu/forward.c
- * moe_ffn is the reference): the router on the float32 matmul path,
- * routing and grouping on the device, the experts' gate and up fused with
- * SiLU, their down, qwen2moe's shared expert as a dense FFN, then each
+ * moe_ffn is the reference): the router on the float32 matmul path (plus
+ * gpt-oss's bias), routing and grouping on the device (gpt-oss: top-k,
+ * then softmax), the experts' gate and up fused with SiLU (gpt-oss: their
+ * biases, then the clamped SwiGLU), their down (and bias), qwen2moe's shared expert as a dense FFN, then each
  * row's sum. The same launches for every T, prefill included: no launch
  * reads what the routing chose on the host, so decode steps keep their
  * graphs. */
@@ -180,13 +182,20 @@ static sl_status moe_ffn(cuda_backend *cb, const cuda_layer *L, int64_t T)
     int n = hp->n_expert, k = hp->n_expert_used;
     int64_t E = hp->n_embd, F = hp->n_ff_exp, S = hp->n_ff_shexp, R = T * k;
     TRY(mm(cb, &L->router, cb->xn, E, T, cb->moe.logits, n));
-    TRY(sl_cuda_moe_route(cb->moe.logits, T, n, k, hp->moe_norm_w, cb->moe.ids, cb->moe.w, st));
+    if (L->router_b)   /* gpt-oss */
+        TRY(sl_cuda_add_rows(cb->moe.logits, n, L->router_b, T, n, st));
+    if (hp->moe_gating == SL_MOE_GATING_TOPK_SOFTMAX)
+        TRY(sl_cuda_moe_route_topk_softmax(cb->moe.logits, T, n, k, cb->moe.ids, cb->moe.w, st));
+    else
+        TRY(sl_cuda_moe_route(cb->moe.logits, T, n, k, hp->moe_norm_w, cb->moe.ids, cb->moe.w, st));
     TRY(sl_cuda_moe_group(cb->moe.ids, R, n, cb->moe.off, cb->moe.pairs, cb->moe.used, st));
-    TRY(sl_cuda_mmv_experts(&L->exp_gate, &L->exp_up, n, cb->moe.off, cb->moe.pairs, cb->moe.used, R, k, cb->xn, E,
-                            cb->moe.h, F, st));
+    /* gpt-oss: expert biases before the activation, and its clamped SwiGLU */
+    bool oai = hp->ffn_act == SL_FFN_SWIGLU_OAI;
+    TRY(sl_cuda_mmv_experts_biased(&L->exp_gate, &L->exp_up, L->exp_gate_b, L->exp_up_b, oai, n, cb->moe.off,
+                                   cb->moe.pairs, cb->moe.used, R, k, cb->xn, E, cb->moe.h, F, st));
     sl_cuda_profile_mark(cb->prof, SL_PROF_GATE_UP, st);
-    TRY(sl_cuda_mmv_experts(&L->exp_down, NULL, n, cb->moe.off, cb->moe.pairs, cb->moe.used, R, 1, cb->moe.h, F,
-                            cb->moe.y, E, st));
+    TRY(sl_cuda_mmv_experts_biased(&L->exp_down, NULL, L->exp_down_b, NULL, false, n, cb->moe.off, cb->moe.pairs,
+                                   cb->moe.used, R, 1, cb->moe.h, F, cb->moe.y, E, st));
     bool shared = L->sh_down.data != NULL;
     if (shared) {
         sl_status rc = cb->use_gemm ? SL_EINVAL
@@ -290,7 +299,7 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
         }
         TRY(sl_cuda_qkv_post(cb->q, cb->k, cb->v, T, &p, &cb->kv, &batch, l, st));
         sl_cuda_profile_mark(pf, SL_PROF_ROPE, st);
-        sl_cuda_attn_opts ao = {hp->attn_scale, hp->attn_softcap, L->window};
+        sl_cuda_attn_opts ao = {hp->attn_scale, hp->attn_softcap, L->window, L->sinks};
         if (cb->use_fa) {
             /* prompt rows by flash attention, decode rows (if any) by the split kernel */
             const int32_t *groups = cb->meta_d + cb->fa_off, *dec = groups + 2 * cb->fa_groups;
@@ -303,6 +312,8 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
                                         cb->att_split, cb->att_split_floats, st));
         sl_cuda_profile_mark(pf, SL_PROF_ATTN, st);
         TRY(mm(cb, &L->wo, cb->att, q_dim, T, cb->xn, E));
+        if (L->bo)   /* gpt-oss */
+            TRY(sl_cuda_add_rows(cb->xn, E, L->bo, T, E, st));
         if (L->post_attn_norm)   /* in place; the residual add stays fused into the next norm */
             TRY(sl_cuda_rmsnorm(cb->xn, cb->xn, NULL, L->post_attn_norm, T, E, hp->norm_eps, st));
         if (hp->residual_scale != 1.0f)   /* granite: before the add, which the next norm fuses */

@@ -131,6 +131,7 @@ static sl_status dequant_rows(const sl_cuda_weight *w, int64_t r0, int64_t nr, _
     case SL_GGML_TYPE_Q2_K: DQ(SL_GGML_TYPE_Q2_K); break;
     case SL_GGML_TYPE_Q3_K: DQ(SL_GGML_TYPE_Q3_K); break;
     case SL_GGML_TYPE_IQ4_XS: DQ(SL_GGML_TYPE_IQ4_XS); break;
+    case SL_GGML_TYPE_MXFP4: DQ(SL_GGML_TYPE_MXFP4); break;
     default: return SL_EINVAL;
     }
 #undef DQ

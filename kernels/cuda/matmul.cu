@@ -72,6 +72,7 @@ bool sl_cuda_matmul_supports(uint32_t type)
     case SL_GGML_TYPE_Q4_0: case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K: case SL_GGML_TYPE_Q6_K:
     case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_0: case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_IQ4_NL:
     case SL_GGML_TYPE_Q8_1: case SL_GGML_TYPE_Q2_K: case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_IQ4_XS:
+    case SL_GGML_TYPE_MXFP4:
         return true;
     default:
         return false;
@@ -120,6 +121,7 @@ sl_status sl_cuda_matmul(const sl_cuda_weight *w, const float *x, int64_t ldx, i
     case SL_GGML_TYPE_Q2_K: LAUNCH(SL_GGML_TYPE_Q2_K); break;
     case SL_GGML_TYPE_Q3_K: LAUNCH(SL_GGML_TYPE_Q3_K); break;
     case SL_GGML_TYPE_IQ4_XS: LAUNCH(SL_GGML_TYPE_IQ4_XS); break;
+    case SL_GGML_TYPE_MXFP4: LAUNCH(SL_GGML_TYPE_MXFP4); break;
     default: return SL_EINVAL;
     }
 #undef LAUNCH

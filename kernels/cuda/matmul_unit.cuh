@@ -1,5 +1,5 @@
 /* kernels/cuda/matmul_unit.cuh: the inner step of sl_cuda_matmul: decode
- * a 32-element unit of a weight row (a block of a 32-element format, a
+ * a 32-element unit of a weight row (a block of a 32-element format, MXFP4's included, a
  * 32-element run of a K-quant or IQ4_XS super-block, 32 floats) into
  * registers, and its dot product with activations in a fixed order.
  * Where: matmul.cu (device) and decode_test.cu (host, against model/quant.c). */
@@ -37,8 +37,9 @@ static SL_HD float unit_elem(const unit &d, int k)
 #define SL_BB_Q2_K 84     /* scales[16], qs[64], d, dmin */
 #define SL_BB_Q3_K 110    /* hmask[32], qs[64], scales[12], d */
 #define SL_BB_IQ4_XS 136  /* d, scales_h, scales_l[4], qs[128] */
+#define SL_BB_MXFP4 17    /* e (E8M0), qs[16]: blocks 1-byte aligned */
 static_assert(SL_BB_Q4_1 == 2 + 2 + 16 && SL_BB_Q5_0 == 2 + 4 + 16 && SL_BB_Q5_1 == 2 + 2 + 4 + 16 &&
-                  SL_BB_IQ4_NL == 2 + 16 && SL_BB_Q8_1 == 2 + 2 + 32,
+                  SL_BB_IQ4_NL == 2 + 16 && SL_BB_Q8_1 == 2 + 2 + 32 && SL_BB_MXFP4 == 1 + 16,
               "32-element block layouts");
 static_assert(SL_BB_Q2_K == 256 / 16 + 256 / 4 + 2 + 2 && SL_BB_Q3_K == 256 / 8 + 256 / 4 + 12 + 2 &&
                   SL_BB_IQ4_XS == 2 + 2 + 256 / 64 + 256 / 2,
@@ -149,6 +150,17 @@ SL_UNROLL
                 d.q[i] = (float)lo;
                 d.q[i + 16] = (float)hi;
             }
+        }
+    } else if constexpr (TYPE == SL_GGML_TYPE_MXFP4) {
+        /* d the halved E8M0 scale, q the doubled E2M1 values (model/quant.h);
+         * blocks are 17 bytes, so the quants are read a byte at a time */
+        const uint8_t *b = row + u * SL_BB_MXFP4;
+        d.sa = d.sb = sl_dev_e8m0_half(b[0]);
+SL_UNROLL
+        for (int i = 0; i < 16; i++) {
+            int v = b[1 + i];
+            d.q[i] = (float)sl_dev_mxfp4(v & 0xF);
+            d.q[i + 16] = (float)sl_dev_mxfp4(v >> 4);
         }
     } else if constexpr (TYPE == SL_GGML_TYPE_Q8_1) {
         const uint8_t *b = row + u * SL_BB_Q8_1;

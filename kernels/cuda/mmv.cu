@@ -20,7 +20,7 @@
  *   Q6_K:      two super-blocks; lane k of 16 takes l = 4(k%8)..+3 of half
  *              k/8: the four runs of 4 elements l+32i that share those bytes.
  *   Q8_0/Q8_1: sixteen blocks; a lane takes half a block.
- *   Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL: sixteen blocks; lane hf (0, 1) of a block
+ *   Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4: sixteen blocks; lane hf (0, 1) of a block
  *              takes bytes 8hf..8hf+7 of its 16 nibble bytes: elements
  *              8hf.. (low nibbles) and 16+8hf.. (high nibbles), with the
  *              qh bits of those elements (Q5_0/Q5_1).
@@ -158,6 +158,8 @@ bool sl_cuda_mmv_supports(const sl_cuda_weight *w, int64_t ldx, const float *x)
     case SL_GGML_TYPE_IQ4_XS:
     case SL_GGML_TYPE_Q2_K:
         return aligned && ((w->row_bytes | (uintptr_t)w->data) & 3) == 0;
+    case SL_GGML_TYPE_MXFP4:   /* byte loads: any alignment */
+        return aligned;
     default:
         return false;
     }
@@ -233,6 +235,7 @@ static sl_status run(const sl_cuda_weight *const *w, float *const *y, const int6
     case SL_GGML_TYPE_IQ4_XS: GO(SL_GGML_TYPE_IQ4_XS); break;
     case SL_GGML_TYPE_Q2_K: GO(SL_GGML_TYPE_Q2_K); break;
     case SL_GGML_TYPE_Q3_K: GO(SL_GGML_TYPE_Q3_K); break;
+    case SL_GGML_TYPE_MXFP4: GO(SL_GGML_TYPE_MXFP4); break;
     default: return SL_EINVAL;
     }
 #undef GO

@@ -17,6 +17,10 @@
  * only (mmv.cu's header), never on the pass a pair falls in or its
  * neighbours, so a (row, slot)'s output is the same bits whatever else is
  * batched.
+ * gpt-oss: each output gets its expert's bias (row e of a bias tensor)
+ * before the activation, and the fused activation is its clamped SwiGLU
+ * (sl_cuda_mmv_experts_biased); the other models pass neither and run the
+ * same arithmetic as before.
  * Trade-off: a prefill step re-reads an expert's rows once per pass of NT
  * <= 8 pairs (from L2 mostly) instead of a tensor-core matmul over its
  * rows; correct and graph-safe first, slower than a grouped GEMM would be
@@ -34,6 +38,8 @@ struct moe_mm {
     const int32_t *off, *pairs;
     const int32_t *used;     /* count, then the experts with pairs */
     int in_div;
+    const float *B[2];       /* gpt-oss: bias rows of w, of up (expert e's at e * rows), or NULL */
+    bool oai;                /* PAIR: gpt-oss's clamped SwiGLU instead of SiLU */
     const float *x;
     int64_t ldx;
     float *y;
@@ -103,12 +109,25 @@ static __global__ void __launch_bounds__(WARPS * SL_WARP) mmv_experts_warp_per_r
         }
         if (part != 0 || !live || lane != 0)
             continue;
+        /* gpt-oss: the expert's bias on each output before the activation */
+        float bw = a.B[0] ? a.B[0][(size_t)e * a.rows + r] : 0.0f;
+        float bu = PAIR && a.B[1] ? a.B[1][(size_t)e * a.rows + r] : 0.0f;
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float o = v[0][t];
-            if constexpr (PAIR) {   /* mmv.cu's fused SwiGLU, the same arithmetic */
+            if (a.B[0])
+                o = __fadd_rn(o, bw);
+            if constexpr (PAIR) {
                 float u = v[NR - 1][t];
-                o = __fmul_rn(__fdiv_rn(o, __fadd_rn(1.0f, expf(-o))), u);
+                if (a.B[1])
+                    u = __fadd_rn(u, bu);
+                if (a.oai) {
+                    /* sl_cpu_swiglu_oai: alpha 1.702, limit 7, in its order */
+                    float g = o < 7.0f ? o : 7.0f, c = u < -7.0f ? -7.0f : u > 7.0f ? 7.0f : u;
+                    o = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(__fmul_rn(1.702f, -g)))), __fadd_rn(c, 1.0f));
+                } else {   /* mmv.cu's fused SwiGLU, the same arithmetic */
+                    o = __fmul_rn(__fdiv_rn(o, __fadd_rn(1.0f, expf(-o))), u);
+                }
             }
             if (t < nt)
                 a.y[(int64_t)out_rows[t] * a.ldy + r] = o;
@@ -122,7 +141,7 @@ bool sl_cuda_mmv_experts_supports(uint32_t type)
     case SL_GGML_TYPE_Q4_K: case SL_GGML_TYPE_Q5_K: case SL_GGML_TYPE_Q6_K: case SL_GGML_TYPE_Q8_0:
     case SL_GGML_TYPE_Q8_1: case SL_GGML_TYPE_Q4_0: case SL_GGML_TYPE_Q4_1: case SL_GGML_TYPE_Q5_0:
     case SL_GGML_TYPE_Q5_1: case SL_GGML_TYPE_IQ4_NL: case SL_GGML_TYPE_IQ4_XS: case SL_GGML_TYPE_Q2_K:
-    case SL_GGML_TYPE_Q3_K:
+    case SL_GGML_TYPE_Q3_K: case SL_GGML_TYPE_MXFP4:
         return true;
     default:
         return false;
@@ -164,6 +183,17 @@ sl_status sl_cuda_mmv_experts(const sl_cuda_weight *w, const sl_cuda_weight *up,
                               const int32_t *pairs, const int32_t *used, int64_t R, int in_div, const float *x,
                               int64_t ldx, float *y, int64_t ldy, cudaStream_t stream)
 {
+    return sl_cuda_mmv_experts_biased(w, up, NULL, NULL, false, n_expert, off, pairs, used, R, in_div, x, ldx, y, ldy,
+                                      stream);
+}
+
+sl_status sl_cuda_mmv_experts_biased(const sl_cuda_weight *w, const sl_cuda_weight *up, const float *bias,
+                                     const float *up_bias, bool swiglu_oai, int n_expert, const int32_t *off,
+                                     const int32_t *pairs, const int32_t *used, int64_t R, int in_div, const float *x,
+                                     int64_t ldx, float *y, int64_t ldy, cudaStream_t stream)
+{
+    if ((up_bias && (!up || !bias)) || (swiglu_oai && !up))
+        return SL_EINVAL;
     if (R < 1 || R > (1 << 28) || n_expert < 1 || n_expert > SL_CUDA_MOE_MAX_EXPERTS || in_div < 1 ||
         !expert_ok(w, ldx, x) || ldy < w->ne1 || w->ne1 * (int64_t)n_expert >= (1 << 30))
         return SL_EINVAL;
@@ -181,6 +211,9 @@ sl_status sl_cuda_mmv_experts(const sl_cuda_weight *w, const sl_cuda_weight *up,
     a.pairs = pairs;
     a.used = used;
     a.in_div = in_div;
+    a.B[0] = bias;
+    a.B[1] = up_bias;
+    a.oai = swiglu_oai;
     a.x = x;
     a.ldx = ldx;
     a.y = y;
@@ -205,6 +238,7 @@ sl_status sl_cuda_mmv_experts(const sl_cuda_weight *w, const sl_cuda_weight *up,
     case SL_GGML_TYPE_IQ4_XS: GO(SL_GGML_TYPE_IQ4_XS); break;
     case SL_GGML_TYPE_Q2_K: GO(SL_GGML_TYPE_Q2_K); break;
     case SL_GGML_TYPE_Q3_K: GO(SL_GGML_TYPE_Q3_K); break;
+    case SL_GGML_TYPE_MXFP4: GO(SL_GGML_TYPE_MXFP4); break;
     default: return SL_EINVAL;
     }
 #undef GO

@@ -7,7 +7,9 @@
  * butterfly, so it differs from the CPU's sequential double sum by an
  * ulp-level amount at most; the top-k is k rounds of an argmax over the
  * untaken experts where a tie goes to the lower index, the CPU's rule.
- * Lane j keeps slot j, which is why k is at most a warp.
+ * Lane j keeps slot j, which is why k is at most a warp. gpt-oss's rule
+ * (top-k of the logits, then a softmax over the k) is a second kernel of
+ * the same shape.
  *
  * Grouping: one block. Per-expert counts by shared-memory atomics (integer
  * sums: the order does not matter), offsets by a warp's scan, then one warp
@@ -104,6 +106,75 @@ moe_route_warp_per_row(const float *__restrict__ logits, int64_t T, int n, int k
         }
         ids[t * k + lane] = mine_id;
         w[t * k + lane] = mine;
+    }
+}
+
+/* gpt-oss's routing (sl_cpu_moe_route_topk_softmax): k rounds of an argmax
+ * over the untaken logits themselves, then a softmax over the k chosen.
+ * The order of "larger" is the CPU scan's: a NaN ranks below every number
+ * (never replaces one), equal values go to the lower index. */
+static __device__ __forceinline__ bool route_above(float a, float b)
+{
+    return !isnan(a) && (isnan(b) || a > b);
+}
+
+static __global__ void __launch_bounds__(ROUTE_ROWS * SL_WARP)
+moe_route_topk_softmax_warp_per_row(const float *__restrict__ logits, int64_t T, int n, int k,
+                                    int32_t *__restrict__ ids, float *__restrict__ w)
+{
+    __shared__ unsigned char taken[ROUTE_ROWS][SL_CUDA_MOE_MAX_EXPERTS];
+    int lane = threadIdx.x % SL_WARP, wr = threadIdx.x / SL_WARP;
+    int64_t t = (int64_t)blockIdx.x * ROUTE_ROWS + wr;
+    if (t >= T)
+        return;   /* no block barrier below: warps are independent */
+    const float *l = logits + t * n;
+    unsigned char *tk = taken[wr];
+    for (int e = lane; e < n; e += SL_WARP)
+        tk[e] = 0;
+    __syncwarp();
+    float mine = 0.0f;
+    int32_t mine_id = 0;
+    for (int j = 0; j < k; j++) {
+        float bv = 0.0f;
+        int bi = n;   /* none yet */
+        for (int e = lane; e < n; e += SL_WARP) {   /* increasing e: a lane's first maximum wins */
+            float v = l[e];
+            if (!tk[e] && (bi == n || route_above(v, bv))) {
+                bv = v;
+                bi = e;
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            bool same = (isnan(ov) && isnan(bv)) || ov == bv;
+            if (oi < n && (bi == n || route_above(ov, bv) || (same && oi < bi))) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        /* k <= n: an untaken expert always exists, so bi < n */
+        if (lane == j) {
+            mine = bv;
+            mine_id = bi;
+        }
+        __syncwarp();
+        if (lane == bi % SL_WARP)
+            tk[bi] = 1;
+        __syncwarp();
+    }
+    /* softmax over the k, the largest first: the CPU's float exps summed in
+     * double in slot order (every lane adds the same values the same way) */
+    float mx = __shfl_sync(0xffffffffu, mine, 0);
+    float ex = lane < k ? expf(mine - mx) : 0.0f;
+    double sum = 0.0;
+    for (int j = 0; j < k; j++)
+        sum += (double)__shfl_sync(0xffffffffu, ex, j);
+    float inv = (float)(1.0 / sum);
+    if (lane < k) {
+        ids[t * k + lane] = mine_id;
+        w[t * k + lane] = __fmul_rn(ex, inv);
     }
 }
 
@@ -212,6 +283,18 @@ sl_status sl_cuda_moe_route(const float *logits, int64_t T, int n_expert, int k,
         return SL_EINVAL;
     unsigned blocks = (unsigned)((T + ROUTE_ROWS - 1) / ROUTE_ROWS);
     moe_route_warp_per_row<<<blocks, ROUTE_ROWS * SL_WARP, 0, stream>>>(logits, T, n_expert, k, norm, ids, w);
+    SL_CUDA_CHECK_LAUNCH();
+    return SL_OK;
+}
+
+sl_status sl_cuda_moe_route_topk_softmax(const float *logits, int64_t T, int n_expert, int k, int32_t *ids, float *w,
+                                         cudaStream_t stream)
+{
+    if (T < 1 || T > (1 << 24) || n_expert < 1 || n_expert > SL_CUDA_MOE_MAX_EXPERTS || k < 1 ||
+        k > SL_CUDA_MOE_MAX_USED || k > n_expert)
+        return SL_EINVAL;
+    unsigned blocks = (unsigned)((T + ROUTE_ROWS - 1) / ROUTE_ROWS);
+    moe_route_topk_softmax_warp_per_row<<<blocks, ROUTE_ROWS * SL_WARP, 0, stream>>>(logits, T, n_expert, k, ids, w);
     SL_CUDA_CHECK_LAUNCH();
     return SL_OK;
 }

@@ -36,6 +36,14 @@
 sl_status sl_cuda_moe_route(const float *logits, int64_t T, int n_expert, int k, bool norm, int32_t *ids, float *w,
                             cudaStream_t stream);
 
+/* gpt-oss's routing, per row t < T of logits (T, n_expert) (the router
+ * bias already added): the k largest logits (a tie goes to the lower
+ * index, a NaN ranks below every number, as
+ * sl_cpu_moe_route_topk_softmax), then a softmax over those k.
+ * OUT ids, w as sl_cuda_moe_route. */
+sl_status sl_cuda_moe_route_topk_softmax(const float *logits, int64_t T, int n_expert, int k, int32_t *ids, float *w,
+                                         cudaStream_t stream);
+
 /* Groups the R = T*k routed pairs i = t*k + slot by expert: OUT off
  * (n_expert + 1): expert e's pairs are pairs[off[e] .. off[e+1]); OUT pairs
  * (R): the pair indices, within an expert in increasing i (by row, then
@@ -47,7 +55,7 @@ sl_status sl_cuda_moe_group(const int32_t *ids, int64_t R, int n_expert, int32_t
 
 /* True when sl_cuda_mmv_experts computes experts of this type (the
  * small-batch kernel's types: Q4_K, Q5_K, Q6_K, Q8_0, Q8_1, Q2_K, Q3_K,
- * IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL). */
+ * IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4). */
 bool sl_cuda_mmv_experts_supports(uint32_t type);
 
 /* The experts of one 3-D tensor over their routed rows, one launch: w is
@@ -64,6 +72,17 @@ bool sl_cuda_mmv_experts_supports(uint32_t type);
 sl_status sl_cuda_mmv_experts(const sl_cuda_weight *w, const sl_cuda_weight *up, int n_expert, const int32_t *off,
                               const int32_t *pairs, const int32_t *used, int64_t R, int in_div, const float *x,
                               int64_t ldx, float *y, int64_t ldy, cudaStream_t stream);
+
+/* sl_cuda_mmv_experts with gpt-oss's additions: bias (n_expert, w->ne1),
+ * or NULL, adds expert e's row e to each of its outputs (with up: to the
+ * gate's, and up_bias, needing bias, to the up's) before the activation;
+ * swiglu_oai (needs up) takes sl_cpu_swiglu_oai's clamped SwiGLU instead
+ * of SiLU. SL_EINVAL also for up_bias without bias and up, or swiglu_oai
+ * without up. */
+sl_status sl_cuda_mmv_experts_biased(const sl_cuda_weight *w, const sl_cuda_weight *up, const float *bias,
+                                     const float *up_bias, bool swiglu_oai, int n_expert, const int32_t *off,
+                                     const int32_t *pairs, const int32_t *used, int64_t R, int in_div, const float *x,
+                                     int64_t ldx, float *y, int64_t ldy, cudaStream_t stream);
 
 /* out[t*E + i] = sum over slots s in order of w[t*k+s] * y[(t*k+s)*E + i],
  * then with sh (qwen2moe's shared expert, (T, E)) plus sigmoid(sh_gate[t])

@@ -67,12 +67,14 @@ static inline uint16_t sl_random_blocks_fp16(uint64_t *seed)
 }
 
 /* Fills one row of n elements (rb bytes) of `type` with random blocks.
- * Returns false for a type with no fp16 fields listed (float types). */
+ * Returns false for a type with no fp16 fields listed (float types).
+ * MXFP4 has none: its E8M0 byte is drawn from 122..129 instead. */
 static inline bool sl_random_blocks_row(uint32_t type, uint8_t *row, size_t rb, int64_t n, uint64_t *seed)
 {
     int off[2], nf = sl_random_blocks_fp16_fields(type, off);
     uint32_t be = sl_ggml_block_elems(type), bb = sl_ggml_block_bytes(type);
-    if (nf == 0 || be == 0 || n % be != 0 || rb != (size_t)(n / be) * bb)
+    bool mx = type == SL_GGML_TYPE_MXFP4;   /* its scale: one E8M0 byte, no fp16 */
+    if ((nf == 0 && !mx) || be == 0 || n % be != 0 || rb != (size_t)(n / be) * bb)
         return false;
     for (size_t i = 0; i < rb; i++)
         row[i] = (uint8_t)(sl_random_blocks_next(seed) >> 56);
@@ -81,6 +83,8 @@ static inline bool sl_random_blocks_row(uint32_t type, uint8_t *row, size_t rb, 
             uint16_t h = sl_random_blocks_fp16(seed);
             memcpy(row + (size_t)b * bb + off[f], &h, sizeof h);
         }
+    for (int64_t b = 0; mx && b < n / be; b++)   /* 2^-6 .. 2^1 once halved, as the fp16 fields' range */
+        row[(size_t)b * bb] = (uint8_t)(122 + sl_random_blocks_next(seed) % 8);
     return true;
 }
 

@@ -524,7 +524,7 @@ done:
  * 0..NS-1 form a batch of their own):
  *   B@5, B@70, A@1023 (1 split), A@1024, A@1025 (2), A@3000 (3), A@9000 (9),
  *   A@17000 (16: capped). */
-static int check_attention_split(FILE *out, cudaStream_t st, sl_kv_type kt, int HD)
+static int check_attention_split(FILE *out, cudaStream_t st, sl_kv_type kt, int HD, bool sinks = false)
 {
     enum { NH = 4, NKV = 2, BS = 16, T = 8, NS = 3, CA = 17001, CB = 71 };
     static const int32_t row_pos[T] = {5, 70, 1023, 1024, 1025, 3000, 9000, 17000};
@@ -549,7 +549,13 @@ static int check_attention_split(FILE *out, cudaStream_t st, sl_kv_type kt, int 
     float *dout = (float *)d.alloc((size_t)qn * 4), *dout1 = (float *)d.alloc((size_t)qn * 4);
     float *dpart = (float *)d.alloc((size_t)part_n * 4);
     int32_t *dmeta = (int32_t *)d.alloc((size_t)meta_n * 4);
-    if (!kv || !kvb || !q || !o || !o1 || !ref || !sc || !meta || !dkv || !dq || !dout || !dout1 || !dpart || !dmeta) {
+    /* sinks (gpt-oss): a logit per head in each softmax's denominator, joined
+     * at the end of an unsplit row or in the merge of a split one */
+    float sk[NH];
+    float *dsk = (float *)d.alloc(sizeof sk);
+    sl_cuda_attn_opts ao = {1.0f / sqrtf((float)HD), 0.0f, 0, sinks ? dsk : NULL};
+    if (!kv || !kvb || !q || !o || !o1 || !ref || !sc || !meta || !dkv || !dq || !dout || !dout1 || !dpart || !dmeta ||
+        !dsk) {
         fprintf(out, "  attention split-K %s K/V, head_dim %d: setup failed\n", st_kv_name(kt), HD);
         bad = 1;
         goto done;
@@ -563,6 +569,8 @@ static int check_attention_split(FILE *out, cudaStream_t st, sl_kv_type kt, int 
         }
         for (int64_t i = 0; i < qn; i++)
             q[i] = uniform(&seed) * 2;
+        for (int h = 0; h < NH; h++)
+            sk[h] = uniform(&seed) * 4;
         /* tables: a random permutation of the NB blocks, A's first */
         int32_t *pos = meta, *tab = meta + T, *blocks = meta + 2 * T;
         for (int i = 0; i < NB; i++)
@@ -591,6 +599,10 @@ static int check_attention_split(FILE *out, cudaStream_t st, sl_kv_type kt, int 
                     sc[p] = s / sqrt((double)HD);
                     mx = sc[p] > mx ? sc[p] : mx;
                 }
+                if (sinks) {
+                    mx = sk[h] > mx ? sk[h] : mx;
+                    sum = exp(sk[h] - mx);
+                }
                 for (int p = 0; p <= pos[t]; p++)
                     sum += (sc[p] = exp(sc[p] - mx));
                 double *r = ref + ((int64_t)t * NH + h) * HD;
@@ -606,12 +618,13 @@ static int check_attention_split(FILE *out, cudaStream_t st, sl_kv_type kt, int 
         CK(cudaMemcpy(dkv, kvb, kv_bytes, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dq, q, (size_t)qn * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dmeta, meta, (size_t)meta_n * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dsk, sk, sizeof sk, cudaMemcpyHostToDevice));
         sl_cuda_kv ckv = {dkv, NB, BS, NKV, HD, kt};
         const int64_t rq = (int64_t)NH * HD;   /* floats of one row */
 
         /* (a) the whole batch through the split launch, vs float64 */
         sl_cuda_batch cb = {dmeta, dmeta + T, dmeta + 2 * T};
-        if (sl_cuda_attention(dout, dq, T, NH, &ckv, &cb, 0, CA, dpart, part_n, st) < 0) {
+        if (sl_cuda_attention_layer(dout, dq, T, NH, &ckv, &cb, 0, CA, &ao, dpart, part_n, st) < 0) {
             bad = 1;
             goto done;
         }
@@ -627,8 +640,8 @@ static int check_attention_split(FILE *out, cudaStream_t st, sl_kv_type kt, int 
         CK(cudaMemset(dout1, 0xff, (size_t)qn * 4));
         for (int t = 0; t < T; t++) {
             sl_cuda_batch c1 = {dmeta + t, dmeta + T + t, dmeta + 2 * T};
-            if (sl_cuda_attention(dout1 + t * rq, dq + t * rq, 1, NH, &ckv, &c1, 0, row_pos[t] + 1, dpart, part_n,
-                                  st) < 0) {
+            if (sl_cuda_attention_layer(dout1 + t * rq, dq + t * rq, 1, NH, &ckv, &c1, 0, row_pos[t] + 1, &ao, dpart,
+                                        part_n, st) < 0) {
                 bad = 1;
                 goto done;
             }
@@ -641,7 +654,7 @@ static int check_attention_split(FILE *out, cudaStream_t st, sl_kv_type kt, int 
         /* (c) the one-split rows as a batch of their own: the plain launch
          * (n_ctx 1024 never splits, no scratch), bitwise equal */
         CK(cudaMemset(dout1, 0xff, (size_t)qn * 4));
-        if (sl_cuda_attention(dout1, dq, NS, NH, &ckv, &cb, 0, row_pos[NS - 1] + 1, NULL, 0, st) < 0) {
+        if (sl_cuda_attention_layer(dout1, dq, NS, NH, &ckv, &cb, 0, row_pos[NS - 1] + 1, &ao, NULL, 0, st) < 0) {
             bad = 1;
             goto done;
         }
@@ -650,13 +663,13 @@ static int check_attention_split(FILE *out, cudaStream_t st, sl_kv_type kt, int 
         diff_plain = memcmp(o1, o, (size_t)(NS * rq) * 4) != 0;
 
         /* too little scratch is refused, not overrun */
-        if (sl_cuda_attention(dout1, dq, T, NH, &ckv, &cb, 0, CA, dpart, part_n - 1, st) != SL_EINVAL)
+        if (sl_cuda_attention_layer(dout1, dq, T, NH, &ckv, &cb, 0, CA, &ao, dpart, part_n - 1, st) != SL_EINVAL)
             bad = 1;
     }
     bad |= !(e <= 1e-5) || diff_alone != 0 || diff_plain != 0;
-    fprintf(out, "  attention split-K %s K/V, head_dim %d, %d/%d heads, rows at 5..17000 (1..16 splits): rel L2 %.2e, "
+    fprintf(out, "  attention split-K %s K/V, head_dim %d, %d/%d heads%s, rows at 5..17000 (1..16 splits): rel L2 %.2e, "
             "alone == batched: %s, plain == split launch: %s  %s\n", st_kv_name(kt),
-            HD, NH, NKV, e, diff_alone ? "NO" : "yes", diff_plain ? "NO" : "yes", bad ? "FAIL" : "ok");
+            HD, NH, NKV, sinks ? ", sinks" : "", e, diff_alone ? "NO" : "yes", diff_plain ? "NO" : "yes", bad ? "FAIL" : "ok");
 done:
     free(kv);
     free(kvb);
@@ -684,14 +697,16 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out
     static const uint32_t types[] = {SL_GGML_TYPE_F32,  SL_GGML_TYPE_F16,  SL_GGML_TYPE_BF16, SL_GGML_TYPE_Q8_0,
                                      SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K,
                                      SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_Q3_K,
-                                     SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1};
+                                     SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1,
+                                     SL_GGML_TYPE_MXFP4};
     int fails = 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         fails += check_matmul(out, st, types[i], 768);
     /* the small-batch kernel's types: long rows (shared by 2 and 4 warps) and the fused launches */
     for (uint32_t type : {SL_GGML_TYPE_Q8_0, SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_Q5_0,
                           SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1, SL_GGML_TYPE_IQ4_XS,
-                          SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_Q2_K}) {
+                          SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_Q8_1, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_Q2_K,
+                          SL_GGML_TYPE_MXFP4}) {
         for (int64_t n : {4352, 8448})
             fails += check_matmul(out, st, type, n);
         for (int64_t n : {768, 4352})
@@ -699,7 +714,7 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out
     }
     for (uint32_t type : {SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_1,
                           SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_IQ4_XS, SL_GGML_TYPE_IQ4_NL,
-                          SL_GGML_TYPE_Q8_1})
+                          SL_GGML_TYPE_Q8_1, SL_GGML_TYPE_MXFP4})
         fails += check_gemm(out, st, type);
     fails += check_rmsnorm(out, st, 1000);
     fails += check_rmsnorm(out, st, 5000);
@@ -711,6 +726,7 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest(FILE *out
         fails += check_attention(out, st, kt, 96, 4, 2);   /* no fixed-HD kernel; q8_0 rows 2-byte aligned */
         fails += check_attention_split(out, st, kt, 64);
         fails += check_attention_split(out, st, kt, 128);
+        fails += check_attention_split(out, st, kt, 64, true);   /* gpt-oss's sinks */
     }
     cudaStreamDestroy(st);
     return fails;

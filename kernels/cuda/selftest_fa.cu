@@ -123,7 +123,7 @@ static int fa_run(fa_step *s, cudaStream_t st, const float *q, int32_t r0, int32
     int64_t ng = sl_cuda_fa_groups(pos, tab, n, sl_cuda_fa_group_positions(c->nh / c->nkv), groups);
     sl_cuda_kv kv = {s->dkv, s->nb, c->bs, c->nkv, c->hd, SL_KV_TYPE_F16};
     sl_cuda_batch b = {s->dmeta, s->dmeta + n, s->dmeta + 2 * n};
-    sl_cuda_attn_opts o = {c->scale, c->softcap, c->window};
+    sl_cuda_attn_opts o = {c->scale, c->softcap, c->window, NULL};
     int rc = cudaMemcpy(s->dmeta, meta, (size_t)(2 * n + s->n_tab + 2 * ng) * 4, cudaMemcpyHostToDevice) ==
                      cudaSuccess &&
                  cudaMemcpy(s->dq, q + r0 * row, (size_t)(n * row) * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
@@ -159,7 +159,7 @@ static int fa_run_split(fa_step *s, cudaStream_t st, const float *q, float *res,
         ctx = s->pos[t] + 1 > ctx ? s->pos[t] + 1 : ctx;
     sl_cuda_kv kv = {s->dkv, s->nb, c->bs, c->nkv, c->hd, SL_KV_TYPE_F16};
     sl_cuda_batch b = {s->dmeta, s->dmeta + n, s->dmeta + 2 * n};
-    sl_cuda_attn_opts o = {c->scale, c->softcap, c->window};
+    sl_cuda_attn_opts o = {c->scale, c->softcap, c->window, NULL};
     const int32_t *rows = row_only >= 0 ? s->dmeta + 2 * n + s->n_tab : NULL;
     int rc = cudaMemcpy(s->dmeta, meta, (size_t)(2 * n + s->n_tab + 1) * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
                  cudaMemcpy(s->dq, q, (size_t)(n * row) * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
@@ -383,7 +383,7 @@ static int fa_timing(FILE *out, cudaStream_t st)
             goto done;
         sl_cuda_kv kv = {dkv, nb, BS, NKV, HD, SL_KV_TYPE_F16};
         sl_cuda_batch b = {dmeta, dmeta + ROWS, dmeta + 2 * ROWS};
-        sl_cuda_attn_opts o = {1.0f / sqrtf((float)HD), 0.0f, 0};
+        sl_cuda_attn_opts o = {1.0f / sqrtf((float)HD), 0.0f, 0, NULL};
         float ms[2] = {0, 0};
         for (int k = 0; k < 2; k++) {
             for (int r = 0; r <= REPS; r++) {   /* the first run warms up */

@@ -5,7 +5,9 @@
  * grouping (offsets, pair order and the experts in use exact), and the whole FFN (route,
  * group, fused gate/up, down, combine) per expert type against a float64
  * reference on the dequantized weights, plus one row computed alone giving
- * the bits it gave in the batch.
+ * the bits it gave in the batch; gpt-oss's routing against the CPU's
+ * sl_cpu_moe_route_topk_softmax and its FFN (expert biases, the CPU's
+ * sl_cpu_swiglu_oai in the reference).
  * Kept apart from selftest.cu so each file has one subject. */
 #include <math.h>
 #include <stdio.h>
@@ -141,6 +143,73 @@ done:
     return bad;
 }
 
+/* gpt-oss's routing (top-k of the logits, then softmax over the k) of T
+ * rows against the CPU backend's sl_cpu_moe_route_topk_softmax: ids exact
+ * (coarse: tied logits; nans: NaN logits, which rank below every number),
+ * weights to 1e-6. Returns 1 on a mismatch. */
+static int check_route_topk(FILE *out, cudaStream_t st, int64_t T, int n, int k, bool coarse, bool nans)
+{
+    int bad = 0;
+    uint64_t seed = 91 + (uint64_t)n * 131 + (uint64_t)k;
+    int64_t R = T * k;
+    float *l = (float *)malloc((size_t)(T * n) * sizeof(float)), *p = (float *)malloc((size_t)n * sizeof(float));
+    int32_t *ids = (int32_t *)malloc((size_t)R * 4), *gids = (int32_t *)malloc((size_t)R * 4);
+    float *w = (float *)malloc((size_t)R * 4), *gw = (float *)malloc((size_t)R * 4);
+    float *dl = NULL, *dw = NULL;
+    int32_t *dids = NULL;
+    double werr = 0;
+    bool wnan = false;
+    if (!l || !p || !ids || !gids || !w || !gw) {
+        fprintf(out, "  moe route top-k softmax: out of host memory\n");
+        bad = 1;
+        goto done;
+    }
+    for (int64_t i = 0; i < T * n; i++)
+        l[i] = coarse ? floorf(uniform(&seed) * 8.0f) / 4.0f : 4.0f * uniform(&seed);
+    for (int64_t t = 0; nans && t < T; t++)
+        for (int e = 0; e < n; e++)
+            if ((e * 7 + t) % 5 == 0 || (t == 1 && e >= k))
+                l[t * n + e] = NAN;
+    for (int64_t t = 0; t < T; t++)
+        sl_cpu_moe_route_topk_softmax(l + t * n, n, k, p, ids + t * k, w + t * k);
+    CK(cudaMalloc(&dl, (size_t)(T * n) * 4));
+    CK(cudaMalloc(&dw, (size_t)R * 4));
+    CK(cudaMalloc(&dids, (size_t)R * 4));
+    CK(cudaMemcpy(dl, l, (size_t)(T * n) * 4, cudaMemcpyHostToDevice));
+    if (sl_cuda_moe_route_topk_softmax(dl, T, n, k, dids, dw, st) < 0) {
+        fprintf(out, "  moe route top-k softmax: launch refused\n");
+        bad = 1;
+        goto done;
+    }
+    CK(cudaStreamSynchronize(st));
+    CK(cudaMemcpy(gids, dids, (size_t)R * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gw, dw, (size_t)R * 4, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < R; i++) {
+        if (isnan(w[i]) || isnan(gw[i])) {
+            wnan = wnan || isnan(w[i]) != isnan(gw[i]);
+            continue;
+        }
+        double d = fabs((double)gw[i] - w[i]) / (fabs((double)w[i]) + 1e-30);
+        werr = d > werr ? d : werr;
+    }
+    bad = memcmp(gids, ids, (size_t)R * 4) != 0 || wnan || werr > 1e-6;
+    fprintf(out, "  moe route top-k softmax (gpt-oss) T %lld, %d experts, top %d%s%s: ids %s, weights max rel err "
+            "%.1e%s  %s\n", (long long)T, n, k, coarse ? ", tied logits" : "", nans ? ", NaN logits" : "",
+            memcmp(gids, ids, (size_t)R * 4) ? "DIFFER" : "exact", werr, wnan ? ", NaN where the CPU has none" : "",
+            bad ? "FAIL" : "ok");
+done:
+    cudaFree(dl);
+    cudaFree(dw);
+    cudaFree(dids);
+    free(l);
+    free(p);
+    free(ids);
+    free(gids);
+    free(w);
+    free(gw);
+    return bad;
+}
+
 /* rows matrices of n weights in `type` into wq, and their dequantization into w */
 static void make_weights(uint32_t type, int64_t rows, int64_t n, float *w, uint8_t *wq, uint64_t *seed)
 {
@@ -159,13 +228,18 @@ static void make_weights(uint32_t type, int64_t rows, int64_t n, float *w, uint8
 /* The device side of one FFN: route, group, experts, combine, into dout. */
 static sl_status run_ffn(cudaStream_t st, const sl_cuda_weight *g, const sl_cuda_weight *u, const sl_cuda_weight *d,
                          int n, int k, int64_t T, const float *dx, const float *dlog, int32_t *dids, float *dw,
-                         int32_t *doff, int32_t *dpairs, int32_t *dused, float *dh, float *dy, float *dout)
+                         int32_t *doff, int32_t *dpairs, int32_t *dused, float *dh, float *dy, float *dout,
+                         const float *const *db)
 {
     int64_t E = g->ne0, F = g->ne1, R = T * k;
-    if (sl_cuda_moe_route(dlog, T, n, k, true, dids, dw, st) < 0 ||
-        sl_cuda_moe_group(dids, R, n, doff, dpairs, dused, st) < 0 ||
-        sl_cuda_mmv_experts(g, u, n, doff, dpairs, dused, R, k, dx, E, dh, F, st) < 0 ||
-        sl_cuda_mmv_experts(d, NULL, n, doff, dpairs, dused, R, 1, dh, F, dy, E, st) < 0 ||
+    /* db (gpt-oss): gate, up and down biases; its routing and clamped SwiGLU */
+    sl_status rr = db ? sl_cuda_moe_route_topk_softmax(dlog, T, n, k, dids, dw, st)
+                      : sl_cuda_moe_route(dlog, T, n, k, true, dids, dw, st);
+    if (rr < 0 || sl_cuda_moe_group(dids, R, n, doff, dpairs, dused, st) < 0 ||
+        sl_cuda_mmv_experts_biased(g, u, db ? db[0] : NULL, db ? db[1] : NULL, db != NULL, n, doff, dpairs, dused, R,
+                                   k, dx, E, dh, F, st) < 0 ||
+        sl_cuda_mmv_experts_biased(d, NULL, db ? db[2] : NULL, NULL, false, n, doff, dpairs, dused, R, 1, dh, F, dy, E,
+                                   st) < 0 ||
         sl_cuda_moe_combine(dout, dy, dw, T, k, E, NULL, NULL, st) < 0)
         return SL_EINVAL;
     return SL_OK;
@@ -174,7 +248,8 @@ static sl_status run_ffn(cudaStream_t st, const sl_cuda_weight *g, const sl_cuda
 /* The MoE FFN of T rows (E wide, experts of hidden size F) with experts of
  * `type`, against float64 over the dequantized weights and the device's
  * own routing (routing is checked above). Returns 1 on a failure. */
-static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n, int k, int64_t E, int64_t F)
+static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n, int k, int64_t E, int64_t F,
+                     bool oss = false)
 {
     int bad = 0;
     uint64_t seed = 4242 + type;
@@ -189,13 +264,16 @@ static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n
     float *gw = (float *)malloc((size_t)R * 4);
     int32_t *gids = (int32_t *)malloc((size_t)R * 4);
     double *ref = (double *)malloc((size_t)(T * E) * 8), *hh = (double *)malloc((size_t)F * 8);
+    /* gpt-oss: expert biases (n, F) for gate and up, (n, E) for down, on the host then the device */
+    float *bias = (float *)malloc((size_t)(2 * gu_rows + d_rows) * 4), *dbias = NULL;
+    const float *db[3] = {NULL, NULL, NULL};
     uint8_t *dqg = NULL, *dqu = NULL, *dqd = NULL;
     float *dx = NULL, *dlog = NULL, *dw = NULL, *dh = NULL, *dy = NULL, *dout = NULL;
     int32_t *dids = NULL, *doff = NULL, *dpairs = NULL, *dused = NULL;
     double num = 0, den = 0, err = 0;
     bool same = false;
     int64_t t1 = T / 2;   /* the row computed alone */
-    if (!wg || !wu || !wd || !qg || !qu || !qd || !x || !lg || !got || !alone || !gw || !gids || !ref || !hh) {
+    if (!wg || !wu || !wd || !qg || !qu || !qd || !x || !lg || !got || !alone || !gw || !gids || !ref || !hh || !bias) {
         fprintf(out, "  moe ffn: out of host memory\n");
         bad = 1;
         goto done;
@@ -207,6 +285,15 @@ static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n
         x[i] = uniform(&seed);
     for (int64_t i = 0; i < T * n; i++)
         lg[i] = 3.0f * uniform(&seed);
+    for (int64_t i = 0; i < 2 * gu_rows + d_rows; i++)
+        bias[i] = 2.0f * uniform(&seed);
+    if (oss) {
+        CK(cudaMalloc(&dbias, (size_t)(2 * gu_rows + d_rows) * 4));
+        CK(cudaMemcpy(dbias, bias, (size_t)(2 * gu_rows + d_rows) * 4, cudaMemcpyHostToDevice));
+        db[0] = dbias;
+        db[1] = dbias + gu_rows;
+        db[2] = dbias + 2 * gu_rows;
+    }
     CK(cudaMalloc(&dqg, (size_t)gu_rows * rbe));
     CK(cudaMalloc(&dqu, (size_t)gu_rows * rbe));
     CK(cudaMalloc(&dqd, (size_t)d_rows * rbf));
@@ -228,7 +315,7 @@ static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n
     {
         sl_cuda_weight g = {type, E, F, rbe, dqg, false, NULL}, u = {type, E, F, rbe, dqu, false, NULL};
         sl_cuda_weight d = {type, F, E, rbf, dqd, false, NULL};
-        if (run_ffn(st, &g, &u, &d, n, k, T, dx, dlog, dids, dw, doff, dpairs, dused, dh, dy, dout) < 0) {
+        if (run_ffn(st, &g, &u, &d, n, k, T, dx, dlog, dids, dw, doff, dpairs, dused, dh, dy, dout, oss ? db : NULL) < 0) {
             fprintf(out, "  moe ffn %s: launch refused\n", sl_ggml_type_name(type));
             bad = 1;
             goto done;
@@ -238,7 +325,8 @@ static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n
         CK(cudaMemcpy(gids, dids, (size_t)R * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(gw, dw, (size_t)R * 4, cudaMemcpyDeviceToHost));
         /* row t1 alone: same bits expected */
-        if (run_ffn(st, &g, &u, &d, n, k, 1, dx + t1 * E, dlog + t1 * n, dids, dw, doff, dpairs, dused, dh, dy, dout) < 0) {
+        if (run_ffn(st, &g, &u, &d, n, k, 1, dx + t1 * E, dlog + t1 * n, dids, dw, doff, dpairs, dused, dh, dy, dout,
+                    oss ? db : NULL) < 0) {
             bad = 1;
             goto done;
         }
@@ -258,11 +346,18 @@ static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n
                     a += (double)rg[i] * x[t * E + i];
                     b += (double)ru[i] * x[t * E + i];
                 }
-                hh[f] = a / (1.0 + exp(-a)) * b;
+                if (oss) {   /* the biases, then the CPU backend's own clamped SwiGLU on the floats */
+                    float ga = (float)a + bias[(int64_t)e * F + f], ub = (float)b + bias[gu_rows + (int64_t)e * F + f];
+                    float o;
+                    sl_cpu_swiglu_oai(&o, &ga, &ub, 1);
+                    hh[f] = o;
+                } else {
+                    hh[f] = a / (1.0 + exp(-a)) * b;
+                }
             }
             for (int64_t i = 0; i < E; i++) {
                 const float *rd = wd + ((int64_t)e * E + i) * F;
-                double y = 0;
+                double y = oss ? (double)bias[2 * gu_rows + (int64_t)e * E + i] : 0.0;
                 for (int64_t f = 0; f < F; f++)
                     y += (double)rd[f] * hh[f];
                 ref[t * E + i] += (double)gw[t * k + s] * y;
@@ -275,10 +370,13 @@ static int check_ffn(FILE *out, cudaStream_t st, uint32_t type, int64_t T, int n
     }
     err = den > 0 ? sqrt(num / den) : sqrt(num);
     bad = err > 2e-5 || !same;
-    fprintf(out, "  moe ffn %-6s T %lld, %d experts, top %d, n_embd %lld, n_ff_exp %lld: rel err %.1e, row alone %s  %s\n",
-            sl_ggml_type_name(type), (long long)T, n, k, (long long)E, (long long)F, err,
+    fprintf(out, "  moe ffn %-6s%s T %lld, %d experts, top %d, n_embd %lld, n_ff_exp %lld: rel err %.1e, row alone %s  "
+            "%s\n", sl_ggml_type_name(type), oss ? " gpt-oss (top-k softmax, biases, clamped SwiGLU)" : "", (long long)T,
+            n, k, (long long)E, (long long)F, err,
             same ? "same bits" : "DIFFERS", bad ? "FAIL" : "ok");
 done:
+    cudaFree(dbias);
+    free(bias);
     cudaFree(dqg);
     cudaFree(dqu);
     cudaFree(dqd);
@@ -328,12 +426,21 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest_moe(FILE 
     static const uint32_t types[] = {SL_GGML_TYPE_Q4_K, SL_GGML_TYPE_Q5_K, SL_GGML_TYPE_Q6_K, SL_GGML_TYPE_Q8_0,
                                      SL_GGML_TYPE_Q8_1, SL_GGML_TYPE_Q2_K, SL_GGML_TYPE_Q3_K, SL_GGML_TYPE_IQ4_XS,
                                      SL_GGML_TYPE_Q4_0, SL_GGML_TYPE_Q4_1, SL_GGML_TYPE_Q5_0, SL_GGML_TYPE_Q5_1,
-                                     SL_GGML_TYPE_IQ4_NL};
+                                     SL_GGML_TYPE_IQ4_NL, SL_GGML_TYPE_MXFP4};
     for (uint32_t ty : types)
         bad += check_ffn(out, st, ty, 37, 16, 4, 256, 256);
     /* down rows of 4,352: a row shared by two warps (mmv.cu's warps_per_row); ~10 pairs an expert: two passes */
     bad += check_ffn(out, st, SL_GGML_TYPE_Q4_K, 19, 4, 2, 256, 4352);
     bad += check_ffn(out, st, SL_GGML_TYPE_Q8_0, 19, 4, 2, 256, 4352);
+    /* gpt-oss: its routing, and its FFN over MXFP4 (its files' type) and Q8_0 experts */
+    bad += check_route_topk(out, st, 64, 32, 4, false, false);    /* gpt-oss-20b's */
+    bad += check_route_topk(out, st, 64, 128, 4, true, false);    /* gpt-oss-120b's, tied logits */
+    bad += check_route_topk(out, st, 9, 40, 5, false, true);      /* NaN logits */
+    bad += check_route_topk(out, st, 5, 512, 32, true, false);    /* the limits */
+    bad += check_route_topk(out, st, 2048, 32, 4, false, false);  /* a long prefill step */
+    bad += check_ffn(out, st, SL_GGML_TYPE_MXFP4, 37, 16, 4, 256, 256, true);
+    bad += check_ffn(out, st, SL_GGML_TYPE_Q8_0, 37, 16, 4, 256, 256, true);
+    bad += check_ffn(out, st, SL_GGML_TYPE_MXFP4, 19, 4, 2, 2880, 256, true);   /* gate/up rows of gpt-oss-20b's 2,880 */
     cudaStreamDestroy(st);
     return bad;
 }

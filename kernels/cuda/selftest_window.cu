@@ -69,7 +69,7 @@ static void reference_row(const float *kv, const float *q, int HD, int NH, int N
 
 static sl_cuda_attn_opts opts(float scale, float softcap, int32_t window)
 {
-    sl_cuda_attn_opts o = {scale, softcap, window};
+    sl_cuda_attn_opts o = {scale, softcap, window, NULL};
     return o;
 }
 

@@ -6,8 +6,9 @@
  * no NaN although every cache slot past a sequence's end holds NaN (the
  * kernel must not read it, or must zero it). Cases are small (a block is
  * 128 threads on however many cores there are). Built and run by run.sh;
- * argument N runs case N only (all 7: about 2.5 minutes on 2 shared
- * cores, case 5 the longest). Exit 0 when all pass. */
+ * argument N runs case N only (all 9: about 2.5 minutes on 2 shared
+ * cores, case 5 the longest; cases 7 and 8 add gpt-oss's attention sinks).
+ * Exit 0 when all pass. */
 #include "mock.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,15 +21,15 @@ alignas(128) static unsigned char emu_dyn_smem[200 * 1024];
 #include "fa_kernel.inc"   /* the kernel, cut out of attention_fa.cu by run.sh */
 
 struct launch { int hd; float *out; const float *q; int n_head; sl_cuda_kv kv; sl_cuda_batch b; const int32_t *groups;
-                int64_t ng; int layer; float scale, cap; int32_t window; };
+                int64_t ng; int layer; float scale, cap; int32_t window; const float *sinks; };
 static launch L;
 static void *worker(void *arg) {
   threadIdx.x = (unsigned)(uintptr_t)arg; threadIdx.y = threadIdx.z = 0;
   for (unsigned y = 0; y < gridDim.y; y++) for (unsigned x = 0; x < gridDim.x; x++) {
     blockIdx.x = x; blockIdx.y = y;
-    if (L.hd == 64) attention_fa_tiles<64>(L.out, L.q, L.n_head, L.kv, L.b, L.groups, L.ng, L.layer, L.scale, L.cap, L.window);
-    else if (L.hd == 128) attention_fa_tiles<128>(L.out, L.q, L.n_head, L.kv, L.b, L.groups, L.ng, L.layer, L.scale, L.cap, L.window);
-    else attention_fa_tiles<256>(L.out, L.q, L.n_head, L.kv, L.b, L.groups, L.ng, L.layer, L.scale, L.cap, L.window);
+    if (L.hd == 64) attention_fa_tiles<64>(L.out, L.q, L.n_head, L.kv, L.b, L.groups, L.ng, L.layer, L.scale, L.cap, L.window, L.sinks);
+    else if (L.hd == 128) attention_fa_tiles<128>(L.out, L.q, L.n_head, L.kv, L.b, L.groups, L.ng, L.layer, L.scale, L.cap, L.window, L.sinks);
+    else attention_fa_tiles<256>(L.out, L.q, L.n_head, L.kv, L.b, L.groups, L.ng, L.layer, L.scale, L.cap, L.window, L.sinks);
     __syncthreads();
   }
   return NULL;
@@ -41,7 +42,8 @@ static void run_emu() {
 }
 static float uni(uint64_t *s) { *s = *s * 6364136223846793005ull + 1442695040888963407ull; return (float)((*s >> 40) * (1.0 / 16777216.0)) - 0.5f; }
 
-struct Case { int hd, nh, nkv, bs; float scale, cap; int32_t window; int32_t a_ctx, a_start, b_ctx, b_start, c_ctx; };
+/* sinks: gpt-oss's per-head logits (one more term in each softmax's denominator) */
+struct Case { int hd, nh, nkv, bs; float scale, cap; int32_t window; int32_t a_ctx, a_start, b_ctx, b_start, c_ctx; bool sinks; };
 static int run_case(const Case &c) {
   int32_t na = c.a_ctx - c.a_start, nbr = c.b_ctx - c.b_start, nc = c.c_ctx > 0;
   int32_t T = na + nbr + nc, ba = (c.a_ctx + c.bs - 1) / c.bs, bb = (c.b_ctx + c.bs - 1) / c.bs, bc = nc ? (c.c_ctx + c.bs - 1) / c.bs : 0;
@@ -52,6 +54,8 @@ static int run_case(const Case &c) {
   for (size_t i = 0; i < kvh.size(); i++) { kvh[i] = __float2half_rn(uni(&seed)); kvf[i] = __half2float(kvh[i]); }
   std::vector<float> q((size_t)T * c.nh * c.hd);
   for (auto &v : q) v = uni(&seed) * 8;
+  std::vector<float> sk(c.nh);
+  for (auto &v : sk) v = uni(&seed) * 4;   /* of the order of the scores: neither nothing nor everything */
   std::vector<int32_t> pos(T), tab(T), blocks(nb);
   int stride = 7; while (std::__gcd(stride, (int)nb) != 1) stride += 2;
   for (int i = 0; i < nb; i++) blocks[i] = (int32_t)(((int64_t)i * stride + 3) % nb);
@@ -75,7 +79,8 @@ static int run_case(const Case &c) {
     std::vector<int32_t> gr(2 * n);
     int64_t ng = sl_cuda_fa_groups(pos.data() + r0, tab.data() + r0, n, qp, gr.data());
     sl_cuda_batch b = {pos.data() + r0, tab.data() + r0, blocks.data()};
-    L = {c.hd, out.data() + (int64_t)r0 * c.nh * c.hd, q.data() + (int64_t)r0 * c.nh * c.hd, c.nh, kv, b, gr.data(), ng, LAYER, c.scale, c.cap, c.window};
+    L = {c.hd, out.data() + (int64_t)r0 * c.nh * c.hd, q.data() + (int64_t)r0 * c.nh * c.hd, c.nh, kv, b, gr.data(), ng, LAYER, c.scale, c.cap, c.window,
+         c.sinks ? sk.data() : NULL};
     run_emu();
   };
   std::vector<float> res((size_t)T * c.nh * c.hd, -7.0f), res2(res.size(), -7.0f);
@@ -94,6 +99,7 @@ static int run_case(const Case &c) {
     for (int32_t p = lo; p <= p_; p++) { double d = 0; const float *k = kvf.data() + slot(0, tab[t2], p, kvh_) * c.hd;
       for (int i = 0; i < c.hd; i++) d += (double)__half2float(__float2half_rn(qr[i])) * k[i];
       d *= c.scale; if (c.cap > 0) d = c.cap * tanh(d / c.cap); sc[p] = d; mx = std::max(mx, d); }
+    if (c.sinks) { mx = std::max(mx, (double)sk[h]); sum = exp(sk[h] - mx); }
     for (int32_t p = lo; p <= p_; p++) sum += (sc[p] = exp(sc[p] - mx));
     for (int i = 0; i < c.hd; i++) { double a = 0;
       for (int32_t p = lo; p <= p_; p++) a += sc[p] / sum * kvf[slot(1, tab[t2], p, kvh_) * c.hd + i];
@@ -102,8 +108,8 @@ static int run_case(const Case &c) {
   }
   double e = sqrt(num / den);
   bool ok = e < 4e-3 && same && nan == 0;
-  printf("hd %d nh %d/%d bs %d win %d cap %g A[%d,%d) B[%d,%d) C %d: rel %.2e nan %d chunkings %s  %s\n", c.hd, c.nh, c.nkv, c.bs,
-         c.window, c.cap, c.a_start, c.a_ctx, c.b_start, c.b_ctx, c.c_ctx, e, nan, same ? "same" : "DIFFER", ok ? "PASS" : "FAIL");
+  printf("hd %d nh %d/%d bs %d win %d cap %g%s A[%d,%d) B[%d,%d) C %d: rel %.2e nan %d chunkings %s  %s\n", c.hd, c.nh, c.nkv,
+         c.bs, c.window, c.cap, c.sinks ? " sinks" : "", c.a_start, c.a_ctx, c.b_start, c.b_ctx, c.c_ctx, e, nan, same ? "same" : "DIFFER", ok ? "PASS" : "FAIL");
   return !ok;
 }
 int main(int argc, char **argv) {
@@ -117,6 +123,8 @@ int main(int argc, char **argv) {
     {128, 8, 1, 24, 0.1f, 30.0f, 40, 300, 200, 100, 0, 150},
     {128, 32, 8, 16, 0.0884f, 0, 0, 1000, 900, 70, 3, 700},
     {128, 8, 2, 16, 0.1f, 30.0f, 150, 1000, 930, 64, 0, 0},
+    {64, 8, 2, 16, 0.125f, 0, 8, 100, 0, 40, 7, 30, true},   /* gpt-oss: sinks, an 8-position window (tiny-gpt-oss) */
+    {64, 16, 2, 16, 0.125f, 0, 0, 130, 61, 63, 0, 1, true},  /* sinks, whole history, 8 query heads a kv head */
   };
   int which = argc > 1 ? atoi(argv[1]) : -1, bad = 0;
   for (int i = 0; i < (int)(sizeof cs / sizeof cs[0]); i++) if (which < 0 || which == i) bad += run_case(cs[i]);

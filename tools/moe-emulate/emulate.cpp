@@ -6,7 +6,11 @@
  * the expert FFN (route, group, fused gate/up, down, combine) against a
  * float64 reference for Q8_0, Q4_K and Q6_K experts, one row alone giving
  * its batched bits (and another pass size), and the combine with a shared
- * expert. Prints one line per case; exit 0 when all pass. */
+ * expert; gpt-oss's routing against the CPU's sl_cpu_moe_route_topk_softmax
+ * (ids exact with tied and NaN logits) and its expert FFN (MXFP4 and Q8_0
+ * experts, expert biases, the clamped SwiGLU taken from the CPU's
+ * sl_cpu_swiglu_oai) against the float64 reference. Prints one line per
+ * case; exit 0 when all pass. */
 #include "mock.h"
 
 #include <functional>
@@ -94,6 +98,13 @@ static void route_dev(const float *l, int64_t T, int n, int k, bool norm, int32_
                [&] { moe_route_warp_per_row(l, T, n, k, norm, ids, w); });
 }
 
+/* gpt-oss's: top-k of the logits, then softmax over the k */
+static void route_topk_dev(const float *l, int64_t T, int n, int k, int32_t *ids, float *w)
+{
+    emu_launch((unsigned)((T + ROUTE_ROWS - 1) / ROUTE_ROWS), 1, ROUTE_ROWS * SL_WARP,
+               [&] { moe_route_topk_softmax_warp_per_row(l, T, n, k, ids, w); });
+}
+
 static void group_dev(const int32_t *ids, int64_t R, int n, int32_t *off, int32_t *pairs, int32_t *used)
 {
     emu_launch(1, 1, GROUP_THREADS, [&] { moe_group_one_block(ids, (int)R, n, off, pairs, used); });
@@ -132,6 +143,41 @@ static int check_route(int64_t T, int n, int k, bool norm, bool coarse)
     return bad;
 }
 
+/* gpt-oss's routing against the CPU backend's sl_cpu_moe_route_topk_softmax:
+ * ids exact (tied logits: the lower index; NaN logits: below every number),
+ * weights to 1e-6. */
+static int check_route_topk(int64_t T, int n, int k, bool coarse, bool nans)
+{
+    int64_t R = T * k;
+    std::vector<float> l((size_t)(T * n)), w((size_t)R), gw((size_t)R), tmp((size_t)n);
+    std::vector<int32_t> ids((size_t)R), gids((size_t)R);
+    for (auto &v : l)
+        v = coarse ? floorf(uniform() * 8.0f) / 4.0f : 4.0f * uniform();
+    if (nans)   /* a few NaN logits in every row, and one row all NaN but k */
+        for (int64_t t = 0; t < T; t++)
+            for (int e = 0; e < n; e++)
+                if ((e * 7 + t) % 5 == 0 || (t == 1 && e >= k))
+                    l[t * n + e] = NAN;
+    for (int64_t t = 0; t < T; t++)
+        sl_cpu_moe_route_topk_softmax(&l[t * n], n, k, tmp.data(), &ids[t * k], &w[t * k]);
+    route_topk_dev(l.data(), T, n, k, gids.data(), gw.data());
+    double werr = 0;
+    bool wnan = false;
+    for (int64_t i = 0; i < R; i++) {
+        if (isnan(w[i]) || isnan(gw[i])) {
+            wnan = wnan || isnan(w[i]) != isnan(gw[i]);
+            continue;
+        }
+        werr = fmax(werr, fabs((double)gw[i] - w[i]) / (fabs((double)w[i]) + 1e-30));
+    }
+    bool ids_ok = gids == ids;
+    int bad = !ids_ok || wnan || werr > 1e-6;
+    printf("gpt-oss route T %lld, %d experts, top %d%s%s: ids %s, weights max rel err %.1e%s  %s\n", (long long)T, n, k,
+           coarse ? ", tied logits" : "", nans ? ", NaN logits" : "", ids_ok ? "exact" : "DIFFER", werr,
+           wnan ? ", NaN where the CPU has none" : "", bad ? "FAIL" : "ok");
+    return bad;
+}
+
 template <int TYPE, int NT, bool PAIR>
 static void experts_dev(const moe_mm &a, int slots)
 {
@@ -158,6 +204,8 @@ struct experts {
     size_t rbe, rbf;
     std::vector<uint8_t> qg, qu, qd;   /* (n * F) rows of E, twice; (n * E) rows of F */
     std::vector<float> g, u, d;        /* their dequantization */
+    bool oss;                          /* gpt-oss: its routing, the biases below, the clamped SwiGLU */
+    std::vector<float> bg, bu, bd;     /* (n, F) twice, (n, E) */
 };
 
 static void make(uint32_t type, int64_t rows, int64_t n, std::vector<uint8_t> &q, std::vector<float> &w)
@@ -183,7 +231,10 @@ static void ffn_dev(experts &X, int64_t T, const float *x, const float *lg, std:
     w.assign((size_t)R, 0.0f);
     std::vector<int32_t> off((size_t)X.n + 1), pairs((size_t)R), used((size_t)X.n + 1);
     std::vector<float> h((size_t)(R * X.F)), y((size_t)(R * X.E));
-    route_dev(lg, T, X.n, X.k, true, ids.data(), w.data());
+    if (X.oss)
+        route_topk_dev(lg, T, X.n, X.k, ids.data(), w.data());
+    else
+        route_dev(lg, T, X.n, X.k, true, ids.data(), w.data());
     group_dev(ids.data(), R, X.n, off.data(), pairs.data(), used.data());
     moe_mm a = {};
     a.W[0] = X.qg.data();
@@ -196,6 +247,11 @@ static void ffn_dev(experts &X, int64_t T, const float *x, const float *lg, std:
     a.pairs = pairs.data();
     a.used = used.data();
     a.in_div = X.k;
+    if (X.oss) {
+        a.B[0] = X.bg.data();
+        a.B[1] = X.bu.data();
+        a.oai = true;
+    }
     a.x = x;
     a.ldx = X.E;
     a.y = h.data();
@@ -210,6 +266,9 @@ static void ffn_dev(experts &X, int64_t T, const float *x, const float *lg, std:
     b.n = (int)X.F;
     b.rows = (int)X.E;
     b.in_div = 1;
+    b.B[0] = X.oss ? X.bd.data() : NULL;
+    b.B[1] = NULL;
+    b.oai = false;
     b.x = h.data();
     b.ldx = X.F;
     b.y = y.data();
@@ -220,9 +279,10 @@ static void ffn_dev(experts &X, int64_t T, const float *x, const float *lg, std:
 }
 
 template <int TYPE>
-static int check_ffn(const char *name, int64_t T, int n, int k, int64_t E, int64_t F)
+static int check_ffn(const char *name, int64_t T, int n, int k, int64_t E, int64_t F, bool oss = false)
 {
     experts X;
+    X.oss = oss;
     X.n = n;
     X.k = k;
     X.E = E;
@@ -232,6 +292,14 @@ static int check_ffn(const char *name, int64_t T, int n, int k, int64_t E, int64
     make(TYPE, (int64_t)n * F, E, X.qg, X.g);
     make(TYPE, (int64_t)n * F, E, X.qu, X.u);
     make(TYPE, (int64_t)n * E, F, X.qd, X.d);
+    if (oss) {
+        X.bg.resize((size_t)(n * F));
+        X.bu.resize((size_t)(n * F));
+        X.bd.resize((size_t)(n * E));
+        for (auto *bv : {&X.bg, &X.bu, &X.bd})
+            for (auto &v : *bv)
+                v = 2.0f * uniform();
+    }
     std::vector<float> x((size_t)(T * E)), lg((size_t)(T * n)), out((size_t)(T * E)), alone((size_t)E), w, w1;
     std::vector<int32_t> ids, ids1;
     for (auto &v : x)
@@ -255,10 +323,17 @@ static int check_ffn(const char *name, int64_t T, int n, int k, int64_t E, int64
                         a += (double)X.g[((int64_t)e * F + f) * E + i] * x[t * E + i];
                         b += (double)X.u[((int64_t)e * F + f) * E + i] * x[t * E + i];
                     }
-                    hh[f] = a / (1.0 + exp(-a)) * b;
+                    if (oss) {
+                        /* the biases, then the CPU backend's own clamped SwiGLU on the floats */
+                        float ga = (float)a + X.bg[(size_t)e * F + f], ub = (float)b + X.bu[(size_t)e * F + f], o;
+                        sl_cpu_swiglu_oai(&o, &ga, &ub, 1);
+                        hh[f] = o;
+                    } else {
+                        hh[f] = a / (1.0 + exp(-a)) * b;
+                    }
                 }
                 for (int64_t i = 0; i < E; i++) {
-                    double yv = 0;
+                    double yv = oss ? (double)X.bd[(size_t)e * E + i] : 0.0;
                     for (int64_t f = 0; f < F; f++)
                         yv += (double)X.d[((int64_t)e * E + i) * F + f] * hh[f];
                     ref[i] += (double)w[t * k + s] * yv;
@@ -271,8 +346,9 @@ static int check_ffn(const char *name, int64_t T, int n, int k, int64_t E, int64
         }
     double err = sqrt(num / den);
     int bad = err > 2e-5 || !same;
-    printf("ffn %-5s T %lld, %d experts, top %d, n_embd %lld, n_ff_exp %lld: rel err %.1e, row alone %s  %s\n", name,
-           (long long)T, n, k, (long long)E, (long long)F, err, same ? "same bits" : "DIFFERS", bad ? "FAIL" : "ok");
+    printf("ffn %-5s%s T %lld, %d experts, top %d, n_embd %lld, n_ff_exp %lld: rel err %.1e, row alone %s  %s\n", name,
+           oss ? " gpt-oss (top-k softmax, biases, clamped SwiGLU)" : "", (long long)T, n, k, (long long)E, (long long)F,
+           err, same ? "same bits" : "DIFFERS", bad ? "FAIL" : "ok");
     return bad;
 }
 
@@ -319,6 +395,14 @@ int main()
     bad += check_ffn<SL_GGML_TYPE_Q8_0>("Q8_0", 13, 8, 2, 256, 256);
     bad += check_ffn<SL_GGML_TYPE_Q4_K>("Q4_K", 13, 8, 2, 256, 256);
     bad += check_ffn<SL_GGML_TYPE_Q6_K>("Q6_K", 5, 2, 1, 256, 4352);   /* down rows shared by two warps */
+    /* gpt-oss: its routing (ties, NaNs), MXFP4 experts with biases and the clamped SwiGLU */
+    bad += check_route_topk(37, 32, 4, false, false);   /* gpt-oss-20b's routing */
+    bad += check_route_topk(37, 128, 4, true, false);   /* gpt-oss-120b's, tied logits */
+    bad += check_route_topk(9, 40, 5, false, true);
+    bad += check_route_topk(5, 512, 32, true, false);   /* the limits */
+    bad += check_ffn<SL_GGML_TYPE_MXFP4>("MXFP4", 13, 8, 2, 256, 256, true);
+    bad += check_ffn<SL_GGML_TYPE_Q8_0>("Q8_0", 7, 8, 2, 256, 256, true);
+    bad += check_ffn<SL_GGML_TYPE_MXFP4>("MXFP4", 13, 8, 2, 256, 256);   /* the SiLU path over MXFP4 */
     printf("moe-emulate: %s\n", bad ? "FAIL" : "all passed");
     return bad ? 1 : 0;
 }

@@ -43,6 +43,8 @@ static inline V emu_exchange(V v, int src)
 template <class V>
 static inline V __shfl_xor_sync(unsigned, V v, int o) { return emu_exchange(v, (int)(threadIdx.x % 32) ^ o); }
 template <class V>
+static inline V __shfl_sync(unsigned, V v, int src) { return emu_exchange(v, src); }
+template <class V>
 static inline V __shfl_up_sync(unsigned, V v, unsigned o)
 {
     int l = threadIdx.x % 32;
