@@ -189,6 +189,7 @@ static sl_status moe_ffn(cuda_backend *cb, const cuda_layer *L, int64_t T)
     else
         TRY(sl_cuda_moe_route(cb->moe.logits, T, n, k, hp->moe_norm_w, cb->moe.ids, cb->moe.w, st));
     TRY(sl_cuda_moe_group(cb->moe.ids, R, n, cb->moe.off, cb->moe.pairs, cb->moe.used, st));
+    sl_cuda_profile_mark(cb->prof, SL_PROF_MOE_ROUTE, st);
     /* gpt-oss: expert biases before the activation, and its clamped SwiGLU */
     bool oai = hp->ffn_act == SL_FFN_SWIGLU_OAI;
     TRY(sl_cuda_mmv_experts_biased(&L->exp_gate, &L->exp_up, L->exp_gate_b, L->exp_up_b, oai, n, cb->moe.off,

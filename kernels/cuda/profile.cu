@@ -11,7 +11,8 @@
 
 static const char *const kind_name[SL_PROF_KINDS] = {
     "embed", "rmsnorm", "matmul q/k/v", "qk-norm/rope/kv", "attention", "matmul o", "matmul gate+up",
-    "matmul down", "add/swiglu", "output norm+matmul", "logits to host", "sampling"};
+    "matmul down", "add/swiglu", "output norm+matmul", "logits to host", "sampling",
+    "moe router+routing+grouping"};
 static const char *const class_name[CLASSES] = {"T=1", "T=2-8", "T=9-64", "T=65-512", "T>512"};
 
 struct sl_cuda_profile {
