@@ -113,6 +113,12 @@ static void template_adds(json_t *post, bool *bos, bool *eos)
 sl_status sl_vocab_json_to_gguf(const char *tokenizer_json_path, const char *tokenizer_config_path,
                                 sl_gguf_writer *w, char err[SL_ERR_LEN])
 {
+    return sl_vocab_json_to_gguf_min(tokenizer_json_path, tokenizer_config_path, 0, w, err);
+}
+
+sl_status sl_vocab_json_to_gguf_min(const char *tokenizer_json_path, const char *tokenizer_config_path,
+                                    size_t min_tokens, sl_gguf_writer *w, char err[SL_ERR_LEN])
+{
     json_error_t je;
     json_t *tj = json_load_file(tokenizer_json_path, 0, &je), *cfg = NULL;
     sl_status rc = SL_EFORMAT;
@@ -164,6 +170,8 @@ sl_status sl_vocab_json_to_gguf(const char *tokenizer_json_path, const char *tok
         if ((size_t)id + 1 > n)
             n = (size_t)id + 1;
     }
+    if (n < min_tokens)
+        n = min_tokens;   /* padded below like the gaps */
     texts = calloc(n, sizeof *texts);
     types = malloc(n * sizeof *types);
     scores = malloc(n * sizeof *scores);

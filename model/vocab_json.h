@@ -21,4 +21,12 @@
 sl_status sl_vocab_json_to_gguf(const char *tokenizer_json_path, const char *tokenizer_config_path,
                                 sl_gguf_writer *w, char err[SL_ERR_LEN]);
 
+/* The same with at least min_tokens tokens: ids past the file's last are
+ * "[PAD<id>]" entries of type UNUSED, as llama.cpp's converter writes them
+ * for a model whose embedding has more rows than its tokenizer has tokens
+ * (Qwen's 151,936 rows; llama.cpp refuses a file whose token list and
+ * embedding rows differ). */
+sl_status sl_vocab_json_to_gguf_min(const char *tokenizer_json_path, const char *tokenizer_config_path,
+                                    size_t min_tokens, sl_gguf_writer *w, char err[SL_ERR_LEN]);
+
 #endif

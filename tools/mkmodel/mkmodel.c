@@ -575,7 +575,11 @@ int main(int argc, char **argv)
     char err[SL_ERR_LEN];
     sl_gguf_writer *w = sl_gguf_writer_create();
     if (o.tokenizer_json) {
-        if (sl_vocab_json_to_gguf(o.tokenizer_json, o.tokenizer_config, w, err) < 0) {
+        /* a preset's embedding wider than the tokenizer (30b-a3b's 151,936 rows
+         * with the llama3 tokenizer) gets [PAD] tokens up to its rows, as real
+         * files have them, so the token list and the embedding agree */
+        if (sl_vocab_json_to_gguf_min(o.tokenizer_json, o.tokenizer_config, (size_t)(o.s.n_vocab > 0 ? o.s.n_vocab : 0),
+                                      w, err) < 0) {
             fprintf(stderr, "mkmodel: %s\n", err);
             return 2;
         }

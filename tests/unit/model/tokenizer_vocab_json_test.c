@@ -153,3 +153,42 @@ Test(vocab_json, real_mistral_and_qwen3)
         cr_assert_neq(ids[i], im_end);
     sl_tokenizer_destroy(t);
 }
+
+/* A minimum token count pads the list with [PAD<id>] tokens of type UNUSED
+ * (an embedding wider than the tokenizer); tokenizing is unchanged. */
+Test(vocab_json, padded_to_a_minimum)
+{
+    char jp[] = "/tmp/sl_vj_json_XXXXXX", out[] = "/tmp/sl_vj_pad_XXXXXX", err[SL_ERR_LEN];
+    close(mkstemp(jp));
+    close(mkstemp(out));
+    write_file(jp, k_small_spm);
+    sl_gguf_writer *w = sl_gguf_writer_create();
+    cr_assert_eq(sl_vocab_json_to_gguf_min(jp, NULL, 20, w, err), SL_OK, "%s", err);
+    cr_assert_eq(sl_gguf_writer_arr_len(w, "tokenizer.ggml.tokens"), 20);
+    cr_assert_eq(sl_gguf_writer_arr_len(w, "tokenizer.ggml.token_type"), 20);
+    cr_assert_eq(sl_gguf_writer_arr_len(w, "tokenizer.ggml.scores"), 20);
+    cr_assert_eq(sl_gguf_writer_begin(w, out, err), SL_OK, "%s", err);
+    cr_assert_eq(sl_gguf_writer_finish(w, err), SL_OK, "%s", err);
+    sl_gguf_writer_destroy(w);
+    sl_gguf *g;
+    sl_tokenizer *t;
+    cr_assert_eq(sl_gguf_open(out, &g, err), SL_OK, "%s", err);
+    cr_assert_eq(sl_tokenizer_create(g, &t, err), SL_OK, "%s", err);
+    sl_gguf_close(g);
+    cr_assert_eq(sl_tokenizer_n_vocab(t), 20);
+    cr_assert_eq(sl_tokenizer_attr(t, 19), SL_TOKEN_ATTR_UNUSED);
+    size_t len = 0;
+    const char *pad = sl_tokenizer_text(t, 19, &len);
+    cr_assert(pad && len == 7 && !memcmp(pad, "[PAD19]", 7));
+    int32_t ids[8];
+    cr_assert_eq(sl_tokenize(t, "hi!", 3, ids, 8), 2);
+    cr_assert_eq(ids[0], 7);
+    /* a minimum below the file's count changes nothing */
+    sl_gguf_writer *w2 = sl_gguf_writer_create();
+    cr_assert_eq(sl_vocab_json_to_gguf_min(jp, NULL, 3, w2, err), SL_OK, "%s", err);
+    cr_assert_eq(sl_gguf_writer_arr_len(w2, "tokenizer.ggml.tokens"), 9);
+    sl_gguf_writer_destroy(w2);
+    sl_tokenizer_destroy(t);
+    unlink(jp);
+    unlink(out);
+}
