@@ -82,7 +82,7 @@ for preset in tiny-qwen3moe tiny-qwen2moe tiny-mixtral; do
 done
 # gpt-oss (attention sinks, biases, top-k-then-softmax routing, the clamped
 # SwiGLU, MXFP4 experts): checked apart, since the backend takes it only
-# with SLUICE_CUDA_GPT_OSS=1 until a run of this script has passed it
+# with SLUICE_CUDA_GPT_OSS=1 until a run of this script passes it
 oss_types="Q8_0 Q4_K_M MXFP4 Q4_0 Q6_K"
 oss=()
 for type in $oss_types; do
