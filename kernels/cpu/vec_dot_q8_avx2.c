@@ -269,6 +269,63 @@ static inline void dot0x4(const struct qstaged *st, const sl_block_q8_0 *const a
     acc[3] = c3;
 }
 
+/* The register tile (prefill): TILE_R weight rows x JT activation rows,
+ * each activation block loaded once for the TILE_R weight rows and each
+ * weight block once for the JT activation rows, the accumulators in
+ * registers across TILE_B blocks. Per (weight row, activation row) pair
+ * the same block0 calls in the same block order as dot0x4, into the
+ * pair's own accumulator, so bitwise dot0x4's (and dot0's) result. */
+/* 4 x 2: eight accumulators, the weight and activation codes and the
+ * pair temporaries fit the 16 ymm registers (4 x 3 spilled four
+ * accumulators and measured slower, 2 x 4 the same); 32 blocks between
+ * accumulator stores (8 measured the same, within noise). */
+enum { TILE_R = 4, TILE_J = 2, TILE_B = 32 };
+
+/* TILE_R weight rows' blocks [b0, b0 + nblk), nblk <= TILE_B: signed codes
+ * and float scales (as stage_q8_0 / stage_q4_0). */
+struct tile_stage {
+    _Alignas(32) uint8_t codes[TILE_R][TILE_B * 32];
+    _Alignas(32) float bd[TILE_R][TILE_B];
+    int nblk;
+};
+
+/* JT (a constant at each call, the loops unroll) activation rows a[j]
+ * (blocks from the stage's first), da[j] their float scales. */
+static inline __attribute__((always_inline)) void dot0_tile(const struct tile_stage *ts, const sl_block_q8_0 *const a[],
+                                                            const float *const da[], int JT,
+                                                            __m256 acc[TILE_R][GROUP], int j0)
+{
+    __m256 c[TILE_R][TILE_J];
+    _Alignas(32) float pr[TILE_R][TILE_J][TILE_B];
+    int nblk = ts->nblk, i8 = nblk / 8 * 8;
+#pragma GCC unroll 4
+    for (int r = 0; r < TILE_R; r++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < JT; j++) {
+            c[r][j] = acc[r][j0 + j];
+            for (int i = 0; i < i8; i += 8)
+                _mm256_store_ps(pr[r][j] + i, _mm256_mul_ps(_mm256_load_ps(ts->bd[r] + i), _mm256_loadu_ps(da[j] + i)));
+            for (int i = i8; i < nblk; i++)   /* the row's last blocks: its scales end at da[j][nblk - 1] */
+                pr[r][j][i] = ts->bd[r][i] * da[j][i];
+        }
+    }
+    for (int i = 0; i < nblk; i++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < TILE_R; r++) {
+            __m256i w = _mm256_load_si256((const __m256i *)(ts->codes[r] + 32 * i));
+            __m256i aw = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 4
+            for (int j = 0; j < JT; j++)
+                c[r][j] = block0(w, aw, pr[r][j] + i, a[j] + i, c[r][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < TILE_R; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < JT; j++)
+            acc[r][j0 + j] = c[r][j];
+}
+
 /* ======================================================================
  * Rows
  * ====================================================================== */
@@ -305,6 +362,61 @@ static inline __attribute__((always_inline)) void rows0(bool q4, const void *w_r
     }
     for (int j = 0; j < mt; j++)
         out[j] = sl_avx2_hsum_ps(acc[j]);
+}
+
+/* rows0 for TILE_R weight rows (row_bytes apart) at once: out[r * mt + j].
+ * Activation rows in tiles of TILE_J, the last mt % TILE_J one at a time
+ * (the same per-pair steps). */
+static void rows0_tile(bool q4, const char *w, size_t row_bytes, const char *xa, size_t ldxa, int mt, float *out,
+                       int64_t n)
+{
+    struct tile_stage ts;
+    __m256 acc[TILE_R][GROUP];
+    for (int r = 0; r < TILE_R; r++)
+        for (int j = 0; j < mt; j++)
+            acc[r][j] = _mm256_setzero_ps();
+    int64_t nb = n / 32;
+    size_t bb = q4 ? sizeof(sl_block_q4_0) : sizeof(sl_block_q8_0);
+    for (int64_t b0 = 0; b0 < nb; b0 += TILE_B) {
+        int nblk = (int)(nb - b0 < TILE_B ? nb - b0 : TILE_B);
+        ts.nblk = nblk;
+        for (int r = 0; r < TILE_R; r++) {
+            const char *row = w + (size_t)r * row_bytes;
+            sl_avx2_prefetch_weights(row + b0 * bb, (int)(nblk * bb));
+            for (int i = 0; i < nblk; i++) {
+                if (q4) {
+                    const sl_block_q4_0 *b = (const sl_block_q4_0 *)row + b0 + i;
+                    __m128i lo, hi;
+                    sl_avx2_q4_0_codes(b->qs, &lo, &hi);
+                    _mm_store_si128((__m128i *)(ts.codes[r] + 32 * i), lo);
+                    _mm_store_si128((__m128i *)(ts.codes[r] + 32 * i + 16), hi);
+                    ts.bd[r][i] = _cvtsh_ss(b->d);
+                } else {
+                    const sl_block_q8_0 *b = (const sl_block_q8_0 *)row + b0 + i;
+                    _mm256_store_si256((__m256i *)(ts.codes[r] + 32 * i), _mm256_loadu_si256((const __m256i *)b->qs));
+                    ts.bd[r][i] = _cvtsh_ss(b->d);
+                }
+            }
+        }
+        const sl_block_q8_0 *aj[TILE_J];
+        const float *dj[TILE_J];
+        int j = 0;
+        for (; j + TILE_J <= mt; j += TILE_J) {
+            for (int i = 0; i < TILE_J; i++) {
+                aj[i] = (const sl_block_q8_0 *)(xa + (size_t)(j + i) * ldxa) + b0;
+                dj[i] = sl_act_q8_0_scales(xa + (size_t)(j + i) * ldxa, n) + b0;
+            }
+            dot0_tile(&ts, aj, dj, TILE_J, acc, j);
+        }
+        for (; j < mt; j++) {
+            aj[0] = (const sl_block_q8_0 *)(xa + (size_t)j * ldxa) + b0;
+            dj[0] = sl_act_q8_0_scales(xa + (size_t)j * ldxa, n) + b0;
+            dot0_tile(&ts, aj, dj, 1, acc, j);
+        }
+    }
+    for (int r = 0; r < TILE_R; r++)
+        for (int j = 0; j < mt; j++)
+            out[r * mt + j] = sl_avx2_hsum_ps(acc[r][j]);
 }
 
 /* mt (<= GROUP) activation rows through a K-quant weight row; kind is a
@@ -376,4 +488,16 @@ void sl_vec_dot_q8_multi_avx2(uint32_t type, const void *w_row, const void *xa, 
     for (int j0 = 0; j0 < m; j0 += GROUP)
         dot_group(type, w_row, (const char *)xa + (size_t)j0 * ldxa, ldxa, m - j0 < GROUP ? m - j0 : GROUP,
                   out + j0, n);
+}
+
+void sl_vec_dot_q8_rows_avx2(uint32_t type, const void *w, size_t row_bytes, int nr, const void *xa, size_t ldxa,
+                             int m, float *out, int64_t n)
+{
+    int r = 0;
+    bool q4 = type == SL_GGML_TYPE_Q4_0;
+    if ((type == SL_GGML_TYPE_Q8_0 || q4) && m >= TILE_J && m <= GROUP)
+        for (; r + TILE_R <= nr; r += TILE_R)
+            rows0_tile(q4, (const char *)w + (size_t)r * row_bytes, row_bytes, xa, ldxa, m, out + (size_t)r * m, n);
+    for (; r < nr; r++)
+        sl_vec_dot_q8_multi_avx2(type, (const char *)w + (size_t)r * row_bytes, xa, ldxa, m, out + (size_t)r * m, n);
 }
