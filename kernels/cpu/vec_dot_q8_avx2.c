@@ -13,10 +13,16 @@
  *   2*63*127, no saturation), vpmaddwd by the sub-block scales (int32),
  *   integer adds over the chunk, then one float FMA per block.
  * Q8_0/Q4_0 codes are signed, so the unsigned operand is |w| and the sign
- * moves to the activation (vpsignb), as ggml does. The integer sums equal
- * the portable ones (vec_dot_q8.c) exactly; the float sums may differ in
- * order. A row's result never depends on the group size: same code, same
- * operations (tested bitwise).
+ * moves to the activation (vpsignb), as ggml does. In prefill their rows
+ * come four at a time (sl_vec_dot_q8_rows_avx2) and run as register tiles
+ * of 4 weight rows x 2 activation rows, 32 blocks staged per row: each
+ * activation block is loaded once per four weight rows, each weight block
+ * once per two activation rows, and the eight accumulators stay in
+ * registers (the per-pair steps unchanged, so the same bits). The
+ * integer sums equal the portable ones (vec_dot_q8.c) exactly; the float
+ * sums may differ in order. A row's result never depends on the group
+ * size or on the tile it ran in: same per-pair operations in the same
+ * order (tested bitwise).
  * Trade-off: staging costs a store and a reload per 32 codes even for one
  * row; in exchange decode and prefill share one kernel, which is what
  * makes the batch-invariance argument a one-liner. Speed against llama.cpp
