@@ -73,9 +73,10 @@ void sl_vec_dot_act_multi(uint32_t type, enum sl_act_format f, const void *w_row
 /* sl_vec_dot_act_multi for nr weight rows at w, row_bytes apart, against
  * the same m activation rows: out[r*m + j] is bitwise what
  * sl_vec_dot_act_multi gives for row r and activation row j (m = 1 or
- * not), so a matmul may take its rows in any groups. On AVX2, Q8_0 and
- * Q4_0 rows with 8-bit activations go through register tiles of 4 weight
- * rows x 2 activation rows (prefill); the other cases row by row.
+ * not), so a matmul may take its rows in any groups. On AVX2, Q8_0,
+ * Q4_0, Q4_K, Q5_K and Q6_K rows with 8-bit activations go through
+ * register tiles of 4 weight rows x 2 activation rows (prefill); the other
+ * cases row by row.
  * out: nr * m floats (OUT). */
 void sl_vec_dot_act_rows(uint32_t type, enum sl_act_format f, const void *w, size_t row_bytes, int nr,
                          const void *xa, size_t ldxa, int m, float *out /* OUT */, int64_t n);
