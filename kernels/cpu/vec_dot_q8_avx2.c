@@ -281,12 +281,13 @@ static inline void dot0x4(const struct qstaged *st, const sl_block_q8_0 *const a
  * weight block once for the JT activation rows, the accumulators in
  * registers across TILE_B blocks. Per (weight row, activation row) pair
  * the same block0 calls in the same block order as dot0x4, into the
- * pair's own accumulator, so bitwise dot0x4's (and dot0's) result. */
-/* 4 x 2: eight accumulators, the weight and activation codes and the
+ * pair's own accumulator, so bitwise dot0x4's (and dot0's) result.
+ * 4 x 2: eight accumulators, the weight and activation codes and the
  * pair temporaries fit the 16 ymm registers (4 x 3 spilled four
  * accumulators and measured slower, 2 x 4 the same). 64 blocks staged per
  * pass (a 2048-wide row at once; 8-32 measured 1-3% slower); staging |w|
- * too, instead of one vpsignb per weight block and tile, gained 1%. */
+ * too, instead of one vpsignb per weight block and tile, gained 1%: not
+ * kept. Kernel lab figures: docs/PERF.md, "CPU engine". */
 enum { TILE_R = 4, TILE_J = 2, TILE_B = 64 };
 
 /* TILE_R weight rows' blocks [b0, b0 + nblk), nblk <= TILE_B: signed codes
