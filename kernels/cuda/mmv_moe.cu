@@ -283,15 +283,17 @@ static void launch_nt(const moe_mm &a, int nt, int slots, cudaStream_t st)
 
 /* Staged where nt rows of n floats fit the opt-in limit, with fewer rows
  * per pass where only those fit (speed only: the bits do not depend on nt),
- * else, or when staging is off, the global path. */
+ * else, or when staging is off, the global path at the nt asked (as before
+ * staging, so an A/B compares with what ran then). */
 template <int TYPE, bool PAIR, int WPR>
 static void launch_staged(const moe_mm &a, int nt, int slots, cudaStream_t st)
 {
     size_t lim = stage_wanted() ? stage_bytes_max() : 0;
-    while (nt > 1 && (size_t)nt * a.n * 4 > lim)
-        nt /= 2;
-    if ((size_t)nt * a.n * 4 <= lim)
-        launch_nt<TYPE, PAIR, WPR, true>(a, nt, slots, st);
+    int ns = nt;
+    while (ns > 1 && (size_t)ns * a.n * 4 > lim)
+        ns /= 2;
+    if ((size_t)ns * a.n * 4 <= lim)
+        launch_nt<TYPE, PAIR, WPR, true>(a, ns, slots, st);
     else
         launch_nt<TYPE, PAIR, WPR, false>(a, nt, slots, st);
 }
