@@ -513,7 +513,8 @@ static int check_stage(FILE *out, cudaStream_t st)
             CK(cudaMemcpy(o[s], dout, (size_t)(T * E) * 4, cudaMemcpyDeviceToHost));
             ms[s] = time_experts(st, &g, &u, &d, n, k, T, dx, doff, dpairs, dused, dh, dy);
         }
-        bool same_h = memcmp(h[0], h[1], (size_t)(R * F) * 4) == 0, same_o = memcmp(o[0], o[1], (size_t)(T * E) * 4) == 0;
+        bool same_h = memcmp(h[0], h[1], (size_t)(R * F) * 4) == 0;
+        bool same_o = memcmp(o[0], o[1], (size_t)(T * E) * 4) == 0;
         int64_t nan_h = 0;
         for (int64_t i = 0; i < R * F; i++)
             nan_h += isnan(h[0][i]);
@@ -521,8 +522,8 @@ static int check_stage(FILE *out, cudaStream_t st)
         bad += fail;
         fprintf(out, "  moe staged rows Q4_K T %lld, 128 experts, top 8, n_embd 2048, n_ff_exp 768: gate/up %s, "
                 "out %s%s; experts %.3f ms staged, %.3f ms global  %s\n", (long long)T,
-                same_h ? "same bits" : "DIFFER", same_o ? "same bits" : "DIFFER", nan_h ? ", outputs left unwritten" : "",
-                ms[0], ms[1], fail ? "FAIL" : "ok");
+                same_h ? "same bits" : "DIFFER", same_o ? "same bits" : "DIFFER",
+                nan_h ? ", outputs left unwritten" : "", ms[0], ms[1], fail ? "FAIL" : "ok");
     }
 done:
     sl_cuda_mmv_experts_stage(was);
