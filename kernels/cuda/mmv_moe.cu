@@ -5,18 +5,35 @@
  * 18 GB at Q4_K_M and would be 60 GB).
  * Runs in the worker process, launched on the backend stream.
  *
- * Grid: (blocks of WARPS/WPR weight rows, min(n_expert, T*k) expert
+ * Grid: (blocks of moe_rows_per_block weight rows, min(n_expert, T*k) expert
  * slots), fixed by the shapes, so a step holding it replays as a CUDA graph
  * whatever the routing chose. Slot j serves the j-th expert in use (the
  * grouping lists them, moe.cu) and reads its pair range; a slot past the
  * count returns at once, the others run passes of NT pairs: the
- * pass's input and output row indices go to shared memory, each warp dots
- * its weight row with those NT activation rows, and lane 0 stores each
+ * pass's input and output row indices go to shared memory, then the NT
+ * activation rows themselves (dynamic shared memory, NT * n floats), and
+ * each warp dots its MOE_RPW weight rows with them; lane 0 stores each
  * result at its pair's row of y.
+ * Why staged: every warp used to read its NT rows of x from global memory
+ * through the list. A dense mmv's blocks all read the same few rows (they
+ * stay in L1); here each block serves another expert's tokens, 16 blocks an
+ * SM each touching NT * n * 4 bytes (32-64 KiB), so x came from L2 once per
+ * warp, ~28x the weight bytes. An H200 profile (2026-12-02,
+ * SLUICE_CUDA_PROFILE=1 enginebench, a 4-layer cut of the 30B-A3B shape at
+ * Q4_K_M) had each of the two expert launches at 0.72 ms a layer at decode
+ * batch 64 (their ~226 MB of gate+up weights: 0.05 ms of bandwidth) and
+ * 5.6 ms at a 512-row prefill. Staged, a block copies the rows once and 32
+ * weight rows read them (8 warps, MOE_RPW = 4 rows each). The staged
+ * kernel's speed has NOT been measured on a GPU yet (selftest_moe.cu times
+ * both paths). Where NT rows of n do not fit the device's opt-in shared
+ * memory the launch takes fewer rows per pass, or for n past ~58,000 the
+ * global path; SLUICE_CUDA_MOE_STAGE=0 (read once) or
+ * sl_cuda_mmv_experts_stage(false) selects the global path for A/B.
  * Reduction order: row_dot's, which depends on the type and the row length
  * only (mmv.cu's header), never on the pass a pair falls in or its
  * neighbours, so a (row, slot)'s output is the same bits whatever else is
- * batched.
+ * batched; staging changes where x is read from, not the arithmetic or its
+ * order, so both paths give the same bits (moe-emulate, the selftest).
  * gpt-oss: each output gets its expert's bias (row e of a bias tensor)
  * before the activation, and the fused activation is its clamped SwiGLU
  * (sl_cuda_mmv_experts_biased); the other models pass neither and run the
@@ -29,6 +46,8 @@
 #include "kernels/cuda/mmv_dot.cuh"
 #include "kernels/cuda/mmv.cuh"
 #include "kernels/cuda/moe.cuh"
+
+#include <stdlib.h>
 
 struct moe_mm {
     const uint8_t *W[2];     /* expert 0 of w, of up (PAIR) */
@@ -46,91 +65,129 @@ struct moe_mm {
     int64_t ldy;
 };
 
-template <int TYPE, int NT, bool PAIR, int WPR>
+/* Weight rows each warp (or WPR warps) runs per pass when the activation
+ * rows are staged: a staged row then serves RPW * WARPS / WPR weight rows
+ * of the block (64 KiB of x for 32 rows at n 2,048), not 8. */
+#define MOE_RPW 4
+
+/* Weight rows one block covers. */
+static constexpr __host__ __device__ int moe_rows_per_block(int wpr, bool stage)
+{
+    return (stage ? MOE_RPW : 1) * (WARPS / wpr);
+}
+
+/* STAGE: the pass's nt activation rows are copied to dynamic shared memory
+ * (nt * n floats, row t at t * n) once per block and every row_dot reads
+ * them there; without it each warp reads them from global memory through
+ * the list (the path before staging, kept for A/B: SLUICE_CUDA_MOE_STAGE=0).
+ * Either way a (row, pair) sees the same values in the same order. */
+template <int TYPE, int NT, bool PAIR, int WPR, bool STAGE>
 static __global__ void __launch_bounds__(WARPS * SL_WARP) mmv_experts_warp_per_row(moe_mm a)
 {
-    constexpr int NR = PAIR ? 2 : 1;
-    __shared__ float red[WPR > 1 ? WARPS : 1][NR][NT];
+    constexpr int NR = PAIR ? 2 : 1, RPW = STAGE ? MOE_RPW : 1;
+    __shared__ float red[RPW][WPR > 1 ? WARPS : 1][NR][NT];
     __shared__ int32_t in_rows[NT], out_rows[NT];
+    extern __shared__ float4 moe_x4[];
     if ((int)blockIdx.y >= a.used[0])
         return;   /* the whole block: fewer experts in use than slots */
     int e = a.used[1 + blockIdx.y];
     int p0 = a.off[e], p1 = a.off[e + 1];
     int lane = threadIdx.x % SL_WARP, warp = threadIdx.x / SL_WARP, part = warp % WPR;
-    int r = blockIdx.x * (WARPS / WPR) + warp / WPR;
-    bool live = r < a.rows;
-    size_t at = (size_t)e * a.expert_bytes + (size_t)(live ? r : 0) * a.row_bytes;
-    const uint8_t *W0 = a.W[0] + at, *W1 = PAIR ? a.W[1] + at : NULL;
     int steps = row_steps(a.n), per = (steps + WPR - 1) / WPR;
     int k0 = part * per, k1 = k0 + per < steps ? k0 + per : steps;
     mmv_rows_listed xr = {in_rows, a.ldx};
+    mmv_rows_strided xs = {a.n};
+    const float *sx = (const float *)moe_x4;
     for (int pb = p0; pb < p1; pb += NT) {
         int nt = p1 - pb < NT ? p1 - pb : NT;
-        __syncthreads();   /* the previous pass is done with the lists and red */
+        __syncthreads();   /* the previous pass is done with the lists, red and the staged rows */
         if (threadIdx.x < nt) {
             int q = a.pairs[pb + threadIdx.x];
             out_rows[threadIdx.x] = q;
             in_rows[threadIdx.x] = q / a.in_div;
         }
         __syncthreads();
-        float acc[NR][NT];
-#pragma unroll
-        for (int q = 0; q < NR; q++)
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                acc[q][t] = 0.0f;
-        if (live) {
-            row_dot<TYPE, NT>(W0, a.n, k0, k1, lane, a.x, xr, nt, acc[0]);
-            if constexpr (PAIR)
-                row_dot<TYPE, NT>(W1, a.n, k0, k1, lane, a.x, xr, nt, acc[NR - 1]);
-        }
-        float v[NR][NT];
-#pragma unroll
-        for (int q = 0; q < NR; q++)
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                v[q][t] = sl_warp_sum(acc[q][t]);
-        if constexpr (WPR > 1) {
-            if (lane == 0)
-#pragma unroll
-                for (int q = 0; q < NR; q++)
-#pragma unroll
-                    for (int t = 0; t < NT; t++)
-                        red[warp][q][t] = v[q][t];
+        if constexpr (STAGE) {
+            /* float4 copies: n is a multiple of 32 and x's rows 16-byte aligned (sl_cuda_mmv_supports) */
+            int n4 = a.n / 4;
+            for (int i = threadIdx.x; i < nt * n4; i += WARPS * SL_WARP) {
+                int t = i / n4;
+                moe_x4[i] = ((const float4 *)(a.x + (int64_t)in_rows[t] * a.ldx))[i - t * n4];
+            }
             __syncthreads();
-            if (part == 0 && live)
-#pragma unroll
-                for (int q = 0; q < NR; q++)
-#pragma unroll
-                    for (int t = 0; t < NT; t++)
-#pragma unroll
-                        for (int p = 1; p < WPR; p++)
-                            v[q][t] = __fadd_rn(v[q][t], red[warp + p][q][t]);
         }
-        if (part != 0 || !live || lane != 0)
-            continue;
-        /* gpt-oss: the expert's bias on each output before the activation */
-        float bw = a.B[0] ? a.B[0][(size_t)e * a.rows + r] : 0.0f;
-        float bu = PAIR && a.B[1] ? a.B[1][(size_t)e * a.rows + r] : 0.0f;
+        for (int j = 0; j < RPW; j++) {   /* the same count in every warp: the barriers below stay uniform */
+            int r = blockIdx.x * moe_rows_per_block(WPR, STAGE) + j * (WARPS / WPR) + warp / WPR;
+            bool live = r < a.rows;
+            size_t at = (size_t)e * a.expert_bytes + (size_t)(live ? r : 0) * a.row_bytes;
+            const uint8_t *W0 = a.W[0] + at, *W1 = PAIR ? a.W[1] + at : NULL;
+            float acc[NR][NT];
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float o = v[0][t];
-            if (a.B[0])
-                o = __fadd_rn(o, bw);
-            if constexpr (PAIR) {
-                float u = v[NR - 1][t];
-                if (a.B[1])
-                    u = __fadd_rn(u, bu);
-                if (a.oai) {
-                    /* sl_cpu_swiglu_oai: alpha 1.702, limit 7, in its order */
-                    float g = o < 7.0f ? o : 7.0f, c = u < -7.0f ? -7.0f : u > 7.0f ? 7.0f : u;
-                    o = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(__fmul_rn(1.702f, -g)))), __fadd_rn(c, 1.0f));
-                } else {   /* mmv.cu's fused SwiGLU, the same arithmetic */
-                    o = __fmul_rn(__fdiv_rn(o, __fadd_rn(1.0f, expf(-o))), u);
+            for (int q = 0; q < NR; q++)
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    acc[q][t] = 0.0f;
+            if (live) {
+                if constexpr (STAGE) {
+                    row_dot<TYPE, NT>(W0, a.n, k0, k1, lane, sx, xs, nt, acc[0]);
+                    if constexpr (PAIR)
+                        row_dot<TYPE, NT>(W1, a.n, k0, k1, lane, sx, xs, nt, acc[NR - 1]);
+                } else {
+                    row_dot<TYPE, NT>(W0, a.n, k0, k1, lane, a.x, xr, nt, acc[0]);
+                    if constexpr (PAIR)
+                        row_dot<TYPE, NT>(W1, a.n, k0, k1, lane, a.x, xr, nt, acc[NR - 1]);
                 }
             }
-            if (t < nt)
-                a.y[(int64_t)out_rows[t] * a.ldy + r] = o;
+            float v[NR][NT];
+#pragma unroll
+            for (int q = 0; q < NR; q++)
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    v[q][t] = sl_warp_sum(acc[q][t]);
+            if constexpr (WPR > 1) {
+                /* red[j]: row j's partial sums, so no barrier is needed before row j + 1 writes its own */
+                if (lane == 0)
+#pragma unroll
+                    for (int q = 0; q < NR; q++)
+#pragma unroll
+                        for (int t = 0; t < NT; t++)
+                            red[j][warp][q][t] = v[q][t];
+                __syncthreads();
+                if (part == 0 && live)
+#pragma unroll
+                    for (int q = 0; q < NR; q++)
+#pragma unroll
+                        for (int t = 0; t < NT; t++)
+#pragma unroll
+                            for (int p = 1; p < WPR; p++)
+                                v[q][t] = __fadd_rn(v[q][t], red[j][warp + p][q][t]);
+            }
+            if (part != 0 || !live || lane != 0)
+                continue;
+            /* gpt-oss: the expert's bias on each output before the activation */
+            float bw = a.B[0] ? a.B[0][(size_t)e * a.rows + r] : 0.0f;
+            float bu = PAIR && a.B[1] ? a.B[1][(size_t)e * a.rows + r] : 0.0f;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float o = v[0][t];
+                if (a.B[0])
+                    o = __fadd_rn(o, bw);
+                if constexpr (PAIR) {
+                    float u = v[NR - 1][t];
+                    if (a.B[1])
+                        u = __fadd_rn(u, bu);
+                    if (a.oai) {
+                        /* sl_cpu_swiglu_oai: alpha 1.702, limit 7, in its order */
+                        float g = o < 7.0f ? o : 7.0f, c = u < -7.0f ? -7.0f : u > 7.0f ? 7.0f : u;
+                        o = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(__fmul_rn(1.702f, -g)))),
+                                      __fadd_rn(c, 1.0f));
+                    } else {   /* mmv.cu's fused SwiGLU, the same arithmetic */
+                        o = __fmul_rn(__fdiv_rn(o, __fadd_rn(1.0f, expf(-o))), u);
+                    }
+                }
+                if (t < nt)
+                    a.y[(int64_t)out_rows[t] * a.ldy + r] = o;
+            }
         }
     }
 }
@@ -148,27 +205,106 @@ bool sl_cuda_mmv_experts_supports(uint32_t type)
     }
 }
 
-template <int TYPE, bool PAIR, int WPR>
+/* Shared memory the staged kernels may take beyond their static arrays
+ * (red and the lists: at most 2,112 bytes): the device's opt-in limit less
+ * 4 KiB, 0 before it is known. */
+static size_t stage_limit;
+
+/* Whether to stage: SLUICE_CUDA_MOE_STAGE=0 says not (read once), and
+ * sl_cuda_mmv_experts_stage overrides it. */
+static int stage_on = -1;
+
+static bool stage_wanted(void)
+{
+    if (stage_on < 0) {
+        const char *e = getenv("SLUICE_CUDA_MOE_STAGE");
+        stage_on = !(e && !strcmp(e, "0"));
+    }
+    return stage_on != 0;
+}
+
+bool sl_cuda_mmv_experts_stage(bool on)
+{
+    bool was = stage_wanted();
+    stage_on = on;
+    return was;
+}
+
+/* The opt-in limit, once (the worker drives one device). Any error: 0, the
+ * global path. */
+static size_t stage_bytes_max(void)
+{
+    static bool asked;
+    if (!asked) {
+        int dev = 0, optin = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+            optin > 4096)
+            stage_limit = (size_t)optin - 4096;
+        cudaGetLastError();   /* a failed query must not look like a failed launch */
+        asked = true;
+    }
+    return stage_limit;
+}
+
+template <int TYPE, int NT, bool PAIR, int WPR, bool STAGE>
+static void launch_one(const moe_mm &a, int slots, size_t smem, cudaStream_t st)
+{
+    if constexpr (STAGE) {
+        /* above 48 KiB a kernel must opt in: once per kernel, to the most any launch asks */
+        static bool allowed;
+        if (!allowed) {
+            if (cudaFuncSetAttribute(mmv_experts_warp_per_row<TYPE, NT, PAIR, WPR, true>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stage_bytes_max()) !=
+                cudaSuccess) {
+                cudaGetLastError();   /* refused: this launch takes the global path, the next asks again */
+                launch_one<TYPE, NT, PAIR, WPR, false>(a, slots, 0, st);
+                return;
+            }
+            allowed = true;
+        }
+    }
+    constexpr int RPB = moe_rows_per_block(WPR, STAGE);
+    dim3 grid((unsigned)((a.rows + RPB - 1) / RPB), (unsigned)slots);
+    mmv_experts_warp_per_row<TYPE, NT, PAIR, WPR, STAGE><<<grid, dim3(WARPS * SL_WARP), smem, st>>>(a);
+}
+
+template <int TYPE, bool PAIR, int WPR, bool STAGE>
 static void launch_nt(const moe_mm &a, int nt, int slots, cudaStream_t st)
 {
-    constexpr int RPB = WARPS / WPR;
-    dim3 grid((unsigned)((a.rows + RPB - 1) / RPB), (unsigned)slots);
-    dim3 block(WARPS * SL_WARP);
+    size_t smem = STAGE ? (size_t)nt * a.n * 4 : 0;
     switch (nt) {
-    case 1: mmv_experts_warp_per_row<TYPE, 1, PAIR, WPR><<<grid, block, 0, st>>>(a); break;
-    case 2: mmv_experts_warp_per_row<TYPE, 2, PAIR, WPR><<<grid, block, 0, st>>>(a); break;
-    case 4: mmv_experts_warp_per_row<TYPE, 4, PAIR, WPR><<<grid, block, 0, st>>>(a); break;
-    default: mmv_experts_warp_per_row<TYPE, 8, PAIR, WPR><<<grid, block, 0, st>>>(a); break;
+    case 1: launch_one<TYPE, 1, PAIR, WPR, STAGE>(a, slots, smem, st); break;
+    case 2: launch_one<TYPE, 2, PAIR, WPR, STAGE>(a, slots, smem, st); break;
+    case 4: launch_one<TYPE, 4, PAIR, WPR, STAGE>(a, slots, smem, st); break;
+    default: launch_one<TYPE, 8, PAIR, WPR, STAGE>(a, slots, smem, st); break;
     }
+}
+
+/* Staged where nt rows of n floats fit the opt-in limit, with fewer rows
+ * per pass where only those fit (speed only: the bits do not depend on nt),
+ * else, or when staging is off, the global path at the nt asked (as before
+ * staging, so an A/B compares with what ran then). */
+template <int TYPE, bool PAIR, int WPR>
+static void launch_staged(const moe_mm &a, int nt, int slots, cudaStream_t st)
+{
+    size_t lim = stage_wanted() ? stage_bytes_max() : 0;
+    int ns = nt;
+    while (ns > 1 && (size_t)ns * a.n * 4 > lim)
+        ns /= 2;
+    if ((size_t)ns * a.n * 4 <= lim)
+        launch_nt<TYPE, PAIR, WPR, true>(a, ns, slots, st);
+    else
+        launch_nt<TYPE, PAIR, WPR, false>(a, nt, slots, st);
 }
 
 template <int TYPE, bool PAIR>
 static void launch(const moe_mm &a, int nt, int slots, cudaStream_t st)
 {
     switch (warps_per_row(a.n)) {
-    case 1: launch_nt<TYPE, PAIR, 1>(a, nt, slots, st); break;
-    case 2: launch_nt<TYPE, PAIR, 2>(a, nt, slots, st); break;
-    default: launch_nt<TYPE, PAIR, 4>(a, nt, slots, st); break;
+    case 1: launch_staged<TYPE, PAIR, 1>(a, nt, slots, st); break;
+    case 2: launch_staged<TYPE, PAIR, 2>(a, nt, slots, st); break;
+    default: launch_staged<TYPE, PAIR, 4>(a, nt, slots, st); break;
     }
 }
 

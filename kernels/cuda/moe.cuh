@@ -73,6 +73,14 @@ sl_status sl_cuda_mmv_experts(const sl_cuda_weight *w, const sl_cuda_weight *up,
                               const int32_t *pairs, const int32_t *used, int64_t R, int in_div, const float *x,
                               int64_t ldx, float *y, int64_t ldy, cudaStream_t stream);
 
+/* Whether sl_cuda_mmv_experts stages each pass's activation rows in shared
+ * memory (on unless SLUICE_CUDA_MOE_STAGE=0, read at the first launch) or
+ * reads them from global memory in every warp (the path before staging).
+ * The outputs are the same bits either way; this is for A/B runs in one
+ * process (the selftest). Returns the setting it replaces. Not
+ * thread-safe: call between launches. */
+bool sl_cuda_mmv_experts_stage(bool on);
+
 /* sl_cuda_mmv_experts with gpt-oss's additions: bias (n_expert, w->ne1),
  * or NULL, adds expert e's row e to each of its outputs (with up: to the
  * gate's, and up_bias, needing bias, to the up's) before the activation;

@@ -7,7 +7,9 @@
  * reference on the dequantized weights, plus one row computed alone giving
  * the bits it gave in the batch; gpt-oss's routing against the CPU's
  * sl_cpu_moe_route_topk_softmax and its FFN (expert biases, the CPU's
- * sl_cpu_swiglu_oai in the reference).
+ * sl_cpu_swiglu_oai in the reference); and the expert matmuls with their
+ * activation rows staged in shared memory giving the bits of the global
+ * path, on Qwen3-30B-A3B's shape.
  * Kept apart from selftest.cu so each file has one subject. */
 #include <math.h>
 #include <stdio.h>
@@ -407,6 +409,147 @@ done:
     return bad;
 }
 
+/* Milliseconds a launch of the two expert matmuls takes, averaged over reps
+ * (informational: the staged against the global path). */
+static float time_experts(cudaStream_t st, const sl_cuda_weight *g, const sl_cuda_weight *u, const sl_cuda_weight *d,
+                          int n, int k, int64_t T, const float *dx, const int32_t *doff, const int32_t *dpairs,
+                          const int32_t *dused, float *dh, float *dy)
+{
+    const int reps = 20;
+    cudaEvent_t a, b;
+    float ms = -1.0f;
+    if (cudaEventCreate(&a) != cudaSuccess)
+        return ms;
+    if (cudaEventCreate(&b) != cudaSuccess) {
+        cudaEventDestroy(a);
+        return ms;
+    }
+    int64_t R = T * k, E = g->ne0, F = g->ne1;
+    bool ok = cudaEventRecord(a, st) == cudaSuccess;
+    for (int i = 0; ok && i < reps; i++)
+        ok = sl_cuda_mmv_experts(g, u, n, doff, dpairs, dused, R, k, dx, E, dh, F, st) == SL_OK &&
+             sl_cuda_mmv_experts(d, NULL, n, doff, dpairs, dused, R, 1, dh, F, dy, E, st) == SL_OK;
+    if (ok && cudaEventRecord(b, st) == cudaSuccess && cudaEventSynchronize(b) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, a, b) == cudaSuccess)
+        ms /= reps;
+    else
+        ms = -1.0f;
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return ms;
+}
+
+/* The expert matmuls with their activation rows staged in shared memory
+ * (the default) against the global path (SLUICE_CUDA_MOE_STAGE=0) on
+ * Qwen3-30B-A3B's shape: 128 experts, top 8, n_embd 2048, n_ff_exp 768,
+ * Q4_K experts of random blocks, at T = 1, 64 and 512 (one, four and
+ * eight pairs per pass, the last above 48 KiB of shared memory). Every
+ * output of both launches must be the same bits. Returns failures. */
+static int check_stage(FILE *out, cudaStream_t st)
+{
+    const uint32_t type = SL_GGML_TYPE_Q4_K;
+    const int n = 128, k = 8;
+    const int64_t E = 2048, F = 768, Tmax = 512, Rmax = Tmax * k;
+    static const int64_t Ts[] = {1, 64, 512};
+    int bad = 0;
+    uint64_t seed = 777;
+    size_t rbe = sl_ggml_row_bytes(type, (uint64_t)E), rbf = sl_ggml_row_bytes(type, (uint64_t)F);
+    size_t gu_bytes = (size_t)n * F * rbe, d_bytes = (size_t)n * E * rbf;
+    bool was = sl_cuda_mmv_experts_stage(true);
+    uint8_t *q = (uint8_t *)malloc(gu_bytes > d_bytes ? gu_bytes : d_bytes);
+    float *x = (float *)malloc((size_t)(Tmax * E) * 4), *lg = (float *)malloc((size_t)(Tmax * n) * 4);
+    float *h[2] = {(float *)malloc((size_t)(Rmax * F) * 4), (float *)malloc((size_t)(Rmax * F) * 4)};
+    float *o[2] = {(float *)malloc((size_t)(Tmax * E) * 4), (float *)malloc((size_t)(Tmax * E) * 4)};
+    uint8_t *dqg = NULL, *dqu = NULL, *dqd = NULL;
+    float *dx = NULL, *dlog = NULL, *dw = NULL, *dh = NULL, *dy = NULL, *dout = NULL;
+    int32_t *dids = NULL, *doff = NULL, *dpairs = NULL, *dused = NULL;
+    if (!q || !x || !lg || !h[0] || !h[1] || !o[0] || !o[1]) {
+        fprintf(out, "  moe staged rows: out of host memory\n");
+        bad = 1;
+        goto done;
+    }
+    CK(cudaMalloc(&dqg, gu_bytes));
+    CK(cudaMalloc(&dqu, gu_bytes));
+    CK(cudaMalloc(&dqd, d_bytes));
+    for (int m = 0; m < 3; m++) {
+        size_t rb = m < 2 ? rbe : rbf, rows = m < 2 ? (size_t)n * F : (size_t)n * E;
+        for (size_t r = 0; r < rows; r++)
+            sl_random_blocks_row(type, q + r * rb, rb, m < 2 ? E : F, &seed);
+        CK(cudaMemcpy(m == 0 ? dqg : m == 1 ? dqu : dqd, q, rows * rb, cudaMemcpyHostToDevice));
+    }
+    for (int64_t i = 0; i < Tmax * E; i++)
+        x[i] = 0.05f * uniform(&seed);   /* random scales reach 4 * 63 * 15: keep the sums finite */
+    for (int64_t i = 0; i < Tmax * n; i++)
+        lg[i] = 3.0f * uniform(&seed);
+    CK(cudaMalloc(&dx, (size_t)(Tmax * E) * 4));
+    CK(cudaMalloc(&dlog, (size_t)(Tmax * n) * 4));
+    CK(cudaMalloc(&dw, (size_t)Rmax * 4));
+    CK(cudaMalloc(&dids, (size_t)Rmax * 4));
+    CK(cudaMalloc(&doff, ((size_t)n + 1) * 4));
+    CK(cudaMalloc(&dpairs, (size_t)Rmax * 4));
+    CK(cudaMalloc(&dused, ((size_t)n + 1) * 4));
+    CK(cudaMalloc(&dh, (size_t)(Rmax * F) * 4));
+    CK(cudaMalloc(&dy, (size_t)(Rmax * E) * 4));
+    CK(cudaMalloc(&dout, (size_t)(Tmax * E) * 4));
+    CK(cudaMemcpy(dx, x, (size_t)(Tmax * E) * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dlog, lg, (size_t)(Tmax * n) * 4, cudaMemcpyHostToDevice));
+    for (int64_t T : Ts) {
+        sl_cuda_weight g = {type, E, F, rbe, dqg, false, NULL}, u = {type, E, F, rbe, dqu, false, NULL};
+        sl_cuda_weight d = {type, F, E, rbf, dqd, false, NULL};
+        float ms[2] = {-1.0f, -1.0f};
+        int64_t R = T * k;
+        for (int s = 0; s < 2; s++) {   /* s 0: staged, s 1: the global path */
+            sl_cuda_mmv_experts_stage(s == 0);
+            CK(cudaMemset(dh, 0xFF, (size_t)(R * F) * 4));   /* NaN bits: an output never written shows */
+            CK(cudaMemset(dout, 0xFF, (size_t)(T * E) * 4));
+            if (run_ffn(st, &g, &u, &d, n, k, T, dx, dlog, dids, dw, doff, dpairs, dused, dh, dy, dout, NULL) < 0) {
+                fprintf(out, "  moe staged rows: launch refused\n");
+                bad = 1;
+                goto done;
+            }
+            CK(cudaStreamSynchronize(st));
+            CK(cudaGetLastError());
+            CK(cudaMemcpy(h[s], dh, (size_t)(R * F) * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(o[s], dout, (size_t)(T * E) * 4, cudaMemcpyDeviceToHost));
+            ms[s] = time_experts(st, &g, &u, &d, n, k, T, dx, doff, dpairs, dused, dh, dy);
+        }
+        bool same_h = memcmp(h[0], h[1], (size_t)(R * F) * 4) == 0;
+        bool same_o = memcmp(o[0], o[1], (size_t)(T * E) * 4) == 0;
+        int64_t nan_h = 0;
+        for (int64_t i = 0; i < R * F; i++)
+            nan_h += isnan(h[0][i]);
+        bool fail = !same_h || !same_o || nan_h > 0;
+        bad += fail;
+        fprintf(out, "  moe staged rows Q4_K T %lld, 128 experts, top 8, n_embd 2048, n_ff_exp 768: gate/up %s, "
+                "out %s%s; experts %.3f ms staged, %.3f ms global  %s\n", (long long)T,
+                same_h ? "same bits" : "DIFFER", same_o ? "same bits" : "DIFFER",
+                nan_h ? ", outputs left unwritten" : "", ms[0], ms[1], fail ? "FAIL" : "ok");
+    }
+done:
+    sl_cuda_mmv_experts_stage(was);
+    cudaFree(dqg);
+    cudaFree(dqu);
+    cudaFree(dqd);
+    cudaFree(dx);
+    cudaFree(dlog);
+    cudaFree(dw);
+    cudaFree(dids);
+    cudaFree(doff);
+    cudaFree(dpairs);
+    cudaFree(dused);
+    cudaFree(dh);
+    cudaFree(dy);
+    cudaFree(dout);
+    free(q);
+    free(x);
+    free(lg);
+    free(h[0]);
+    free(h[1]);
+    free(o[0]);
+    free(o[1]);
+    return bad;
+}
+
 /* Runs every case, one line each to `out`. Returns the number that failed,
  * or -1 when there is no usable device. */
 extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest_moe(FILE *out)
@@ -441,6 +584,7 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest_moe(FILE 
     bad += check_ffn(out, st, SL_GGML_TYPE_MXFP4, 37, 16, 4, 256, 256, true);
     bad += check_ffn(out, st, SL_GGML_TYPE_Q8_0, 37, 16, 4, 256, 256, true);
     bad += check_ffn(out, st, SL_GGML_TYPE_MXFP4, 19, 4, 2, 2880, 256, true);   /* gate/up rows of gpt-oss-20b's 2,880 */
+    bad += check_stage(out, st);   /* staged activation rows: the global path's bits */
     cudaStreamDestroy(st);
     return bad;
 }

@@ -5,7 +5,8 @@
  * against the CPU's rule (exact ids and pair order, tied logits included),
  * the expert FFN (route, group, fused gate/up, down, combine) against a
  * float64 reference for Q8_0, Q4_K and Q6_K experts, one row alone giving
- * its batched bits (and another pass size), and the combine with a shared
+ * its batched bits (and another pass size), the staged activation rows
+ * giving the global path's bits, and the combine with a shared
  * expert; gpt-oss's routing against the CPU's sl_cpu_moe_route_topk_softmax
  * (ids exact with tied and NaN logits) and its expert FFN (MXFP4 and Q8_0
  * experts, expert biases, the clamped SwiGLU taken from the CPU's
@@ -25,6 +26,7 @@ extern "C" {
 thread_local uint3 threadIdx, blockIdx;
 pthread_barrier_t emu_block_bar, emu_warp_bar[EMU_MAX_WARPS];
 uint64_t emu_xchg[EMU_MAX_WARPS][32];
+float4 emu_dyn_shared[EMU_DYN_SHARED_BYTES / 16];
 
 #include "moe_kernels.inc"       /* kernels/cuda/moe.cu up to the launchers */
 #include "mmv_moe_kernel.inc"    /* kernels/cuda/mmv_moe.cu's kernel */
@@ -178,23 +180,24 @@ static int check_route_topk(int64_t T, int n, int k, bool coarse, bool nans)
     return bad;
 }
 
-template <int TYPE, int NT, bool PAIR>
+/* STAGE: the activation rows staged in (emulated) dynamic shared memory,
+ * as sl_cuda_mmv_experts launches by default; else the global path */
+template <int TYPE, int NT, bool PAIR, bool STAGE>
 static void experts_dev(const moe_mm &a, int slots)
 {
-    constexpr int W1 = 1;
     int wpr = warps_per_row(a.n);
-    unsigned gx;
-    std::function<void()> body;
-    if (wpr == 1) {
-        gx = (unsigned)((a.rows + WARPS / W1 - 1) / (WARPS / W1));
-        body = [&] { mmv_experts_warp_per_row<TYPE, NT, PAIR, 1>(a); };
-    } else if (wpr == 2) {
-        gx = (unsigned)((a.rows + WARPS / 2 - 1) / (WARPS / 2));
-        body = [&] { mmv_experts_warp_per_row<TYPE, NT, PAIR, 2>(a); };
-    } else {
-        gx = (unsigned)((a.rows + WARPS / 4 - 1) / (WARPS / 4));
-        body = [&] { mmv_experts_warp_per_row<TYPE, NT, PAIR, 4>(a); };
+    if (STAGE && (size_t)NT * a.n * 4 > sizeof emu_dyn_shared) {
+        fprintf(stderr, "moe-emulate: %d rows of %d floats do not fit the dynamic shared buffer\n", NT, a.n);
+        exit(2);
     }
+    unsigned gx = (unsigned)((a.rows + moe_rows_per_block(wpr, STAGE) - 1) / moe_rows_per_block(wpr, STAGE));
+    std::function<void()> body;
+    if (wpr == 1)
+        body = [&] { mmv_experts_warp_per_row<TYPE, NT, PAIR, 1, STAGE>(a); };
+    else if (wpr == 2)
+        body = [&] { mmv_experts_warp_per_row<TYPE, NT, PAIR, 2, STAGE>(a); };
+    else
+        body = [&] { mmv_experts_warp_per_row<TYPE, NT, PAIR, 4, STAGE>(a); };
     emu_launch(gx, (unsigned)slots, WARPS * SL_WARP, body);
 }
 
@@ -221,8 +224,8 @@ static void make(uint32_t type, int64_t rows, int64_t n, std::vector<uint8_t> &q
     }
 }
 
-/* the device FFN of T rows with NT pairs per pass */
-template <int TYPE, int NT>
+/* the device FFN of T rows with NT pairs per pass, staged or not */
+template <int TYPE, int NT, bool STAGE = true>
 static void ffn_dev(experts &X, int64_t T, const float *x, const float *lg, std::vector<int32_t> &ids,
                     std::vector<float> &w, float *out)
 {
@@ -257,7 +260,7 @@ static void ffn_dev(experts &X, int64_t T, const float *x, const float *lg, std:
     a.y = h.data();
     a.ldy = X.F;
     int slots = R < X.n ? (int)R : X.n;   /* as sl_cuda_mmv_experts launches */
-    experts_dev<TYPE, NT, true>(a, slots);
+    experts_dev<TYPE, NT, true, STAGE>(a, slots);
     moe_mm b = a;
     b.W[0] = X.qd.data();
     b.W[1] = NULL;
@@ -273,7 +276,7 @@ static void ffn_dev(experts &X, int64_t T, const float *x, const float *lg, std:
     b.ldx = X.F;
     b.y = y.data();
     b.ldy = X.E;
-    experts_dev<TYPE, NT, false>(b, slots);
+    experts_dev<TYPE, NT, false, STAGE>(b, slots);
     emu_launch((unsigned)T, 1, COMBINE_THREADS,
                [&] { moe_combine_row_per_block(out, y.data(), w.data(), X.k, X.E, NULL, NULL); });
 }
@@ -310,6 +313,12 @@ static int check_ffn(const char *name, int64_t T, int n, int k, int64_t E, int64
     int64_t t1 = T / 2;
     ffn_dev<TYPE, 1>(X, 1, &x[t1 * E], &lg[t1 * n], ids1, w1, alone.data());
     bool same = memcmp(alone.data(), &out[t1 * E], (size_t)E * 4) == 0;
+    /* the global path (SLUICE_CUDA_MOE_STAGE=0): the same bits for every row */
+    std::vector<float> glob((size_t)(T * E));
+    std::vector<int32_t> idsg;
+    std::vector<float> wg;
+    ffn_dev<TYPE, 4, false>(X, T, x.data(), lg.data(), idsg, wg, glob.data());
+    bool same_g = memcmp(glob.data(), out.data(), (size_t)(T * E) * 4) == 0;
     double num = 0, den = 0;
     std::vector<double> hh((size_t)F);
     for (int64_t t = 0; t < T; t++)
@@ -345,10 +354,11 @@ static int check_ffn(const char *name, int64_t T, int n, int k, int64_t E, int64
             }
         }
     double err = sqrt(num / den);
-    int bad = err > 2e-5 || !same;
-    printf("ffn %-5s%s T %lld, %d experts, top %d, n_embd %lld, n_ff_exp %lld: rel err %.1e, row alone %s  %s\n", name,
-           oss ? " gpt-oss (top-k softmax, biases, clamped SwiGLU)" : "", (long long)T, n, k, (long long)E, (long long)F,
-           err, same ? "same bits" : "DIFFERS", bad ? "FAIL" : "ok");
+    int bad = err > 2e-5 || !same || !same_g;
+    printf("ffn %-5s%s T %lld, %d experts, top %d, n_embd %lld, n_ff_exp %lld: rel err %.1e, row alone %s, "
+           "unstaged %s  %s\n", name, oss ? " gpt-oss (top-k softmax, biases, clamped SwiGLU)" : "", (long long)T, n, k,
+           (long long)E, (long long)F, err, same ? "same bits" : "DIFFERS", same_g ? "same bits" : "DIFFERS",
+           bad ? "FAIL" : "ok");
     return bad;
 }
 

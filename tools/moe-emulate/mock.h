@@ -5,7 +5,8 @@
  * block barrier, __syncwarp a barrier of the thread's warp, shuffles and
  * __match_any_sync go through per-warp arrays between two warp barriers
  * (so every lane of the warp must call them, as the kernels do), shared
- * arrays are static, atomics are host atomics.
+ * arrays are static (the dynamic one a static buffer), atomics are host
+ * atomics.
  * What this cannot check: timing, the real scheduler's interleavings beyond
  * the barriers, shared-memory limits, register spills. */
 #pragma once
@@ -21,6 +22,10 @@
 extern thread_local uint3 threadIdx, blockIdx;
 extern pthread_barrier_t emu_block_bar, emu_warp_bar[EMU_MAX_WARPS];
 extern uint64_t emu_xchg[EMU_MAX_WARPS][32];
+/* a block's dynamic shared memory (extern __shared__, run.sh points it
+ * here): the most an H200 block may opt in to */
+#define EMU_DYN_SHARED_BYTES (227 * 1024)
+extern float4 emu_dyn_shared[EMU_DYN_SHARED_BYTES / 16];
 
 static inline void __syncthreads() { pthread_barrier_wait(&emu_block_bar); }
 static inline void __syncwarp(unsigned = 0xffffffffu) { pthread_barrier_wait(&emu_warp_bar[threadIdx.x / 32]); }

@@ -1,10 +1,11 @@
 #!/bin/sh
 # tools/moe-emulate/run.sh: builds emulate.cpp around the MoE kernels'
 # own source (kernels/cuda/moe.cu up to its launchers, kernels/cuda/mmv_moe.cu
-# up to sl_cuda_mmv_experts_supports, with __shared__ made static) and the
+# up to sl_cuda_mmv_experts_supports, with __shared__ made static and the
+# dynamic shared array pointed at mock.h's emu_dyn_shared) and the
 # host quantizers (model/quant*.c) and the CPU's routing (kernels/cpu/ops.c),
 # then runs it. Needs g++, gcc and the CUDA
-# headers; no GPU. About 3.5 minutes on 2 shared cores (the barriers of a
+# headers; no GPU. About 10 minutes on 2 shared cores (the barriers of a
 # block's 256 pthreads dominate).
 #   tools/moe-emulate/run.sh
 set -e
@@ -14,7 +15,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cut_kernels() {   # FILE STOP_REGEX OUT
   awk -v stop="$2" '$0 ~ stop {exit} {print}' "$1" |
-    sed -e 's/__shared__ /static /' -e 's/static __global__ void __launch_bounds__([^)]*)/void/' > "$3"
+    sed -e 's/extern __shared__ float4 \([a-z_0-9]*\)\[\];/float4 *\1 = emu_dyn_shared;/' -e 's/__shared__ /static /' -e 's/static __global__ void __launch_bounds__([^)]*)/void/' > "$3"
   grep -q '^void\|^    void\| void ' "$3" || { echo "moe-emulate: no kernel found in $1" >&2; exit 2; }
 }
 cut_kernels "$root/kernels/cuda/moe.cu" '^/\* launchers' "$tmp/moe_kernels.inc"
