@@ -27,8 +27,9 @@
  * kernel's speed has NOT been measured on a GPU yet (selftest_moe.cu times
  * both paths). Where NT rows of n do not fit the device's opt-in shared
  * memory the launch takes fewer rows per pass, or for n past ~58,000 the
- * global path; SLUICE_CUDA_MOE_STAGE=0 (read once) or
- * sl_cuda_mmv_experts_stage(false) selects the global path for A/B.
+ * global path. Until it has run on a GPU the global path stays the default:
+ * SLUICE_CUDA_MOE_STAGE=1 (read once) or sl_cuda_mmv_experts_stage(true)
+ * selects the staged one, for the self-test's and the A/B runs.
  * Reduction order: row_dot's, which depends on the type and the row length
  * only (mmv.cu's header), never on the pass a pair falls in or its
  * neighbours, so a (row, slot)'s output is the same bits whatever else is
@@ -79,7 +80,7 @@ static constexpr __host__ __device__ int moe_rows_per_block(int wpr, bool stage)
 /* STAGE: the pass's nt activation rows are copied to dynamic shared memory
  * (nt * n floats, row t at t * n) once per block and every row_dot reads
  * them there; without it each warp reads them from global memory through
- * the list (the path before staging, kept for A/B: SLUICE_CUDA_MOE_STAGE=0).
+ * the list (the default until the staged kernel has run on a GPU).
  * Either way a (row, pair) sees the same values in the same order. */
 template <int TYPE, int NT, bool PAIR, int WPR, bool STAGE>
 static __global__ void __launch_bounds__(WARPS * SL_WARP) mmv_experts_warp_per_row(moe_mm a)
@@ -210,15 +211,16 @@ bool sl_cuda_mmv_experts_supports(uint32_t type)
  * 4 KiB, 0 before it is known. */
 static size_t stage_limit;
 
-/* Whether to stage: SLUICE_CUDA_MOE_STAGE=0 says not (read once), and
- * sl_cuda_mmv_experts_stage overrides it. */
+/* Whether to stage: only with SLUICE_CUDA_MOE_STAGE=1 (read once) until
+ * the staged kernel has run on a GPU; sl_cuda_mmv_experts_stage overrides
+ * it. */
 static int stage_on = -1;
 
 static bool stage_wanted(void)
 {
     if (stage_on < 0) {
         const char *e = getenv("SLUICE_CUDA_MOE_STAGE");
-        stage_on = !(e && !strcmp(e, "0"));
+        stage_on = e && !strcmp(e, "1");
     }
     return stage_on != 0;
 }

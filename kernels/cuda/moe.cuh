@@ -74,8 +74,9 @@ sl_status sl_cuda_mmv_experts(const sl_cuda_weight *w, const sl_cuda_weight *up,
                               int64_t ldx, float *y, int64_t ldy, cudaStream_t stream);
 
 /* Whether sl_cuda_mmv_experts stages each pass's activation rows in shared
- * memory (on unless SLUICE_CUDA_MOE_STAGE=0, read at the first launch) or
- * reads them from global memory in every warp (the path before staging).
+ * memory (only with SLUICE_CUDA_MOE_STAGE=1, read at the first launch,
+ * until it has run on a GPU) or reads them from global memory in every
+ * warp (the default).
  * The outputs are the same bits either way; this is for A/B runs in one
  * process (the selftest). Returns the setting it replaces. Not
  * thread-safe: call between launches. */

@@ -440,7 +440,7 @@ static float time_experts(cudaStream_t st, const sl_cuda_weight *g, const sl_cud
 }
 
 /* The expert matmuls with their activation rows staged in shared memory
- * (the default) against the global path (SLUICE_CUDA_MOE_STAGE=0) on
+ * (SLUICE_CUDA_MOE_STAGE=1) against the global path (the default) on
  * Qwen3-30B-A3B's shape: 128 experts, top 8, n_embd 2048, n_ff_exp 768,
  * Q4_K experts of random blocks, at T = 1, 64 and 512 (one, four and
  * eight pairs per pass, the last above 48 KiB of shared memory). Every
