@@ -6,8 +6,10 @@
  * no NaN although every cache slot past a sequence's end holds NaN (the
  * kernel must not read it, or must zero it). Cases are small (a block is
  * 128 threads on however many cores there are). Built and run by run.sh;
- * argument N runs case N only (all 9: about 2.5 minutes on 2 shared
- * cores, case 5 the longest; cases 7 and 8 add gpt-oss's attention sinks).
+ * argument N runs case N only (all 11: about 3.5 minutes on 2 shared
+ * cores, case 5 the longest; cases 7-10 add gpt-oss's attention sinks, 9
+ * and 10 on the later chunks of an 1,100-token prompt, the 8-position
+ * window of tiny-gpt-oss and full attention: 8 s and 49 s).
  * Exit 0 when all pass. */
 #include "mock.h"
 #include <stdio.h>
@@ -125,6 +127,8 @@ int main(int argc, char **argv) {
     {128, 8, 2, 16, 0.1f, 30.0f, 150, 1000, 930, 64, 0, 0},
     {64, 8, 2, 16, 0.125f, 0, 8, 100, 0, 40, 7, 30, true},   /* gpt-oss: sinks, an 8-position window (tiny-gpt-oss) */
     {64, 16, 2, 16, 0.125f, 0, 0, 130, 61, 63, 0, 1, true},  /* sinks, whole history, 8 query heads a kv head */
+    {64, 8, 2, 16, 0.125f, 0, 8, 1100, 844, 512, 256, 0, true},  /* tiny-gpt-oss's later chunks of a long prompt */
+    {64, 8, 2, 16, 0.125f, 0, 0, 1100, 844, 512, 256, 0, true},  /* the same on its full-attention layers */
   };
   int which = argc > 1 ? atoi(argv[1]) : -1, bad = 0;
   for (int i = 0; i < (int)(sizeof cs / sizeof cs[0]); i++) if (which < 0 || which == i) bad += run_case(cs[i]);
