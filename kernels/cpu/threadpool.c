@@ -108,7 +108,8 @@ static void run_tasks(sl_threadpool *p, uint32_t gen, int thread)
     int64_t ran = 0, n = 0;
     for (;;) {
         uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
-        n = atomic_load_explicit(&p->n_tasks, memory_order_relaxed);
+        /* acquire: a count of a newer job brings that job's claim word with it, so the CAS below fails */
+        n = atomic_load_explicit(&p->n_tasks, memory_order_acquire);
         if ((uint32_t)(c >> 32) != gen || (int64_t)(uint32_t)c >= n)
             break;
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
@@ -214,13 +215,21 @@ void sl_threadpool_run(sl_threadpool *p, sl_task_fn fn, void *ctx, int64_t n_tas
         return;
     }
     /* Only the caller writes these, and no task of the previous job is
-     * still running (run returned after all were done). */
+     * still running (run returned after all were done). But a worker that
+     * woke late for the previous job may still be in run_tasks for it,
+     * between reading the claim word and its CAS. So the claim word moves
+     * to the new generation first, and n_tasks is published after it
+     * (release; run_tasks reads it with acquire): a late worker that sees
+     * the new count also fails its CAS, instead of taking the new job's
+     * tasks under the old generation (they would run twice, and `done`
+     * would pass n_tasks without ever equalling it: the caller would wait
+     * forever). */
     uint32_t gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->claim, CLAIM(gen, 0), memory_order_relaxed);
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->claim, CLAIM(gen, 0), memory_order_release);
+    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_release);
     atomic_store_explicit(&p->generation, gen, memory_order_seq_cst);
     if (atomic_load_explicit(&p->sleepers, memory_order_seq_cst))
         futex_wake_all(&p->generation);
