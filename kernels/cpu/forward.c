@@ -57,6 +57,7 @@
 
 #define ROWS_PER_TASK 16   /* weight rows per matmul task: small enough to balance 2-16 threads */
 #define TOKEN_TILE 16      /* activation rows dotted per decoded weight block; 16 rows of x stay in L2 */
+#define ROWS_PER_CALL 4    /* weight rows per sl_vec_dot_act_rows call (its Q8_0/Q4_0 register tile) */
 #define MAX_FUSED 3        /* matmuls sharing one input in one job (q,k,v / gate,up) */
 
 typedef struct {
@@ -81,7 +82,7 @@ typedef struct {
     int32_t *tok_pos;         /* (T) position of each token row */
     int32_t *out_rows;        /* (T) token rows whose logits are asked */
     float *scores;            /* (n_threads, max_ctx) attention scores */
-    float *tmp;               /* (n_threads, TOKEN_TILE) dot results */
+    float *tmp;               /* (n_threads, ROWS_PER_CALL, TOKEN_TILE) dot results */
     void *act[MAX_FUSED];     /* (T, act_stride) bytes each: a matmul input in one act format */
     size_t act_stride;        /* bytes per row of act[], the most any matmul needs */
     double *inv_freq;         /* (n_rot/2) rope inverse frequencies */
@@ -197,15 +198,17 @@ static void matmul_task(void *ctx, int64_t task, int thread)
     const sl_weight *w = me->w;
     int64_t r0 = (task - me->first_task) * ROWS_PER_TASK;
     int64_t r1 = r0 + ROWS_PER_TASK < w->ne1 ? r0 + ROWS_PER_TASK : w->ne1;
-    float *tmp = j->cb->tmp + (int64_t)thread * TOKEN_TILE;
+    float *tmp = j->cb->tmp + (int64_t)thread * ROWS_PER_CALL * TOKEN_TILE;
     for (int64_t t0 = 0; t0 < me->T; t0 += TOKEN_TILE) {
         int mt = (int)(me->T - t0 < TOKEN_TILE ? me->T - t0 : TOKEN_TILE);
-        for (int64_t r = r0; r < r1; r++) {
+        for (int64_t r = r0; r < r1; r += ROWS_PER_CALL) {
+            int nr = (int)(r1 - r < ROWS_PER_CALL ? r1 - r : ROWS_PER_CALL);
             const void *row = (const char *)w->data + r * w->row_bytes;
-            sl_vec_dot_act_multi(w->type, me->fmt, row, (const char *)me->xa + t0 * me->ldxa, me->ldxa, mt, tmp,
-                                 w->ne0);
-            for (int t = 0; t < mt; t++)
-                me->y[(t0 + t) * me->ldy + r] = tmp[t];
+            sl_vec_dot_act_rows(w->type, me->fmt, row, w->row_bytes, nr, (const char *)me->xa + t0 * me->ldxa,
+                                me->ldxa, mt, tmp, w->ne0);
+            for (int i = 0; i < nr; i++)
+                for (int t = 0; t < mt; t++)
+                    me->y[(t0 + t) * me->ldy + r + i] = tmp[i * mt + t];
         }
     }
 }
@@ -746,7 +749,7 @@ sl_status sl_cpu_backend_create(const sl_model *m, const sl_backend_config *cfg,
     ALLOC(cb->tok_pos, T);
     ALLOC(cb->out_rows, T);
     ALLOC(cb->scores, (int64_t)cfg->n_threads * cfg->max_ctx);
-    ALLOC(cb->tmp, (int64_t)cfg->n_threads * TOKEN_TILE);
+    ALLOC(cb->tmp, (int64_t)cfg->n_threads * ROWS_PER_CALL * TOKEN_TILE);
     ALLOC(cb->inv_freq, half);
     bool two_ropes = hp->rope_freq_base_swa != hp->rope_freq_base || hp->rope_freq_scale_swa != hp->rope_freq_scale;
     if (two_ropes) {

@@ -149,6 +149,7 @@ static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 static multi_fn isa_multi = sl_vec_dot_multi_portable;
 static q8_fn isa_q8 = sl_vec_dot_q8_multi_portable;
 static q8_fn isa_q16 = sl_vec_dot_q16_multi_portable;
+static bool isa_q8_rows;   /* sl_vec_dot_q8_rows_avx2 for the 8-bit formats */
 static const char *isa_name = "portable";
 
 bool sl_vec_dot_avx2_available(void)
@@ -174,6 +175,7 @@ static void isa_choose(void)
         isa_multi = sl_vec_dot_multi_avx2;
         isa_q8 = sl_vec_dot_q8_multi_avx2;
         isa_q16 = sl_vec_dot_q16_multi_avx2;
+        isa_q8_rows = true;
         isa_name = "avx2";
     }
 }
@@ -214,4 +216,19 @@ void sl_vec_dot_act_multi(uint32_t type, enum sl_act_format f, const void *w_row
         assert(ldxa % sizeof(float) == 0);
         isa_multi(type, w_row, xa, (int64_t)(ldxa / sizeof(float)), m, out, n);
     }
+}
+
+void sl_vec_dot_act_rows(uint32_t type, enum sl_act_format f, const void *w, size_t row_bytes, int nr,
+                         const void *xa, size_t ldxa, int m, float *out, int64_t n)
+{
+    pthread_once(&isa_once, isa_choose);
+    if (m <= 0)
+        return;
+    if (isa_q8_rows && f == sl_act_format_of_type(type) &&
+        (f == SL_ACT_Q8_0 || f == SL_ACT_Q8_1 || f == SL_ACT_Q8_K)) {
+        sl_vec_dot_q8_rows_avx2(type, w, row_bytes, nr, xa, ldxa, m, out, n);
+        return;
+    }
+    for (int r = 0; r < nr; r++)
+        sl_vec_dot_act_multi(type, f, (const char *)w + (size_t)r * row_bytes, xa, ldxa, m, out + (size_t)r * m, n);
 }

@@ -70,12 +70,26 @@ bool sl_vec_dot_avx2_available(void);
 void sl_vec_dot_act_multi(uint32_t type, enum sl_act_format f, const void *w_row, const void *xa,
                           size_t ldxa, int m, float *out /* OUT */, int64_t n);
 
+/* sl_vec_dot_act_multi for nr weight rows at w, row_bytes apart, against
+ * the same m activation rows: out[r*m + j] is bitwise what
+ * sl_vec_dot_act_multi gives for row r and activation row j (m = 1 or
+ * not), so a matmul may take its rows in any groups. On AVX2, Q8_0,
+ * Q4_0, Q4_K, Q5_K and Q6_K rows with 8-bit activations go through
+ * register tiles of 4 weight rows x 2 activation rows (prefill); the other
+ * cases row by row.
+ * out: nr * m floats (OUT). */
+void sl_vec_dot_act_rows(uint32_t type, enum sl_act_format f, const void *w, size_t row_bytes, int nr,
+                         const void *xa, size_t ldxa, int m, float *out /* OUT */, int64_t n);
+
 /* The 8-bit implementations (f = sl_act_format_of_type(type), a quantized
  * type), for tests and the benchmark; same contract as above. */
 void sl_vec_dot_q8_multi_portable(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
                                   float *out /* OUT */, int64_t n);
 void sl_vec_dot_q8_multi_avx2(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
                               float *out /* OUT */, int64_t n);
+/* sl_vec_dot_act_rows's 8-bit AVX2 path (m <= 32 for the tiles). */
+void sl_vec_dot_q8_rows_avx2(uint32_t type, const void *w, size_t row_bytes, int nr, const void *xa, size_t ldxa,
+                             int m, float *out /* OUT */, int64_t n);
 
 /* The 16-bit implementations (f = Q16_0 or Q16_K, as above), for tests and
  * the benchmark; same contract, and bitwise equal to each other. */

@@ -13,10 +13,17 @@
  *   2*63*127, no saturation), vpmaddwd by the sub-block scales (int32),
  *   integer adds over the chunk, then one float FMA per block.
  * Q8_0/Q4_0 codes are signed, so the unsigned operand is |w| and the sign
- * moves to the activation (vpsignb), as ggml does. The integer sums equal
- * the portable ones (vec_dot_q8.c) exactly; the float sums may differ in
- * order. A row's result never depends on the group size: same code, same
- * operations (tested bitwise).
+ * moves to the activation (vpsignb), as ggml does. In prefill their rows
+ * come four at a time (sl_vec_dot_q8_rows_avx2) and run as register tiles
+ * of 4 weight rows x 2 activation rows, 64 blocks staged per row: each
+ * activation block is loaded once per four weight rows, each weight block
+ * once per two activation rows, and the eight accumulators stay in
+ * registers (the per-pair steps unchanged, so the same bits). K-quant
+ * rows take the same 4 x 2 tiles over each staged super-block (rowsk_tile).
+ * The integer sums equal the portable ones (vec_dot_q8.c) exactly; the float
+ * sums may differ in order. A row's result never depends on the group
+ * size or on the tile it ran in: same per-pair operations in the same
+ * order (tested bitwise).
  * Trade-off: staging costs a store and a reload per 32 codes even for one
  * row; in exchange decode and prefill share one kernel, which is what
  * makes the batch-invariance argument a one-liner. Speed against llama.cpp
@@ -269,6 +276,65 @@ static inline void dot0x4(const struct qstaged *st, const sl_block_q8_0 *const a
     acc[3] = c3;
 }
 
+/* The register tile (prefill): TILE_R weight rows x JT activation rows,
+ * each activation block loaded once for the TILE_R weight rows and each
+ * weight block once for the JT activation rows, the accumulators in
+ * registers across TILE_B blocks. Per (weight row, activation row) pair
+ * the same block0 calls in the same block order as dot0x4, into the
+ * pair's own accumulator, so bitwise dot0x4's (and dot0's) result.
+ * 4 x 2: eight accumulators, the weight and activation codes and the
+ * pair temporaries fit the 16 ymm registers (4 x 3 spilled four
+ * accumulators and measured slower, 2 x 4 the same). 64 blocks staged per
+ * pass (a 2048-wide row at once; 8-32 measured 1-3% slower); staging |w|
+ * too, instead of one vpsignb per weight block and tile, gained 1%: not
+ * kept. Kernel lab figures: docs/PERF.md, "CPU engine". */
+enum { TILE_R = 4, TILE_J = 2, TILE_B = 64 };
+
+/* TILE_R weight rows' blocks [b0, b0 + nblk), nblk <= TILE_B: signed codes
+ * and float scales (as stage_q8_0 / stage_q4_0). */
+struct tile_stage {
+    _Alignas(32) uint8_t codes[TILE_R][TILE_B * 32];
+    _Alignas(32) float bd[TILE_R][TILE_B];
+    int nblk;
+};
+
+/* JT (a constant at each call, the loops unroll) activation rows a[j]
+ * (blocks from the stage's first), da[j] their float scales. */
+static inline __attribute__((always_inline)) void dot0_tile(const struct tile_stage *ts, const sl_block_q8_0 *const a[],
+                                                            const float *const da[], int JT,
+                                                            __m256 acc[TILE_R][GROUP], int j0)
+{
+    __m256 c[TILE_R][TILE_J];
+    _Alignas(32) float pr[TILE_R][TILE_J][TILE_B];
+    int nblk = ts->nblk, i8 = nblk / 8 * 8;
+#pragma GCC unroll 4
+    for (int r = 0; r < TILE_R; r++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < JT; j++) {
+            c[r][j] = acc[r][j0 + j];
+            for (int i = 0; i < i8; i += 8)
+                _mm256_store_ps(pr[r][j] + i, _mm256_mul_ps(_mm256_load_ps(ts->bd[r] + i), _mm256_loadu_ps(da[j] + i)));
+            for (int i = i8; i < nblk; i++)   /* the row's last blocks: its scales end at da[j][nblk - 1] */
+                pr[r][j][i] = ts->bd[r][i] * da[j][i];
+        }
+    }
+    for (int i = 0; i < nblk; i++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < TILE_R; r++) {
+            __m256i w = _mm256_load_si256((const __m256i *)(ts->codes[r] + 32 * i));
+            __m256i aw = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 4
+            for (int j = 0; j < JT; j++)
+                c[r][j] = block0(w, aw, pr[r][j] + i, a[j] + i, c[r][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < TILE_R; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < JT; j++)
+            acc[r][j0 + j] = c[r][j];
+}
+
 /* ======================================================================
  * Rows
  * ====================================================================== */
@@ -307,6 +373,61 @@ static inline __attribute__((always_inline)) void rows0(bool q4, const void *w_r
         out[j] = sl_avx2_hsum_ps(acc[j]);
 }
 
+/* rows0 for TILE_R weight rows (row_bytes apart) at once: out[r * mt + j].
+ * Activation rows in tiles of TILE_J, the last mt % TILE_J one at a time
+ * (the same per-pair steps). */
+static void rows0_tile(bool q4, const char *w, size_t row_bytes, const char *xa, size_t ldxa, int mt, float *out,
+                       int64_t n)
+{
+    struct tile_stage ts;
+    __m256 acc[TILE_R][GROUP];
+    for (int r = 0; r < TILE_R; r++)
+        for (int j = 0; j < mt; j++)
+            acc[r][j] = _mm256_setzero_ps();
+    int64_t nb = n / 32;
+    size_t bb = q4 ? sizeof(sl_block_q4_0) : sizeof(sl_block_q8_0);
+    for (int64_t b0 = 0; b0 < nb; b0 += TILE_B) {
+        int nblk = (int)(nb - b0 < TILE_B ? nb - b0 : TILE_B);
+        ts.nblk = nblk;
+        for (int r = 0; r < TILE_R; r++) {
+            const char *row = w + (size_t)r * row_bytes;
+            sl_avx2_prefetch_weights(row + b0 * bb, (int)(nblk * bb));
+            for (int i = 0; i < nblk; i++) {
+                if (q4) {
+                    const sl_block_q4_0 *b = (const sl_block_q4_0 *)row + b0 + i;
+                    __m128i lo, hi;
+                    sl_avx2_q4_0_codes(b->qs, &lo, &hi);
+                    _mm_store_si128((__m128i *)(ts.codes[r] + 32 * i), lo);
+                    _mm_store_si128((__m128i *)(ts.codes[r] + 32 * i + 16), hi);
+                    ts.bd[r][i] = _cvtsh_ss(b->d);
+                } else {
+                    const sl_block_q8_0 *b = (const sl_block_q8_0 *)row + b0 + i;
+                    _mm256_store_si256((__m256i *)(ts.codes[r] + 32 * i), _mm256_loadu_si256((const __m256i *)b->qs));
+                    ts.bd[r][i] = _cvtsh_ss(b->d);
+                }
+            }
+        }
+        const sl_block_q8_0 *aj[TILE_J];
+        const float *dj[TILE_J];
+        int j = 0;
+        for (; j + TILE_J <= mt; j += TILE_J) {
+            for (int i = 0; i < TILE_J; i++) {
+                aj[i] = (const sl_block_q8_0 *)(xa + (size_t)(j + i) * ldxa) + b0;
+                dj[i] = sl_act_q8_0_scales(xa + (size_t)(j + i) * ldxa, n) + b0;
+            }
+            dot0_tile(&ts, aj, dj, TILE_J, acc, j);
+        }
+        for (; j < mt; j++) {
+            aj[0] = (const sl_block_q8_0 *)(xa + (size_t)j * ldxa) + b0;
+            dj[0] = sl_act_q8_0_scales(xa + (size_t)j * ldxa, n) + b0;
+            dot0_tile(&ts, aj, dj, 1, acc, j);
+        }
+    }
+    for (int r = 0; r < TILE_R; r++)
+        for (int j = 0; j < mt; j++)
+            out[r * mt + j] = sl_avx2_hsum_ps(acc[r][j]);
+}
+
 /* mt (<= GROUP) activation rows through a K-quant weight row; kind is a
  * constant at each call, so its branches vanish. */
 static inline __attribute__((always_inline)) void rowsk(int kind, const void *w_row, const char *xa, size_t ldxa,
@@ -340,6 +461,72 @@ static inline __attribute__((always_inline)) void rowsk(int kind, const void *w_
     }
     for (int j = 0; j < mt; j++)
         out[j] = sl_avx2_hsum_ps(acc[j].acc);
+}
+
+/* rowsk for TILE_R weight rows at once: out[r * mt + j]. Pairs of
+ * activation rows share each staged code and scale load of the four
+ * weight rows, and each activation load serves the four; per pair the
+ * integer sums are kdot4's (exact in any order) and the float part is
+ * ktail, so each result is bitwise kdot4's. The last mt % 2 rows: kdot.
+ * Kernel lab (one 2048 x 2048 matrix, 64 tokens): Q4_K +8%, Q6_K +7%,
+ * Q5_K +1-4% over rowsk one weight row at a time (where an earlier
+ * two-weight-row loop without the register tile measured slower). */
+static inline __attribute__((always_inline)) void rowsk_tile(int kind, const char *w, size_t row_bytes, const char *xa,
+                                                             size_t ldxa, int mt, float *out, int64_t n)
+{
+    struct qstaged st[TILE_R];
+    struct racc acc[TILE_R][GROUP];
+    for (int r = 0; r < TILE_R; r++)
+        for (int j = 0; j < mt; j++)
+            acc[r][j] = (struct racc){_mm256_setzero_ps()};
+    int bb = kind == 4 ? (int)sizeof(sl_block_q4_K) : kind == 5 ? (int)sizeof(sl_block_q5_K) : (int)sizeof(sl_block_q6_K);
+    for (int64_t c = 0; c < n / CHUNK; c++) {
+        for (int r = 0; r < TILE_R; r++) {
+            const char *row = w + (size_t)r * row_bytes;
+            sl_avx2_prefetch_weights(row + c * bb, bb);
+            if (kind == 4) {
+                const sl_block_q4_K *b = (const sl_block_q4_K *)row + c;
+                stage_k4(b->d, b->dmin, b->scales, b->qs, NULL, &st[r]);
+            } else if (kind == 5) {
+                const sl_block_q5_K *b = (const sl_block_q5_K *)row + c;
+                stage_k4(b->d, b->dmin, b->scales, b->qs, b->qh, &st[r]);
+            } else {
+                stage_q6_K((const sl_block_q6_K *)row + c, &st[r]);
+            }
+        }
+        int j = 0;
+        for (; j + 2 <= mt; j += 2) {
+            const sl_block_q8_K *a0 = (const sl_block_q8_K *)(xa + (size_t)j * ldxa) + c;
+            const sl_block_q8_K *a1 = (const sl_block_q8_K *)(xa + (size_t)(j + 1) * ldxa) + c;
+            __m256i s[TILE_R][2];
+            for (int r = 0; r < TILE_R; r++)
+                s[r][0] = s[r][1] = _mm256_setzero_si256();
+            /* two groups per iteration: 2-4% faster than kdot4's rolled
+             * loop here (eight integer accumulators, no spills) */
+#pragma GCC unroll 2
+            for (int k = 0; k < 8; k++) {
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)(a0->qs + 32 * k));
+                __m256i x1 = _mm256_loadu_si256((const __m256i *)(a1->qs + 32 * k));
+#pragma GCC unroll 4
+                for (int r = 0; r < TILE_R; r++) {
+                    __m256i cd = _mm256_load_si256((const __m256i *)(st[r].codes + 32 * k));
+                    __m256i sc = _mm256_load_si256((const __m256i *)st[r].scv[k]);
+                    s[r][0] = _mm256_add_epi32(s[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(cd, x0), sc));
+                    s[r][1] = _mm256_add_epi32(s[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(cd, x1), sc));
+                }
+            }
+            for (int r = 0; r < TILE_R; r++) {
+                acc[r][j] = ktail(&st[r], a0, kind, s[r][0], acc[r][j]);
+                acc[r][j + 1] = ktail(&st[r], a1, kind, s[r][1], acc[r][j + 1]);
+            }
+        }
+        for (; j < mt; j++)
+            for (int r = 0; r < TILE_R; r++)
+                acc[r][j] = kdot(&st[r], (const sl_block_q8_K *)(xa + (size_t)j * ldxa) + c, kind, acc[r][j]);
+    }
+    for (int r = 0; r < TILE_R; r++)
+        for (int j = 0; j < mt; j++)
+            out[r * mt + j] = sl_avx2_hsum_ps(acc[r][j].acc);
 }
 
 /* Inlined twice: mt = 1 (decode: accumulators stay in registers) and generic. */
@@ -376,4 +563,31 @@ void sl_vec_dot_q8_multi_avx2(uint32_t type, const void *w_row, const void *xa, 
     for (int j0 = 0; j0 < m; j0 += GROUP)
         dot_group(type, w_row, (const char *)xa + (size_t)j0 * ldxa, ldxa, m - j0 < GROUP ? m - j0 : GROUP,
                   out + j0, n);
+}
+
+/* Q8_0/Q4_0 and the K-quants (Q4_K, Q5_K, Q6_K) in register tiles of
+ * TILE_R weight rows; the rows left over, decode (m = 1), m > GROUP and
+ * the other types row by row. */
+void sl_vec_dot_q8_rows_avx2(uint32_t type, const void *w, size_t row_bytes, int nr, const void *xa, size_t ldxa,
+                             int m, float *out, int64_t n)
+{
+    int r = 0;
+    bool q4 = type == SL_GGML_TYPE_Q4_0;
+    if ((type == SL_GGML_TYPE_Q8_0 || q4) && m >= TILE_J && m <= GROUP)
+        for (; r + TILE_R <= nr; r += TILE_R)
+            rows0_tile(q4, (const char *)w + (size_t)r * row_bytes, row_bytes, xa, ldxa, m, out + (size_t)r * m, n);
+    int kind = type == SL_GGML_TYPE_Q4_K ? 4 : type == SL_GGML_TYPE_Q5_K ? 5 : type == SL_GGML_TYPE_Q6_K ? 6 : 0;
+    if (kind && m >= 2 && m <= GROUP)
+        for (; r + TILE_R <= nr; r += TILE_R) {
+            const char *wr = (const char *)w + (size_t)r * row_bytes;
+            float *o = out + (size_t)r * m;
+            if (kind == 4)
+                rowsk_tile(4, wr, row_bytes, (const char *)xa, ldxa, m, o, n);
+            else if (kind == 5)
+                rowsk_tile(5, wr, row_bytes, (const char *)xa, ldxa, m, o, n);
+            else
+                rowsk_tile(6, wr, row_bytes, (const char *)xa, ldxa, m, o, n);
+        }
+    for (; r < nr; r++)
+        sl_vec_dot_q8_multi_avx2(type, (const char *)w + (size_t)r * row_bytes, xa, ldxa, m, out + (size_t)r * m, n);
 }

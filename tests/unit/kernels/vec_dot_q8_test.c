@@ -194,6 +194,35 @@ Test(act_quant, nonfinite_inputs_give_in_range_codes)
         cr_expect(yk.qs[i] >= -128 && y0[i / 32].qs[i % 32] >= -127);
 }
 
+/* The maximum and the clamp are comparisons, not fmaxf/fminf calls: a
+ * (quiet) NaN must still be ignored by the block's maximum, wherever it
+ * sits, and round to -127 (fmaxf's answer), and an infinity still wins. */
+Test(act_quant, nan_is_ignored_by_the_block_maximum_as_fmaxf_does)
+{
+    for (int at = 0; at < 32; at++) {
+        float x[32];
+        sl_seeded_normal(x, 32, 11);
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            if (i != at)
+                amax = fmaxf(amax, fabsf(x[i]));
+        x[at] = NAN;
+        sl_block_q8_0 y[2];
+        sl_act_quantize_row(SL_ACT_Q8_0, x, y, 32);
+        cr_assert_eq(y[0].d, sl_fp32_to_fp16(amax / 127.0f), "NaN at %d", at);
+        cr_assert_eq(y[0].qs[at], -127);
+        for (int i = 0; i < 32; i++)
+            if (i != at)
+                cr_assert_eq(y[0].qs[i], (int8_t)rintf(x[i] * (127.0f / amax)), "NaN at %d, code %d", at, i);
+    }
+    float x[32] = {1.0f, INFINITY, -2.0f};
+    sl_block_q8_0 y[2];
+    sl_act_quantize_row(SL_ACT_Q8_0, x, y, 32);
+    cr_assert_eq(y[0].d, sl_fp32_to_fp16(INFINITY));
+    cr_assert_eq(y[0].qs[1], -127);   /* inf * 0 is NaN: the clamp's -127 */
+    cr_assert_eq(y[0].qs[0], 0);
+}
+
 Test(act_quant, env_selects_the_float_path)
 {
     setenv("SLUICE_CPU_ACT", "f32", 1);
