@@ -118,9 +118,10 @@ static sl_status mm(cuda_backend *cb, const sl_cuda_weight *w, const float *x, i
 }
 
 /* y[i] = x w[i]^T by the small-batch kernels: on the integer path one
- * quantization of x and one launch (one per matrix when their types differ,
- * as q, k (Q4_K) and v (Q6_K) of a Q4_K_M file), else mmv.cu's fused launch.
- * SL_EINVAL: neither applies, nothing launched (go matrix by matrix). */
+ * quantization of x and one launch per run of matrices of one type (q and k
+ * (Q4_K) in one, v (Q6_K) in another, in a Q4_K_M file), else mmv.cu's
+ * fused launch. SL_EINVAL: neither applies, nothing launched (go matrix by
+ * matrix). */
 static sl_status small_multi(cuda_backend *cb, const sl_cuda_weight *const *w, int n, float *const *y,
                              const int64_t *ldy, const float *x, int64_t ldx, int64_t T)
 {
@@ -129,14 +130,16 @@ static sl_status small_multi(cuda_backend *cb, const sl_cuda_weight *const *w, i
         return sl_cuda_mmv_multi(w, y, ldy, n, x, ldx, T, cb->stream);
     if (rc != SL_OK)
         return rc;
-    rc = sl_cuda_mmvq_multi(w, y, ldy, n, cb->xq, T, cb->stream);
-    for (int i = 0; rc == SL_EINVAL && i < n; i++) {
-        sl_status r = sl_cuda_mmvq(w[i], cb->xq, T, y[i], ldy[i], cb->stream);
-        if (r != SL_OK)
-            return r;
-        rc = i == n - 1 ? SL_OK : SL_EINVAL;
+    /* q8_input checked every matrix, so no run should fail; if one did with
+     * SL_EINVAL the caller would redo them all, still correct */
+    for (int i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && w[j]->type == w[i]->type; j++)
+            ;
+        rc = sl_cuda_mmvq_multi(w + i, y + i, ldy + i, j - i, cb->xq, T, cb->stream);
+        if (rc != SL_OK)
+            return rc;
     }
-    return rc;
+    return SL_OK;
 }
 
 /* y = silu(x gate^T) * (x up^T) by the small-batch kernels, fused where the
