@@ -74,7 +74,9 @@ q8_quantize_rows(const float *__restrict__ x, int64_t ldx, int n, uint8_t *__res
         int s = 0;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            int r = zero ? 0 : __float2int_rn(__fmul_rn(iscale, v[i]));
+            float p = __fmul_rn(iscale, v[i]);
+            /* +-inf (iscale overflows when amax < ~4e-37): nearest_int's bit trick gives -2^22, clamped to -128 */
+            int r = zero ? 0 : isinf(p) ? -128 : __float2int_rn(p);
             q[i] = r > 127 ? 127 : r < -128 ? -128 : r;
             s += q[i];
         }

@@ -175,9 +175,9 @@ static void check_quant(int fmt, int n, int T)
         if (4 * bn <= n)
             r[3 * bn + 1] = INFINITY;
     }
-    if (T > 2)   /* row 2: tiny values */
+    if (T > 2)   /* row 2: tiny values; block 1 subnormal, where -127/v overflows to -inf */
         for (int i = 0; i < n; i++)
-            x[(size_t)(2 * ldx + i)] *= 1e-30f;
+            x[(size_t)(2 * ldx + i)] *= i >= bn && i < 2 * bn ? 1e-39f : 1e-30f;
     abuf dq((size_t)(T * ldq));
     quantize_dev(fmt, x.data(), ldx, n, T, dq.p());
     enum sl_act_format cf = fmt == SL_CUDA_Q8_K ? SL_ACT_Q8_K : SL_ACT_Q8_0;

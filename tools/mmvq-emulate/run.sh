@@ -4,8 +4,8 @@
 # sl_cuda_mmvq_supports, with __shared__ made static), the host quantizers
 # (model/quant*.c) and the CPU backend's activation rounding and 8-bit dot
 # products (kernels/cpu/act_quant.c, vec_dot_q8.c and what they call), then
-# runs it. Needs g++, gcc and the CUDA headers; no GPU. About a minute on
-# 2 shared cores.
+# runs it. Needs g++, gcc and the CUDA headers; no GPU. One to five minutes on
+# 2 shared cores (the pthread barriers dominate).
 #   tools/mmvq-emulate/run.sh
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
