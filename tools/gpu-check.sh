@@ -10,6 +10,7 @@
 # bitwise or, where the tensor-core path ran, within tolerance with the same
 # greedy tokens; decode tok/s) with the backend's default K/V storage (f16),
 # again with f32 and with q8_0 K/V on a few tiny models (and the 1B shape),
+# with the integer small-batch matmuls (SLUICE_CUDA_MMVQ=1) on a few,
 # then compute-sanitizer memcheck and racecheck on a
 # short cudacheck run and on a short serving run of `sluice serve`.
 # Logs go to $OUT (or /tmp/sluice-gpu-check); exit 0 only if everything passed.
@@ -153,6 +154,23 @@ SLUICE_CUDA_F16_COPIES_MIB=0 "$check" --no-bench "${kvm[@]}" > "$out/cudacheck-s
 rc=$?; say "cudacheck streamed float16 weights on ${#kvm[@]} tiny models: rc=$rc ($(grep -c '^result.* PASS' "$out/cudacheck-streamed.log") PASS)"
 [ $rc -eq 0 ] || status=1
 grep -E '^result' "$out/cudacheck-streamed.log" | tee -a "$summary"
+# the integer small-batch matmuls (SLUICE_CUDA_MMVQ=1, off by default) on the
+# types they compute: the full check, then the small-batch kernels alone
+# (batched == alone bitwise); gemma3 takes the unfused gate/up (GELU),
+# qwen2moe's shared expert the fused SwiGLU
+mq=()
+for type in Q4_K Q5_K Q6_K Q8_0 Q4_K_M; do
+  for preset in tiny-llama3 tiny-qwen3 tiny-gemma3 tiny-qwen2moe; do
+    [ -s "$models/$preset-$type.gguf" ] && mq+=("$models/$preset-$type.gguf")
+  done
+done
+SLUICE_CUDA_MMVQ=1 "$check" --no-bench "${mq[@]}" > "$out/cudacheck-mmvq.log" 2>&1
+rc=$?; say "cudacheck SLUICE_CUDA_MMVQ=1 on ${#mq[@]} tiny models: rc=$rc ($(grep -c '^result.* PASS' "$out/cudacheck-mmvq.log") PASS)"
+[ $rc -eq 0 ] || status=1
+grep -E '^result' "$out/cudacheck-mmvq.log" | tee -a "$summary"
+SLUICE_CUDA_MMVQ=1 SLUICE_CUDA_GEMM=0 "$check" --no-bench "${mq[@]}" > "$out/cudacheck-mmvq-strict.log" 2>&1
+rc=$?; say "cudacheck SLUICE_CUDA_MMVQ=1, small-batch kernels only: rc=$rc ($(grep -c '^result.* PASS' "$out/cudacheck-mmvq-strict.log") PASS)"
+[ $rc -eq 0 ] || status=1
 # head_dim 48 (the kernels' generic head_dim path): f16 K/V checked in full,
 # and q8_0, which needs head_dim % 32 == 0, refused at create naming it
 h48=$models/tiny-llama-hd48-F16.gguf

@@ -24,6 +24,7 @@
 #include "kernels/cuda/forward.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/mmvq.cuh"
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/profile.cuh"
 #include "kernels/cuda/sample.cuh"
@@ -56,6 +57,7 @@ static void cuda_destroy(sl_backend *b)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         cudaFree(bufs[i]);
     cudaFree(cb->moe.base);
+    cudaFree(cb->xq);
     cudaFree(cb->meta_d);
     cudaFreeHost(cb->meta_h);
     if (cb->stream_ok)
@@ -538,6 +540,23 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
             cb->moe.sh_u = (float *)(mb + at[8]);
             cb->moe.shg = (float *)(mb + at[9]);
             cb->moe.sh_out = (float *)(mb + at[10]);
+        }
+        if (sl_cuda_mmvq_enabled()) {
+            /* SLUICE_CUDA_MMVQ=1: the 8-bit rows of the largest matmul input
+             * (n_embd, q_dim, n_ff, the shared expert's n_ff) for T rows; an
+             * input past it takes the float kernels (forward.cu's q8_input) */
+            int64_t in = xn_dim > hp->n_ff ? xn_dim : hp->n_ff;
+            if (hp->n_ff_shexp > in)
+                in = hp->n_ff_shexp;
+            cb->xq_bytes = (size_t)T * sl_cuda_q8_row_bytes(in);
+            sbytes += cb->xq_bytes;
+            ce = sl_cuda_dev_malloc((void **)&cb->xq, cb->xq_bytes);
+            if (ce != cudaSuccess) {
+                cudaMemGetInfo(&free_b, &total_b);
+                FAIL(SL_ENOMEM, "cuda backend: 8-bit activation scratch (SLUICE_CUDA_MMVQ=1) for %d batch tokens "
+                     "(%llu MiB) does not fit after the weights (%llu MiB): %llu MiB free", cfg->max_batch_tokens,
+                     MIB(cb->xq_bytes), MIB(wbytes), MIB(free_b));
+            }
         }
         int64_t per_seq = ((int64_t)cfg->max_ctx + cfg->kv_block_size - 1) / cfg->kv_block_size;
         int64_t tab = T * per_seq < (4 << 20) ? T * per_seq : (4 << 20);

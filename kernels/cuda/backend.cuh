@@ -93,6 +93,11 @@ typedef struct {
         float *sh_out;           /* (T, n_embd) shared expert's output */
     } moe;
 
+    /* SLUICE_CUDA_MMVQ=1: one matmul input's T rows rounded to 8 bits
+     * (mmvq.cuh), xq_bytes long; NULL: the path is off */
+    uint8_t *xq;
+    size_t xq_bytes;
+
     /* per-step integers: host pinned staging, mirrored on the device:
      * [tokens T | tok_pos T | tok_table T | out_rows T | blocks | FA steps only: query groups
      *  2 fa_groups | decode rows fa_decode] */

@@ -36,6 +36,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mmv.cuh"
+#include "kernels/cuda/mmvq.cuh"
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/profile.cuh"
 #include "kernels/cuda/qkv_post.cuh"
@@ -83,12 +84,82 @@ sl_status sl_cuda_forward_meta_reserve(cuda_backend *cb, int64_t need)
 
 /* y = x w^T: on tensor cores for a step of many rows when w takes that
  * path (from its float16 copy, or streamed), else the small-batch kernels. */
+/* The integer small-batch path (mmvq.cuh, SLUICE_CUDA_MMVQ=1: cb->xq set)
+ * on a step that takes the small-batch kernels: rounds x's T rows once into
+ * cb->xq for the n matrices w, which must all take the path with one
+ * activation format and row length. SL_OK: quantized (launched); SL_EINVAL:
+ * nothing launched, take the float kernels (path off, a matrix it does not
+ * compute, an input wider than the scratch); else the launch's error. */
+static sl_status q8_input(cuda_backend *cb, const sl_cuda_weight *const *w, int n, const float *x, int64_t ldx,
+                          int64_t T)
+{
+    if (!cb->xq || cb->use_gemm)
+        return SL_EINVAL;
+    int f = sl_cuda_q8_format(w[0]->type);
+    for (int i = 0; i < n; i++)
+        if (!sl_cuda_mmvq_supports(w[i]) || sl_cuda_q8_format(w[i]->type) != f || w[i]->ne0 != w[0]->ne0)
+            return SL_EINVAL;
+    if ((size_t)T * sl_cuda_q8_row_bytes(w[0]->ne0) > cb->xq_bytes)
+        return SL_EINVAL;
+    return sl_cuda_q8_quantize(f, x, ldx, w[0]->ne0, T, cb->xq, cb->stream);
+}
+
 static sl_status mm(cuda_backend *cb, const sl_cuda_weight *w, const float *x, int64_t ldx, int64_t T, float *y,
                     int64_t ldy)
 {
     if (cb->use_gemm && w->gemm)
         return sl_cuda_gemm_matmul(cb->gemm, w, (const __half *)w->f16, x, ldx, T, y, ldy);
+    sl_status rc = q8_input(cb, &w, 1, x, ldx, T);
+    if (rc == SL_OK)
+        return sl_cuda_mmvq(w, cb->xq, T, y, ldy, cb->stream);
+    if (rc != SL_EINVAL)
+        return rc;
     return sl_cuda_matmul(w, x, ldx, T, y, ldy, cb->stream);
+}
+
+/* y[i] = x w[i]^T by the small-batch kernels: on the integer path one
+ * quantization of x and one launch per run of matrices of one type (q and k
+ * (Q4_K) in one, v (Q6_K) in another, in a Q4_K_M file), else mmv.cu's
+ * fused launch. SL_EINVAL: neither applies, nothing launched (go matrix by
+ * matrix). */
+static sl_status small_multi(cuda_backend *cb, const sl_cuda_weight *const *w, int n, float *const *y,
+                             const int64_t *ldy, const float *x, int64_t ldx, int64_t T)
+{
+    sl_status rc = q8_input(cb, w, n, x, ldx, T);
+    if (rc == SL_EINVAL)
+        return sl_cuda_mmv_multi(w, y, ldy, n, x, ldx, T, cb->stream);
+    if (rc != SL_OK)
+        return rc;
+    /* q8_input checked every matrix, so no run should fail; if one did with
+     * SL_EINVAL the caller would redo them all, still correct */
+    for (int i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && w[j]->type == w[i]->type; j++)
+            ;
+        rc = sl_cuda_mmvq_multi(w + i, y + i, ldy + i, j - i, cb->xq, T, cb->stream);
+        if (rc != SL_OK)
+            return rc;
+    }
+    return SL_OK;
+}
+
+/* y = silu(x gate^T) * (x up^T) by the small-batch kernels, fused where the
+ * types allow; u (same shape as y) holds up when gate and up take the
+ * integer path with different types. SL_EINVAL: nothing launched. */
+static sl_status small_swiglu(cuda_backend *cb, const sl_cuda_weight *gate, const sl_cuda_weight *up, const float *x,
+                              int64_t ldx, int64_t T, float *y, int64_t ldy, float *u)
+{
+    const sl_cuda_weight *w[2] = {gate, up};
+    sl_status rc = q8_input(cb, w, 2, x, ldx, T);
+    if (rc == SL_EINVAL)
+        return sl_cuda_mmv_swiglu(gate, up, x, ldx, T, y, ldy, cb->stream);
+    if (rc != SL_OK)
+        return rc;
+    rc = sl_cuda_mmvq_swiglu(gate, up, cb->xq, T, y, ldy, cb->stream);
+    if (rc != SL_EINVAL)
+        return rc;
+    TRY(sl_cuda_mmvq(gate, cb->xq, T, y, ldy, cb->stream));
+    TRY(sl_cuda_mmvq(up, cb->xq, T, u, ldy, cb->stream));
+    return sl_cuda_swiglu(y, u, T * ldy, cb->stream);
 }
 
 /* Several matmuls of one input on tensor cores (the input converted once);
@@ -200,7 +271,8 @@ static sl_status moe_ffn(cuda_backend *cb, const cuda_layer *L, int64_t T)
     bool shared = L->sh_down.data != NULL;
     if (shared) {
         sl_status rc = cb->use_gemm ? SL_EINVAL
-                                    : sl_cuda_mmv_swiglu(&L->sh_gate, &L->sh_up, cb->xn, E, T, cb->moe.sh_h, S, st);
+                                    : small_swiglu(cb, &L->sh_gate, &L->sh_up, cb->xn, E, T, cb->moe.sh_h, S,
+                                                   cb->moe.sh_u);
         if (rc == SL_EINVAL) {
             TRY(mm(cb, &L->sh_gate, cb->xn, E, T, cb->moe.sh_h, S));
             TRY(mm(cb, &L->sh_up, cb->xn, E, T, cb->moe.sh_u, S));
@@ -225,7 +297,8 @@ static sl_status dense_ffn(cuda_backend *cb, const cuda_layer *L, int64_t T)
     int64_t E = hp->n_embd, F = hp->n_ff;
     bool gelu = hp->ffn_act == SL_FFN_GELU_TANH;   /* mmv.cu's fused gate+up launch is SwiGLU only */
     bool few = !cb->use_gemm;
-    sl_status rc = few && !gelu ? sl_cuda_mmv_swiglu(&L->w_gate, &L->w_up, cb->xn, E, T, cb->gate, F, st) : SL_EINVAL;
+    sl_status rc =
+        few && !gelu ? small_swiglu(cb, &L->w_gate, &L->w_up, cb->xn, E, T, cb->gate, F, cb->up) : SL_EINVAL;
     if (rc == SL_EINVAL) {
         const sl_cuda_weight *wgu[2] = {&L->w_gate, &L->w_up};
         float *ygu[2] = {cb->gate, cb->up};
@@ -279,7 +352,8 @@ static sl_status enqueue_layers(cuda_backend *cb, int64_t T)
         const sl_cuda_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
         float *yqkv[3] = {cb->q, cb->k, cb->v};
         int64_t ldqkv[3] = {q_dim, kv_dim, kv_dim};
-        sl_status rc = few ? sl_cuda_mmv_multi(wqkv, yqkv, ldqkv, 3, cb->xn, E, T, st) : mm_multi(cb, wqkv, 3, cb->xn, E, T, yqkv, ldqkv);
+        sl_status rc = few ? small_multi(cb, wqkv, 3, yqkv, ldqkv, cb->xn, E, T)
+                           : mm_multi(cb, wqkv, 3, cb->xn, E, T, yqkv, ldqkv);
         if (rc == SL_EINVAL) {
             TRY(mm(cb, &L->wq, cb->xn, E, T, cb->q, q_dim));
             TRY(mm(cb, &L->wk, cb->xn, E, T, cb->k, kv_dim));

@@ -18,8 +18,10 @@
  * sl_cuda_selftest_kv in kernels/cuda/selftest_kv.cu: the K/V writer of
  * each storage type; then sl_cuda_selftest_fa in kernels/cuda/selftest_fa.cu:
  * the tensor-core flash attention of prefill steps; then sl_cuda_selftest_moe
- * in kernels/cuda/selftest_moe.cu: MoE routing, grouping and experts), which points at the
- * kernel when a model fails.
+ * in kernels/cuda/selftest_moe.cu: MoE routing, grouping and experts; then
+ * sl_cuda_selftest_mmvq in kernels/cuda/selftest_mmvq.cu: the integer
+ * small-batch matmul of SLUICE_CUDA_MMVQ=1, with its timing lines), which
+ * points at the kernel when a model fails.
  * Per model:
  *  1. cpu vs cuda: one sequence, the prompt prefilled in chunks (logits of
  *     every row), then --gen greedy decode steps fed the CPU's argmax: the
@@ -637,6 +639,13 @@ static int run_ops(void)
     if (f >= 0 && moe) {
         int fm = moe(stdout);
         f = fm < 0 ? fm : f + fm;
+    }
+    /* the integer small-batch matmul, SLUICE_CUDA_MMVQ=1 (kernels/cuda/selftest_mmvq.cu) */
+    int (*mmvq)(FILE *);
+    *(void **)&mmvq = dlsym(h, "sl_cuda_selftest_mmvq");
+    if (f >= 0 && mmvq) {
+        int fq = mmvq(stdout);
+        f = fq < 0 ? fq : f + fq;
     }
     fflush(stdout);
     printf("result kernels %s\n", f == 0 ? "PASS" : f < 0 ? "could not run" : "FAIL");
