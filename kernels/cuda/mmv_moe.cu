@@ -246,18 +246,38 @@ int sl_cuda_mmv_experts_stage(int mode)
     return was;
 }
 
+/* The first staged launch of a kernel may come inside a decode graph's
+ * capture (a batch of 8 decoding before any prompt step staged): the
+ * queries and the opt-in below are not stream work, but a thread-local
+ * capture would be invalidated by a call it deems unsafe, and the graphs
+ * turned off. So they run with the thread's capture mode relaxed, then
+ * restored. */
+static cudaStreamCaptureMode relax_capture(void)
+{
+    cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&m);
+    return m;
+}
+
+static void restore_capture(cudaStreamCaptureMode m)
+{
+    cudaThreadExchangeStreamCaptureMode(&m);
+}
+
 /* The opt-in limit, once (the worker drives one device). Any error: 0, the
  * global path. */
 static size_t stage_bytes_max(void)
 {
     static bool asked;
     if (!asked) {
+        cudaStreamCaptureMode m = relax_capture();
         int dev = 0, optin = 0;
         if (cudaGetDevice(&dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
             optin > 4096)
             stage_limit = (size_t)optin - 4096;
         cudaGetLastError();   /* a failed query must not look like a failed launch */
+        restore_capture(m);
         asked = true;
     }
     return stage_limit;
@@ -270,10 +290,14 @@ static void launch_one(const moe_mm &a, int slots, size_t smem, cudaStream_t st)
         /* above 48 KiB a kernel must opt in: once per kernel, to the most any launch asks */
         static bool allowed;
         if (!allowed) {
-            if (cudaFuncSetAttribute(mmv_experts_warp_per_row<TYPE, NT, PAIR, WPR, true>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stage_bytes_max()) !=
-                cudaSuccess) {
+            int lim = (int)stage_bytes_max();
+            cudaStreamCaptureMode m = relax_capture();
+            cudaError_t e = cudaFuncSetAttribute(mmv_experts_warp_per_row<TYPE, NT, PAIR, WPR, true>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, lim);
+            if (e != cudaSuccess)
                 cudaGetLastError();   /* refused: this launch takes the global path, the next asks again */
+            restore_capture(m);
+            if (e != cudaSuccess) {
                 launch_one<TYPE, NT, PAIR, WPR, false>(a, slots, 0, st);
                 return;
             }
