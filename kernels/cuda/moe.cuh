@@ -1,5 +1,6 @@
 /* kernels/cuda/moe.cuh: the mixture-of-experts FFN's kernels on the device:
- * routing (softmax, top-k, optional renormalisation), grouping the routed
+ * the float32 router's logits, routing (softmax, top-k, optional
+ * renormalisation; fused with the grouping for small steps), grouping the routed
  * (row, slot) pairs by expert, the grouped expert matmul (mmv_moe.cu) and
  * the per-row combine. The CUDA twin of kernels/cpu/forward.c's moe_ffn
  * and kernels/cpu/ops.c's sl_cpu_moe_route.
@@ -90,7 +91,8 @@ bool sl_cuda_mmv_experts_supports(uint32_t type);
  * slots (gate and up), in_div = 1 the slot's own row (down). R = T*k: the
  * pairs there are (it picks the rows per pass); T, the step's token rows,
  * picks the staged kernel (T >= SL_CUDA_MOE_STAGE_MIN_T) or the global one,
- * the same bits either way (sl_cuda_mmv_experts_stage); off, pairs and used as
+ * the same bits either way (sl_cuda_mmv_experts_stage; SL_EINVAL for T
+ * outside 1 .. R); off, pairs and used as
  * sl_cuda_moe_group wrote them. The grid covers (min(n_expert, R) expert
  * slots, blocks of weight rows); slot j serves expert used[1 + j], and a
  * slot past used[0] exits at once. */
