@@ -239,35 +239,37 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
 }
 
 /* A MoE layer's FFN of xn's T rows, into xn (moe.cuh; kernels/cpu/forward.c
- * moe_ffn is the reference): the router on the float32 matmul path (plus
+ * moe_ffn is the reference): the router in float32 (plus
  * gpt-oss's bias), routing and grouping on the device (gpt-oss: top-k,
  * then softmax), the experts' gate and up fused with SiLU (gpt-oss: their
  * biases, then the clamped SwiGLU), their down (and bias), qwen2moe's shared expert as a dense FFN, then each
- * row's sum. The same launches for every T, prefill included: no launch
- * reads what the routing chose on the host, so decode steps keep their
- * graphs. */
+ * row's sum. The same kernels at every T, prefill included, but for
+ * choices by T alone that keep the bits (routing and grouping fused up to
+ * 16 rows, staged expert inputs from 8): no launch reads what the routing
+ * chose on the host, so decode steps keep their graphs. */
 static sl_status moe_ffn(cuda_backend *cb, const cuda_layer *L, int64_t T)
 {
     const sl_hparams *hp = &cb->base.model->hp;
     cudaStream_t st = cb->stream;
     int n = hp->n_expert, k = hp->n_expert_used;
     int64_t E = hp->n_embd, F = hp->n_ff_exp, S = hp->n_ff_shexp, R = T * k;
-    TRY(mm(cb, &L->router, cb->xn, E, T, cb->moe.logits, n));
+    /* a float32 router (every T: its order depends on the shape only) on its many-warp kernel */
+    if (sl_cuda_moe_router_supports(&L->router))
+        TRY(sl_cuda_moe_router(&L->router, cb->xn, E, T, cb->moe.logits, n, st));
+    else
+        TRY(mm(cb, &L->router, cb->xn, E, T, cb->moe.logits, n));
     if (L->router_b)   /* gpt-oss */
         TRY(sl_cuda_add_rows(cb->moe.logits, n, L->router_b, T, n, st));
-    if (hp->moe_gating == SL_MOE_GATING_TOPK_SOFTMAX)
-        TRY(sl_cuda_moe_route_topk_softmax(cb->moe.logits, T, n, k, cb->moe.ids, cb->moe.w, st));
-    else
-        TRY(sl_cuda_moe_route(cb->moe.logits, T, n, k, hp->moe_norm_w, cb->moe.ids, cb->moe.w, st));
-    TRY(sl_cuda_moe_group(cb->moe.ids, R, n, cb->moe.off, cb->moe.pairs, cb->moe.used, st));
+    TRY(sl_cuda_moe_route_group(cb->moe.logits, T, n, k, hp->moe_gating == SL_MOE_GATING_TOPK_SOFTMAX,
+                                hp->moe_norm_w, cb->moe.ids, cb->moe.w, cb->moe.off, cb->moe.pairs, cb->moe.used, st));
     sl_cuda_profile_mark(cb->prof, SL_PROF_MOE_ROUTE, st);
     /* gpt-oss: expert biases before the activation, and its clamped SwiGLU */
     bool oai = hp->ffn_act == SL_FFN_SWIGLU_OAI;
     TRY(sl_cuda_mmv_experts_biased(&L->exp_gate, &L->exp_up, L->exp_gate_b, L->exp_up_b, oai, n, cb->moe.off,
-                                   cb->moe.pairs, cb->moe.used, R, k, cb->xn, E, cb->moe.h, F, st));
+                                   cb->moe.pairs, cb->moe.used, R, T, k, cb->xn, E, cb->moe.h, F, st));
     sl_cuda_profile_mark(cb->prof, SL_PROF_GATE_UP, st);
     TRY(sl_cuda_mmv_experts_biased(&L->exp_down, NULL, L->exp_down_b, NULL, false, n, cb->moe.off, cb->moe.pairs,
-                                   cb->moe.used, R, 1, cb->moe.h, F, cb->moe.y, E, st));
+                                   cb->moe.used, R, T, 1, cb->moe.h, F, cb->moe.y, E, st));
     bool shared = L->sh_down.data != NULL;
     if (shared) {
         sl_status rc = cb->use_gemm ? SL_EINVAL

@@ -23,13 +23,19 @@
  * Q4_K_M) had each of the two expert launches at 0.72 ms a layer at decode
  * batch 64 (their ~226 MB of gate+up weights: 0.05 ms of bandwidth) and
  * 5.6 ms at a 512-row prefill. Staged, a block copies the rows once and 32
- * weight rows read them (8 warps, MOE_RPW = 4 rows each). The staged
- * kernel's speed has NOT been measured on a GPU yet (selftest_moe.cu times
- * both paths). Where NT rows of n do not fit the device's opt-in shared
- * memory the launch takes fewer rows per pass, or for n past ~58,000 the
- * global path. Until it has run on a GPU the global path stays the default:
- * SLUICE_CUDA_MOE_STAGE=1 (read once) or sl_cuda_mmv_experts_stage(true)
- * selects the staged one, for the self-test's and the A/B runs.
+ * weight rows read them (8 warps, MOE_RPW = 4 rows each). Where NT rows of
+ * n do not fit the device's opt-in shared memory the launch takes fewer
+ * rows per pass, or for n past ~58,000 the global path. Which path runs is
+ * chosen by the step's token rows T: staged for T >= 8
+ * (SL_CUDA_MOE_STAGE_MIN_T), global below (likely because a staged
+ * block's 32 weight rows leave a quarter of the blocks, 192 for one
+ * decode row's gate/up, too few to fill the GPU; not profiled): the H200's
+ * self-test (2026-12-02) timed the two expert launches of the 30B-A3B
+ * shape at T = 1 0.036 ms staged against 0.032 ms global, at T = 64 1.19
+ * against 1.375, at T = 512 6.76 against 7.86. SLUICE_CUDA_MOE_STAGE=1 or
+ * =0 (read once) forces one path, sl_cuda_mmv_experts_stage too, for the
+ * self-test's and the A/B runs; since both paths give the same bits the
+ * rule cannot break batch invariance.
  * Reduction order: row_dot's, which depends on the type and the row length
  * only (mmv.cu's header), never on the pass a pair falls in or its
  * neighbours, so a (row, slot)'s output is the same bits whatever else is
@@ -80,7 +86,7 @@ static constexpr __host__ __device__ int moe_rows_per_block(int wpr, bool stage)
 /* STAGE: the pass's nt activation rows are copied to dynamic shared memory
  * (nt * n floats, row t at t * n) once per block and every row_dot reads
  * them there; without it each warp reads them from global memory through
- * the list (the default until the staged kernel has run on a GPU).
+ * the list (steps of fewer than 8 rows).
  * Either way a (row, pair) sees the same values in the same order. */
 template <int TYPE, int NT, bool PAIR, int WPR, bool STAGE>
 static __global__ void __launch_bounds__(WARPS * SL_WARP) mmv_experts_warp_per_row(moe_mm a)
@@ -211,25 +217,51 @@ bool sl_cuda_mmv_experts_supports(uint32_t type)
  * 4 KiB, 0 before it is known. */
 static size_t stage_limit;
 
-/* Whether to stage: only with SLUICE_CUDA_MOE_STAGE=1 (read once) until
- * the staged kernel has run on a GPU; sl_cuda_mmv_experts_stage overrides
- * it. */
-static int stage_on = -1;
+/* Whether to stage: SLUICE_CUDA_MOE_STAGE=1 always, =0 never (read once),
+ * else by the step's rows, T >= SL_CUDA_MOE_STAGE_MIN_T (the H200's
+ * self-test timed the staged kernel slower at T = 1, 0.036 against 0.032
+ * ms, and faster at 64 and 512); sl_cuda_mmv_experts_stage overrides it.
+ * -2: not read yet. */
+static int stage_mode = -2;
 
-static bool stage_wanted(void)
+static int stage_mode_now(void)
 {
-    if (stage_on < 0) {
+    if (stage_mode == -2) {
         const char *e = getenv("SLUICE_CUDA_MOE_STAGE");
-        stage_on = e && !strcmp(e, "1");
+        stage_mode = e && !strcmp(e, "1") ? 1 : e && !strcmp(e, "0") ? 0 : -1;
     }
-    return stage_on != 0;
+    return stage_mode;
 }
 
-bool sl_cuda_mmv_experts_stage(bool on)
+static bool stage_wanted(int64_t T)
 {
-    bool was = stage_wanted();
-    stage_on = on;
+    int m = stage_mode_now();
+    return m < 0 ? T >= SL_CUDA_MOE_STAGE_MIN_T : m != 0;
+}
+
+int sl_cuda_mmv_experts_stage(int mode)
+{
+    int was = stage_mode_now();
+    stage_mode = mode < 0 ? -1 : mode != 0;
     return was;
+}
+
+/* The first staged launch of a kernel may come inside a decode graph's
+ * capture (a batch of 8 decoding before any prompt step staged): the
+ * queries and the opt-in below are not stream work, but a thread-local
+ * capture would be invalidated by a call it deems unsafe, and the graphs
+ * turned off. So they run with the thread's capture mode relaxed, then
+ * restored. */
+static cudaStreamCaptureMode relax_capture(void)
+{
+    cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&m);
+    return m;
+}
+
+static void restore_capture(cudaStreamCaptureMode m)
+{
+    cudaThreadExchangeStreamCaptureMode(&m);
 }
 
 /* The opt-in limit, once (the worker drives one device). Any error: 0, the
@@ -238,12 +270,14 @@ static size_t stage_bytes_max(void)
 {
     static bool asked;
     if (!asked) {
+        cudaStreamCaptureMode m = relax_capture();
         int dev = 0, optin = 0;
         if (cudaGetDevice(&dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
             optin > 4096)
             stage_limit = (size_t)optin - 4096;
         cudaGetLastError();   /* a failed query must not look like a failed launch */
+        restore_capture(m);
         asked = true;
     }
     return stage_limit;
@@ -256,10 +290,14 @@ static void launch_one(const moe_mm &a, int slots, size_t smem, cudaStream_t st)
         /* above 48 KiB a kernel must opt in: once per kernel, to the most any launch asks */
         static bool allowed;
         if (!allowed) {
-            if (cudaFuncSetAttribute(mmv_experts_warp_per_row<TYPE, NT, PAIR, WPR, true>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stage_bytes_max()) !=
-                cudaSuccess) {
+            int lim = (int)stage_bytes_max();
+            cudaStreamCaptureMode m = relax_capture();
+            cudaError_t e = cudaFuncSetAttribute(mmv_experts_warp_per_row<TYPE, NT, PAIR, WPR, true>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, lim);
+            if (e != cudaSuccess)
                 cudaGetLastError();   /* refused: this launch takes the global path, the next asks again */
+            restore_capture(m);
+            if (e != cudaSuccess) {
                 launch_one<TYPE, NT, PAIR, WPR, false>(a, slots, 0, st);
                 return;
             }
@@ -288,9 +326,9 @@ static void launch_nt(const moe_mm &a, int nt, int slots, cudaStream_t st)
  * else, or when staging is off, the global path at the nt asked (as before
  * staging, so an A/B compares with what ran then). */
 template <int TYPE, bool PAIR, int WPR>
-static void launch_staged(const moe_mm &a, int nt, int slots, cudaStream_t st)
+static void launch_staged(const moe_mm &a, int nt, int slots, bool stage, cudaStream_t st)
 {
-    size_t lim = stage_wanted() ? stage_bytes_max() : 0;
+    size_t lim = stage ? stage_bytes_max() : 0;
     int ns = nt;
     while (ns > 1 && (size_t)ns * a.n * 4 > lim)
         ns /= 2;
@@ -301,12 +339,12 @@ static void launch_staged(const moe_mm &a, int nt, int slots, cudaStream_t st)
 }
 
 template <int TYPE, bool PAIR>
-static void launch(const moe_mm &a, int nt, int slots, cudaStream_t st)
+static void launch(const moe_mm &a, int nt, int slots, bool stage, cudaStream_t st)
 {
     switch (warps_per_row(a.n)) {
-    case 1: launch_staged<TYPE, PAIR, 1>(a, nt, slots, st); break;
-    case 2: launch_staged<TYPE, PAIR, 2>(a, nt, slots, st); break;
-    default: launch_staged<TYPE, PAIR, 4>(a, nt, slots, st); break;
+    case 1: launch_staged<TYPE, PAIR, 1>(a, nt, slots, stage, st); break;
+    case 2: launch_staged<TYPE, PAIR, 2>(a, nt, slots, stage, st); break;
+    default: launch_staged<TYPE, PAIR, 4>(a, nt, slots, stage, st); break;
     }
 }
 
@@ -318,21 +356,21 @@ static bool expert_ok(const sl_cuda_weight *w, int64_t ldx, const float *x)
 }
 
 sl_status sl_cuda_mmv_experts(const sl_cuda_weight *w, const sl_cuda_weight *up, int n_expert, const int32_t *off,
-                              const int32_t *pairs, const int32_t *used, int64_t R, int in_div, const float *x,
-                              int64_t ldx, float *y, int64_t ldy, cudaStream_t stream)
+                              const int32_t *pairs, const int32_t *used, int64_t R, int64_t T, int in_div,
+                              const float *x, int64_t ldx, float *y, int64_t ldy, cudaStream_t stream)
 {
-    return sl_cuda_mmv_experts_biased(w, up, NULL, NULL, false, n_expert, off, pairs, used, R, in_div, x, ldx, y, ldy,
-                                      stream);
+    return sl_cuda_mmv_experts_biased(w, up, NULL, NULL, false, n_expert, off, pairs, used, R, T, in_div, x, ldx, y,
+                                      ldy, stream);
 }
 
 sl_status sl_cuda_mmv_experts_biased(const sl_cuda_weight *w, const sl_cuda_weight *up, const float *bias,
                                      const float *up_bias, bool swiglu_oai, int n_expert, const int32_t *off,
-                                     const int32_t *pairs, const int32_t *used, int64_t R, int in_div, const float *x,
-                                     int64_t ldx, float *y, int64_t ldy, cudaStream_t stream)
+                                     const int32_t *pairs, const int32_t *used, int64_t R, int64_t T, int in_div,
+                                     const float *x, int64_t ldx, float *y, int64_t ldy, cudaStream_t stream)
 {
     if ((up_bias && (!up || !bias)) || (swiglu_oai && !up))
         return SL_EINVAL;
-    if (R < 1 || R > (1 << 28) || n_expert < 1 || n_expert > SL_CUDA_MOE_MAX_EXPERTS || in_div < 1 ||
+    if (R < 1 || R > (1 << 28) || T < 1 || T > R || n_expert < 1 || n_expert > SL_CUDA_MOE_MAX_EXPERTS || in_div < 1 ||
         !expert_ok(w, ldx, x) || ldy < w->ne1 || w->ne1 * (int64_t)n_expert >= (1 << 30))
         return SL_EINVAL;
     if (up && (!expert_ok(up, ldx, x) || up->type != w->type || up->ne0 != w->ne0 || up->ne1 != w->ne1 ||
@@ -361,7 +399,8 @@ sl_status sl_cuda_mmv_experts_biased(const sl_cuda_weight *w, const sl_cuda_weig
     int64_t mean = (R + n_expert - 1) / n_expert;
     int nt = mean >= 8 ? 8 : mean >= 4 ? 4 : mean >= 2 ? 2 : 1;
     int slots = R < n_expert ? (int)R : n_expert;   /* at most R experts get pairs */
-#define GO(TY) up ? launch<TY, true>(a, nt, slots, stream) : launch<TY, false>(a, nt, slots, stream)
+    bool stage = stage_wanted(T);
+#define GO(TY) up ? launch<TY, true>(a, nt, slots, stage, stream) : launch<TY, false>(a, nt, slots, stage, stream)
     switch (w->type) {
     case SL_GGML_TYPE_Q4_K: GO(SL_GGML_TYPE_Q4_K); break;
     case SL_GGML_TYPE_Q5_K: GO(SL_GGML_TYPE_Q5_K); break;

@@ -19,6 +19,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/random_blocks.cuh"
+#include "kernels/cuda/selftest_moe_step.cuh"
 
 extern "C" {
 #include "kernels/cpu/ops.h"   /* compiled into the library for this check */
@@ -55,14 +56,14 @@ static int check_route(FILE *out, cudaStream_t st, int64_t T, int n, int k, bool
     int64_t R = T * k;
     float *l = (float *)malloc((size_t)(T * n) * sizeof(float)), *p = (float *)malloc((size_t)n * sizeof(float));
     int32_t *ids = (int32_t *)malloc((size_t)R * 4), *gids = (int32_t *)malloc((size_t)R * 4);
-    float *w = (float *)malloc((size_t)R * 4), *gw = (float *)malloc((size_t)R * 4);
+    float *w = (float *)malloc((size_t)R * 4), *gw = (float *)malloc((size_t)R * 4), *w2 = (float *)malloc((size_t)R * 4);
     int32_t *off = (int32_t *)calloc((size_t)n + 1, 4), *goff = (int32_t *)malloc(((size_t)n + 1) * 4);
     int32_t *pairs = (int32_t *)malloc((size_t)R * 4), *gpairs = (int32_t *)malloc((size_t)R * 4);
     int32_t *used = (int32_t *)calloc((size_t)n + 1, 4), *gused = (int32_t *)calloc((size_t)n + 1, 4);
     float *dl = NULL, *dw = NULL;
     int32_t *dids = NULL, *doff = NULL, *dpairs = NULL, *dused = NULL;
     double werr = 0;
-    if (!l || !p || !ids || !gids || !w || !gw || !off || !goff || !pairs || !gpairs || !used || !gused) {
+    if (!l || !p || !ids || !gids || !w || !gw || !w2 || !off || !goff || !pairs || !gpairs || !used || !gused) {
         fprintf(out, "  moe route: out of host memory\n");
         bad = 1;
         goto done;
@@ -99,30 +100,46 @@ static int check_route(FILE *out, cudaStream_t st, int64_t T, int n, int k, bool
     CK(cudaMalloc(&dused, ((size_t)n + 1) * 4));
     CK(cudaMemset(dused, 0, ((size_t)n + 1) * 4));
     CK(cudaMemcpy(dl, l, (size_t)(T * n) * 4, cudaMemcpyHostToDevice));
-    if (sl_cuda_moe_route(dl, T, n, k, norm, dids, dw, st) < 0 ||
-        sl_cuda_moe_group(dids, R, n, doff, dpairs, dused, st) < 0) {
-        fprintf(out, "  moe route: launch refused\n");
-        bad = 1;
-        goto done;
+    /* pass 0: the two kernels; pass 1: sl_cuda_moe_route_group (one fused block for T <= 16) */
+    for (int pass = 0; pass < 2; pass++) {
+        CK(cudaMemset(dids, 0xFF, (size_t)R * 4));
+        CK(cudaMemset(dw, 0xFF, (size_t)R * 4));
+        CK(cudaMemset(dpairs, 0xFF, (size_t)R * 4));
+        CK(cudaMemset(doff, 0xFF, ((size_t)n + 1) * 4));
+        CK(cudaMemset(dused, 0, ((size_t)n + 1) * 4));
+        sl_status rc = pass == 0 ? sl_cuda_moe_route(dl, T, n, k, norm, dids, dw, st)
+                                 : sl_cuda_moe_route_group(dl, T, n, k, false, norm, dids, dw, doff, dpairs, dused, st);
+        if (rc < 0 || (pass == 0 && sl_cuda_moe_group(dids, R, n, doff, dpairs, dused, st) < 0)) {
+            fprintf(out, "  moe route: launch refused\n");
+            bad = 1;
+            goto done;
+        }
+        CK(cudaStreamSynchronize(st));
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(gids, dids, (size_t)R * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gw, dw, (size_t)R * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(goff, doff, ((size_t)n + 1) * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gpairs, dpairs, (size_t)R * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gused, dused, ((size_t)n + 1) * 4, cudaMemcpyDeviceToHost));
+        werr = 0;
+        for (int64_t i = 0; i < R; i++) {
+            double d = fabs((double)gw[i] - w[i]) / (fabs((double)w[i]) + 1e-30);
+            werr = d > werr || d != d ? d : werr;
+        }
+        if (pass == 0)   /* the fused pass must give these weights bit for bit */
+            memcpy(w2, gw, (size_t)R * 4);
+        bool ids_ok = memcmp(gids, ids, (size_t)R * 4) == 0;
+        bool groups_ok = memcmp(goff, off, ((size_t)n + 1) * 4) == 0 && memcmp(gpairs, pairs, (size_t)R * 4) == 0 &&
+                         memcmp(gused, used, ((size_t)n + 1) * 4) == 0;
+        bool w_same = pass == 0 || memcmp(gw, w2, (size_t)R * 4) == 0;
+        int fail = !ids_ok || !groups_ok || !(werr <= 1e-6) || !w_same;
+        bad += fail;
+        fprintf(out, "  moe route+group%s T %lld, %d experts, top %d%s%s: ids %s, groups %s, weights max rel err "
+                "%.1e%s  %s\n", pass ? (T <= 16 ? " (fused)" : " (route_group, unfused)") : "", (long long)T, n, k,
+                norm ? ", renormalised" : "", coarse ? ", tied logits" : "", ids_ok ? "exact" : "DIFFER",
+                groups_ok ? "exact" : "DIFFER", werr, pass ? (w_same ? ", the two kernels' bits" : ", bits DIFFER") : "",
+                fail ? "FAIL" : "ok");
     }
-    CK(cudaStreamSynchronize(st));
-    CK(cudaMemcpy(gids, dids, (size_t)R * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(gw, dw, (size_t)R * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(goff, doff, ((size_t)n + 1) * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(gpairs, dpairs, (size_t)R * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(gused, dused, ((size_t)n + 1) * 4, cudaMemcpyDeviceToHost));
-    for (int64_t i = 0; i < R; i++) {
-        double d = fabs((double)gw[i] - w[i]) / (fabs((double)w[i]) + 1e-30);
-        werr = d > werr ? d : werr;
-    }
-    bad = memcmp(gids, ids, (size_t)R * 4) != 0 || memcmp(goff, off, ((size_t)n + 1) * 4) != 0 ||
-          memcmp(gpairs, pairs, (size_t)R * 4) != 0 || memcmp(gused, used, ((size_t)n + 1) * 4) != 0 || werr > 1e-6;
-    fprintf(out, "  moe route+group T %lld, %d experts, top %d%s%s: ids %s, groups %s, weights max rel err %.1e  %s\n",
-            (long long)T, n, k, norm ? ", renormalised" : "", coarse ? ", tied logits" : "",
-            memcmp(gids, ids, (size_t)R * 4) ? "DIFFER" : "exact",
-            memcmp(goff, off, ((size_t)n + 1) * 4) || memcmp(gpairs, pairs, (size_t)R * 4) ||
-                    memcmp(gused, used, ((size_t)n + 1) * 4) ? "DIFFER" : "exact", werr,
-            bad ? "FAIL" : "ok");
 done:
     cudaFree(dl);
     cudaFree(dw);
@@ -132,6 +149,7 @@ done:
     cudaFree(dused);
     free(used);
     free(gused);
+    free(w2);
     free(l);
     free(p);
     free(ids);
@@ -158,7 +176,7 @@ static int check_route_topk(FILE *out, cudaStream_t st, int64_t T, int n, int k,
     int32_t *ids = (int32_t *)malloc((size_t)R * 4), *gids = (int32_t *)malloc((size_t)R * 4);
     float *w = (float *)malloc((size_t)R * 4), *gw = (float *)malloc((size_t)R * 4);
     float *dl = NULL, *dw = NULL;
-    int32_t *dids = NULL;
+    int32_t *dids = NULL, *dg = NULL, *hoff = NULL;
     double werr = 0;
     bool wnan = false;
     if (!l || !p || !ids || !gids || !w || !gw) {
@@ -199,7 +217,54 @@ static int check_route_topk(FILE *out, cudaStream_t st, int64_t T, int n, int k,
             "%.1e%s  %s\n", (long long)T, n, k, coarse ? ", tied logits" : "", nans ? ", NaN logits" : "",
             memcmp(gids, ids, (size_t)R * 4) ? "DIFFER" : "exact", werr, wnan ? ", NaN where the CPU has none" : "",
             bad ? "FAIL" : "ok");
+    /* sl_cuda_moe_route_group (one fused block for T <= 16): the same ids and weight bits, and the grouping of them */
+    hoff = (int32_t *)malloc(((size_t)n + 1) * 4 * 4 + (size_t)R * 4 * 4 + (size_t)R * 4);
+    if (!hoff) {
+        bad = 1;
+        goto done;
+    }
+    {
+        int32_t *hused = hoff + n + 1, *goff = hused + n + 1, *gused = goff + n + 1, *hpairs = gused + n + 1;
+        int32_t *gpairs = hpairs + R, *fids = gpairs + R;
+        float *fw = (float *)(fids + R);
+        memset(hoff, 0, ((size_t)n + 1) * 4 * 2);
+        for (int64_t i = 0; i < R; i++)
+            hoff[gids[i] + 1]++;
+        for (int e = 0; e < n; e++) {
+            if (hoff[e + 1] > 0)
+                hused[1 + hused[0]++] = e;
+            hoff[e + 1] += hoff[e];
+        }
+        memcpy(goff, hoff, (size_t)n * 4);   /* the fill pointers, for now */
+        for (int64_t i = 0; i < R; i++)
+            hpairs[goff[gids[i]]++] = (int32_t)i;
+        CK(cudaMalloc(&dg, ((size_t)n + 1) * 8 + (size_t)R * 4));
+        CK(cudaMemset(dg, 0, ((size_t)n + 1) * 8 + (size_t)R * 4));
+        CK(cudaMemset(dids, 0xFF, (size_t)R * 4));
+        CK(cudaMemset(dw, 0xFF, (size_t)R * 4));
+        if (sl_cuda_moe_route_group(dl, T, n, k, true, false, dids, dw, dg, dg + 2 * (n + 1), dg + n + 1, st) < 0) {
+            fprintf(out, "  moe route_group top-k softmax: launch refused\n");
+            bad = 1;
+            goto done;
+        }
+        CK(cudaStreamSynchronize(st));
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(fids, dids, (size_t)R * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(fw, dw, (size_t)R * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(goff, dg, ((size_t)n + 1) * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gused, dg + n + 1, ((size_t)n + 1) * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gpairs, dg + 2 * (n + 1), (size_t)R * 4, cudaMemcpyDeviceToHost));
+        bool same = memcmp(fids, gids, (size_t)R * 4) == 0 && memcmp(fw, gw, (size_t)R * 4) == 0;
+        bool groups = memcmp(goff, hoff, ((size_t)n + 1) * 4) == 0 && memcmp(gused, hused, ((size_t)n + 1) * 4) == 0 &&
+                      memcmp(gpairs, hpairs, (size_t)R * 4) == 0;
+        bad += !same || !groups;
+        fprintf(out, "  moe route_group%s top-k softmax (gpt-oss) T %lld, %d experts, top %d: ids and weights %s, "
+                "groups %s  %s\n", T <= 16 ? " (fused)" : " (unfused)", (long long)T, n, k,
+                same ? "the two kernels' bits" : "DIFFER", groups ? "exact" : "DIFFER", same && groups ? "ok" : "FAIL");
+    }
 done:
+    cudaFree(dg);
+    free(hoff);
     cudaFree(dl);
     cudaFree(dw);
     cudaFree(dids);
@@ -239,9 +304,9 @@ static sl_status run_ffn(cudaStream_t st, const sl_cuda_weight *g, const sl_cuda
                       : sl_cuda_moe_route(dlog, T, n, k, true, dids, dw, st);
     if (rr < 0 || sl_cuda_moe_group(dids, R, n, doff, dpairs, dused, st) < 0 ||
         sl_cuda_mmv_experts_biased(g, u, db ? db[0] : NULL, db ? db[1] : NULL, db != NULL, n, doff, dpairs, dused, R,
-                                   k, dx, E, dh, F, st) < 0 ||
-        sl_cuda_mmv_experts_biased(d, NULL, db ? db[2] : NULL, NULL, false, n, doff, dpairs, dused, R, 1, dh, F, dy, E,
-                                   st) < 0 ||
+                                   T, k, dx, E, dh, F, st) < 0 ||
+        sl_cuda_mmv_experts_biased(d, NULL, db ? db[2] : NULL, NULL, false, n, doff, dpairs, dused, R, T, 1, dh, F,
+                                   dy, E, st) < 0 ||
         sl_cuda_moe_combine(dout, dy, dw, T, k, E, NULL, NULL, st) < 0)
         return SL_EINVAL;
     return SL_OK;
@@ -427,8 +492,8 @@ static float time_experts(cudaStream_t st, const sl_cuda_weight *g, const sl_cud
     int64_t R = T * k, E = g->ne0, F = g->ne1;
     bool ok = cudaEventRecord(a, st) == cudaSuccess;
     for (int i = 0; ok && i < reps; i++)
-        ok = sl_cuda_mmv_experts(g, u, n, doff, dpairs, dused, R, k, dx, E, dh, F, st) == SL_OK &&
-             sl_cuda_mmv_experts(d, NULL, n, doff, dpairs, dused, R, 1, dh, F, dy, E, st) == SL_OK;
+        ok = sl_cuda_mmv_experts(g, u, n, doff, dpairs, dused, R, T, k, dx, E, dh, F, st) == SL_OK &&
+             sl_cuda_mmv_experts(d, NULL, n, doff, dpairs, dused, R, T, 1, dh, F, dy, E, st) == SL_OK;
     if (ok && cudaEventRecord(b, st) == cudaSuccess && cudaEventSynchronize(b) == cudaSuccess &&
         cudaEventElapsedTime(&ms, a, b) == cudaSuccess)
         ms /= reps;
@@ -442,7 +507,7 @@ static float time_experts(cudaStream_t st, const sl_cuda_weight *g, const sl_cud
 /* The expert matmuls with their activation rows staged in shared memory
  * (SLUICE_CUDA_MOE_STAGE=1) against the global path (the default) on
  * Qwen3-30B-A3B's shape: 128 experts, top 8, n_embd 2048, n_ff_exp 768,
- * Q4_K experts of random blocks, at T = 1, 64 and 512 (one, four and
+ * Q4_K experts of random blocks, at T = 1, 8, 16, 64 and 512 (one to four and
  * eight pairs per pass, the last above 48 KiB of shared memory). Every
  * output of both launches must be the same bits. Returns failures. */
 static int check_stage(FILE *out, cudaStream_t st)
@@ -450,12 +515,12 @@ static int check_stage(FILE *out, cudaStream_t st)
     const uint32_t type = SL_GGML_TYPE_Q4_K;
     const int n = 128, k = 8;
     const int64_t E = 2048, F = 768, Tmax = 512, Rmax = Tmax * k;
-    static const int64_t Ts[] = {1, 64, 512};
+    static const int64_t Ts[] = {1, 8, 16, 64, 512};
     int bad = 0;
     uint64_t seed = 777;
     size_t rbe = sl_ggml_row_bytes(type, (uint64_t)E), rbf = sl_ggml_row_bytes(type, (uint64_t)F);
     size_t gu_bytes = (size_t)n * F * rbe, d_bytes = (size_t)n * E * rbf;
-    bool was = sl_cuda_mmv_experts_stage(true);
+    int was = sl_cuda_mmv_experts_stage(1);
     uint8_t *q = (uint8_t *)malloc(gu_bytes > d_bytes ? gu_bytes : d_bytes);
     float *x = (float *)malloc((size_t)(Tmax * E) * 4), *lg = (float *)malloc((size_t)(Tmax * n) * 4);
     float *h[2] = {(float *)malloc((size_t)(Rmax * F) * 4), (float *)malloc((size_t)(Rmax * F) * 4)};
@@ -499,7 +564,7 @@ static int check_stage(FILE *out, cudaStream_t st)
         float ms[2] = {-1.0f, -1.0f};
         int64_t R = T * k;
         for (int s = 0; s < 2; s++) {   /* s 0: staged, s 1: the global path */
-            sl_cuda_mmv_experts_stage(s == 0);
+            sl_cuda_mmv_experts_stage(s == 0 ? 1 : 0);
             CK(cudaMemset(dh, 0xFF, (size_t)(R * F) * 4));   /* NaN bits: an output never written shows */
             CK(cudaMemset(dout, 0xFF, (size_t)(T * E) * 4));
             if (run_ffn(st, &g, &u, &d, n, k, T, dx, dlog, dids, dw, doff, dpairs, dused, dh, dy, dout, NULL) < 0) {
@@ -521,9 +586,10 @@ static int check_stage(FILE *out, cudaStream_t st)
         bool fail = !same_h || !same_o || nan_h > 0;
         bad += fail;
         fprintf(out, "  moe staged rows Q4_K T %lld, 128 experts, top 8, n_embd 2048, n_ff_exp 768: gate/up %s, "
-                "out %s%s; experts %.3f ms staged, %.3f ms global  %s\n", (long long)T,
+                "out %s%s; experts %.3f ms staged, %.3f ms global (the default here: %s)  %s\n", (long long)T,
                 same_h ? "same bits" : "DIFFER", same_o ? "same bits" : "DIFFER",
-                nan_h ? ", outputs left unwritten" : "", ms[0], ms[1], fail ? "FAIL" : "ok");
+                nan_h ? ", outputs left unwritten" : "", ms[0], ms[1], T >= SL_CUDA_MOE_STAGE_MIN_T ? "staged" : "global",
+                fail ? "FAIL" : "ok");
     }
 done:
     sl_cuda_mmv_experts_stage(was);
@@ -584,7 +650,15 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest_moe(FILE 
     bad += check_ffn(out, st, SL_GGML_TYPE_MXFP4, 37, 16, 4, 256, 256, true);
     bad += check_ffn(out, st, SL_GGML_TYPE_Q8_0, 37, 16, 4, 256, 256, true);
     bad += check_ffn(out, st, SL_GGML_TYPE_MXFP4, 19, 4, 2, 2880, 256, true);   /* gate/up rows of gpt-oss-20b's 2,880 */
+    bad += check_route(out, st, 1, 128, 8, true, false);      /* one decode row: routing and grouping fused */
+    bad += check_route(out, st, 16, 128, 8, true, true);      /* the most rows the fused block takes */
+    bad += check_route(out, st, 3, 512, 32, true, true);      /* fused, at the limits */
+    bad += check_route_topk(out, st, 1, 32, 4, false, false); /* gpt-oss, fused */
+    bad += check_route_topk(out, st, 16, 128, 4, true, false);
+    bad += st_moe_router(out, st);    /* the float32 router: float64, rows alone, scalar loads */
+    bad += st_moe_combine(out, st);   /* the combine: the one-block-per-row kernel's bits */
     bad += check_stage(out, st);   /* staged activation rows: the global path's bits */
+    bad += st_moe_step_timing(out, st);
     cudaStreamDestroy(st);
     return bad;
 }

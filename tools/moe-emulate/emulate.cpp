@@ -6,8 +6,12 @@
  * the expert FFN (route, group, fused gate/up, down, combine) against a
  * float64 reference for Q8_0, Q4_K and Q6_K experts, one row alone giving
  * its batched bits (and another pass size), the staged activation rows
- * giving the global path's bits, and the combine with a shared
- * expert; gpt-oss's routing against the CPU's sl_cpu_moe_route_topk_softmax
+ * giving the global path's bits; the fused routing-and-grouping block
+ * (steps of up to 16 rows) giving the two kernels' ids, weights and lists
+ * bit for bit; the column-spread combine giving the bits of the
+ * one-block-per-row kernel's arithmetic (a host copy of it), with and
+ * without a shared expert; the float32 router against float64, its rows
+ * alone and its scalar loads giving its batched bits; gpt-oss's routing against the CPU's sl_cpu_moe_route_topk_softmax
  * (ids exact with tied and NaN logits) and its expert FFN (MXFP4 and Q8_0
  * experts, expert biases, the clamped SwiGLU taken from the CPU's
  * sl_cpu_swiglu_oai) against the float64 reference. Prints one line per
@@ -112,6 +116,31 @@ static void group_dev(const int32_t *ids, int64_t R, int n, int32_t *off, int32_
     emu_launch(1, 1, GROUP_THREADS, [&] { moe_group_one_block(ids, (int)R, n, off, pairs, used); });
 }
 
+/* routing and grouping in one block (T <= FUSE_ROWS), as sl_cuda_moe_route_group launches it */
+static void route_group_dev(const float *l, int64_t T, int n, int k, bool topk, bool norm, int32_t *ids, float *w,
+                            int32_t *off, int32_t *pairs, int32_t *used)
+{
+    if (topk)
+        emu_launch(1, 1, GROUP_THREADS,
+                   [&] { moe_route_group_one_block<true>(l, (int)T, n, k, false, ids, w, off, pairs, used); });
+    else
+        emu_launch(1, 1, GROUP_THREADS,
+                   [&] { moe_route_group_one_block<false>(l, (int)T, n, k, norm, ids, w, off, pairs, used); });
+}
+
+/* the fused block against the two kernels' outputs: ids, weights and lists bit for bit */
+static bool fused_same(const float *l, int64_t T, int n, int k, bool topk, bool norm, const std::vector<int32_t> &ids,
+                       const std::vector<float> &w, const std::vector<int32_t> &off, const std::vector<int32_t> &pairs,
+                       const std::vector<int32_t> &used)
+{
+    int64_t R = T * k;
+    std::vector<int32_t> fids((size_t)R, -1), foff((size_t)n + 1, -1), fpairs((size_t)R, -1), fused((size_t)n + 1, 0);
+    std::vector<float> fw((size_t)R, -1.0f);
+    route_group_dev(l, T, n, k, topk, norm, fids.data(), fw.data(), foff.data(), fpairs.data(), fused.data());
+    return fids == ids && memcmp(fw.data(), w.data(), (size_t)R * 4) == 0 && foff == off && fpairs == pairs &&
+           fused == used;
+}
+
 static int check_route(int64_t T, int n, int k, bool norm, bool coarse)
 {
     int64_t R = T * k;
@@ -138,10 +167,12 @@ static int check_route(int64_t T, int n, int k, bool norm, bool coarse)
     for (int64_t i = 0; i < R; i++)
         werr = fmax(werr, fabs((double)gw[i] - w[i]) / (fabs((double)w[i]) + 1e-30));
     bool ids_ok = gids == ids, groups_ok = goff == off && gpairs == pairs && gused == used;
-    int bad = !ids_ok || !groups_ok || werr > 1e-6;
-    printf("route+group T %lld, %d experts, top %d%s%s: ids %s, groups %s, weights max rel err %.1e  %s\n",
+    bool fused_ok = T > FUSE_ROWS || fused_same(l.data(), T, n, k, false, norm, gids, gw, goff, gpairs, gused);
+    int bad = !ids_ok || !groups_ok || werr > 1e-6 || !fused_ok;
+    printf("route+group T %lld, %d experts, top %d%s%s: ids %s, groups %s, weights max rel err %.1e%s  %s\n",
            (long long)T, n, k, norm ? ", renormalised" : "", coarse ? ", tied logits" : "", ids_ok ? "exact" : "DIFFER",
-           groups_ok ? "exact" : "DIFFER", werr, bad ? "FAIL" : "ok");
+           groups_ok ? "exact" : "DIFFER", werr,
+           T > FUSE_ROWS ? "" : fused_ok ? ", fused block the same bits" : ", fused block DIFFERS", bad ? "FAIL" : "ok");
     return bad;
 }
 
@@ -163,6 +194,12 @@ static int check_route_topk(int64_t T, int n, int k, bool coarse, bool nans)
     for (int64_t t = 0; t < T; t++)
         sl_cpu_moe_route_topk_softmax(&l[t * n], n, k, tmp.data(), &ids[t * k], &w[t * k]);
     route_topk_dev(l.data(), T, n, k, gids.data(), gw.data());
+    bool fused_ok = true;
+    if (T <= FUSE_ROWS) {   /* the fused block: these ids and weights, and the two kernels' grouping of them */
+        std::vector<int32_t> off((size_t)n + 1), pairs((size_t)R), used((size_t)n + 1, 0);
+        group_dev(gids.data(), R, n, off.data(), pairs.data(), used.data());
+        fused_ok = fused_same(l.data(), T, n, k, true, false, gids, gw, off, pairs, used);
+    }
     double werr = 0;
     bool wnan = false;
     for (int64_t i = 0; i < R; i++) {
@@ -173,10 +210,11 @@ static int check_route_topk(int64_t T, int n, int k, bool coarse, bool nans)
         werr = fmax(werr, fabs((double)gw[i] - w[i]) / (fabs((double)w[i]) + 1e-30));
     }
     bool ids_ok = gids == ids;
-    int bad = !ids_ok || wnan || werr > 1e-6;
-    printf("gpt-oss route T %lld, %d experts, top %d%s%s: ids %s, weights max rel err %.1e%s  %s\n", (long long)T, n, k,
-           coarse ? ", tied logits" : "", nans ? ", NaN logits" : "", ids_ok ? "exact" : "DIFFER", werr,
-           wnan ? ", NaN where the CPU has none" : "", bad ? "FAIL" : "ok");
+    int bad = !ids_ok || wnan || werr > 1e-6 || !fused_ok;
+    printf("gpt-oss route T %lld, %d experts, top %d%s%s: ids %s, weights max rel err %.1e%s%s  %s\n", (long long)T, n,
+           k, coarse ? ", tied logits" : "", nans ? ", NaN logits" : "", ids_ok ? "exact" : "DIFFER", werr,
+           wnan ? ", NaN where the CPU has none" : "",
+           T > FUSE_ROWS ? "" : fused_ok ? ", fused block the same bits" : ", fused block DIFFERS", bad ? "FAIL" : "ok");
     return bad;
 }
 
@@ -222,6 +260,24 @@ static void make(uint32_t type, int64_t rows, int64_t n, std::vector<uint8_t> &q
         sl_quant_quantize_row(type, &w[r * n], &q[r * rb], n);
         sl_quant_dequantize_row(type, &q[r * rb], &w[r * n], n);
     }
+}
+
+/* the combine as sl_cuda_moe_combine launches it: (T, column blocks), the unroll bound from k */
+static void combine_dev(float *out, const float *y, const float *w, int64_t T, int k, int64_t E, const float *sh,
+                        const float *g)
+{
+    std::function<void()> body;
+    if (k <= 2)
+        body = [&] { moe_combine_cols_per_block<2>(out, y, w, k, E, sh, g); };
+    else if (k <= 4)
+        body = [&] { moe_combine_cols_per_block<4>(out, y, w, k, E, sh, g); };
+    else if (k <= 8)
+        body = [&] { moe_combine_cols_per_block<8>(out, y, w, k, E, sh, g); };
+    else if (k <= 16)
+        body = [&] { moe_combine_cols_per_block<16>(out, y, w, k, E, sh, g); };
+    else
+        body = [&] { moe_combine_cols_per_block<SL_CUDA_MOE_MAX_USED>(out, y, w, k, E, sh, g); };
+    emu_launch((unsigned)T, (unsigned)((E + COMBINE_COLS - 1) / COMBINE_COLS), COMBINE_COLS, body);
 }
 
 /* the device FFN of T rows with NT pairs per pass, staged or not */
@@ -277,8 +333,7 @@ static void ffn_dev(experts &X, int64_t T, const float *x, const float *lg, std:
     b.y = y.data();
     b.ldy = X.E;
     experts_dev<TYPE, NT, false, STAGE>(b, slots);
-    emu_launch((unsigned)T, 1, COMBINE_THREADS,
-               [&] { moe_combine_row_per_block(out, y.data(), w.data(), X.k, X.E, NULL, NULL); });
+    combine_dev(out, y.data(), w.data(), T, X.k, X.E, NULL, NULL);
 }
 
 template <int TYPE>
@@ -362,11 +417,15 @@ static int check_ffn(const char *name, int64_t T, int n, int k, int64_t E, int64
     return bad;
 }
 
-static int check_combine_shared()
+/* The combine against the arithmetic of the one-block-per-row kernel it
+ * replaced (a block walked a row's columns, each thread summing slots in
+ * order: w[0] y[0], + w[s] y[s], + sigmoid(g) sh), with the same roundings
+ * on the host: every output the same bits; with a shared expert also
+ * against float64. */
+static int check_combine(int64_t T, int k, int64_t E, bool shared)
 {
-    const int64_t T = 5, E = 300;
-    const int k = 3;
-    std::vector<float> y((size_t)(T * k * E)), w((size_t)(T * k)), sh((size_t)(T * E)), g((size_t)T), out((size_t)(T * E));
+    std::vector<float> y((size_t)(T * k * E)), w((size_t)(T * k)), sh((size_t)(T * E)), g((size_t)T),
+        out((size_t)(T * E), -1.0f), old((size_t)(T * E));
     for (auto &v : y)
         v = uniform();
     for (auto &v : w)
@@ -375,20 +434,109 @@ static int check_combine_shared()
         v = uniform();
     for (auto &v : g)
         v = 4.0f * uniform();
-    emu_launch((unsigned)T, 1, COMBINE_THREADS,
-               [&] { moe_combine_row_per_block(out.data(), y.data(), w.data(), k, E, sh.data(), g.data()); });
+    combine_dev(out.data(), y.data(), w.data(), T, k, E, shared ? sh.data() : NULL, shared ? g.data() : NULL);
     double worst = 0;
-    for (int64_t t = 0; t < T; t++)
+    for (int64_t t = 0; t < T; t++) {
+        float gs = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g[t])));
         for (int64_t i = 0; i < E; i++) {
+            float o = __fmul_rn(w[t * k], y[(t * k) * E + i]);
+            for (int s = 1; s < k; s++)
+                o = __fadd_rn(o, __fmul_rn(w[t * k + s], y[(t * k + s) * E + i]));
+            if (shared)
+                o = __fadd_rn(o, __fmul_rn(gs, sh[t * E + i]));
+            old[t * E + i] = o;
             double r = 0;
             for (int s = 0; s < k; s++)
                 r += (double)w[t * k + s] * y[(t * k + s) * E + i];
-            r += 1.0 / (1.0 + exp(-(double)g[t])) * sh[t * E + i];
+            if (shared)
+                r += 1.0 / (1.0 + exp(-(double)g[t])) * sh[t * E + i];
             worst = fmax(worst, fabs(out[t * E + i] - r));
         }
-    int bad = worst > 1e-5;
-    printf("combine with a shared expert, T %lld, top %d: max abs err %.1e  %s\n", (long long)T, k, worst,
-           bad ? "FAIL" : "ok");
+    }
+    bool same = memcmp(out.data(), old.data(), (size_t)(T * E) * 4) == 0;
+    int bad = !same || worst > 1e-5;
+    printf("combine T %lld, top %d, n_embd %lld%s: %s the one-block-per-row arithmetic, max abs err %.1e  %s\n",
+           (long long)T, k, (long long)E, shared ? ", shared expert" : "", same ? "same bits as" : "bits DIFFER from",
+           worst, bad ? "FAIL" : "ok");
+    return bad;
+}
+
+/* the router as sl_cuda_moe_router launches it (NT from T, WPR from n) */
+template <int NT, bool VEC>
+static void router_dev_nt(const float *W, int64_t n, int rows, const float *x, int64_t ldx, int64_t T, float *y,
+                          int64_t ldy)
+{
+    int wpr = router_warps_per_row(n);
+    std::function<void()> body;
+    if (wpr == 1)
+        body = [&] { moe_router_f32_warps_per_row<NT, 1, VEC>(W, n, rows, x, ldx, T, y, ldy); };
+    else if (wpr == 2)
+        body = [&] { moe_router_f32_warps_per_row<NT, 2, VEC>(W, n, rows, x, ldx, T, y, ldy); };
+    else if (wpr == 4)
+        body = [&] { moe_router_f32_warps_per_row<NT, 4, VEC>(W, n, rows, x, ldx, T, y, ldy); };
+    else
+        body = [&] { moe_router_f32_warps_per_row<NT, 8, VEC>(W, n, rows, x, ldx, T, y, ldy); };
+    emu_launch((unsigned)((rows + ROUTER_WARPS / wpr - 1) / (ROUTER_WARPS / wpr)), (unsigned)((T + NT - 1) / NT),
+               ROUTER_WARPS * SL_WARP, body);
+}
+
+template <bool VEC>
+static void router_dev(const float *W, int64_t n, int rows, const float *x, int64_t ldx, int64_t T, float *y,
+                       int64_t ldy)
+{
+    if (T >= 8)
+        router_dev_nt<8, VEC>(W, n, rows, x, ldx, T, y, ldy);
+    else if (T >= 4)
+        router_dev_nt<4, VEC>(W, n, rows, x, ldx, T, y, ldy);
+    else if (T >= 2)
+        router_dev_nt<2, VEC>(W, n, rows, x, ldx, T, y, ldy);
+    else
+        router_dev_nt<1, VEC>(W, n, rows, x, ldx, T, y, ldy);
+}
+
+/* The float32 router: against float64 (within 1e-5 of the sum of |w x|),
+ * three rows alone giving their batched bits, the scalar loads (rows
+ * unaligned) giving the float4 loads' bits. */
+static int check_router(int rows, int64_t n, int64_t T)
+{
+    int64_t lds = n + 1;
+    std::vector<float> w((size_t)(rows * n)), x((size_t)(T * n)), xs((size_t)(T * lds)), got((size_t)(T * rows), -1.0f),
+        sc((size_t)(T * rows), -1.0f), one((size_t)rows);
+    for (auto &v : w)
+        v = 0.1f * uniform();
+    for (auto &v : x)
+        v = uniform();
+    for (int64_t t = 0; t < T; t++)
+        memcpy(&xs[t * lds], &x[t * n], (size_t)n * 4);
+    bool vec = n % 4 == 0;
+    if (vec)
+        router_dev<true>(w.data(), n, rows, x.data(), n, T, got.data(), rows);
+    else
+        router_dev<false>(w.data(), n, rows, x.data(), n, T, got.data(), rows);
+    router_dev<false>(w.data(), n, rows, xs.data(), lds, T, sc.data(), rows);
+    bool alone = true;
+    for (int64_t t : {(int64_t)0, T / 2, T - 1}) {
+        if (vec)
+            router_dev<true>(w.data(), n, rows, &x[t * n], n, 1, one.data(), rows);
+        else
+            router_dev<false>(w.data(), n, rows, &x[t * n], n, 1, one.data(), rows);
+        alone = alone && memcmp(one.data(), &got[t * rows], (size_t)rows * 4) == 0;
+    }
+    double worst = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int r = 0; r < rows; r++) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < n; i++) {
+                ref += (double)w[r * n + i] * x[t * n + i];
+                mag += fabs((double)w[r * n + i] * x[t * n + i]);
+            }
+            worst = fmax(worst, fabs(got[t * rows + r] - ref) / (mag + 1e-30));
+        }
+    bool scalar = memcmp(sc.data(), got.data(), (size_t)(T * rows) * 4) == 0;
+    int bad = !(worst <= 1e-5) || !alone || !scalar;
+    printf("router f32 %d x %lld, T %lld (%d warps a row): max err %.1e of sum |w x|, rows alone %s, scalar loads %s  "
+           "%s\n", rows, (long long)n, (long long)T, router_warps_per_row(n), worst, alone ? "same bits" : "DIFFER",
+           scalar ? "same bits" : "DIFFER", bad ? "FAIL" : "ok");
     return bad;
 }
 
@@ -401,7 +549,18 @@ int main()
     bad += check_route(7, 8, 2, true, false);
     bad += check_route(5, 512, 32, true, true);
     bad += check_route(100, 128, 8, true, false);
-    bad += check_combine_shared();
+    bad += check_route(1, 128, 8, true, false);    /* fused routing and grouping */
+    bad += check_route(16, 128, 8, true, true);
+    bad += check_route(3, 512, 32, true, true);
+    bad += check_combine(3, 1, 300, false);
+    bad += check_combine(5, 2, 2085, false);
+    bad += check_combine(2, 8, 2048, false);
+    bad += check_combine(2, 32, 300, false);
+    bad += check_combine(5, 3, 300, true);
+    bad += check_router(128, 2048, 13);   /* Qwen3-30B-A3B: 8 warps a row */
+    bad += check_router(32, 2880, 9);     /* gpt-oss-20b: a run ends inside a step */
+    bad += check_router(12, 1024, 5);     /* 4 warps */
+    bad += check_router(5, 99, 3);        /* one warp, scalar loads, a partial step */
     bad += check_ffn<SL_GGML_TYPE_Q8_0>("Q8_0", 13, 8, 2, 256, 256);
     bad += check_ffn<SL_GGML_TYPE_Q4_K>("Q4_K", 13, 8, 2, 256, 256);
     bad += check_ffn<SL_GGML_TYPE_Q6_K>("Q6_K", 5, 2, 1, 256, 4352);   /* down rows shared by two warps */
@@ -410,6 +569,7 @@ int main()
     bad += check_route_topk(37, 128, 4, true, false);   /* gpt-oss-120b's, tied logits */
     bad += check_route_topk(9, 40, 5, false, true);
     bad += check_route_topk(5, 512, 32, true, false);   /* the limits */
+    bad += check_route_topk(1, 32, 4, false, false);    /* fused */
     bad += check_ffn<SL_GGML_TYPE_MXFP4>("MXFP4", 13, 8, 2, 256, 256, true);
     bad += check_ffn<SL_GGML_TYPE_Q8_0>("Q8_0", 7, 8, 2, 256, 256, true);
     bad += check_ffn<SL_GGML_TYPE_MXFP4>("MXFP4", 13, 8, 2, 256, 256);   /* the SiLU path over MXFP4 */
