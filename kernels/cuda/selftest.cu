@@ -44,19 +44,7 @@
 #include "kernels/cuda/random_blocks.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/selftest_kv.cuh"
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float uniform(uint64_t *s)
-{
-    return (float)((double)(rng_next(s) >> 11) * 0x1p-53 * 2.0 - 1.0);
-}
+#include "kernels/cuda/selftest_util.cuh"
 
 static double rel_l2(const float *g, const double *r, int64_t n)
 {
@@ -88,6 +76,7 @@ struct dev_bufs {
     }
 };
 
+#undef CK /* this file's checks return instead of jumping */
 #define CK(call)                                                                     \
     do {                                                                             \
         if ((call) != cudaSuccess) {                                                 \

@@ -28,6 +28,7 @@
 #include "kernels/cuda/eltwise.cuh"
 #include "kernels/cuda/mmv.cuh"
 #include "kernels/cuda/mmvq.cuh"
+#include "kernels/cuda/selftest_util.cuh"
 
 #define _Static_assert static_assert   /* act_quant.h's C11 size checks, read as C++ */
 extern "C" {
@@ -38,27 +39,6 @@ extern "C" {
 }
 #undef _Static_assert
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float uniform(uint64_t *s)
-{
-    return (float)((double)(rng_next(s) >> 11) * 0x1p-53 * 2.0 - 1.0);
-}
-
-#define CK(call)                                                                     \
-    do {                                                                             \
-        if ((call) != cudaSuccess) {                                                 \
-            fprintf(out, "  %s:%d: %s failed\n", __FILE__, __LINE__, #call);         \
-            bad = 1;                                                                 \
-            goto done;                                                               \
-        }                                                                            \
-    } while (0)
 #define OK(call) CK((call) == SL_OK ? cudaSuccess : cudaErrorUnknown)
 
 enum { T_MAX = 13 };
