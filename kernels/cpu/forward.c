@@ -49,6 +49,7 @@
 
 #include "kernels/cpu/act_quant.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/moe_watch.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/sample_batch.h"
 #include "kernels/cpu/threadpool.h"
@@ -475,9 +476,13 @@ static void moe_ffn(cpu_backend *cb, const sl_layer *L, int64_t T)
     int64_t E = hp->n_embd, F = hp->n_ff_exp, S = hp->n_ff_shexp;
     matmul1(cb, cb->xn, E, T, &moe->router, cb->router, n);
     memset(cb->grp_off, 0, (size_t)(n + 1) * sizeof *cb->grp_off);
+    void *watch_ctx;
+    sl_cpu_moe_watch_fn watch = sl_cpu_moe_watcher(&watch_ctx);   /* a check tool's, normally NULL */
     for (int64_t t = 0; t < T; t++) {
         if (moe->router_b)
             sl_cpu_add(cb->router + t * n, moe->router_b, n);
+        if (watch)
+            watch(watch_ctx, t, sl_cpu_moe_margin(cb->router + t * n, n, k));
         if (hp->moe_gating == SL_MOE_GATING_TOPK_SOFTMAX)
             sl_cpu_moe_route_topk_softmax(cb->router + t * n, n, k, cb->route_tmp, cb->route_id + t * k,
                                           cb->route_w + t * k);

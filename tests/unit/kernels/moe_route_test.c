@@ -1,10 +1,12 @@
 /* tests/unit/kernels/moe_route_test.c: MoE routing (sl_cpu_moe_route):
  * top-k in decreasing order, ties to the lower expert index, softmax
  * weights with and without renormalisation, NaN logits; gpt-oss's
- * top-k-then-softmax routing and its clamped SwiGLU. */
+ * top-k-then-softmax routing and its clamped SwiGLU; the routing margin
+ * a check tool reads (moe_watch.h). */
 #include <criterion/criterion.h>
 #include <math.h>
 
+#include "kernels/cpu/moe_watch.h"
 #include "kernels/cpu/ops.h"
 
 static float scratch[16];
@@ -140,4 +142,16 @@ Test(moe_route, swiglu_oai_clamps_gate_above_and_up_both_ways)
     cr_assert_float_eq(out[2], -30.0 / (1.0 + exp(1.702 * 30.0)) * 2.0, 1e-20);   /* no lower clamp */
     cr_assert_float_eq(out[3], s7 * 8.0, 1e-5);          /* up 12 -> 7 */
     cr_assert_float_eq(out[4], 0.0f, 0);                 /* up -9 -> -7: (y + 1) = -6, x = 0 */
+}
+
+/* kernels/cpu/moe_watch.h: the gap a check tool reads */
+Test(moe_route, margin_is_the_gap_after_the_kth_largest)
+{
+    const float logits[6] = {0.1f, 2.0f, -1.0f, 3.0f, NAN, 2.5f};
+    cr_assert_float_eq(sl_cpu_moe_margin(logits, 6, 1), 0.5f, 1e-7);   /* 3.0 - 2.5 */
+    cr_assert_float_eq(sl_cpu_moe_margin(logits, 6, 2), 0.5f, 1e-7);   /* 2.5 - 2.0 */
+    cr_assert_float_eq(sl_cpu_moe_margin(logits, 6, 3), 1.9f, 1e-6);   /* 2.0 - 0.1 */
+    cr_assert(isinf(sl_cpu_moe_margin(logits, 6, 6)));                 /* no choice made */
+    const float tied[3] = {1.0f, 1.0f, 0.0f};
+    cr_assert_eq(sl_cpu_moe_margin(tied, 3, 1), 0.0f);
 }
