@@ -25,6 +25,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mmvq.cuh"
+#include "kernels/cuda/gemm_moe.cuh"
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/profile.cuh"
 #include "kernels/cuda/sample.cuh"
@@ -513,9 +514,10 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
         if (sl_model_is_moe(m)) {
             /* MoE scratch, one allocation: T rows, R = T*k routed pairs */
             int64_t n = hp->n_expert, R = T * hp->n_expert_used, F = hp->n_ff_exp, S = hp->n_ff_shexp;
-            int64_t count[] = {T * n, R, R, 2 * (n + 1), R, R * F, R * E, T * S, T * S, T, S > 0 ? T * E : 0};
-            size_t at[11], mbytes = 0;
-            for (int i = 0; i < 11; i++) {
+            int64_t count[] = {T * n, R, R, 2 * (n + 1), R, R * F, R * E, T * S, T * S, T, S > 0 ? T * E : 0,
+                               1 + 2 * sl_cuda_moe_gemm_max_tiles(R, (int)n), R};
+            size_t at[13], mbytes = 0;
+            for (int i = 0; i < 13; i++) {
                 at[i] = mbytes;
                 mbytes += align_up((size_t)count[i] * 4);   /* float or int32 entries */
             }
@@ -540,6 +542,8 @@ sl_cuda_backend_create(const sl_model *m, const sl_backend_config *cfg, sl_backe
             cb->moe.sh_u = (float *)(mb + at[8]);
             cb->moe.shg = (float *)(mb + at[9]);
             cb->moe.sh_out = (float *)(mb + at[10]);
+            cb->moe.tiles = (int32_t *)(mb + at[11]);
+            cb->moe.scale = (float *)(mb + at[12]);
         }
         if (sl_cuda_mmvq_enabled()) {
             /* SLUICE_CUDA_MMVQ=1: the 8-bit rows of the largest matmul input

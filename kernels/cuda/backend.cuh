@@ -91,6 +91,8 @@ typedef struct {
         float *sh_h, *sh_u;      /* (T, n_ff_shexp) shared expert's gate and up */
         float *shg;              /* (T) shared expert's gate logit */
         float *sh_out;           /* (T, n_embd) shared expert's output */
+        int32_t *tiles;          /* the tensor-core experts' tile table (gemm_moe.cuh) */
+        float *scale;            /* (R) their input rows' power-of-two divisors */
     } moe;
 
     /* SLUICE_CUDA_MMVQ=1: one matmul input's T rows rounded to 8 bits

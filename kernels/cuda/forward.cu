@@ -34,6 +34,7 @@
 #include "kernels/cuda/embed.cuh"
 #include "kernels/cuda/forward.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/gemm_moe.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/mmv.cuh"
 #include "kernels/cuda/mmvq.cuh"
@@ -265,11 +266,24 @@ static sl_status moe_ffn(cuda_backend *cb, const cuda_layer *L, int64_t T)
     sl_cuda_profile_mark(cb->prof, SL_PROF_MOE_ROUTE, st);
     /* gpt-oss: expert biases before the activation, and its clamped SwiGLU */
     bool oai = hp->ffn_act == SL_FFN_SWIGLU_OAI;
-    TRY(sl_cuda_mmv_experts_biased(&L->exp_gate, &L->exp_up, L->exp_gate_b, L->exp_up_b, oai, n, cb->moe.off,
-                                   cb->moe.pairs, cb->moe.used, R, T, k, cb->xn, E, cb->moe.h, F, st));
-    sl_cuda_profile_mark(cb->prof, SL_PROF_GATE_UP, st);
-    TRY(sl_cuda_mmv_experts_biased(&L->exp_down, NULL, L->exp_down_b, NULL, false, n, cb->moe.off, cb->moe.pairs,
-                                   cb->moe.used, R, T, 1, cb->moe.h, F, cb->moe.y, E, st));
+    if (cb->use_gemm && sl_cuda_moe_gemm_enabled() && sl_cuda_moe_gemm_supports(L->exp_gate.type) &&
+        sl_cuda_moe_gemm_supports(L->exp_down.type)) {
+        /* a tensor-core step: the experts on tensor cores too (gemm_moe.cuh) */
+        TRY(sl_cuda_moe_gemm_tiles(cb->moe.off, cb->moe.used, cb->moe.tiles, st));
+        TRY(sl_cuda_moe_gemm_scales(cb->xn, E, E, T, cb->moe.scale, st));
+        TRY(sl_cuda_moe_gemm(&L->exp_gate, &L->exp_up, L->exp_gate_b, L->exp_up_b, oai, n, cb->moe.off,
+                             cb->moe.pairs, cb->moe.tiles, R, k, cb->xn, E, cb->moe.scale, cb->moe.h, F, st));
+        sl_cuda_profile_mark(cb->prof, SL_PROF_GATE_UP, st);
+        TRY(sl_cuda_moe_gemm_scales(cb->moe.h, F, F, R, cb->moe.scale, st));
+        TRY(sl_cuda_moe_gemm(&L->exp_down, NULL, L->exp_down_b, NULL, false, n, cb->moe.off, cb->moe.pairs,
+                             cb->moe.tiles, R, 1, cb->moe.h, F, cb->moe.scale, cb->moe.y, E, st));
+    } else {
+        TRY(sl_cuda_mmv_experts_biased(&L->exp_gate, &L->exp_up, L->exp_gate_b, L->exp_up_b, oai, n, cb->moe.off,
+                                       cb->moe.pairs, cb->moe.used, R, T, k, cb->xn, E, cb->moe.h, F, st));
+        sl_cuda_profile_mark(cb->prof, SL_PROF_GATE_UP, st);
+        TRY(sl_cuda_mmv_experts_biased(&L->exp_down, NULL, L->exp_down_b, NULL, false, n, cb->moe.off,
+                                       cb->moe.pairs, cb->moe.used, R, T, 1, cb->moe.h, F, cb->moe.y, E, st));
+    }
     bool shared = L->sh_down.data != NULL;
     if (shared) {
         sl_status rc = cb->use_gemm ? SL_EINVAL

@@ -659,6 +659,7 @@ extern "C" __attribute__((visibility("default"))) int sl_cuda_selftest_moe(FILE 
     bad += st_moe_combine(out, st);   /* the combine: the one-block-per-row kernel's bits */
     bad += check_stage(out, st);   /* staged activation rows: the global path's bits */
     bad += st_moe_step_timing(out, st);
+    bad += st_moe_gemm(out, st);      /* the tensor-core experts against the small-batch ones */
     cudaStreamDestroy(st);
     return bad;
 }

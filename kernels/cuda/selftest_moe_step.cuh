@@ -32,4 +32,11 @@ int st_moe_combine(FILE *out, cudaStream_t st);
  * Returns 1 when a launch failed. */
 int st_moe_step_timing(FILE *out, cudaStream_t st);
 
+/* The tensor-core expert matmul (gemm_moe.cuh) against the small-batch one
+ * on the same routed problems (selftest_moe_gemm.cu): eight weight types,
+ * partial tiles, gpt-oss's biases and activation, a row past 2^14, token 0
+ * alone the same bits as in its batch; timings of both on the 30B-A3B
+ * shape at T = 64 and 512. Returns the number of cases that failed. */
+int st_moe_gemm(FILE *out, cudaStream_t st);
+
 #endif
