@@ -220,7 +220,7 @@ bool sl_cuda_moe_gemm_enabled(void)
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("SLUICE_CUDA_MOE_GEMM");
-        on = e && strcmp(e, "1") == 0;
+        on = !(e && strcmp(e, "0") == 0);
     }
     return on != 0;
 }

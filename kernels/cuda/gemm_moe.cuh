@@ -53,8 +53,9 @@ static inline int64_t sl_cuda_moe_gemm_max_tiles(int64_t R, int n_expert)
 /* True when sl_cuda_moe_gemm takes experts of this type. */
 bool sl_cuda_moe_gemm_supports(uint32_t type);
 
-/* Whether forward.cu sends a use_gemm step's experts here:
- * SLUICE_CUDA_MOE_GEMM=1, read once; unset or anything else: off. */
+/* Whether forward.cu sends a use_gemm step's experts here: yes unless
+ * SLUICE_CUDA_MOE_GEMM=0 (read once; for A/B runs against the small-batch
+ * kernel, which every other step takes). */
 bool sl_cuda_moe_gemm_enabled(void);
 
 /* OUT tiles: tiles[0] = the count, then (expert, first pair) per tile, the
