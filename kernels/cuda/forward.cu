@@ -244,10 +244,12 @@ static sl_status stage_batch(cuda_backend *cb, const sl_batch_seq *seqs, int32_t
  * gpt-oss's bias), routing and grouping on the device (gpt-oss: top-k,
  * then softmax), the experts' gate and up fused with SiLU (gpt-oss: their
  * biases, then the clamped SwiGLU), their down (and bias), qwen2moe's shared expert as a dense FFN, then each
- * row's sum. The same kernels at every T, prefill included, but for
- * choices by T alone that keep the bits (routing and grouping fused up to
- * 16 rows, staged expert inputs from 8): no launch reads what the routing
- * chose on the host, so decode steps keep their graphs. */
+ * row's sum. The experts take the tensor-core kernel (gemm_moe.cuh) in
+ * the steps whose dense matmuls do (use_gemm), the small-batch kernel in the
+ * others, as the dense layers switch; the other choices by T keep the bits
+ * (routing and grouping fused up to 16 rows, staged expert inputs from 8).
+ * No launch reads what the routing chose on the host, so decode steps keep
+ * their graphs. */
 static sl_status moe_ffn(cuda_backend *cb, const cuda_layer *L, int64_t T)
 {
     const sl_hparams *hp = &cb->base.model->hp;

@@ -12,7 +12,9 @@
  * Guarantee: a row's routing, its k expert outputs and its sum depend on
  *            that row only, each computed in a fixed order (the expert
  *            kernel's dot products are mmv.cu's), so the engine's batch
- *            invariance holds for MoE layers too.
+ *            invariance holds for MoE layers too. Tensor-core steps take
+ *            gemm_moe.cuh's expert kernel instead (the same contract, float16
+ *            inputs), as the dense matmuls take gemm.cuh's.
  * Errors:    SL_OK; SL_EINVAL for sizes outside the limits below or a weight
  *            the expert kernel does not take; SL_EBACKEND when a launch
  *            failed (logged). Launches only, async on `stream`. */
