@@ -20,32 +20,11 @@
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/random_blocks.cuh"
 #include "kernels/cuda/selftest_moe_step.cuh"
+#include "kernels/cuda/selftest_util.cuh"
 
 extern "C" {
 #include "kernels/cpu/ops.h"   /* compiled into the library for this check */
 }
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float uniform(uint64_t *s)
-{
-    return (float)((double)(rng_next(s) >> 11) * 0x1p-53 * 2.0 - 1.0);
-}
-
-#define CK(call)                                                                     \
-    do {                                                                             \
-        if ((call) != cudaSuccess) {                                                 \
-            fprintf(out, "  %s:%d: %s failed\n", __FILE__, __LINE__, #call);         \
-            bad = 1;                                                                 \
-            goto done;                                                               \
-        }                                                                            \
-    } while (0)
 
 /* Routing and grouping of T rows over n experts. coarse: logits on a grid
  * of 1/4 so that many tie. Returns 1 on a mismatch. */

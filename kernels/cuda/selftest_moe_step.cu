@@ -13,28 +13,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/selftest_moe_step.cuh"
-
-static uint64_t step_rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float step_uniform(uint64_t *s)
-{
-    return (float)((double)(step_rng(s) >> 11) * 0x1p-53 * 2.0 - 1.0);
-}
-
-#define CK(call)                                                                     \
-    do {                                                                             \
-        if ((call) != cudaSuccess) {                                                 \
-            fprintf(out, "  %s:%d: %s failed\n", __FILE__, __LINE__, #call);         \
-            bad = 1;                                                                 \
-            goto done;                                                               \
-        }                                                                            \
-    } while (0)
+#include "kernels/cuda/selftest_util.cuh"
 
 /* ------------------------------------------------------------------------ */
 /* router                                                                   */
@@ -59,9 +38,9 @@ static int router_case(FILE *out, cudaStream_t st, int rows, int64_t n, int64_t 
         goto done;
     }
     for (int64_t i = 0; i < rows * n; i++)
-        w[i] = 0.1f * step_uniform(&seed);
+        w[i] = 0.1f * uniform(&seed);
     for (int64_t i = 0; i < T * n; i++)
-        x[i] = step_uniform(&seed);
+        x[i] = uniform(&seed);
     for (int64_t t = 0; t < T; t++)
         memcpy(xs + t * lds, x + t * n, (size_t)n * 4);
     CK(cudaMalloc(&dw, (size_t)(rows * n) * 4));
@@ -155,13 +134,13 @@ static int combine_case(FILE *out, cudaStream_t st, int64_t T, int k, int64_t E,
         goto done;
     }
     for (int64_t i = 0; i < R * E; i++)
-        y[i] = step_uniform(&seed);
+        y[i] = uniform(&seed);
     for (int64_t i = 0; i < R; i++)
-        w[i] = step_uniform(&seed);
+        w[i] = uniform(&seed);
     for (int64_t i = 0; i < T * E; i++)
-        sh[i] = step_uniform(&seed);
+        sh[i] = uniform(&seed);
     for (int64_t t = 0; t < T; t++)
-        g[t] = 4.0f * step_uniform(&seed);
+        g[t] = 4.0f * uniform(&seed);
     CK(cudaMalloc(&dy, (size_t)(R * E) * 4));
     CK(cudaMalloc(&dw, (size_t)R * 4));
     CK(cudaMalloc(&dsh, (size_t)(T * E) * 4));
@@ -282,10 +261,10 @@ int st_moe_step_timing(FILE *out, cudaStream_t st)
     CK(cudaMalloc(&dpairs, (size_t)Rmax * 4));
     CK(cudaMalloc(&dused, ((size_t)n + 1) * 4));
     for (int64_t i = 0; i < (int64_t)n * E; i++)
-        h[i] = 0.05f * step_uniform(&seed);
+        h[i] = 0.05f * uniform(&seed);
     CK(cudaMemcpy(dw, h, (size_t)n * E * 4, cudaMemcpyHostToDevice));
     for (int64_t i = 0; i < Tmax * E; i++)
-        h[i] = step_uniform(&seed);
+        h[i] = uniform(&seed);
     CK(cudaMemcpy(dx, h, (size_t)(Tmax * E) * 4, cudaMemcpyHostToDevice));
     CK(cudaMemset(dy, 0, (size_t)(Rmax * E) * 4));
     for (int64_t T : Ts) {
