@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from paths import REPO, SLUICE, tool
+from test_llamacpp import greedy_agrees
 
 MODEL_DIR = REPO / "models" / "default"
 FILES = sorted(MODEL_DIR.glob("*.gguf"))
@@ -147,7 +148,15 @@ def test_greedy_and_logits_match_llamacpp(model, prompt, llamacpp, tmp_path):
     named here so that the environment cannot change it. On the 16-bit path
     (SLUICE_CPU_ACT=q16) the Q8_0 file's greedy picks part from llama.cpp's after 8 and 13
     generated tokens on these prompts, as test_llamacpp.py describes for
-    quantized types."""
+    quantized types.
+    Bit for bit holds against llama.cpp's AVX2 kernels. A llama.cpp built
+    for AVX-512 (its build is native; seen on an Intel Xeon with AVX-512
+    VNNI) rounds an occasional near-boundary activation code of a decode
+    step the other way, and a near tie then follows it (seen: the second
+    prompt, 20th position, the two picks 8e-3 apart in our logits): the
+    greedy tokens must then agree by test_llamacpp.py's rule (ours the
+    float64 rounding reference's pick, every earlier position of ours within
+    float32 noise of it, llama.cpp's not)."""
     ids = [int(t) for t in prompt.split(",")]
     out = tmp_path / "logits.bin"
     r = subprocess.run([tool("fwdump"), "-m", str(model), "--tokens", prompt, "--steps", str(STEPS),
@@ -163,9 +172,11 @@ def test_greedy_and_logits_match_llamacpp(model, prompt, llamacpp, tmp_path):
         nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
         theirs.append(nxt)
         llm.eval([nxt])
-    assert ours == theirs, (llm.detokenize(ours[len(ids):]), llm.detokenize(theirs[len(ids):]))
     n_vocab = llm.n_vocab()
-    a = np.fromfile(out, dtype=np.float32).reshape(-1, n_vocab)[:len(ids)]
+    logits = np.fromfile(out, dtype=np.float32).reshape(-1, n_vocab)
+    assert greedy_agrees(model, ours, theirs, logits, np.asarray(llm.scores[:len(theirs)])), \
+        (llm.detokenize(ours[len(ids):]), llm.detokenize(theirs[len(ids):]))
+    a = logits[:len(ids)]
     b = np.array(llm.scores[:len(ids)])
     rel = float(np.linalg.norm(a - b) / np.linalg.norm(b))
     print(f"{model.name} {prompt}: prompt logits relative L2 sluice - llama.cpp {rel:.2e}")
