@@ -148,8 +148,6 @@ static void table(int32_t *t, int first, int n)
         t[i] = first + i;
 }
 
-/* Prefills `n` tokens in chunks; logits of every row (all = 1) or of the
- * last row only land in `out`. */
 /* A MoE prompt row whose CPU routing margin (moe_watch.h) is at most this
  * in some layer is a near-tie: router logits are O(1)-O(10) and float16
  * rounding of the router's input (the K/V cache's, the tensor-core path's)
@@ -172,7 +170,9 @@ static void note_margin(void *ctx, int64_t row, float m)
         g->min[p] = m;
 }
 
-/* g: non-NULL to record the (CPU) backend's routing margins per position */
+/* Prefills `n` tokens in chunks; logits of every row (all = 1) or of the
+ * last row only land in `out`. g: non-NULL to record the (CPU) backend's
+ * routing margins per position. */
 static sl_status prefill(sl_backend *b, const int32_t *tok, int n, int chunk, const int32_t *blocks, int n_blocks,
                          int all, float *out, int V, margins *g)
 {
