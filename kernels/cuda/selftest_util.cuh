@@ -8,13 +8,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* splitmix64: the next 64 random bits of the stream *s */
+#include "kernels/cuda/random_blocks.cuh"
+
+/* the next 64 random bits of the stream *s: random_blocks.cuh's splitmix64 */
 static inline uint64_t rng_next(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return sl_random_blocks_next(s);
 }
 
 /* uniform in [-1, 1) */
