@@ -176,8 +176,12 @@ def test_stale_keepalive_retried(stub, tmp_path):
     assert lv["errors_total"] == 0, lv
     assert lv["requests_ok"] == 60 and lv["completion_tokens"] == 60 * 8 and lv["content_chunks"] == 60 * 8
     assert lv["ttft_ms"]["n"] == 60 and lv["e2e_ms"]["n"] == 60
-    # every connection carries 3 requests; the 4th goes again on the next one
-    assert lv["retried_stale"] >= 10 and lv["connects"] == lv["retried_stale"] + 4, lv
+    # every connection carries 3 requests; the 4th goes again on the next one.
+    # Each of the 4 client connections opens one connection of its own and every
+    # later one is a retry; a connection whose thread started after the others
+    # had claimed all 60 requests opens none (seen on a loaded 2-core machine).
+    fresh = lv["connects"] - lv["retried_stale"]
+    assert lv["retried_stale"] >= 10 and 1 <= fresh <= 4, lv
     assert "retried" in text.splitlines()[1]
 
 
