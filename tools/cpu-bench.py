@@ -13,7 +13,9 @@ Q4_K_M file when the model cache has it (tools/fetch-models.py).
 
 Ours: `enginebench -m MODEL --batch 1 --prompt 64 --gen 32 --threads T`
 (best of its 2 repetitions), once per mode of --modes (`default` leaves
-SLUICE_CPU_ACT unset; any other value is passed as SLUICE_CPU_ACT).
+SLUICE_CPU_ACT and SLUICE_CPU_ISA unset; `avx2` sets SLUICE_CPU_ISA=avx2,
+the AVX2 kernels on an AVX-512 CPU; any other value is passed as
+SLUICE_CPU_ACT).
 llama.cpp: llama-cpp-python in this interpreter, F32 KV cache, the same
 prompt length and steps, best of 2 (the PERF.md snippet). The load average
 is read before each group, since the machine may be shared; the table
@@ -62,7 +64,10 @@ def run_llama(model, threads):
 def run_ours(build, model, threads, mode):
     env = dict(os.environ)
     env.pop("SLUICE_CPU_ACT", None)
-    if mode != "default":
+    env.pop("SLUICE_CPU_ISA", None)
+    if mode == "avx2":   # the default activations on the AVX2 kernels of an AVX-512 CPU
+        env["SLUICE_CPU_ISA"] = "avx2"
+    elif mode != "default":
         env["SLUICE_CPU_ACT"] = mode
     cmd = [str(build / "tools" / "enginebench"), "-m", str(model), "--batch", "1", "--prompt", "64", "--gen", "32",
            "--threads", str(threads)]
@@ -95,7 +100,7 @@ def main():
     ap.add_argument("--build", type=pathlib.Path, default=ROOT / "build")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--modes", default="default", help="comma-separated: default, q8, q16, f32")
+    ap.add_argument("--modes", default="default", help="comma-separated: default, avx2, q8, q16, f32")
     ap.add_argument("--models-dir", type=pathlib.Path, default=pathlib.Path("/tmp/bench-cpu"))
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]

@@ -110,4 +110,28 @@ static inline void sl_avx2_q6_K_codes(const uint8_t *ql, const uint8_t *qh, int 
                            _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
 }
 
+/* The float part of one K-quant super-block's dot with an 8-bit (Q8_K)
+ * activation block (ad its scale, bsums its 16 sums of 16 codes): sumi,
+ * the exact integer sums sc*q*x of its eight int32 lanes, becomes
+ * d*ad*sumi in acc, less the min terms. kind 4/5 (Q4_K, Q5_K): lane s of
+ * the min terms is mins16[2s]*bsums[2s] + mins16[2s+1]*bsums[2s+1] (each
+ * sub-block min twice), folded per block. kind 6 (Q6_K): the -32 of its
+ * codes as 32 * sum_s sc16[s]*bsums[s], exact, taken from sumi. Every 8-bit
+ * K-quant kernel (AVX2 and AVX-512) ends a super-block here, so a row's
+ * float sums are the same operations in the same order in all of them. */
+static inline __m256 sl_avx2_q8k_tail(int kind, __m256i sumi, __m256i sc16, __m256i mins16, float d, float dmin,
+                                      float ad, const int16_t bsums[16], __m256 acc)
+{
+    if (kind == 6) {
+        __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)bsums));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(ad * d), _mm256_cvtepi32_ps(sumi), acc);
+    if (kind != 6) {
+        __m256i prod = _mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)bsums));
+        acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * ad), _mm256_cvtepi32_ps(prod), acc);
+    }
+    return acc;
+}
+
 #endif

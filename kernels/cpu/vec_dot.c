@@ -145,11 +145,13 @@ void sl_vec_dot_multi_portable(uint32_t type, const void *w_row, const float *x,
 typedef void (*multi_fn)(uint32_t, const void *, const float *, int64_t, int, float *, int64_t);
 typedef void (*q8_fn)(uint32_t, const void *, const void *, size_t, int, float *, int64_t);
 
+typedef void (*q8_rows_fn)(uint32_t, const void *, size_t, int, const void *, size_t, int, float *, int64_t);
+
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 static multi_fn isa_multi = sl_vec_dot_multi_portable;
 static q8_fn isa_q8 = sl_vec_dot_q8_multi_portable;
 static q8_fn isa_q16 = sl_vec_dot_q16_multi_portable;
-static bool isa_q8_rows;   /* sl_vec_dot_q8_rows_avx2 for the 8-bit formats */
+static q8_rows_fn isa_q8_rows;   /* the 8-bit formats' several-row kernel; NULL: row by row */
 static const char *isa_name = "portable";
 
 bool sl_vec_dot_avx2_available(void)
@@ -166,6 +168,28 @@ bool sl_vec_dot_avx2_available(void)
 #endif
 }
 
+bool sl_vec_dot_avx512_available(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (!sl_vec_dot_avx2_available())
+        return false;
+    /* cpuid leaf 7: AVX512F (ebx 16), BW (ebx 30), VL (ebx 31), VNNI (ecx
+     * 11); and the OS must save the opmask and zmm state (XCR0 bits 1, 2,
+     * 5, 6, 7), which cpuid alone does not say */
+    unsigned int a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return false;
+    bool cpu = (b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31)) && (c & (1u << 11));
+    unsigned int lo = 0, hi = 0;
+    if (cpu && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE))
+        __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    return cpu && (lo & 0xE6u) == 0xE6u;
+#else
+    return false;
+#endif
+}
+
 static void isa_choose(void)
 {
     const char *env = getenv("SLUICE_CPU_ISA");
@@ -175,8 +199,13 @@ static void isa_choose(void)
         isa_multi = sl_vec_dot_multi_avx2;
         isa_q8 = sl_vec_dot_q8_multi_avx2;
         isa_q16 = sl_vec_dot_q16_multi_avx2;
-        isa_q8_rows = true;
+        isa_q8_rows = sl_vec_dot_q8_rows_avx2;
         isa_name = "avx2";
+    }
+    if (!(env && strcmp(env, "avx2") == 0) && sl_vec_dot_avx512_available()) {
+        isa_q8 = sl_vec_dot_q8_multi_avx512;
+        isa_q8_rows = sl_vec_dot_q8_rows_avx512;
+        isa_name = "avx512";
     }
 }
 
@@ -226,7 +255,7 @@ void sl_vec_dot_act_rows(uint32_t type, enum sl_act_format f, const void *w, siz
         return;
     if (isa_q8_rows && f == sl_act_format_of_type(type) &&
         (f == SL_ACT_Q8_0 || f == SL_ACT_Q8_1 || f == SL_ACT_Q8_K)) {
-        sl_vec_dot_q8_rows_avx2(type, w, row_bytes, nr, xa, ldxa, m, out, n);
+        isa_q8_rows(type, w, row_bytes, nr, xa, ldxa, m, out, n);
         return;
     }
     for (int r = 0; r < nr; r++)

@@ -7,8 +7,11 @@
  * Who:       any thread, concurrently; the ISA is chosen once, on first use
  *            (pthread_once), and never changes afterwards.
  * ISA:       AVX2+FMA+F16C when the CPU has them (vec_dot_avx2.c), else the
- *            portable C reference (vec_dot.c). Env SLUICE_CPU_ISA=portable
- *            forces the portable path.
+ *            portable C reference (vec_dot.c); with AVX-512 (F, BW, VL,
+ *            VNNI) as well, the 8-bit one-row dots of the main types run
+ *            vec_dot_q8_avx512.c, bitwise the AVX2 results. Env
+ *            SLUICE_CPU_ISA=portable forces the portable path,
+ *            SLUICE_CPU_ISA=avx2 the AVX2 one on an AVX-512 machine.
  * Determinism: a dot product's reduction order depends only on (type, n),
  *            never on m or on the other vectors of a batch, so
  *            sl_vec_dot_multi(...)[j] == sl_vec_dot(..., x + j*ldx, n) bit
@@ -43,7 +46,8 @@ float sl_vec_dot(uint32_t type, const void *w_row, const float *x, int64_t n);
 void sl_vec_dot_multi(uint32_t type, const void *w_row, const float *x, int64_t ldx, int m,
                       float *out /* OUT */, int64_t n);
 
-/* "avx2" or "portable": the path sl_vec_dot uses in this process. */
+/* "avx512", "avx2" or "portable": the path the dots take in this process
+ * ("avx512": the AVX2 kernels, and the AVX-512 ones where they exist). */
 const char *sl_vec_dot_isa(void);
 
 /* ---- the two implementations, for tests and the benchmark ---------------
@@ -90,6 +94,16 @@ void sl_vec_dot_q8_multi_avx2(uint32_t type, const void *w_row, const void *xa, 
 /* sl_vec_dot_act_rows's 8-bit AVX2 path (m <= 32 for the tiles). */
 void sl_vec_dot_q8_rows_avx2(uint32_t type, const void *w, size_t row_bytes, int nr, const void *xa, size_t ldxa,
                              int m, float *out /* OUT */, int64_t n);
+/* The AVX-512 VNNI ones (vec_dot_q8_avx512.c): one activation row (m = 1)
+ * of Q8_0, Q4_0, Q4_K, Q5_K and Q6_K; the rest passes to the AVX2 kernels
+ * above. Bitwise the AVX2 results. Call only when
+ * sl_vec_dot_avx512_available() (CPU and OS support, whatever
+ * SLUICE_CPU_ISA says). */
+void sl_vec_dot_q8_multi_avx512(uint32_t type, const void *w_row, const void *xa, size_t ldxa, int m,
+                                float *out /* OUT */, int64_t n);
+void sl_vec_dot_q8_rows_avx512(uint32_t type, const void *w, size_t row_bytes, int nr, const void *xa, size_t ldxa,
+                               int m, float *out /* OUT */, int64_t n);
+bool sl_vec_dot_avx512_available(void);
 
 /* The 16-bit implementations (f = Q16_0 or Q16_K, as above), for tests and
  * the benchmark; same contract, and bitwise equal to each other. */

@@ -60,9 +60,12 @@ static int type_of(const char *name, uint32_t *type)
     return -1;
 }
 
-/* One pass over the matrix: y (tokens x rows) = W x; rows_call 1 (A) or 4 (B). */
+typedef void (*rows_fn)(uint32_t, const void *, size_t, int, const void *, size_t, int, float *, int64_t);
+
+/* One pass over the matrix: y (tokens x rows) = W x; rows_call 1 (A) or 4
+ * (B), through the dispatcher, or 4 through `direct` when it is set. */
 static void pass(uint32_t type, enum sl_act_format f, const char *w, size_t rb, int64_t rows, int64_t cols,
-                 const char *xa, size_t lda, int64_t tokens, int rows_call, float *y)
+                 const char *xa, size_t lda, int64_t tokens, int rows_call, rows_fn direct, float *y)
 {
     float tmp[ROWS_PER_CALL * TOKEN_TILE];
     for (int64_t r0 = 0; r0 < rows; r0 += TASK_ROWS) {
@@ -71,7 +74,9 @@ static void pass(uint32_t type, enum sl_act_format f, const char *w, size_t rb, 
             int mt = (int)(tokens - t0 < TOKEN_TILE ? tokens - t0 : TOKEN_TILE);
             for (int64_t r = r0; r < r1; r += rows_call) {
                 int nr = (int)(r1 - r < rows_call ? r1 - r : rows_call);
-                if (rows_call == 1)
+                if (direct)
+                    direct(type, w + r * rb, rb, nr, xa + t0 * lda, lda, mt, tmp, cols);
+                else if (rows_call == 1)
                     sl_vec_dot_act_multi(type, f, w + r * rb, xa + t0 * lda, lda, mt, tmp, cols);
                 else
                     sl_vec_dot_act_rows(type, f, w + r * rb, rb, nr, xa + t0 * lda, lda, mt, tmp, cols);
@@ -85,9 +90,10 @@ static void pass(uint32_t type, enum sl_act_format f, const char *w, size_t rb, 
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: kernellab [--type NAME] [--rows R] [--cols N] [--tokens T] [--reps K]\n"
+    fprintf(stderr, "usage: kernellab [--type NAME] [--rows R] [--cols N] [--tokens T] [--reps K] [--isa-ab]\n"
                     "  NAME a quantized GGUF type (Q8_0, Q4_K...); R, T, K in 1..65536, N a multiple of\n"
-                    "  the type's block size, R * N at most 2^28\n");
+                    "  the type's block size, R * N at most 2^28; --isa-ab: A the AVX2 kernels, B the\n"
+                    "  AVX-512 ones, both four rows per call (on a CPU with AVX-512 VNNI)\n");
     return 2;
 }
 
@@ -102,7 +108,12 @@ int main(int argc, char **argv)
 {
     const char *tname = "Q8_0";
     long rows = 2048, cols = 2048, tokens = 64, reps = 5;
+    bool isa_ab = false;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--isa-ab")) {
+            isa_ab = true;
+            continue;
+        }
         long *dst = !strcmp(argv[i], "--rows") ? &rows : !strcmp(argv[i], "--cols") ? &cols
                   : !strcmp(argv[i], "--tokens") ? &tokens : !strcmp(argv[i], "--reps") ? &reps : NULL;
         if (i + 1 >= argc)
@@ -111,6 +122,10 @@ int main(int argc, char **argv)
             tname = argv[++i];
         else if (!dst || int_arg(argv[++i], dst) < 0)
             return usage();
+    }
+    if (isa_ab && !sl_vec_dot_avx512_available()) {
+        fprintf(stderr, "kernellab: --isa-ab needs a CPU with AVX-512 VNNI\n");
+        return 2;
     }
     uint32_t type;
     if (type_of(tname, &type) < 0) {
@@ -145,15 +160,18 @@ int main(int argc, char **argv)
     for (long k = 0; k < reps; k++)
         for (int v = 0; v < 2; v++) {
             double t0 = cpu_s();
-            pass(type, f, w, rb, rows, cols, xa, lda, tokens, v ? ROWS_PER_CALL : 1, y[v]);
+            rows_fn direct = !isa_ab ? NULL : v ? sl_vec_dot_q8_rows_avx512 : sl_vec_dot_q8_rows_avx2;
+            pass(type, f, w, rb, rows, cols, xa, lda, tokens, v ? ROWS_PER_CALL : isa_ab ? ROWS_PER_CALL : 1, direct,
+                 y[v]);
             double dt = cpu_s() - t0;
             best[v] = dt < best[v] ? dt : best[v];
         }
     double macs = (double)rows * cols * tokens;
     bool same = memcmp(y[0], y[1], (size_t)(rows * tokens) * sizeof(float)) == 0;
-    printf("kernellab %s %ld x %ld, %ld tokens, isa %s, best of %ld: A (row by row) %.1f Gmac/s, "
-           "B (4-row tiles) %.1f Gmac/s, B/A %.3f, outputs %s\n",
-           tname, rows, cols, tokens, sl_vec_dot_isa(), reps, macs / best[0] * 1e-9, macs / best[1] * 1e-9,
+    printf("kernellab %s %ld x %ld, %ld tokens, isa %s, best of %ld: A (%s) %.1f Gmac/s, "
+           "B (%s) %.1f Gmac/s, B/A %.3f, outputs %s\n",
+           tname, rows, cols, tokens, isa_ab ? "avx2 vs avx512" : sl_vec_dot_isa(), reps,
+           isa_ab ? "avx2" : "row by row", macs / best[0] * 1e-9, isa_ab ? "avx512" : "4-row tiles", macs / best[1] * 1e-9,
            best[0] / best[1], same ? "bitwise equal" : "DIFFER");
     free(w);
     free(xa);

@@ -177,8 +177,8 @@ Test(vec_dot, multi_bitwise_equals_single_avx2)
 Test(vec_dot, dispatch_single_equals_multi)
 {
     const char *isa = sl_vec_dot_isa();
-    cr_assert(strcmp(isa, "avx2") == 0 || strcmp(isa, "portable") == 0);
-    if (sl_vec_dot_avx2_available())
+    cr_assert(strcmp(isa, "avx512") == 0 || strcmp(isa, "avx2") == 0 || strcmp(isa, "portable") == 0);
+    if (sl_vec_dot_avx2_available() && !sl_vec_dot_avx512_available())
         cr_expect_str_eq(isa, getenv("SLUICE_CPU_ISA") ? isa : "avx2");
     struct row r;
     row_make(SL_GGML_TYPE_Q4_K, 512, 3, &r);
@@ -198,4 +198,10 @@ Test(vec_dot, env_forces_portable)
 {
     setenv("SLUICE_CPU_ISA", "portable", 1);
     cr_expect_str_eq(sl_vec_dot_isa(), "portable");
+}
+
+Test(vec_dot, env_forces_avx2)
+{
+    setenv("SLUICE_CPU_ISA", "avx2", 1);
+    cr_expect_str_eq(sl_vec_dot_isa(), sl_vec_dot_avx2_available() ? "avx2" : "portable");
 }
