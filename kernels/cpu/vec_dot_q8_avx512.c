@@ -1,25 +1,26 @@
-/* kernels/cpu/vec_dot_q8_avx512.c: the 8-bit dot products of one weight row
- * with one activation row (decode) on AVX-512 with VNNI, for the types that
- * carry most weights: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K. Everything else (other
- * types, several activation rows: prefill's register tiles) goes to the AVX2
- * kernels (vec_dot_q8_avx2.c).
+/* kernels/cpu/vec_dot_q8_avx512.c: 8-bit dot products on AVX-512 with
+ * VNNI: one weight row with one activation row (decode) for the types that
+ * carry most weights, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K; and the prefill
+ * register tiles of Q8_0, Q4_0 and Q5_0. Everything else (other types, the
+ * K-quants' prefill tiles, more than GROUP activation rows) goes to the
+ * AVX2 kernels (vec_dot_q8_avx2.c, vec_dot_legacy_avx2.c).
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni on top of the
  * AVX2 flags; called only after vec_dot.c has seen the CPU (and the OS)
  * support them. Runs in the CPU backend's threads.
- * Bits: every result is bitwise the AVX2 kernel's. The integer sums are
+ * Bits: every result is bitwise the AVX2 kernels'. The integer sums are
  * exact whatever the instructions, and each int32 lane sums the same
  * elements as its AVX2 lane (lane l of a 32-code group: codes 4l..4l+3; a
  * 512-bit register holds two groups, whose halves are added at the end of
  * the super-block). The float steps are the AVX2 ones in the same order:
- * sl_avx2_q8k_tail per K-quant super-block, ggml's per-block FMA for
- * Q8_0/Q4_0. So a model's logits do not depend on which of the two ISAs
- * ran (tests/unit/kernels/vec_dot_avx512_test.c checks it).
- * What it saves against AVX2 (one row): no staging store and reload of the
- * codes; K-quants unpack and multiply 64 codes per instruction and fold
- * the scale multiply and the add into one vpdpwssd (AVX2: maddubs, madd,
- * add per 32); Q8_0/Q4_0/Q5_0 take vpdpbusd for maddubs + madd, and Q5_0's
- * fifth bits are one mask blend (AVX2: a shuffle, an or and a compare). Figures:
- * docs/PERF.md, "CPU engine". */
+ * sl_avx2_q8k_tail per K-quant super-block, ggml's per-block FMA for the
+ * 32-element types. So a model's logits do not depend on which of the two
+ * ISAs ran (tests/unit/kernels/vec_dot_avx512_test.c checks it).
+ * What it saves against AVX2: one row needs no staging store and reload of
+ * the codes; K-quants unpack and multiply 64 codes per instruction and
+ * fold the scale multiply and the add into one vpdpwssd (AVX2: maddubs,
+ * madd, add per 32); the 32-element types take vpdpbusd for maddubs +
+ * madd, and Q5_0's fifth bits are one mask blend (AVX2: a shuffle, an or
+ * and a compare). Figures: docs/PERF.md, "CPU engine". */
 #include <assert.h>
 #include <immintrin.h>
 #include <string.h>
