@@ -197,6 +197,30 @@ def test_q16_path_avx2_bitwise_equals_portable(make_model, tmp_path, preset, qty
     assert avx2[2] == portable[2]
 
 
+def _cpu_has_avx512_vnni():
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return all(f" {f}" in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"))
+
+
+@pytest.mark.skipif(not _cpu_has_avx512_vnni(), reason="no AVX-512 VNNI on this CPU")
+@pytest.mark.parametrize("preset,qtype", [("tiny-llama", "Q4_K_M"), ("tiny-qwen3", "Q8_0"), ("tiny-qwen2", "Q6_K"),
+                                          ("tiny-qwen2", "Q5_0"), ("tiny-llama3", "Q4_0"), ("tiny-gemma3", "Q5_K"),
+                                          ("tiny-phi3", "Q4_K_M")])
+def test_default_path_avx512_bitwise_equals_avx2(make_model, tmp_path, preset, qtype):
+    """The AVX-512 8-bit kernels promise the AVX2 bits (each lane sums the
+    same elements, the same float steps), so a whole forward pass, prompt
+    tiles and one-row decode steps, agrees bit for bit."""
+    path = make_model(preset, qtype, n_vocab=N_VOCAB)
+    env = {"SLUICE_CPU_ACT": ""}
+    avx512 = run_engine(path, tmp_path, PROMPT, STEPS, env=env, chunk=5)
+    avx2 = run_engine(path, tmp_path, PROMPT, STEPS, env={**env, "SLUICE_CPU_ISA": "avx2"}, chunk=5)
+    assert avx512[0] == avx2[0]
+    assert avx512[2] == avx2[2]
+
+
 # The IQ1 grid formats have no writer anywhere (llama.cpp needs an importance
 # matrix, the gguf package has no quantizer), so their models are an F32
 # mkmodel file with every layer matrix replaced by random blocks (indices,
