@@ -110,6 +110,20 @@ static inline void sl_avx2_q6_K_codes(const uint8_t *ql, const uint8_t *qh, int 
                            _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
 }
 
+/* pr[i] = dw[i] * da[i] for 0 <= i < nblk: the products of weight and
+ * activation block scales that ggml's per-block step of the 32-element
+ * types forms, eight per multiply (the same float products, so the same
+ * bits), for the register tiles to broadcast from memory. da's scales end
+ * at da[nblk - 1] (a row's last blocks), so the tail goes one by one. */
+static inline void sl_avx2_scale_products(const float *dw, const float *da, int nblk, float *pr)
+{
+    int i8 = nblk / 8 * 8;
+    for (int i = 0; i < i8; i += 8)
+        _mm256_storeu_ps(pr + i, _mm256_mul_ps(_mm256_loadu_ps(dw + i), _mm256_loadu_ps(da + i)));
+    for (int i = i8; i < nblk; i++)
+        pr[i] = dw[i] * da[i];
+}
+
 /* The float part of one K-quant super-block's dot with an 8-bit (Q8_K)
  * activation block (ad its scale, bsums its 16 sums of 16 codes): sumi,
  * the exact integer sums sc*q*x of its eight int32 lanes, becomes

@@ -297,16 +297,13 @@ static inline __attribute__((always_inline)) void dot0_tile(const struct tile_st
 {
     __m256 c[TILE_R][TILE_J];
     _Alignas(32) float pr[TILE_R][TILE_J][TILE_B];
-    int nblk = ts->nblk, i8 = nblk / 8 * 8;
+    int nblk = ts->nblk;
 #pragma GCC unroll 4
     for (int r = 0; r < TILE_R; r++) {
 #pragma GCC unroll 4
         for (int j = 0; j < JT; j++) {
             c[r][j] = acc[r][j0 + j];
-            for (int i = 0; i < i8; i += 8)
-                _mm256_store_ps(pr[r][j] + i, _mm256_mul_ps(_mm256_load_ps(ts->bd[r] + i), _mm256_loadu_ps(da[j] + i)));
-            for (int i = i8; i < nblk; i++)   /* the row's last blocks: its scales end at da[j][nblk - 1] */
-                pr[r][j][i] = ts->bd[r][i] * da[j][i];
+            sl_avx2_scale_products(ts->bd[r], da[j], nblk, pr[r][j]);
         }
     }
     for (int i = 0; i < nblk; i++) {
