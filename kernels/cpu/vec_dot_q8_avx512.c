@@ -18,9 +18,9 @@
  * What it saves against AVX2: one row needs no staging store and reload of
  * the codes; K-quants unpack 64 codes per instruction and need three
  * 512-bit multiplies per 128 codes (six 256-bit halves) where AVX2 needs
- * eight 256-bit ones (pair16); the
- * 32-element types take vpdpbusd for maddubs + madd, and Q5_0's fifth bits
- * are one mask blend (AVX2: a shuffle, an or and a compare). On a CPU that
+ * eight 256-bit ones (pair16); the 32-element types take vpdpbusd for
+ * maddubs + madd, and Q5_0's fifth bits are one mask blend (AVX2: a
+ * shuffle, an or and a compare). On a CPU that
  * runs 512-bit operations as two 256-bit halves (Zen 4) the multiplies are
  * what bounds the tiles, so what counts is fewer multiplies, not wider
  * ones: 512-bit tiles with AVX2's multiplies measured no faster. Figures:
@@ -53,8 +53,8 @@ static inline __m512i halves16(short lo, short hi)
 }
 
 /* The multiply by the sub-block scales, with fewer multiplies than
- * vpmaddubsw + vpmaddwd (3 for 128 codes against 4): vpdpbusd first sums the codes times activations by
- * fours into int32 lanes (|sum| <= 4 * 63 * 128 < 2^15), two such vectors
+ * vpmaddubsw + vpmaddwd (per 128 codes three 512-bit ones against four):
+ * vpdpbusd first sums the codes times activations by fours into int32 lanes (|sum| <= 4 * 63 * 128 < 2^15), two such vectors
  * go into the low and high int16 halves of each lane (pair16), and one
  * vpmaddwd / vpdpwssd multiplies both by their scales and adds them. Lane
  * l still sums codes 4l..4l+3 of every group, as in AVX2. */
@@ -68,8 +68,9 @@ static inline __m512i pair16(__m512i lo, __m512i hi)
  * byte 0x80 writes the zero high bytes. */
 static inline __m512i scale_pairs(int a, int b, int c, int d)
 {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32((int)(0x80008000u | (unsigned)a | (unsigned)b << 16))),
-                              _mm256_set1_epi32((int)(0x80008000u | (unsigned)c | (unsigned)d << 16)), 1);
+    __m256i lo = _mm256_set1_epi32((int)(0x80008000u | (unsigned)a | (unsigned)b << 16));
+    __m256i hi = _mm256_set1_epi32((int)(0x80008000u | (unsigned)c | (unsigned)d << 16));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 /* ---- Q4_K / Q5_K / Q6_K ---------------------------------------------------

@@ -6,7 +6,10 @@
  * of R repetitions taken alternately (A, B, A, B...), and whether every
  * output is bitwise the same both ways (exit 1 if not).
  *
- *   kernellab [--type Q8_0] [--rows 2048] [--cols 2048] [--tokens 64] [--reps 5]
+ *   kernellab [--type Q8_0] [--rows 2048] [--cols 2048] [--tokens 64] [--reps 5] [--isa-ab]
+ *
+ * --isa-ab: A the AVX2 kernels, B the AVX-512 ones (vec_dot_q8_avx512.c),
+ * both four weight rows per call, on a CPU with AVX-512 VNNI.
  *
  * Weights: N(0,1)-like values quantized to the type (the weight rows'
  * bytes are real blocks); activations: the same, rounded to the type's
@@ -171,8 +174,8 @@ int main(int argc, char **argv)
     printf("kernellab %s %ld x %ld, %ld tokens, isa %s, best of %ld: A (%s) %.1f Gmac/s, "
            "B (%s) %.1f Gmac/s, B/A %.3f, outputs %s\n",
            tname, rows, cols, tokens, isa_ab ? "avx2 vs avx512" : sl_vec_dot_isa(), reps,
-           isa_ab ? "avx2" : "row by row", macs / best[0] * 1e-9, isa_ab ? "avx512" : "4-row tiles", macs / best[1] * 1e-9,
-           best[0] / best[1], same ? "bitwise equal" : "DIFFER");
+           isa_ab ? "avx2" : "row by row", macs / best[0] * 1e-9, isa_ab ? "avx512" : "4-row tiles",
+           macs / best[1] * 1e-9, best[0] / best[1], same ? "bitwise equal" : "DIFFER");
     free(w);
     free(xa);
     free(x);
